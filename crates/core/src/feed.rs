@@ -1,0 +1,401 @@
+//! A subscriber's merged view of its topics: replay, live messages, lag recovery and loss
+//! signals, in one cancel-safe `next()` that every transport drives the same way.
+
+use std::collections::VecDeque;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use serde::{Deserialize, Serialize};
+use tokio_stream::StreamExt as _;
+use tokio_stream::StreamMap;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+
+use crate::cursor::Cursor;
+use crate::error::FeedError;
+use crate::history::LossReason;
+use crate::message::Message;
+use crate::name::TopicName;
+use crate::topic::Topic;
+
+/// What happens to a subscriber that falls behind its topic's live channel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LagPolicy {
+    /// Replay the missed messages from history; if history no longer covers them, tell the
+    /// client that messages were lost and go on live.
+    #[default]
+    RecoverOrNotify,
+    /// Replay from history; if history no longer covers the gap, disconnect the client.
+    RecoverOrDisconnect,
+    /// Disconnect at once.
+    Disconnect,
+}
+
+/// One thing for a transport to do.
+#[derive(Clone, Debug)]
+pub enum FeedEvent {
+    /// Deliver this message.
+    Message(Arc<Message>),
+    /// Tell the client that messages of `topic` were lost; it is live again after this.
+    Lost {
+        /// The topic.
+        topic: TopicName,
+        /// Why.
+        reason: LossReason,
+    },
+    /// The subscriber lagged on `topic` and the missed messages follow from history (count it;
+    /// nothing to tell the client).
+    Recovered {
+        /// The topic.
+        topic: TopicName,
+        /// Messages the live channel skipped.
+        missed: u64,
+    },
+    /// The subscriber is too slow: close the connection with a reason saying so.
+    Disconnect {
+        /// The topic it lagged on.
+        topic: TopicName,
+        /// Messages the live channel skipped.
+        missed: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Sub {
+    topic: Arc<Topic>,
+    position: Cursor,
+}
+
+/// The topics of one connection.
+///
+/// Every message passes a per-topic position check, so replayed and live messages join
+/// without a gap or a duplicate, and a lagged subscriber recovering from history never sees a
+/// message twice.
+#[derive(Debug)]
+pub struct Feed {
+    subs: Vec<Sub>,
+    streams: StreamMap<TopicName, BroadcastStream<Arc<Message>>>,
+    pending: VecDeque<FeedEvent>,
+    policy: LagPolicy,
+    max_subscriptions: usize,
+}
+
+impl Feed {
+    /// An empty feed.
+    pub fn new(policy: LagPolicy, max_subscriptions: usize) -> Self {
+        Self {
+            subs: Vec::new(),
+            streams: StreamMap::new(),
+            pending: VecDeque::new(),
+            policy,
+            max_subscriptions,
+        }
+    }
+
+    /// Subscribes to `topic`, resuming after `from` when given, and returns the position the
+    /// subscription starts at. The loss signal and the replay, if any, come out of
+    /// [`Self::next`] first. Subscribing again to a topic already held changes nothing.
+    pub fn subscribe(
+        &mut self,
+        topic: Arc<Topic>,
+        from: Option<Cursor>,
+    ) -> Result<Cursor, FeedError> {
+        if let Some(sub) = self.subs.iter().find(|s| s.topic.name() == topic.name()) {
+            return Ok(sub.position);
+        }
+        if self.subs.len() >= self.max_subscriptions {
+            return Err(FeedError::TooManySubscriptions {
+                max: self.max_subscriptions,
+            });
+        }
+        let sub = topic.subscribe(from);
+        let name = topic.name().clone();
+        if let Some(reason) = sub.lost {
+            self.pending.push_back(FeedEvent::Lost {
+                topic: name.clone(),
+                reason,
+            });
+        }
+        self.pending
+            .extend(sub.replay.into_iter().map(FeedEvent::Message));
+        self.streams
+            .insert(name, BroadcastStream::new(sub.receiver));
+        self.subs.push(Sub {
+            topic,
+            position: sub.start,
+        });
+        Ok(sub.start)
+    }
+
+    /// Drops the subscription to `topic`; true when there was one.
+    pub fn unsubscribe(&mut self, topic: &str) -> bool {
+        let before = self.subs.len();
+        self.subs.retain(|s| s.topic.name().as_str() != topic);
+        let name = self.streams.keys().find(|k| k.as_str() == topic).cloned();
+        if let Some(name) = name {
+            self.streams.remove(&name);
+        }
+        before != self.subs.len()
+    }
+
+    /// Number of subscriptions.
+    pub fn len(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Whether there is no subscription.
+    pub fn is_empty(&self) -> bool {
+        self.subs.is_empty()
+    }
+
+    /// Each subscribed topic with the position of the last message delivered on it (or where
+    /// the subscription started), in subscription order.
+    pub fn positions(&self) -> impl Iterator<Item = (&TopicName, Cursor)> {
+        self.subs.iter().map(|s| (s.topic.name(), s.position))
+    }
+
+    /// The next event. Cancel-safe: dropping the future loses nothing, so it can sit in a
+    /// `select!` beside timers and socket reads. Never returns while there is no subscription.
+    pub async fn next(&mut self) -> FeedEvent {
+        loop {
+            if let Some(event) = self.pop_pending() {
+                return event;
+            }
+            let Some((name, item)) = self.streams.next().await else {
+                return std::future::pending().await;
+            };
+            match item {
+                Ok(message) => {
+                    if let Some(event) = self.accept(message) {
+                        return event;
+                    }
+                }
+                Err(BroadcastStreamRecvError::Lagged(missed)) => self.on_lag(name, missed),
+            }
+        }
+    }
+
+    /// The next event if one is ready now, without waiting.
+    pub fn try_next(&mut self) -> Option<FeedEvent> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match pin!(self.next()).as_mut().poll(&mut cx) {
+            Poll::Ready(event) => Some(event),
+            Poll::Pending => None,
+        }
+    }
+
+    fn pop_pending(&mut self) -> Option<FeedEvent> {
+        while let Some(event) = self.pending.pop_front() {
+            let event = match event {
+                FeedEvent::Message(message) => self.accept(message),
+                other => self.is_subscribed(other_topic(&other)).then_some(other),
+            };
+            if event.is_some() {
+                return event;
+            }
+        }
+        None
+    }
+
+    fn is_subscribed(&self, topic: &TopicName) -> bool {
+        self.subs.iter().any(|s| s.topic.name() == topic)
+    }
+
+    /// Passes `message` when it is the subscriber's next one on its topic.
+    fn accept(&mut self, message: Arc<Message>) -> Option<FeedEvent> {
+        let sub = self
+            .subs
+            .iter_mut()
+            .find(|s| s.topic.name() == message.topic())?;
+        let cursor = message.cursor();
+        if cursor.epoch != sub.position.epoch || cursor.seq <= sub.position.seq {
+            return None;
+        }
+        sub.position = cursor;
+        Some(FeedEvent::Message(message))
+    }
+
+    fn on_lag(&mut self, topic: TopicName, missed: u64) {
+        let Some(sub) = self.subs.iter().find(|s| *s.topic.name() == topic) else {
+            return;
+        };
+        let recovered = match self.policy {
+            LagPolicy::Disconnect => None,
+            LagPolicy::RecoverOrNotify | LagPolicy::RecoverOrDisconnect => {
+                sub.topic.since(sub.position).ok()
+            }
+        };
+        match recovered {
+            Some(replay) => {
+                self.pending
+                    .push_back(FeedEvent::Recovered { topic, missed });
+                self.pending
+                    .extend(replay.into_iter().map(FeedEvent::Message));
+            }
+            None if self.policy == LagPolicy::RecoverOrNotify => {
+                self.pending.push_back(FeedEvent::Lost {
+                    topic,
+                    reason: LossReason::Lagged,
+                });
+            }
+            None => self
+                .pending
+                .push_back(FeedEvent::Disconnect { topic, missed }),
+        }
+    }
+}
+
+fn other_topic(event: &FeedEvent) -> &TopicName {
+    match event {
+        FeedEvent::Message(m) => m.topic(),
+        FeedEvent::Lost { topic, .. }
+        | FeedEvent::Recovered { topic, .. }
+        | FeedEvent::Disconnect { topic, .. } => topic,
+    }
+}
+
+impl FeedEvent {
+    /// The topic the event is about.
+    pub fn topic(&self) -> &TopicName {
+        other_topic(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Payload;
+    use crate::topic::TopicConfig;
+    use std::time::Duration;
+
+    fn topic(name: &str, capacity: usize, history_len: usize) -> Arc<Topic> {
+        let config = TopicConfig {
+            channel_capacity: capacity,
+            history_len,
+            history_ttl: Duration::from_secs(60),
+        };
+        Arc::new(Topic::with_epoch(TopicName::new(name).unwrap(), &config, 5))
+    }
+
+    fn publish(t: &Topic, n: u64) {
+        for i in 0..n {
+            t.publish(None, Payload::from_value(&serde_json::json!(i)));
+        }
+    }
+
+    fn drain(feed: &mut Feed) -> Vec<String> {
+        std::iter::from_fn(|| feed.try_next())
+            .map(|e| match e {
+                FeedEvent::Message(m) => format!("{}:{}", m.topic(), m.cursor().seq),
+                FeedEvent::Lost { topic, reason } => format!("lost {topic} {}", reason.as_str()),
+                FeedEvent::Recovered { topic, missed } => format!("recovered {topic} {missed}"),
+                FeedEvent::Disconnect { topic, .. } => format!("disconnect {topic}"),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn merges_topics_and_tracks_positions() {
+        let (a, b) = (topic("a", 8, 8), topic("b", 8, 8));
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe(a.clone(), None).unwrap();
+        feed.subscribe(b.clone(), None).unwrap();
+        publish(&a, 2);
+        publish(&b, 1);
+        let mut got = drain(&mut feed);
+        got.sort();
+        assert_eq!(got, ["a:1", "a:2", "b:1"]);
+        let positions: Vec<_> = feed.positions().map(|(t, c)| format!("{t}={c}")).collect();
+        assert_eq!(positions, ["a=5-2", "b=5-1"]);
+    }
+
+    #[tokio::test]
+    async fn replay_then_live_without_duplicates() {
+        let a = topic("a", 8, 8);
+        publish(&a, 3);
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        assert_eq!(
+            feed.subscribe(a.clone(), Some(Cursor::new(5, 1))).unwrap(),
+            Cursor::new(5, 1)
+        );
+        publish(&a, 2);
+        assert_eq!(drain(&mut feed), ["a:2", "a:3", "a:4", "a:5"]);
+    }
+
+    #[tokio::test]
+    async fn lost_cursor_is_signalled_first() {
+        let a = topic("a", 8, 2);
+        publish(&a, 5);
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe(a.clone(), Some(Cursor::new(5, 1))).unwrap();
+        publish(&a, 1);
+        assert_eq!(drain(&mut feed), ["lost a expired", "a:6"]);
+    }
+
+    #[tokio::test]
+    async fn lagging_subscriber_recovers_from_history() {
+        let a = topic("a", 2, 64);
+        let mut feed = Feed::new(LagPolicy::RecoverOrNotify, 4);
+        feed.subscribe(a.clone(), None).unwrap();
+        publish(&a, 10);
+        let got = drain(&mut feed);
+        assert_eq!(got[0], "recovered a 8");
+        let expected: Vec<String> = (1..=10).map(|i| format!("a:{i}")).collect();
+        assert_eq!(got[1..], expected[..]);
+    }
+
+    #[tokio::test]
+    async fn lag_beyond_history_follows_the_policy() {
+        for (policy, first) in [
+            (LagPolicy::RecoverOrNotify, "lost a lagged"),
+            (LagPolicy::RecoverOrDisconnect, "disconnect a"),
+            (LagPolicy::Disconnect, "disconnect a"),
+        ] {
+            let a = topic("a", 2, 3);
+            let mut feed = Feed::new(policy, 4);
+            feed.subscribe(a.clone(), None).unwrap();
+            publish(&a, 10);
+            let got = drain(&mut feed);
+            assert_eq!(got[0], first, "{policy:?}");
+            if policy == LagPolicy::RecoverOrNotify {
+                assert_eq!(got[1..], ["a:9", "a:10"]);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn unsubscribe_drops_queued_events_and_limits_hold() {
+        let (a, b) = (topic("a", 8, 8), topic("b", 8, 8));
+        publish(&a, 2);
+        let mut feed = Feed::new(LagPolicy::default(), 1);
+        feed.subscribe(a.clone(), Some(Cursor::new(5, 0))).unwrap();
+        assert_eq!(
+            feed.subscribe(b, None),
+            Err(FeedError::TooManySubscriptions { max: 1 })
+        );
+        assert!(feed.unsubscribe("a"));
+        assert!(!feed.unsubscribe("a"));
+        publish(&a, 1);
+        assert!(drain(&mut feed).is_empty());
+        assert!(feed.is_empty());
+        assert_eq!(a.subscriber_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn next_waits_for_a_message() {
+        let a = topic("a", 8, 8);
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe(a.clone(), None).unwrap();
+        let publisher = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            publish(&a, 1);
+        });
+        let event = tokio::time::timeout(Duration::from_secs(5), feed.next())
+            .await
+            .unwrap();
+        assert!(matches!(event, FeedEvent::Message(m) if m.cursor().seq == 1));
+        publisher.await.unwrap();
+    }
+}

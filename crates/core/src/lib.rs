@@ -1,0 +1,26 @@
+//! Herald's broadcast core: topics, the registry, messages and their encodings, cursors,
+//! history and the per-connection feed with its lag policy. No I/O: the gateway crate owns
+//! sockets, HTTP and bridges.
+//!
+//! Fan-out model: each topic owns a `tokio::sync::broadcast` channel of `Arc<Message>`. A
+//! publish takes the topic's mutex and tokio's channel mutex briefly; every subscriber then
+//! receives the same `Arc`, and the message's SSE and WebSocket encodings are built once and
+//! shared as `bytes::Bytes`.
+
+pub mod cursor;
+pub mod error;
+pub mod feed;
+pub mod history;
+pub mod message;
+pub mod name;
+pub mod registry;
+pub mod topic;
+
+pub use cursor::{Cursor, ResumeList};
+pub use error::{CursorError, EventNameError, FeedError, RegistryError, TopicNameError};
+pub use feed::{Feed, FeedEvent, LagPolicy};
+pub use history::{History, LossReason};
+pub use message::{Message, Payload};
+pub use name::{EventName, TopicName};
+pub use registry::{Registry, RegistryConfig};
+pub use topic::{Subscription, Topic, TopicConfig, TopicStats};

@@ -1,0 +1,274 @@
+//! Messages and their wire encodings, built once and shared by every subscriber.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::cursor::Cursor;
+use crate::name::{EventName, TopicName};
+
+/// A published payload: one JSON value in compact form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Payload(Bytes);
+
+impl Payload {
+    /// Serialises `value` compactly.
+    pub fn from_value(value: &serde_json::Value) -> Self {
+        // Serialising a Value into a Vec cannot fail.
+        Self(Bytes::from(serde_json::to_vec(value).unwrap_or_default()))
+    }
+
+    /// Parses `json` and keeps its compact form. Fails on anything but exactly one JSON value.
+    pub fn from_json(json: &[u8]) -> Result<Self, serde_json::Error> {
+        let value: serde_json::Value = serde_json::from_slice(json)?;
+        Ok(Self::from_value(&value))
+    }
+
+    /// The compact JSON text.
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// Length of the compact JSON text in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the payload is empty (never true for a parsed payload).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// One published message. Built once per publish and shared as `Arc<Message>`; its SSE and
+/// WebSocket encodings are made at most once, on first use, and shared as [`Bytes`] so that
+/// fan-out costs a reference-count bump per subscriber, never an encoding or a copy.
+#[derive(Debug)]
+pub struct Message {
+    topic: TopicName,
+    cursor: Cursor,
+    event: Option<EventName>,
+    data: Payload,
+    published_unix_ms: u64,
+    published_at: Instant,
+    sse: OnceLock<Bytes>,
+    ws: OnceLock<Bytes>,
+}
+
+impl Message {
+    /// A message at `cursor` in `topic`, stamped with the current time.
+    pub fn new(topic: TopicName, cursor: Cursor, event: Option<EventName>, data: Payload) -> Self {
+        let published_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Self {
+            topic,
+            cursor,
+            event,
+            data,
+            published_unix_ms,
+            published_at: Instant::now(),
+            sse: OnceLock::new(),
+            ws: OnceLock::new(),
+        }
+    }
+
+    /// The topic it was published to.
+    pub fn topic(&self) -> &TopicName {
+        &self.topic
+    }
+
+    /// Its position in the topic's stream.
+    pub fn cursor(&self) -> Cursor {
+        self.cursor
+    }
+
+    /// The event name the publisher gave, if any.
+    pub fn event(&self) -> Option<&EventName> {
+        self.event.as_ref()
+    }
+
+    /// The payload.
+    pub fn data(&self) -> &Payload {
+        &self.data
+    }
+
+    /// Publish time, milliseconds since the Unix epoch.
+    pub fn published_unix_ms(&self) -> u64 {
+        self.published_unix_ms
+    }
+
+    /// Publish time on this node's monotonic clock (for publish→write latency).
+    pub fn published_at(&self) -> Instant {
+        self.published_at
+    }
+
+    /// The whole SSE event: `id: topic=cursor`, `event:` when named, the `data:` lines and the
+    /// blank line. A JSON string payload is sent as its text, one `data:` line per line of it;
+    /// any other value as compact JSON on one line.
+    pub fn sse_frame(&self) -> &Bytes {
+        self.sse.get_or_init(|| self.encode_sse())
+    }
+
+    /// The SSE event without its `id:` line, for streams that write their own (multi-topic)
+    /// id. A zero-copy slice of [`Self::sse_frame`].
+    pub fn sse_body(&self) -> Bytes {
+        let frame = self.sse_frame();
+        let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+        frame.slice(id_end..)
+    }
+
+    /// The WebSocket text frame:
+    /// `{"type":"message","topic":..,"id":..,"event":..,"data":..}` (`event` only when named).
+    /// Always valid UTF-8.
+    pub fn ws_frame(&self) -> &Bytes {
+        self.ws.get_or_init(|| self.encode_ws())
+    }
+
+    fn encode_sse(&self) -> Bytes {
+        let mut head = String::with_capacity(64);
+        let _ = writeln!(head, "id: {}={}", self.topic, self.cursor);
+        if let Some(event) = &self.event {
+            let _ = writeln!(head, "event: {}", event.as_str());
+        }
+        let raw = self.data.as_bytes();
+        let text: Option<String> = if raw.first() == Some(&b'"') {
+            serde_json::from_slice(raw).ok()
+        } else {
+            None
+        };
+        let mut out = BytesMut::with_capacity(head.len() + raw.len() + 16);
+        out.put_slice(head.as_bytes());
+        match text {
+            Some(text) => {
+                for line in split_lines(&text) {
+                    out.put_slice(b"data: ");
+                    out.put_slice(line.as_bytes());
+                    out.put_u8(b'\n');
+                }
+            }
+            None => {
+                out.put_slice(b"data: ");
+                out.put_slice(raw);
+                out.put_u8(b'\n');
+            }
+        }
+        out.put_u8(b'\n');
+        out.freeze()
+    }
+
+    fn encode_ws(&self) -> Bytes {
+        let raw = self.data.as_bytes();
+        let mut out = String::with_capacity(64 + raw.len());
+        // Topic and event names never need JSON escaping (see `name`), cursors are hex/decimal.
+        let _ = write!(
+            out,
+            r#"{{"type":"message","topic":"{}","id":"{}""#,
+            self.topic, self.cursor
+        );
+        if let Some(event) = &self.event {
+            let _ = write!(out, r#","event":"{}""#, event.as_str());
+        }
+        out.push_str(r#","data":"#);
+        let mut out = BytesMut::from(out.as_bytes());
+        out.put_slice(raw);
+        out.put_u8(b'}');
+        out.freeze()
+    }
+}
+
+/// Splits on every line ending SSE recognises (`\r\n`, `\n`, `\r`), so that no line of a
+/// payload can end an event early or inject a field.
+fn split_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let s = rest?;
+        match s.find(['\r', '\n']) {
+            Some(i) => {
+                let skip = if s[i..].starts_with("\r\n") { 2 } else { 1 };
+                rest = Some(&s[i + skip..]);
+                Some(&s[..i])
+            }
+            None => {
+                rest = None;
+                Some(s)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn msg(event: Option<&str>, data: serde_json::Value) -> Message {
+        Message::new(
+            TopicName::new("news").unwrap(),
+            Cursor::new(0xab, 7),
+            event.map(|e| EventName::new(e).unwrap()),
+            Payload::from_value(&data),
+        )
+    }
+
+    #[test]
+    fn sse_json_value_is_one_compact_line() {
+        let m = msg(Some("created"), json!({"a": 1, "b": [1, 2]}));
+        assert_eq!(
+            &m.sse_frame()[..],
+            b"id: news=ab-7\nevent: created\ndata: {\"a\":1,\"b\":[1,2]}\n\n"
+        );
+        assert_eq!(
+            &m.sse_body()[..],
+            b"event: created\ndata: {\"a\":1,\"b\":[1,2]}\n\n"
+        );
+    }
+
+    #[test]
+    fn sse_string_is_sent_as_text_one_data_line_per_line() {
+        let m = msg(None, json!("hello\nworld\r\nagain\rend"));
+        assert_eq!(
+            &m.sse_frame()[..],
+            b"id: news=ab-7\ndata: hello\ndata: world\ndata: again\ndata: end\n\n"
+        );
+        // A payload cannot inject fields or end the event early.
+        let m = msg(None, json!("x\n\nid: evil\nevent: evil"));
+        assert_eq!(
+            &m.sse_frame()[..],
+            b"id: news=ab-7\ndata: x\ndata: \ndata: id: evil\ndata: event: evil\n\n"
+        );
+    }
+
+    #[test]
+    fn ws_frame_embeds_the_payload() {
+        let m = msg(Some("e"), json!({"k": "v\"q"}));
+        let frame: serde_json::Value = serde_json::from_slice(m.ws_frame()).unwrap();
+        assert_eq!(
+            frame,
+            json!({"type": "message", "topic": "news", "id": "ab-7", "event": "e", "data": {"k": "v\"q"}})
+        );
+        let m = msg(None, json!(null));
+        assert_eq!(
+            &m.ws_frame()[..],
+            br#"{"type":"message","topic":"news","id":"ab-7","data":null}"#
+        );
+    }
+
+    #[test]
+    fn encodings_are_made_once_and_shared() {
+        let m = msg(None, json!(1));
+        assert_eq!(m.sse_frame().as_ptr(), m.sse_frame().as_ptr());
+        assert_eq!(m.ws_frame().as_ptr(), m.ws_frame().as_ptr());
+    }
+
+    #[test]
+    fn payload_is_compacted() {
+        let p = Payload::from_json(b" { \"a\" : [ 1 , 2 ] } ").unwrap();
+        assert_eq!(&p.as_bytes()[..], br#"{"a":[1,2]}"#);
+        assert!(Payload::from_json(b"{").is_err());
+        assert!(Payload::from_json(b"1 2").is_err());
+    }
+}

@@ -1,0 +1,248 @@
+//! The topic registry: topics by name, split into shards by hash of the name.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use parking_lot::RwLock;
+
+use crate::error::RegistryError;
+use crate::message::{Message, Payload};
+use crate::name::{EventName, TopicName};
+use crate::topic::{Topic, TopicConfig, TopicStats};
+
+/// Limits of the registry.
+#[derive(Clone, Debug)]
+pub struct RegistryConfig {
+    /// Number of shards (rounded up to a power of two).
+    pub shards: usize,
+    /// Most topics held at once; creating one more first reclaims idle topics, then fails.
+    pub max_topics: usize,
+    /// Limits of every topic.
+    pub topic: TopicConfig,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            shards: 64,
+            max_topics: 100_000,
+            topic: TopicConfig::default(),
+        }
+    }
+}
+
+type Shard = RwLock<HashMap<TopicName, Arc<Topic>>>;
+
+/// Every topic of this node.
+///
+/// A lookup takes the read side of one shard's lock, so lookups never wait on each other and
+/// publishers of topics in other shards never contend with them; creating or reclaiming a
+/// topic takes that shard's write side briefly. (Publishing itself then takes the topic's own
+/// mutex and tokio's broadcast mutex, both per topic.)
+#[derive(Debug)]
+pub struct Registry {
+    shards: Box<[Shard]>,
+    hasher: std::collections::hash_map::RandomState,
+    count: AtomicUsize,
+    config: RegistryConfig,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new(config: RegistryConfig) -> Self {
+        let n = config.shards.max(1).next_power_of_two();
+        Self {
+            shards: (0..n).map(|_| RwLock::new(HashMap::new())).collect(),
+            hasher: Default::default(),
+            count: AtomicUsize::new(0),
+            config,
+        }
+    }
+
+    /// The registry's limits.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.config
+    }
+
+    fn shard(&self, name: &str) -> &Shard {
+        let i = self.hasher.hash_one(name) as usize & (self.shards.len() - 1);
+        &self.shards[i]
+    }
+
+    /// The topic named `name`, if it exists.
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.shard(name).read().get(name).cloned()
+    }
+
+    /// The topic named `name`, created if needed.
+    pub fn get_or_create(&self, name: &TopicName) -> Result<Arc<Topic>, RegistryError> {
+        if let Some(topic) = self.get(name.as_str()) {
+            return Ok(topic);
+        }
+        match self.try_create(name) {
+            Err(RegistryError::TooManyTopics { .. }) if self.reclaim() > 0 => self.try_create(name),
+            other => other,
+        }
+    }
+
+    fn try_create(&self, name: &TopicName) -> Result<Arc<Topic>, RegistryError> {
+        let mut shard = self.shard(name.as_str()).write();
+        if let Some(topic) = shard.get(name.as_str()) {
+            return Ok(topic.clone());
+        }
+        if self.count.fetch_add(1, Ordering::Relaxed) >= self.config.max_topics {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            return Err(RegistryError::TooManyTopics {
+                max: self.config.max_topics,
+            });
+        }
+        let topic = Arc::new(Topic::new(name.clone(), &self.config.topic));
+        shard.insert(name.clone(), topic.clone());
+        Ok(topic)
+    }
+
+    /// Publishes to `topic`, creating it if needed.
+    pub fn publish(
+        &self,
+        topic: &TopicName,
+        event: Option<EventName>,
+        data: Payload,
+    ) -> Result<Arc<Message>, RegistryError> {
+        Ok(self.get_or_create(topic)?.publish(event, data))
+    }
+
+    /// Removes the topics nobody holds that have no subscriber and no history left; returns how
+    /// many. A topic in use (held by a subscriber or a publisher) is never removed, so nobody
+    /// can end up on an orphaned topic.
+    pub fn reclaim(&self) -> usize {
+        let now = Instant::now();
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.write();
+            shard.retain(|_, topic| {
+                let keep = Arc::strong_count(topic) > 1 || !topic.is_idle(now);
+                removed += usize::from(!keep);
+                keep
+            });
+            if shard.capacity() > 64 && shard.len() < shard.capacity() / 4 {
+                shard.shrink_to_fit();
+            }
+        }
+        self.count.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Number of topics held.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether no topic is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counts of up to `limit` topics, most subscribed first.
+    pub fn stats(&self, limit: usize) -> Vec<TopicStats> {
+        let mut all: Vec<TopicStats> = self
+            .shards
+            .iter()
+            .flat_map(|shard| {
+                let topics: Vec<Arc<Topic>> = shard.read().values().cloned().collect();
+                topics.into_iter().map(|t| t.stats())
+            })
+            .collect();
+        all.sort_by(|a, b| {
+            b.subscribers
+                .cmp(&a.subscribers)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        all.truncate(limit);
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn registry(max_topics: usize) -> Registry {
+        Registry::new(RegistryConfig {
+            shards: 4,
+            max_topics,
+            topic: TopicConfig {
+                channel_capacity: 4,
+                history_len: 4,
+                history_ttl: Duration::from_millis(1),
+            },
+        })
+    }
+
+    fn name(s: &str) -> TopicName {
+        TopicName::new(s).unwrap()
+    }
+
+    #[test]
+    fn same_name_same_topic() {
+        let r = registry(10);
+        let a = r.get_or_create(&name("a")).unwrap();
+        let b = r.get_or_create(&name("a")).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(r.len(), 1);
+        assert!(r.get("b").is_none());
+    }
+
+    #[test]
+    fn bounded_and_reclaims_idle_topics() {
+        let r = registry(2);
+        let a = r.get_or_create(&name("a")).unwrap();
+        let _sub = a.subscribe(None);
+        drop(a);
+        r.publish(&name("b"), None, Payload::from_value(&serde_json::json!(1)))
+            .unwrap();
+        // "a" has a subscriber; "b" has history until it expires.
+        std::thread::sleep(Duration::from_millis(5));
+        // "b" expired and is reclaimed to make room for "c".
+        let _c = r.get_or_create(&name("c")).unwrap();
+        assert!(r.get("b").is_none());
+        assert_eq!(
+            r.get_or_create(&name("d")).unwrap_err(),
+            RegistryError::TooManyTopics { max: 2 }
+        );
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_held_topic_is_never_reclaimed() {
+        let r = registry(10);
+        let held = r.get_or_create(&name("a")).unwrap();
+        assert_eq!(r.reclaim(), 0);
+        drop(held);
+        assert_eq!(r.reclaim(), 1);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn concurrent_creation_yields_one_topic() {
+        let r = Arc::new(registry(1000));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    (0..200)
+                        .map(|i| {
+                            Arc::as_ptr(&r.get_or_create(&name(&format!("t{i}"))).unwrap()) as usize
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let results: Vec<Vec<usize>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(results.windows(2).all(|w| w[0] == w[1]));
+        assert_eq!(r.len(), 200);
+    }
+}

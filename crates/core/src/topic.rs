@@ -1,0 +1,271 @@
+//! One topic: a broadcast channel for live delivery and a bounded history for resume.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
+
+use crate::cursor::Cursor;
+use crate::history::{History, LossReason};
+use crate::message::{Message, Payload};
+use crate::name::{EventName, TopicName};
+
+/// Limits of every topic.
+#[derive(Clone, Debug)]
+pub struct TopicConfig {
+    /// Capacity of the live broadcast channel: how far a subscriber may fall behind before it
+    /// lags. tokio allocates it up front, about 32 bytes a slot.
+    pub channel_capacity: usize,
+    /// Most messages kept in history for resume.
+    pub history_len: usize,
+    /// Longest time a message is kept in history.
+    pub history_ttl: Duration,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        Self {
+            channel_capacity: 128,
+            history_len: 256,
+            history_ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What a new subscriber gets: the live receiver, the messages to replay before it, and
+/// whether messages were lost.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Live messages, starting right after the replay.
+    pub receiver: broadcast::Receiver<Arc<Message>>,
+    /// The subscriber's position: `replay` holds exactly the messages after it, and the
+    /// receiver the ones after those.
+    pub start: Cursor,
+    /// Messages after the requested cursor, oldest first.
+    pub replay: Vec<Arc<Message>>,
+    /// Set when the requested cursor could not be honoured; the subscriber then starts live.
+    pub lost: Option<LossReason>,
+}
+
+/// Counts describing a topic at one instant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicStats {
+    /// The topic.
+    pub name: TopicName,
+    /// Live subscribers on this node.
+    pub subscribers: usize,
+    /// Position of the newest message.
+    pub head: Cursor,
+    /// Messages in history.
+    pub history_len: usize,
+}
+
+#[derive(Debug)]
+struct State {
+    epoch: u64,
+    head: u64,
+    history: History,
+}
+
+/// One topic. Publishing assigns the next position, stores the message in history and sends it
+/// on the broadcast channel under one short mutex, so that a subscriber that joins under the
+/// same mutex sees every message exactly once: in its replay or on its receiver.
+#[derive(Debug)]
+pub struct Topic {
+    name: TopicName,
+    sender: broadcast::Sender<Arc<Message>>,
+    state: Mutex<State>,
+}
+
+impl Topic {
+    /// A new, empty topic with a fresh random epoch.
+    pub fn new(name: TopicName, config: &TopicConfig) -> Self {
+        Self::with_epoch(name, config, rand::random::<u64>() | 1)
+    }
+
+    /// A new, empty topic in the given epoch.
+    pub fn with_epoch(name: TopicName, config: &TopicConfig, epoch: u64) -> Self {
+        let (sender, _) = broadcast::channel(config.channel_capacity.max(1));
+        Self {
+            name,
+            sender,
+            state: Mutex::new(State {
+                epoch,
+                head: 0,
+                history: History::new(config.history_len, config.history_ttl),
+            }),
+        }
+    }
+
+    /// The topic's name.
+    pub fn name(&self) -> &TopicName {
+        &self.name
+    }
+
+    /// Position of the newest message (`seq` 0 before the first).
+    pub fn head(&self) -> Cursor {
+        let state = self.state.lock();
+        Cursor::new(state.epoch, state.head)
+    }
+
+    /// Publishes a message at the next position and returns it.
+    pub fn publish(&self, event: Option<EventName>, data: Payload) -> Arc<Message> {
+        let mut state = self.state.lock();
+        state.head += 1;
+        let cursor = Cursor::new(state.epoch, state.head);
+        let message = Arc::new(Message::new(self.name.clone(), cursor, event, data));
+        state.history.evict_expired(Instant::now());
+        state.history.push(message.clone());
+        // No receiver is not an error: the message stays in history.
+        let _ = self.sender.send(message.clone());
+        message
+    }
+
+    /// Subscribes live, replaying the history after `from` first when it covers it.
+    pub fn subscribe(&self, from: Option<Cursor>) -> Subscription {
+        let mut state = self.state.lock();
+        let head = Cursor::new(state.epoch, state.head);
+        let receiver = self.sender.subscribe();
+        let Some(from) = from else {
+            return Subscription {
+                receiver,
+                start: head,
+                replay: Vec::new(),
+                lost: None,
+            };
+        };
+        if from.epoch != state.epoch || from.seq > state.head {
+            return Subscription {
+                receiver,
+                start: head,
+                replay: Vec::new(),
+                lost: Some(LossReason::Epoch),
+            };
+        }
+        state.history.evict_expired(Instant::now());
+        match state.history.since(from.seq) {
+            Ok(replay) => Subscription {
+                receiver,
+                start: from,
+                replay,
+                lost: None,
+            },
+            Err(reason) => Subscription {
+                receiver,
+                start: head,
+                replay: Vec::new(),
+                lost: Some(reason),
+            },
+        }
+    }
+
+    /// The history after `after`, for a subscriber that lagged behind the live channel.
+    pub fn since(&self, after: Cursor) -> Result<Vec<Arc<Message>>, LossReason> {
+        let state = self.state.lock();
+        if after.epoch != state.epoch {
+            return Err(LossReason::Epoch);
+        }
+        state.history.since(after.seq)
+    }
+
+    /// Live subscribers on this node.
+    pub fn subscriber_count(&self) -> usize {
+        self.sender.receiver_count()
+    }
+
+    /// A snapshot of the topic's counts.
+    pub fn stats(&self) -> TopicStats {
+        let state = self.state.lock();
+        TopicStats {
+            name: self.name.clone(),
+            subscribers: self.sender.receiver_count(),
+            head: Cursor::new(state.epoch, state.head),
+            history_len: state.history.len(),
+        }
+    }
+
+    /// Evicts expired history; true when nothing is left to keep the topic alive for (no
+    /// subscriber, no history).
+    pub(crate) fn is_idle(&self, now: Instant) -> bool {
+        if self.sender.receiver_count() > 0 {
+            return false;
+        }
+        let mut state = self.state.lock();
+        state.history.evict_expired(now);
+        state.history.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn topic(history_len: usize) -> Topic {
+        let config = TopicConfig {
+            channel_capacity: 4,
+            history_len,
+            history_ttl: Duration::from_secs(60),
+        };
+        Topic::with_epoch(TopicName::new("t").unwrap(), &config, 7)
+    }
+
+    fn publish(t: &Topic, n: u64) {
+        for i in 0..n {
+            t.publish(None, Payload::from_value(&json!(i)));
+        }
+    }
+
+    #[test]
+    fn positions_grow_from_one() {
+        let t = topic(8);
+        assert_eq!(t.head(), Cursor::new(7, 0));
+        publish(&t, 3);
+        assert_eq!(t.head(), Cursor::new(7, 3));
+    }
+
+    #[tokio::test]
+    async fn resume_replays_then_goes_live_without_gap() {
+        let t = topic(8);
+        publish(&t, 5);
+        let mut sub = t.subscribe(Some(Cursor::new(7, 2)));
+        assert_eq!(sub.lost, None);
+        assert_eq!(sub.start, Cursor::new(7, 2));
+        let replayed: Vec<u64> = sub.replay.iter().map(|m| m.cursor().seq).collect();
+        assert_eq!(replayed, [3, 4, 5]);
+        publish(&t, 1);
+        assert_eq!(sub.receiver.recv().await.unwrap().cursor().seq, 6);
+    }
+
+    #[test]
+    fn expired_and_foreign_cursors_are_reported_lost() {
+        let t = topic(2);
+        publish(&t, 5);
+        let sub = t.subscribe(Some(Cursor::new(7, 1)));
+        assert_eq!(sub.lost, Some(LossReason::Expired));
+        assert_eq!(sub.start, Cursor::new(7, 5));
+        assert!(sub.replay.is_empty());
+        assert_eq!(
+            t.subscribe(Some(Cursor::new(8, 4))).lost,
+            Some(LossReason::Epoch)
+        );
+        assert_eq!(
+            t.subscribe(Some(Cursor::new(7, 99))).lost,
+            Some(LossReason::Epoch)
+        );
+        assert_eq!(t.subscribe(Some(Cursor::new(7, 3))).lost, None);
+    }
+
+    #[test]
+    fn idle_only_without_subscribers_and_history() {
+        let t = topic(2);
+        assert!(t.is_idle(Instant::now()));
+        let sub = t.subscribe(None);
+        assert!(!t.is_idle(Instant::now()));
+        drop(sub);
+        publish(&t, 1);
+        assert!(!t.is_idle(Instant::now()));
+        assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));
+    }
+}
