@@ -1,1 +1,175 @@
-pub fn x(){}
+//! Herald, a real-time push gateway: clients hold Server-Sent Events, WebSocket or long-poll
+//! connections; services publish to topics; every message fans out to every subscriber, and a
+//! client that reconnects resumes without losing messages.
+//!
+//! The library exposes [`Config`], the routers and [`run`], so that tests and embedders start
+//! a real server on any listener (port 0 included); `main.rs` only parses flags and calls it.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod server;
+pub mod shutdown;
+pub mod telemetry;
+pub mod transport;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use app::{AppState, admin_router, public_router};
+pub use config::Config;
+
+use server::ServeOptions;
+
+/// Serves the public and admin listeners until `shutdown` is cancelled, then drains:
+/// readiness turns false, the public listener stops accepting, open streams are told to
+/// reconnect (SSE `retry:` with jitter, WebSocket close 1012), and the call returns once every
+/// connection is closed or `shutdown.grace` has passed. The admin listener serves until then.
+pub async fn run(
+    public: TcpListener,
+    admin: TcpListener,
+    config: Config,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    let metrics = telemetry::metrics::install();
+    let tracker = TaskTracker::new();
+    let state = AppState::new(
+        config.clone(),
+        shutdown.clone(),
+        tracker.clone(),
+        metrics.clone(),
+    );
+    let admin_stop = CancellationToken::new();
+    let admin_tracker = TaskTracker::new();
+    let public_addr = public.local_addr().ok();
+    let admin_addr = admin.local_addr().ok();
+
+    let public_task = tokio::spawn(server::serve(
+        public,
+        public_router(state.clone()),
+        ServeOptions {
+            stop: shutdown.clone(),
+            tracker: tracker.clone(),
+            header_read_timeout: config.limits.header_read_timeout,
+            max_connections: Some(config.limits.max_connections),
+        },
+    ));
+    let admin_task = tokio::spawn(server::serve(
+        admin,
+        admin_router(state.clone()),
+        ServeOptions {
+            stop: admin_stop.clone(),
+            tracker: admin_tracker.clone(),
+            header_read_timeout: config.limits.header_read_timeout,
+            max_connections: Some(1024),
+        },
+    ));
+    let housekeeping = tokio::spawn(housekeeping(state.clone(), admin_stop.clone(), metrics));
+    tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
+    if config.dev {
+        tracing::warn!("dev mode: anyone who reaches the public listener can publish");
+    }
+
+    shutdown.cancelled().await;
+    state.set_ready(false);
+    let _ = public_task.await;
+    tracker.close();
+    tracing::info!(connections = tracker.len(), grace = ?config.shutdown.grace, "draining");
+    if tokio::time::timeout(config.shutdown.grace, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = tracker.len(),
+            "grace period over; closing the remaining connections"
+        );
+    }
+    admin_stop.cancel();
+    admin_tracker.close();
+    let _ = tokio::time::timeout(Duration::from_secs(1), admin_tracker.wait()).await;
+    let _ = admin_task.await;
+    let _ = housekeeping.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Reclaims idle topics and drains the metrics histograms periodically.
+async fn housekeeping(
+    state: AppState,
+    stop: CancellationToken,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) {
+    let mut reclaim = tokio::time::interval(state.config().topics.reclaim_interval);
+    let mut upkeep = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = reclaim.tick() => {
+                let removed = state.registry().reclaim();
+                telemetry::metrics::topics(state.registry().len());
+                if removed > 0 {
+                    tracing::debug!(removed, left = state.registry().len(), "reclaimed idle topics");
+                }
+            }
+            _ = upkeep.tick() => metrics.run_upkeep(),
+        }
+    }
+}
+
+/// A gateway running on a background task: what tests and embedders start.
+#[derive(Debug)]
+pub struct Gateway {
+    /// Where the public listener is bound.
+    pub public_addr: SocketAddr,
+    /// Where the admin listener is bound.
+    pub admin_addr: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Gateway {
+    /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs.
+    pub async fn start(config: Config) -> anyhow::Result<Self> {
+        config.validate()?;
+        let public = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let admin = TcpListener::bind(config.admin_listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.admin_listen))?;
+        let public_addr = public.local_addr()?;
+        let admin_addr = admin.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(run(public, admin, config, shutdown.clone()));
+        Ok(Self {
+            public_addr,
+            admin_addr,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Starts draining without waiting.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Drains and waits until the gateway has stopped.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await.context("gateway task panicked")?
+    }
+
+    /// Waits until the gateway stops (after [`Self::begin_shutdown`]).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("gateway task panicked")?
+    }
+}

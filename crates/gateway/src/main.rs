@@ -1,1 +1,67 @@
-fn main(){}
+//! `herald`: parse flags, validate the configuration (exit 64 on a bad one, before binding
+//! anything), bind, serve, drain.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use herald_gateway::config::Cli;
+use herald_gateway::{shutdown, telemetry};
+use tokio_util::sync::CancellationToken;
+
+/// `EX_USAGE` from sysexits.h: bad flags or configuration.
+const EX_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EX_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let config = match cli.load().and_then(|c| c.validate().map(|()| c)) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("herald: invalid configuration: {e:#}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    if cli.print_config {
+        print!("{}", toml::to_string(&config).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init_logging(&config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let public = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let admin = tokio::net::TcpListener::bind(config.admin_listen)
+            .await
+            .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
+        let token = CancellationToken::new();
+        shutdown::spawn_signal_handler(token.clone()).context("cannot install signal handlers")?;
+        herald_gateway::run(public, admin, config, token).await
+    });
+    // Connections still open after the grace period are dropped with the runtime.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "herald failed");
+            eprintln!("herald: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Admin endpoints: topic stats, health, readiness and metrics.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use herald_core::TopicStats;
+use serde::Deserialize;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::telemetry::metrics;
+
+fn stats_json(s: &TopicStats) -> serde_json::Value {
+    serde_json::json!({
+        "topic": s.name.as_str(),
+        "subscribers": s.subscribers,
+        "head": s.head.to_string(),
+        "history": s.history_len,
+    })
+}
+
+/// Query of `GET /v1/topics`.
+#[derive(Debug, Deserialize)]
+pub struct TopicsQuery {
+    /// Most topics listed (default 100, at most 10000).
+    limit: Option<usize>,
+}
+
+/// `GET /v1/topics`: the topic count and the most subscribed topics with their subscriber
+/// counts (presence on this node).
+pub async fn topics(
+    State(state): State<AppState>,
+    Query(q): Query<TopicsQuery>,
+) -> Json<serde_json::Value> {
+    let limit = q.limit.unwrap_or(100).min(10_000);
+    let list: Vec<_> = state
+        .registry()
+        .stats(limit)
+        .iter()
+        .map(stats_json)
+        .collect();
+    Json(serde_json::json!({ "count": state.registry().len(), "topics": list }))
+}
+
+/// `GET /v1/topics/{topic}`: one topic's subscribers, head position and history length.
+pub async fn topic(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    herald_core::name::validate_topic(&name)?;
+    match state.registry().get(&name) {
+        Some(topic) => Ok(Json(stats_json(&topic.stats()))),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_topic",
+            "no such topic on this node",
+        )),
+    }
+}
+
+/// `GET /healthz`: the process is alive.
+pub async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `GET /readyz`: 200 while accepting clients, 503 while draining.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    if state.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    }
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    metrics::topics(state.registry().len());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        state.render_metrics(),
+    )
+        .into_response()
+}

@@ -1,0 +1,4 @@
+//! The publish API and the admin endpoints.
+
+pub mod admin;
+pub mod publish;

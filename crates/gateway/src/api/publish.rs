@@ -1,0 +1,124 @@
+//! `POST /v1/publish` and `POST /v1/publish/batch`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use herald_core::{EventName, Payload, TopicName};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::app::AppState;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::telemetry::metrics;
+
+/// Largest request body accepted: room for a batch of maximal payloads.
+pub fn body_limit(config: &Config) -> usize {
+    (config.limits.max_payload_bytes + 1024)
+        .saturating_mul(2)
+        .max(config.limits.max_payload_bytes.saturating_mul(4))
+        .min(64 << 20)
+}
+
+/// One message to publish.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// Topic name.
+    topic: String,
+    /// Any JSON value.
+    data: Box<RawValue>,
+    /// Optional event name.
+    #[serde(default)]
+    event: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    messages: Vec<Box<RawValue>>,
+}
+
+/// Publishes one message; answers `{"id": cursor, "topic": name}`.
+pub async fn publish(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let body = body.map_err(rejection)?;
+    let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    publish_one(&state, request).map(Json)
+}
+
+/// Publishes up to `limits.max_batch_publish` messages in order; answers
+/// `{"results": [{"id":..,"topic":..} | {"code":..,"reason":..}, ...]}`, one per message, so
+/// that one bad message does not stop the others.
+pub async fn publish_batch(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let body = body.map_err(rejection)?;
+    let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    let max = state.config().limits.max_batch_publish;
+    if batch.messages.len() > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!("a batch holds at most {max} messages"),
+        ));
+    }
+    let results: Vec<serde_json::Value> = batch
+        .messages
+        .iter()
+        .map(|raw| {
+            let result = serde_json::from_str::<PublishRequest>(raw.get())
+                .map_err(bad_json)
+                .and_then(|request| publish_one(&state, request));
+            result.unwrap_or_else(|e| {
+                let text = e.to_string();
+                let reason = text.split_once(": ").map_or(text.as_str(), |(_, r)| r);
+                serde_json::json!({ "code": e.code(), "reason": reason })
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+fn publish_one(state: &AppState, request: PublishRequest) -> Result<serde_json::Value, ApiError> {
+    let topic = TopicName::new(&request.topic)?;
+    let event = match request.event {
+        Some(e) => Some(
+            EventName::new(&e).map_err(|e| ApiError::bad_request("bad_event", e.to_string()))?,
+        ),
+        None => None,
+    };
+    let payload = Payload::from_json(request.data.get().as_bytes()).map_err(bad_json)?;
+    let max = state.config().limits.max_payload_bytes;
+    if payload.len() > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "payload is {} bytes of compact JSON; the limit is {max}",
+                payload.len()
+            ),
+        ));
+    }
+    let message = state.registry().publish(&topic, event, payload)?;
+    metrics::published("http");
+    Ok(serde_json::json!({ "id": message.cursor().to_string(), "topic": topic.as_str() }))
+}
+
+fn bad_json(e: serde_json::Error) -> ApiError {
+    ApiError::bad_request("bad_json", e.to_string())
+}
+
+fn rejection(e: BytesRejection) -> ApiError {
+    let status = e.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(status, "too_large", "request body is over the size limit")
+    } else {
+        ApiError::new(status, "bad_body", e.body_text())
+    }
+}

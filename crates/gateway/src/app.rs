@@ -1,0 +1,135 @@
+//! Application state and the two routers (public and admin).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse};
+use axum::routing::{get, post};
+use herald_core::Registry;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::transport;
+
+/// Shared state of one gateway; cloning is a reference-count bump.
+#[derive(Clone, Debug)]
+pub struct AppState(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    config: Config,
+    registry: Registry,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    ready: AtomicBool,
+    metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// State for a gateway with `config`, stopping on `shutdown`; connection tasks are
+    /// tracked by `tracker`.
+    pub fn new(
+        config: Config,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+        metrics: PrometheusHandle,
+    ) -> Self {
+        let registry = Registry::new(config.registry());
+        Self(Arc::new(Inner {
+            config,
+            registry,
+            shutdown,
+            tracker,
+            ready: AtomicBool::new(true),
+            metrics,
+        }))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.0.config
+    }
+
+    /// The topic registry.
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+
+    /// Cancelled when the gateway starts draining.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.0.shutdown
+    }
+
+    /// Tracks every connection task, so that shutdown can wait for them.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.0.tracker
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.0.ready.load(Ordering::Relaxed) && !self.0.shutdown.is_cancelled()
+    }
+
+    /// Sets readiness.
+    pub fn set_ready(&self, ready: bool) {
+        self.0.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Renders the Prometheus text exposition.
+    pub fn render_metrics(&self) -> String {
+        self.0.metrics.render()
+    }
+}
+
+/// The public router: SSE, WebSocket, long-poll, the demo page and, in dev mode only,
+/// unauthenticated publishing.
+pub fn public_router(state: AppState) -> Router {
+    let mut router = Router::new()
+        .route("/", get(demo_page))
+        .route("/v1/sse", get(transport::sse::handler))
+        .route("/v1/ws", get(transport::ws::handler))
+        .route("/v1/poll", get(transport::poll::handler));
+    if state.config().dev {
+        router = router
+            .route("/v1/publish", post(api::publish::publish))
+            .route("/v1/publish/batch", post(api::publish::publish_batch));
+    }
+    router
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(api::publish::body_limit(
+            state.config(),
+        )))
+        .with_state(state)
+}
+
+/// The admin router: publishing, topic stats, health, readiness and metrics.
+pub fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/publish", post(api::publish::publish))
+        .route("/v1/publish/batch", post(api::publish::publish_batch))
+        .route("/v1/topics", get(api::admin::topics))
+        .route("/v1/topics/{topic}", get(api::admin::topic))
+        .route("/healthz", get(api::admin::healthz))
+        .route("/readyz", get(api::admin::readyz))
+        .route("/metrics", get(api::admin::metrics))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(api::publish::body_limit(
+            state.config(),
+        )))
+        .with_state(state)
+}
+
+async fn demo_page() -> impl IntoResponse {
+    Html(include_str!("demo.html"))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}

@@ -1,0 +1,494 @@
+//! Configuration: one serde [`Config`], read from a TOML file, `HERALD_*` environment variables
+//! and command-line flags (precedence: flag > environment > file > default), validated before
+//! anything binds. The doc comment of each field is its user documentation.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use clap::Parser;
+use herald_core::{LagPolicy, RegistryConfig, TopicConfig};
+use serde::{Deserialize, Serialize};
+
+/// Herald's whole configuration. Every field has a default; `herald --print-config` prints
+/// them all as TOML.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the public listener: SSE, WebSocket, long-poll and the demo page.
+    pub listen: SocketAddr,
+    /// Address of the admin listener: publish API, topic stats, `/metrics`, `/healthz`,
+    /// `/readyz`. Keep it on a private interface.
+    pub admin_listen: SocketAddr,
+    /// Log output: `text` or `json`.
+    pub log_format: LogFormat,
+    /// Log filter in `tracing_subscriber::EnvFilter` syntax (`info`, `herald_gateway=debug`).
+    /// `RUST_LOG`, when set, takes precedence.
+    pub log_filter: String,
+    /// Development mode: serves `POST /v1/publish` on the public listener without any
+    /// credentials and lets WebSocket clients publish, so the demo page can publish. Never
+    /// enable it on a listener others can reach.
+    pub dev: bool,
+    /// What happens to a subscriber that falls behind: `recover_or_notify` (replay from
+    /// history, else send a loss signal and go on), `recover_or_disconnect`, or `disconnect`.
+    pub lag_policy: LagPolicy,
+    /// Topics, history and their limits.
+    pub topics: TopicsConfig,
+    /// Server-Sent Events.
+    pub sse: SseConfig,
+    /// WebSocket.
+    pub ws: WsConfig,
+    /// Long-polling.
+    pub poll: PollConfig,
+    /// Limits that protect the gateway from its clients.
+    pub limits: LimitsConfig,
+    /// Graceful shutdown.
+    pub shutdown: ShutdownConfig,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Topics, history and their limits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicsConfig {
+    /// Most topics held at once. A topic is created by its first subscriber or publisher and
+    /// reclaimed once it has no subscriber and its history has expired; past the limit,
+    /// creating a topic fails with 503 / error `topic_limit`.
+    pub max_topics: usize,
+    /// Messages each topic keeps for resume (`Last-Event-ID`, WebSocket cursors, poll cursors).
+    pub history_len: usize,
+    /// How long a message stays in history.
+    #[serde(with = "humantime_serde")]
+    pub history_ttl: Duration,
+    /// Live channel capacity per topic: how many messages a subscriber may fall behind before
+    /// the lag policy applies. Allocated per topic up front (about 32 bytes a slot).
+    pub channel_capacity: usize,
+    /// How often idle topics are looked for and reclaimed.
+    #[serde(with = "humantime_serde")]
+    pub reclaim_interval: Duration,
+}
+
+/// Server-Sent Events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SseConfig {
+    /// Interval of the `: ping` comment sent on an idle stream.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// Reconnection delay hinted to clients with `retry:` when a stream starts.
+    #[serde(with = "humantime_serde")]
+    pub retry: Duration,
+}
+
+/// WebSocket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WsConfig {
+    /// Largest inbound message in bytes; a larger one closes the connection with 1009.
+    pub max_message_size: usize,
+    /// Read buffer per connection in bytes (tungstenite keeps it allocated and resident).
+    pub read_buffer_size: usize,
+    /// Bytes buffered before a write is flushed.
+    pub write_buffer_size: usize,
+    /// Interval of WebSocket pings sent by the server.
+    #[serde(with = "humantime_serde")]
+    pub ping_interval: Duration,
+    /// A connection from which nothing (not even a pong) arrived for this long is closed
+    /// with 1001.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Longest time one write may wait for a client that does not read; then the
+    /// connection is closed as a slow consumer.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+}
+
+/// Long-polling.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PollConfig {
+    /// Longest time a poll is held open when no message is ready (a client may ask for less
+    /// with `timeout=SECONDS`).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Most messages returned by one poll; the returned cursor continues after them.
+    pub max_batch: usize,
+}
+
+/// Limits that protect the gateway from its clients.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Open connections on the public listener; past it new ones get 503.
+    pub max_connections: usize,
+    /// Topics one connection may subscribe to (also the most topics in one request).
+    pub max_subscriptions: usize,
+    /// Largest published payload (compact JSON) in bytes; larger is 413.
+    pub max_payload_bytes: usize,
+    /// Most messages in one batch publish.
+    pub max_batch_publish: usize,
+    /// Time a client has to send its request headers (slowloris protection).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+}
+
+/// Graceful shutdown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownConfig {
+    /// Longest wait for open connections to close after SIGTERM/SIGINT; the process exits
+    /// then even with clients still connected.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+    /// Upper bound of the random reconnection delay hinted to clients on shutdown (SSE
+    /// `retry:`), so that they do not all come back at once.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_jitter: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: ([0, 0, 0, 0], 8080).into(),
+            admin_listen: ([127, 0, 0, 1], 9090).into(),
+            log_format: LogFormat::Text,
+            log_filter: "info".into(),
+            dev: false,
+            lag_policy: LagPolicy::default(),
+            topics: TopicsConfig::default(),
+            sse: SseConfig::default(),
+            ws: WsConfig::default(),
+            poll: PollConfig::default(),
+            limits: LimitsConfig::default(),
+            shutdown: ShutdownConfig::default(),
+        }
+    }
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        Self {
+            max_topics: 100_000,
+            history_len: 256,
+            history_ttl: Duration::from_secs(300),
+            channel_capacity: 128,
+            reclaim_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for SseConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_secs(15),
+            retry: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Default for WsConfig {
+    fn default() -> Self {
+        Self {
+            max_message_size: 64 * 1024,
+            read_buffer_size: 4 * 1024,
+            write_buffer_size: 0,
+            ping_interval: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(75),
+            write_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for PollConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            max_batch: 1000,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 100_000,
+            max_subscriptions: 64,
+            max_payload_bytes: 64 * 1024,
+            max_batch_publish: 100,
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(10),
+            reconnect_jitter: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Config {
+    /// Checks every value; the error says which field is wrong and why.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.listen != self.admin_listen || self.listen.port() == 0,
+            "listen and admin_listen must differ (both are {})",
+            self.listen
+        );
+        let t = &self.topics;
+        ensure!(t.max_topics >= 1, "topics.max_topics must be at least 1");
+        ensure!(
+            t.history_len <= 100_000,
+            "topics.history_len must be at most 100000"
+        );
+        ensure!(
+            (1..=65_536).contains(&t.channel_capacity),
+            "topics.channel_capacity must be within 1..=65536"
+        );
+        ensure!(
+            !t.history_ttl.is_zero(),
+            "topics.history_ttl must be above zero"
+        );
+        ensure!(
+            !t.reclaim_interval.is_zero(),
+            "topics.reclaim_interval must be above zero"
+        );
+        ensure!(
+            !self.sse.heartbeat.is_zero(),
+            "sse.heartbeat must be above zero"
+        );
+        let ws = &self.ws;
+        ensure!(
+            (1024..=16 << 20).contains(&ws.max_message_size),
+            "ws.max_message_size must be within 1024..=16777216"
+        );
+        ensure!(
+            (256..=1 << 20).contains(&ws.read_buffer_size),
+            "ws.read_buffer_size must be within 256..=1048576"
+        );
+        ensure!(
+            ws.write_buffer_size <= 1 << 20,
+            "ws.write_buffer_size must be at most 1048576"
+        );
+        ensure!(
+            !ws.ping_interval.is_zero(),
+            "ws.ping_interval must be above zero"
+        );
+        ensure!(
+            ws.idle_timeout > ws.ping_interval,
+            "ws.idle_timeout must be longer than ws.ping_interval"
+        );
+        ensure!(
+            !ws.write_timeout.is_zero(),
+            "ws.write_timeout must be above zero"
+        );
+        ensure!(
+            !self.poll.timeout.is_zero(),
+            "poll.timeout must be above zero"
+        );
+        ensure!(
+            self.poll.max_batch >= 1,
+            "poll.max_batch must be at least 1"
+        );
+        let l = &self.limits;
+        ensure!(
+            l.max_connections >= 1,
+            "limits.max_connections must be at least 1"
+        );
+        ensure!(
+            (1..=1024).contains(&l.max_subscriptions),
+            "limits.max_subscriptions must be within 1..=1024"
+        );
+        ensure!(
+            (16..=16 << 20).contains(&l.max_payload_bytes),
+            "limits.max_payload_bytes must be within 16..=16777216"
+        );
+        ensure!(
+            (1..=10_000).contains(&l.max_batch_publish),
+            "limits.max_batch_publish must be within 1..=10000"
+        );
+        ensure!(
+            !l.header_read_timeout.is_zero(),
+            "limits.header_read_timeout must be above zero"
+        );
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
+            bail!("log_filter {:?} is invalid: {e}", self.log_filter);
+        }
+        Ok(())
+    }
+
+    /// The core registry's limits.
+    pub fn registry(&self) -> RegistryConfig {
+        RegistryConfig {
+            shards: 64,
+            max_topics: self.topics.max_topics,
+            topic: TopicConfig {
+                channel_capacity: self.topics.channel_capacity,
+                history_len: self.topics.history_len,
+                history_ttl: self.topics.history_ttl,
+            },
+        }
+    }
+}
+
+/// Command-line flags; each has a `HERALD_*` environment twin. Everything else is set in the
+/// TOML file given with `--config`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Herald: a real-time push gateway (SSE, WebSocket, long-poll)."
+)]
+pub struct Cli {
+    /// TOML configuration file (see `--print-config` for every key and its default).
+    #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Public listener address [default: 0.0.0.0:8080].
+    #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Admin listener address (publish API, metrics, health) [default: 127.0.0.1:9090].
+    #[arg(long, env = "HERALD_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Log format [default: text].
+    #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info` or `herald_gateway=debug` [default: info].
+    #[arg(long, env = "HERALD_LOG_FILTER", value_name = "FILTER")]
+    pub log_filter: Option<String>,
+    /// Development mode: unauthenticated publishing on the public listener (demo page).
+    #[arg(long, env = "HERALD_DEV", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub dev: Option<bool>,
+    /// SSE heartbeat interval, e.g. `15s` [default: 15s].
+    #[arg(long, env = "HERALD_SSE_HEARTBEAT", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub sse_heartbeat: Option<Duration>,
+    /// Shutdown grace period, e.g. `10s` [default: 10s].
+    #[arg(long, env = "HERALD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: Option<Duration>,
+    /// Lag policy: recover_or_notify, recover_or_disconnect or disconnect [default: recover_or_notify].
+    #[arg(long, env = "HERALD_LAG_POLICY", value_parser = parse_lag_policy, value_name = "POLICY")]
+    pub lag_policy: Option<LagPolicy>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
+    LagPolicy::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s))
+        .map_err(|_| "expected recover_or_notify, recover_or_disconnect or disconnect".to_string())
+}
+
+impl Cli {
+    /// The configuration: defaults, overlaid by the file, overlaid by flags and environment
+    /// (clap has already given flags precedence over the environment). Not yet validated.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("invalid config file {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.admin_listen {
+            config.admin_listen = v;
+        }
+        if let Some(v) = self.log_format {
+            config.log_format = v;
+        }
+        if let Some(v) = &self.log_filter {
+            config.log_filter = v.clone();
+        }
+        if let Some(v) = self.dev {
+            config.dev = v;
+        }
+        if let Some(v) = self.sse_heartbeat {
+            config.sse.heartbeat = v;
+        }
+        if let Some(v) = self.shutdown_grace {
+            config.shutdown.grace = v;
+        }
+        if let Some(v) = self.lag_policy {
+            config.lag_policy = v;
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_round_trip_through_toml() {
+        let config = Config::default();
+        config.validate().unwrap();
+        let text = toml::to_string(&config).unwrap();
+        assert_eq!(toml::from_str::<Config>(&text).unwrap(), config);
+    }
+
+    #[test]
+    fn file_then_flags() {
+        let dir = std::env::temp_dir().join(format!("herald-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("herald.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:1000\"\n[sse]\nheartbeat = \"2s\"\n",
+        )
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "herald",
+            "--config",
+            path.to_str().unwrap(),
+            "--sse-heartbeat",
+            "5s",
+        ])
+        .unwrap();
+        let config = cli.load().unwrap();
+        assert_eq!(config.listen, "127.0.0.1:1000".parse().unwrap());
+        assert_eq!(config.sse.heartbeat, Duration::from_secs(5));
+        assert_eq!(config.sse.retry, Duration::from_secs(3));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        assert!(toml::from_str::<Config>("lisen = \"0.0.0.0:1\"").is_err());
+        assert!(toml::from_str::<Config>("[sse]\nheartbeat = \"soon\"").is_err());
+        let mut config = Config::default();
+        config.admin_listen = config.listen;
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("must differ")
+        );
+        let mut config = Config::default();
+        config.ws.max_message_size = 10;
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("ws.max_message_size")
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! The error type of request handling: an HTTP status, a stable code and a reason, answered
+//! as JSON `{"code": ..., "reason": ...}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use herald_core::{CursorError, RegistryError, TopicNameError};
+
+/// A request the gateway refuses, and why.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    reason: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and reason.
+    pub fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            reason: reason.into(),
+        }
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &'static str, reason: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, reason)
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.status, self.code, self.reason)
+    }
+}
+
+impl From<TopicNameError> for ApiError {
+    fn from(e: TopicNameError) -> Self {
+        Self::bad_request("bad_topic", e.to_string())
+    }
+}
+
+impl From<CursorError> for ApiError {
+    fn from(e: CursorError) -> Self {
+        Self::bad_request("bad_cursor", e.to_string())
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "topic_limit",
+            e.to_string(),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        tracing::debug!(status = self.status.as_u16(), code = self.code, reason = %self.reason, "request refused");
+        let body = serde_json::json!({ "code": self.code, "reason": self.reason });
+        (self.status, Json(body)).into_response()
+    }
+}

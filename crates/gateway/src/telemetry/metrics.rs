@@ -1,0 +1,233 @@
+//! Metric names, descriptions and handles, in one place.
+//!
+//! Labels are bounded: `transport`, `source`, `outcome`, `reason`. Never a topic or a client.
+//! Per-delivery handles are resolved once per process and transport ([`transport`]), so the
+//! hot path touches no registry and each connection holds no handle of its own.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Open client connections (gauge), by `transport`.
+pub const CONNECTIONS: &str = "herald_connections";
+/// Client connections opened, by `transport`.
+pub const CONNECTIONS_OPENED: &str = "herald_connections_opened_total";
+/// Client connections closed, by `transport` and `reason`.
+pub const CONNECTIONS_CLOSED: &str = "herald_connections_closed_total";
+/// Connections refused because the gateway held `limits.max_connections`.
+pub const CONNECTIONS_REFUSED: &str = "herald_connections_refused_total";
+/// Messages published, by `source` (`http`, `ws`).
+pub const MESSAGES_PUBLISHED: &str = "herald_messages_published_total";
+/// Messages handed to a client connection, by `transport`.
+pub const MESSAGES_DELIVERED: &str = "herald_messages_delivered_total";
+/// Bytes of frames handed to client connections, by `transport`.
+pub const BYTES_SENT: &str = "herald_bytes_sent_total";
+/// Slow-consumer events, by `outcome` (`recovered`, `lost`, `disconnected`).
+pub const SLOW_CONSUMERS: &str = "herald_slow_consumer_events_total";
+/// Time from publish to the frame being handed to the connection, by `transport`.
+pub const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
+/// Topics held by the registry (gauge).
+pub const TOPICS: &str = "herald_topics";
+/// Client errors answered (bad request, bad frame), by `transport` and `reason`.
+pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once (later calls return the same handle).
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), &buckets)
+                .expect("bucket list is not empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_gauge!(CONNECTIONS, "Open client connections.");
+    describe_counter!(CONNECTIONS_OPENED, "Client connections opened.");
+    describe_counter!(CONNECTIONS_CLOSED, "Client connections closed, by reason.");
+    describe_counter!(
+        CONNECTIONS_REFUSED,
+        "Connections refused at the connection limit."
+    );
+    describe_counter!(MESSAGES_PUBLISHED, "Messages published.");
+    describe_counter!(MESSAGES_DELIVERED, "Messages handed to client connections.");
+    describe_counter!(BYTES_SENT, "Bytes of frames handed to client connections.");
+    describe_counter!(SLOW_CONSUMERS, "Slow-consumer events by outcome.");
+    describe_histogram!(
+        DELIVERY_LATENCY,
+        metrics::Unit::Seconds,
+        "Time from publish to the frame being handed to the connection."
+    );
+    describe_gauge!(TOPICS, "Topics held by the registry.");
+    describe_counter!(CLIENT_ERRORS, "Client errors answered, by reason.");
+}
+
+/// A client transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Server-Sent Events.
+    Sse,
+    /// WebSocket.
+    Ws,
+    /// Long-polling.
+    Poll,
+}
+
+impl Transport {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sse => "sse",
+            Self::Ws => "ws",
+            Self::Poll => "poll",
+        }
+    }
+}
+
+/// The per-delivery handles of one transport.
+#[derive(Debug)]
+pub struct TransportMetrics {
+    transport: Transport,
+    connections: Gauge,
+    opened: Counter,
+    delivered: Counter,
+    bytes: Counter,
+    latency: Histogram,
+}
+
+/// The handles of `transport`, resolved once per process (after [`install`]).
+pub fn transport(transport: Transport) -> &'static TransportMetrics {
+    static CELLS: [OnceLock<TransportMetrics>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    CELLS[transport as usize].get_or_init(|| {
+        let t = transport.as_str();
+        TransportMetrics {
+            transport,
+            connections: gauge!(CONNECTIONS, "transport" => t),
+            opened: counter!(CONNECTIONS_OPENED, "transport" => t),
+            delivered: counter!(MESSAGES_DELIVERED, "transport" => t),
+            bytes: counter!(BYTES_SENT, "transport" => t),
+            latency: histogram!(DELIVERY_LATENCY, "transport" => t),
+        }
+    })
+}
+
+impl TransportMetrics {
+    /// Counts one delivered message of `bytes` bytes, published `since_publish` ago.
+    pub fn delivered(&self, bytes: usize, since_publish: Duration) {
+        self.delivered.increment(1);
+        self.bytes.increment(bytes as u64);
+        self.latency.record(since_publish.as_secs_f64());
+    }
+
+    /// Counts bytes that are not a message (heartbeats, control frames).
+    pub fn sent(&self, bytes: usize) {
+        self.bytes.increment(bytes as u64);
+    }
+
+    /// Opens a connection; the guard counts it closed with its reason when dropped.
+    pub fn open(&'static self) -> ConnectionGuard {
+        self.connections.increment(1.0);
+        self.opened.increment(1);
+        ConnectionGuard {
+            metrics: self,
+            reason: CloseReason::Client,
+        }
+    }
+}
+
+/// Why a connection closed (the `reason` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The client went away or closed.
+    Client,
+    /// The gateway is shutting down.
+    Shutdown,
+    /// Slow consumer.
+    Slow,
+    /// Nothing heard from the client for too long.
+    Idle,
+    /// The client broke the protocol (oversized or invalid frame).
+    Protocol,
+    /// The request is done (long-poll).
+    Done,
+}
+
+impl CloseReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Shutdown => "shutdown",
+            Self::Slow => "slow",
+            Self::Idle => "idle",
+            Self::Protocol => "protocol",
+            Self::Done => "done",
+        }
+    }
+}
+
+/// Keeps a connection counted as open; counts it closed on drop.
+#[derive(Debug)]
+pub struct ConnectionGuard {
+    metrics: &'static TransportMetrics,
+    reason: CloseReason,
+}
+
+impl ConnectionGuard {
+    /// Sets the reason reported when the connection closes.
+    pub fn closing(&mut self, reason: CloseReason) {
+        self.reason = reason;
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.metrics.connections.decrement(1.0);
+        counter!(CONNECTIONS_CLOSED, "transport" => self.metrics.transport.as_str(), "reason" => self.reason.as_str())
+            .increment(1);
+    }
+}
+
+/// Counts a slow-consumer event.
+pub fn slow_consumer(outcome: &'static str) {
+    counter!(SLOW_CONSUMERS, "outcome" => outcome).increment(1);
+}
+
+/// Counts a connection refused at the connection limit.
+pub fn connection_refused() {
+    counter!(CONNECTIONS_REFUSED).increment(1);
+}
+
+/// Sets the topic gauge.
+pub fn topics(count: usize) {
+    gauge!(TOPICS).set(count as f64);
+}
+
+/// Counts a published message.
+pub fn published(source: &'static str) {
+    counter!(MESSAGES_PUBLISHED, "source" => source).increment(1);
+}
+
+/// Counts a client error answered.
+pub fn client_error(transport: &'static str, reason: &'static str) {
+    counter!(CLIENT_ERRORS, "transport" => transport, "reason" => reason).increment(1);
+}

@@ -1,0 +1,89 @@
+//! Client transports: SSE, WebSocket and long-poll, and what they share.
+
+pub mod poll;
+pub mod sse;
+pub mod ws;
+
+use herald_core::{Feed, ResumeList, TopicName};
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// A subscribe request given as a URL query (SSE and long-poll):
+/// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...`.
+#[derive(Debug, Default)]
+pub struct SubscribeQuery {
+    /// The topics, in order, without duplicates.
+    pub topics: Vec<TopicName>,
+    /// `lastEventId`: resume list for clients that cannot set the `Last-Event-ID` header.
+    pub last_event_id: Option<String>,
+    /// `cursor`: the long-poll resume list.
+    pub cursor: Option<String>,
+    /// `timeout`: seconds a long-poll may be held.
+    pub timeout: Option<String>,
+}
+
+impl SubscribeQuery {
+    /// Parses the query; unknown parameters are ignored (cache busters and the like).
+    pub fn parse(query: Option<&str>, max_topics: usize) -> Result<Self, ApiError> {
+        let mut parsed = Self::default();
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*key {
+                "topic" => {
+                    let topic = TopicName::new(&value)?;
+                    if !parsed.topics.contains(&topic) {
+                        if parsed.topics.len() >= max_topics {
+                            return Err(ApiError::bad_request(
+                                "too_many_topics",
+                                format!("at most {max_topics} topics per connection"),
+                            ));
+                        }
+                        parsed.topics.push(topic);
+                    }
+                }
+                "lastEventId" => parsed.last_event_id = Some(value.into_owned()),
+                "cursor" => parsed.cursor = Some(value.into_owned()),
+                "timeout" => parsed.timeout = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        if parsed.topics.is_empty() {
+            return Err(ApiError::bad_request(
+                "no_topic",
+                "give at least one topic: ?topic=NAME (repeat for more)",
+            ));
+        }
+        Ok(parsed)
+    }
+}
+
+/// A feed subscribed to `topics`, each resumed from its entry in `resume` when it has one.
+pub fn open_feed(
+    state: &AppState,
+    topics: &[TopicName],
+    resume: &ResumeList,
+) -> Result<Feed, ApiError> {
+    let config = state.config();
+    let mut feed = Feed::new(config.lag_policy, config.limits.max_subscriptions);
+    for name in topics {
+        let topic = state.registry().get_or_create(name)?;
+        feed.subscribe(topic, resume.get(name.as_str()))
+            .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
+    }
+    Ok(feed)
+}
+
+/// The JSON of a loss signal: `{"topic":..,"reason":..}`.
+pub fn lost_json(topic: &TopicName, reason: herald_core::LossReason) -> String {
+    format!(r#"{{"topic":"{topic}","reason":"{}"}}"#, reason.as_str())
+}
+
+/// A random duration up to `max`, to spread reconnections.
+pub fn jitter(max: std::time::Duration) -> std::time::Duration {
+    let ms = max.as_millis().min(u64::MAX as u128) as u64;
+    std::time::Duration::from_millis(if ms == 0 {
+        0
+    } else {
+        rand::random_range(0..=ms)
+    })
+}

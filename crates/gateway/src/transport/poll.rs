@@ -1,0 +1,126 @@
+//! `GET /v1/poll`: long-polling. Answers at once when messages after the cursor exist, else
+//! holds the request until one arrives or the timeout passes, and always returns the cursor
+//! to send next.
+
+use std::time::Duration;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use herald_core::{FeedEvent, LossReason, ResumeList};
+
+use super::{SubscribeQuery, lost_json, open_feed};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::telemetry::metrics::{self, CloseReason, Transport};
+
+/// Answers one poll: `{"messages":[...],"lost":[...],"cursor":"..."}`.
+pub async fn handler(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let result = poll(&state, query.as_deref()).await;
+    if let Err(e) = &result {
+        metrics::client_error("poll", e.code());
+    }
+    result
+}
+
+async fn poll(state: &AppState, query: Option<&str>) -> Result<Response, ApiError> {
+    let config = state.config();
+    let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
+    let resume: ResumeList = match &query.cursor {
+        Some(c) => c.parse()?,
+        None => ResumeList::new(),
+    };
+    let timeout = match &query.timeout {
+        Some(t) => {
+            let secs: f64 = t
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| {
+                    ApiError::bad_request("bad_timeout", "timeout must be a number of seconds")
+                })?;
+            Duration::from_secs_f64(secs).min(config.poll.timeout)
+        }
+        None => config.poll.timeout,
+    };
+    let mut feed = open_feed(state, &query.topics, &resume)?;
+    let metrics = metrics::transport(Transport::Poll);
+    let mut guard = metrics.open();
+    guard.closing(CloseReason::Done);
+
+    let mut messages = Vec::new();
+    let mut lost = Vec::new();
+    let max_batch = config.poll.max_batch;
+    let take = |event: FeedEvent, messages: &mut Vec<_>, lost: &mut Vec<String>| match event {
+        FeedEvent::Message(m) => messages.push(m),
+        FeedEvent::Lost { topic, reason } => {
+            if reason == LossReason::Lagged {
+                metrics::slow_consumer("lost");
+            }
+            lost.push(lost_json(&topic, reason));
+        }
+        FeedEvent::Recovered { .. } => metrics::slow_consumer("recovered"),
+        FeedEvent::Disconnect { topic, .. } => {
+            metrics::slow_consumer("disconnected");
+            lost.push(lost_json(&topic, LossReason::Lagged));
+        }
+    };
+    while messages.len() < max_batch {
+        match feed.try_next() {
+            Some(event) => take(event, &mut messages, &mut lost),
+            None => break,
+        }
+    }
+    if messages.is_empty() && lost.is_empty() && !timeout.is_zero() {
+        tokio::select! {
+            event = feed.next() => {
+                take(event, &mut messages, &mut lost);
+                while messages.len() < max_batch {
+                    match feed.try_next() {
+                        Some(event) => take(event, &mut messages, &mut lost),
+                        None => break,
+                    }
+                }
+            }
+            _ = tokio::time::sleep(timeout) => {}
+            _ = state.shutdown().cancelled() => guard.closing(CloseReason::Shutdown),
+        }
+    }
+
+    let cursor = {
+        let mut s = String::new();
+        ResumeList::write_entries(&mut s, feed.positions());
+        s
+    };
+    let mut body = Vec::with_capacity(
+        64 + messages
+            .iter()
+            .map(|m| m.ws_frame().len() + 1)
+            .sum::<usize>(),
+    );
+    body.extend_from_slice(br#"{"messages":["#);
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(m.ws_frame());
+        metrics.delivered(m.ws_frame().len(), m.published_at().elapsed());
+    }
+    body.extend_from_slice(br#"],"lost":["#);
+    body.extend_from_slice(lost.join(",").as_bytes());
+    body.extend_from_slice(br#"],"cursor":""#);
+    body.extend_from_slice(cursor.as_bytes());
+    body.extend_from_slice(br#""}"#);
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}

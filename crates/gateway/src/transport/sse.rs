@@ -1,0 +1,207 @@
+//! `GET /v1/sse`: Server-Sent Events.
+//!
+//! The stream starts with `retry:` and an `id:` naming every subscribed topic's starting
+//! position (an event with no data, which a browser's `EventSource` records as its last event
+//! id without dispatching anything), so that even a client that received nothing resumes
+//! exactly. A single-topic stream writes each message's shared frame as is; a multi-topic
+//! stream writes its own `id:` line (every topic's position) followed by the shared frame
+//! body, a zero-copy slice.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use herald_core::{Feed, FeedEvent, ResumeList};
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::{SubscribeQuery, jitter, lost_json, open_feed};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
+
+const PING: Bytes = Bytes::from_static(b": ping\n\n");
+
+/// Opens an SSE stream.
+pub async fn handler(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let result = open(&state, &headers, query.as_deref());
+    if let Err(e) = &result {
+        metrics::client_error("sse", e.code());
+    }
+    result
+}
+
+fn open(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<Response, ApiError> {
+    if state.shutdown().is_cancelled() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the gateway is shutting down; reconnect to another node",
+        ));
+    }
+    let config = state.config();
+    let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
+    let last_event_id = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("bad_cursor", "Last-Event-ID is not ASCII"))?
+                .to_owned(),
+        ),
+        None => query.last_event_id.clone(),
+    };
+    let resume: ResumeList = match &last_event_id {
+        Some(id) => id.parse()?,
+        None => ResumeList::new(),
+    };
+    let feed = open_feed(state, &query.topics, &resume)?;
+    let metrics = metrics::transport(Transport::Sse);
+    let mut stream = SseStream {
+        multi: feed.len() > 1,
+        feed,
+        metrics,
+        guard: metrics.open(),
+        heartbeat: config.sse.heartbeat,
+        sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
+        shutdown: state.shutdown().clone(),
+        jitter: config.shutdown.reconnect_jitter,
+        id: String::new(),
+        queued: None,
+        done: false,
+    };
+    let first = stream.opening(config.sse.retry);
+    metrics.sent(first.len());
+    stream.queued = Some(first);
+    let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
+        s.next_chunk()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(chunk), s))
+    }));
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+struct SseStream {
+    feed: Feed,
+    multi: bool,
+    metrics: &'static TransportMetrics,
+    guard: ConnectionGuard,
+    heartbeat: Duration,
+    sleep: Pin<Box<Sleep>>,
+    shutdown: CancellationToken,
+    jitter: Duration,
+    /// Scratch space for the multi-topic `id:` line.
+    id: String,
+    /// A chunk to send before anything else (the body after a multi-topic `id:` line).
+    queued: Option<Bytes>,
+    done: bool,
+}
+
+impl SseStream {
+    fn opening(&mut self, retry: Duration) -> Bytes {
+        self.id_line();
+        Bytes::from(format!("retry: {}\n{}\n", retry.as_millis(), self.id))
+    }
+
+    /// `id: topic=cursor,...\n` for every subscribed topic, into `self.id`.
+    fn id_line(&mut self) {
+        let mut list = std::mem::take(&mut self.id);
+        ResumeList::write_entries(&mut list, self.feed.positions());
+        self.id = format!("id: {list}\n");
+    }
+
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(chunk) = self.queued.take() {
+            return Some(chunk);
+        }
+        if self.done {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => {
+                    self.done = true;
+                    self.guard.closing(CloseReason::Shutdown);
+                    let retry = jitter(self.jitter).as_millis();
+                    let frame = format!(
+                        "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
+                    );
+                    return Some(Bytes::from(frame));
+                }
+                event = self.feed.next() => {
+                    if let Some(chunk) = self.on_event(event) {
+                        self.sleep.as_mut().reset(Instant::now() + self.heartbeat);
+                        return Some(chunk);
+                    }
+                }
+                _ = self.sleep.as_mut() => {
+                    self.sleep.as_mut().reset(Instant::now() + self.heartbeat);
+                    self.metrics.sent(PING.len());
+                    return Some(PING);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: FeedEvent) -> Option<Bytes> {
+        match event {
+            FeedEvent::Message(message) => {
+                let since = message.published_at().elapsed();
+                let frame = if self.multi {
+                    self.id_line();
+                    let body = message.sse_body();
+                    self.metrics.delivered(self.id.len() + body.len(), since);
+                    self.queued = Some(body);
+                    Bytes::from(self.id.clone())
+                } else {
+                    let frame = message.sse_frame().clone();
+                    self.metrics.delivered(frame.len(), since);
+                    frame
+                };
+                Some(frame)
+            }
+            FeedEvent::Lost { topic, reason } => {
+                if reason == herald_core::LossReason::Lagged {
+                    metrics::slow_consumer("lost");
+                }
+                self.id_line();
+                let frame = format!(
+                    "{}event: herald.lost\ndata: {}\n\n",
+                    self.id,
+                    lost_json(&topic, reason)
+                );
+                self.metrics.sent(frame.len());
+                Some(Bytes::from(frame))
+            }
+            FeedEvent::Recovered { .. } => {
+                metrics::slow_consumer("recovered");
+                None
+            }
+            FeedEvent::Disconnect { topic, missed } => {
+                metrics::slow_consumer("disconnected");
+                tracing::debug!(%topic, missed, "disconnecting a slow SSE consumer");
+                self.done = true;
+                self.guard.closing(CloseReason::Slow);
+                Some(Bytes::from(format!(
+                    "event: herald.disconnect\ndata: {{\"reason\":\"slow consumer\",\"topic\":\"{topic}\"}}\n\n"
+                )))
+            }
+        }
+    }
+}

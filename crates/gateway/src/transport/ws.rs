@@ -1,0 +1,451 @@
+//! `GET /v1/ws`: WebSocket with JSON text frames.
+//!
+//! One task per connection selects over the socket, the feed, the ping timer and the
+//! shutdown token: no reader/writer task pair (measured to triple CPU per delivery).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::extract::ws::{CloseFrame, Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use herald_core::{Cursor, EventName, Feed, FeedEvent, LossReason, Payload, TopicName};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+
+use super::lost_json;
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
+
+/// WebSocket close codes used by Herald.
+pub mod close_code {
+    /// Idle timeout: nothing heard from the client.
+    pub const GOING_AWAY: u16 = 1001;
+    /// Invalid UTF-8 in a text frame.
+    pub const INVALID_DATA: u16 = 1007;
+    /// Policy violation: slow consumer.
+    pub const POLICY: u16 = 1008;
+    /// Inbound message over the size limit.
+    pub const TOO_BIG: u16 = 1009;
+    /// The server is restarting: reconnect (with a little random delay).
+    pub const RESTART: u16 = 1012;
+}
+
+/// Upgrades to a WebSocket.
+pub async fn handler(
+    State(state): State<AppState>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    if state.shutdown().is_cancelled() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the gateway is shutting down; reconnect to another node",
+        ));
+    }
+    let ws = &state.config().ws;
+    // Keeps shutdown waiting for this connection from the moment the upgrade is accepted
+    // (axum runs the upgraded connection on a task of its own).
+    let tracked = state.tracker().token();
+    let upgrade = upgrade
+        .read_buffer_size(ws.read_buffer_size)
+        .write_buffer_size(ws.write_buffer_size)
+        .max_write_buffer_size(ws.max_message_size.max(ws.write_buffer_size + 1) * 4)
+        .max_message_size(ws.max_message_size)
+        .max_frame_size(ws.max_message_size);
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        let _tracked = tracked;
+        Connection::new(state, socket).run().await;
+    }))
+}
+
+/// A frame from the client: `type` names the command; which other fields it needs depends on
+/// it. (A flat struct rather than a tagged enum: serde buffers tagged enums, which loses the
+/// zero-copy `RawValue` that lets `ping` echo and `publish` forward payloads untouched.)
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFrame<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    topics: Option<Vec<String>>,
+    #[serde(default)]
+    cursors: Option<HashMap<String, String>>,
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(borrow, default)]
+    data: Data<'a>,
+}
+
+/// A JSON value kept as text; `null` is present, a missing field is `Data(None)`.
+#[derive(Debug, Default)]
+struct Data<'a>(Option<&'a RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Data<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(d).map(|raw| Data(Some(raw)))
+    }
+}
+
+/// A refusal sent back as an error frame; the connection stays open.
+struct FrameError {
+    code: &'static str,
+    reason: String,
+}
+
+impl FrameError {
+    fn new(code: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<ApiError> for FrameError {
+    fn from(e: ApiError) -> Self {
+        let text = e.to_string();
+        let reason = text
+            .split_once(": ")
+            .map_or(text.clone(), |(_, r)| r.to_string());
+        Self {
+            code: e.code(),
+            reason,
+        }
+    }
+}
+
+enum Flow {
+    Continue,
+    Close(CloseReason),
+}
+
+struct Connection {
+    state: AppState,
+    socket: WebSocket,
+    feed: Feed,
+    metrics: &'static TransportMetrics,
+    guard: ConnectionGuard,
+    last_heard: Instant,
+}
+
+impl Connection {
+    fn new(state: AppState, socket: WebSocket) -> Self {
+        let config = state.config();
+        let metrics = metrics::transport(Transport::Ws);
+        Self {
+            feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
+            socket,
+            metrics,
+            guard: metrics.open(),
+            last_heard: Instant::now(),
+            state,
+        }
+    }
+
+    async fn run(mut self) {
+        let config = self.state.config().ws.clone();
+        let shutdown = self.state.shutdown().clone();
+        let mut ping =
+            tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            let flow = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    self.close(close_code::RESTART, "server shutting down; reconnect").await;
+                    Flow::Close(CloseReason::Shutdown)
+                }
+                frame = self.socket.recv() => self.on_frame(frame).await,
+                event = self.feed.next() => self.on_event(event).await,
+                _ = ping.tick() => {
+                    if self.last_heard.elapsed() > config.idle_timeout {
+                        self.close(close_code::GOING_AWAY, "idle timeout").await;
+                        Flow::Close(CloseReason::Idle)
+                    } else {
+                        self.send(WsMessage::Ping(Default::default())).await
+                    }
+                }
+            };
+            if let Flow::Close(reason) = flow {
+                break reason;
+            }
+        };
+        self.guard.closing(reason);
+    }
+
+    async fn on_frame(&mut self, frame: Option<Result<WsMessage, axum::Error>>) -> Flow {
+        self.last_heard = Instant::now();
+        let message = match frame {
+            None => return Flow::Close(CloseReason::Client),
+            Some(Ok(message)) => message,
+            Some(Err(e)) => return self.on_read_error(e).await,
+        };
+        match message {
+            WsMessage::Text(text) => match self.on_command(&text).await {
+                Ok(flow) => flow,
+                Err(e) => self.error_frame(e).await,
+            },
+            WsMessage::Binary(_) => {
+                self.error_frame(FrameError::new(
+                    "unsupported_frame",
+                    "binary frames are not supported; send JSON text frames",
+                ))
+                .await
+            }
+            WsMessage::Ping(_) | WsMessage::Pong(_) => Flow::Continue,
+            WsMessage::Close(_) => Flow::Close(CloseReason::Client),
+        }
+    }
+
+    async fn on_read_error(&mut self, error: axum::Error) -> Flow {
+        let inner = error.into_inner();
+        match inner.downcast_ref::<tungstenite::Error>() {
+            Some(tungstenite::Error::Capacity(e)) => {
+                metrics::client_error("ws", "too_big");
+                let reason = format!("message too big: {e}");
+                self.close(close_code::TOO_BIG, &reason).await;
+                Flow::Close(CloseReason::Protocol)
+            }
+            Some(tungstenite::Error::Utf8(_)) => {
+                metrics::client_error("ws", "invalid_utf8");
+                self.close(close_code::INVALID_DATA, "text frame is not valid UTF-8")
+                    .await;
+                Flow::Close(CloseReason::Protocol)
+            }
+            Some(tungstenite::Error::Protocol(e)) => {
+                metrics::client_error("ws", "protocol");
+                tracing::debug!(error = %e, "websocket protocol error");
+                Flow::Close(CloseReason::Protocol)
+            }
+            _ => Flow::Close(CloseReason::Client),
+        }
+    }
+
+    async fn on_command(&mut self, text: &str) -> Result<Flow, FrameError> {
+        let frame: ClientFrame<'_> = serde_json::from_str(text).map_err(|e| {
+            let code = if e.is_data() { "bad_frame" } else { "bad_json" };
+            FrameError::new(code, e.to_string())
+        })?;
+        let missing =
+            |field: &str| FrameError::new("bad_frame", format!("{} needs {field:?}", frame.kind));
+        match &*frame.kind {
+            "subscribe" => {
+                let topics = frame.topics.clone().ok_or_else(|| missing("topics"))?;
+                self.subscribe(topics, frame.cursors.clone().unwrap_or_default())
+                    .await
+            }
+            "unsubscribe" => {
+                let topics = frame.topics.as_ref().ok_or_else(|| missing("topics"))?;
+                let mut removed = Vec::with_capacity(topics.len());
+                for topic in topics
+                    .iter()
+                    .take(self.state.config().limits.max_subscriptions)
+                {
+                    if self.feed.unsubscribe(topic) {
+                        removed.push(topic.as_str());
+                    }
+                }
+                let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed });
+                Ok(self.send_text(reply.to_string()).await)
+            }
+            "ping" => {
+                let reply = match frame.data.0 {
+                    Some(data) => format!(r#"{{"type":"pong","data":{}}}"#, data.get()),
+                    None => r#"{"type":"pong"}"#.to_string(),
+                };
+                Ok(self.send_text(reply).await)
+            }
+            "publish" => {
+                let topic = frame.topic.as_deref().ok_or_else(|| missing("topic"))?;
+                let data = frame.data.0.ok_or_else(|| missing("data"))?;
+                self.publish(topic, data, frame.event.as_deref()).await
+            }
+            other => Err(FrameError::new(
+                "bad_frame",
+                format!("unknown type {other:?}; expected subscribe, unsubscribe, ping or publish"),
+            )),
+        }
+    }
+
+    async fn subscribe(
+        &mut self,
+        topics: Vec<String>,
+        cursors: HashMap<String, String>,
+    ) -> Result<Flow, FrameError> {
+        let max = self.state.config().limits.max_subscriptions;
+        if topics.len() > max {
+            return Err(FrameError::new(
+                "too_many_topics",
+                format!("at most {max} topics per connection"),
+            ));
+        }
+        let mut wanted = Vec::with_capacity(topics.len());
+        for topic in &topics {
+            let name = TopicName::new(topic).map_err(ApiError::from)?;
+            let from = match cursors.get(topic) {
+                Some(c) => Some(c.parse::<Cursor>().map_err(ApiError::from)?),
+                None => None,
+            };
+            wanted.push((name, from));
+        }
+        for name in cursors.keys() {
+            if !topics.contains(name) {
+                return Err(FrameError::new(
+                    "bad_cursor",
+                    format!("cursor for {name:?}, which is not in topics"),
+                ));
+            }
+        }
+        let new = wanted
+            .iter()
+            .filter(|(n, _)| !self.feed.positions().any(|(t, _)| t == n))
+            .count();
+        if self.feed.len() + new > max {
+            return Err(FrameError::new(
+                "too_many_topics",
+                format!("at most {max} topics per connection"),
+            ));
+        }
+        let mut started = serde_json::Map::new();
+        for (name, from) in wanted {
+            let topic = self
+                .state
+                .registry()
+                .get_or_create(&name)
+                .map_err(ApiError::from)?;
+            let start = self
+                .feed
+                .subscribe(topic, from)
+                .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
+            started.insert(name.to_string(), start.to_string().into());
+        }
+        let names: Vec<&str> = started.keys().map(String::as_str).collect();
+        let reply =
+            serde_json::json!({ "type": "subscribed", "topics": names, "cursors": started });
+        Ok(self.send_text(reply.to_string()).await)
+    }
+
+    async fn publish(
+        &mut self,
+        topic: &str,
+        data: &RawValue,
+        event: Option<&str>,
+    ) -> Result<Flow, FrameError> {
+        if !self.state.config().dev {
+            return Err(FrameError::new(
+                "forbidden",
+                "publishing over WebSocket is not allowed on this gateway",
+            ));
+        }
+        let name = TopicName::new(topic).map_err(ApiError::from)?;
+        let event = match event {
+            Some(e) => {
+                Some(EventName::new(e).map_err(|e| FrameError::new("bad_event", e.to_string()))?)
+            }
+            None => None,
+        };
+        let payload = Payload::from_json(data.get().as_bytes())
+            .map_err(|e| FrameError::new("bad_json", e.to_string()))?;
+        let max = self.state.config().limits.max_payload_bytes;
+        if payload.len() > max {
+            return Err(FrameError::new(
+                "too_large",
+                format!("payload is {} bytes; the limit is {max}", payload.len()),
+            ));
+        }
+        let message = self
+            .state
+            .registry()
+            .publish(&name, event, payload)
+            .map_err(ApiError::from)?;
+        metrics::published("ws");
+        let reply = format!(
+            r#"{{"type":"published","topic":"{name}","id":"{}"}}"#,
+            message.cursor()
+        );
+        Ok(self.send_text(reply).await)
+    }
+
+    async fn on_event(&mut self, event: FeedEvent) -> Flow {
+        match event {
+            FeedEvent::Message(message) => {
+                let frame = message.ws_frame();
+                self.metrics
+                    .delivered(frame.len(), message.published_at().elapsed());
+                // The frame is built from validated names and a JSON payload: valid UTF-8.
+                match Utf8Bytes::try_from(frame.clone()) {
+                    Ok(text) => self.send(WsMessage::Text(text)).await,
+                    Err(_) => Flow::Continue,
+                }
+            }
+            FeedEvent::Lost { topic, reason } => {
+                if reason == LossReason::Lagged {
+                    metrics::slow_consumer("lost");
+                }
+                let body = lost_json(&topic, reason);
+                let frame = format!(r#"{{"type":"lost",{}"#, &body[1..]);
+                self.send_text(frame).await
+            }
+            FeedEvent::Recovered { .. } => {
+                metrics::slow_consumer("recovered");
+                Flow::Continue
+            }
+            FeedEvent::Disconnect { topic, missed } => {
+                metrics::slow_consumer("disconnected");
+                tracing::debug!(%topic, missed, "disconnecting a slow WebSocket consumer");
+                self.close(close_code::POLICY, "slow consumer").await;
+                Flow::Close(CloseReason::Slow)
+            }
+        }
+    }
+
+    async fn error_frame(&mut self, error: FrameError) -> Flow {
+        metrics::client_error("ws", error.code);
+        let frame =
+            serde_json::json!({ "type": "error", "code": error.code, "reason": error.reason });
+        self.send_text(frame.to_string()).await
+    }
+
+    async fn send_text(&mut self, text: String) -> Flow {
+        self.metrics.sent(text.len());
+        self.send(WsMessage::Text(text.into())).await
+    }
+
+    /// Sends one frame; a client that does not take it within the write timeout is a slow
+    /// consumer and is dropped.
+    async fn send(&mut self, message: WsMessage) -> Flow {
+        let timeout = self.state.config().ws.write_timeout;
+        match tokio::time::timeout(timeout, self.socket.send(message)).await {
+            Ok(Ok(())) => Flow::Continue,
+            Ok(Err(_)) => Flow::Close(CloseReason::Client),
+            Err(_) => {
+                metrics::slow_consumer("disconnected");
+                Flow::Close(CloseReason::Slow)
+            }
+        }
+    }
+
+    /// Sends a close frame (best effort, bounded in time) and waits briefly for the reply.
+    async fn close(&mut self, code: u16, reason: &str) {
+        let frame = CloseFrame {
+            code,
+            reason: Utf8Bytes::from(reason),
+        };
+        let limit = Duration::from_secs(1).min(self.state.config().ws.write_timeout);
+        let _ = tokio::time::timeout(limit, self.socket.send(WsMessage::Close(Some(frame)))).await;
+        // Let the client's close reply arrive so the TCP connection ends cleanly.
+        let _ = tokio::time::timeout(limit, async {
+            while let Some(Ok(m)) = self.socket.recv().await {
+                if matches!(m, WsMessage::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+}

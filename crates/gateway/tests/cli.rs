@@ -1,0 +1,131 @@
+//! The `herald` binary as a user runs it.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn herald() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HERALD_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn help_documents_every_flag_and_its_environment_twin() {
+    let out = herald().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    for flag in [
+        "--listen",
+        "--admin-listen",
+        "--config",
+        "HERALD_LISTEN",
+        "HERALD_ADMIN_LISTEN",
+        "HERALD_CONFIG",
+        "--print-config",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+}
+
+#[test]
+fn invalid_configuration_exits_64_before_binding() {
+    let dir = std::env::temp_dir().join(format!("herald-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad_file = dir.join("bad.toml");
+    std::fs::write(&bad_file, "listen = 12\n").unwrap();
+    let unknown_key = dir.join("unknown.toml");
+    std::fs::write(&unknown_key, "[sse]\nheartbeet = \"1s\"\n").unwrap();
+    let cases: Vec<Vec<String>> = vec![
+        vec!["--listen".into(), "not-an-address".into()],
+        vec!["--no-such-flag".into()],
+        vec!["--config".into(), bad_file.display().to_string()],
+        vec!["--config".into(), unknown_key.display().to_string()],
+        vec![
+            "--config".into(),
+            dir.join("missing.toml").display().to_string(),
+        ],
+        vec![
+            "--listen".into(),
+            "127.0.0.1:7000".into(),
+            "--admin-listen".into(),
+            "127.0.0.1:7000".into(),
+        ],
+        vec!["--sse-heartbeat".into(), "0s".into()],
+    ];
+    for args in cases {
+        let out = herald().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.trim().is_empty(), "{args:?} printed no reason");
+    }
+    let out = herald().env("HERALD_LISTEN", "nope").output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn print_config_shows_the_effective_configuration() {
+    let out = herald()
+        .args(["--print-config", "--listen", "127.0.0.1:1234"])
+        .env("HERALD_ADMIN_LISTEN", "127.0.0.1:4321")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("listen = \"127.0.0.1:1234\""), "{text}");
+    assert!(text.contains("admin_listen = \"127.0.0.1:4321\""), "{text}");
+    assert!(
+        text.contains("[sse]") && text.contains("heartbeat = \"15s\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero() {
+    let (public, admin) = (free_port(), free_port());
+    let mut child = herald()
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{public}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+            "--log-format",
+            "json",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    assert!(listening.contains("herald listening"), "{listening}");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "herald did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit:?}");
+}

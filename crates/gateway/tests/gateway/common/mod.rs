@@ -1,0 +1,245 @@
+//! Test helpers: a real gateway on 127.0.0.1:0, real SSE/WebSocket/HTTP clients, and
+//! `eventually` instead of sleeps.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use herald_gateway::{Config, Gateway};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A config on ephemeral loopback ports.
+pub fn test_config() -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    }
+}
+
+pub async fn spawn_gateway(config: Config) -> Gateway {
+    Gateway::start(config).await.expect("gateway starts")
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if condition().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// Publishes through the admin API; returns the message id.
+pub async fn publish(gw: &Gateway, topic: &str, data: Value) -> String {
+    publish_event(gw, topic, data, None).await
+}
+
+pub async fn publish_event(gw: &Gateway, topic: &str, data: Value, event: Option<&str>) -> String {
+    let mut body = json!({ "topic": topic, "data": data });
+    if let Some(e) = event {
+        body["event"] = json!(e);
+    }
+    let resp = http()
+        .post(format!("http://{}/v1/publish", gw.admin_addr))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        200,
+        "publish answered {}",
+        resp.text().await.unwrap()
+    );
+    let reply: Value = resp.json().await.unwrap();
+    reply["id"].as_str().unwrap().to_string()
+}
+
+/// One SSE event as a client sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: Option<String>,
+    pub retry: Option<u64>,
+}
+
+/// A minimal, spec-following SSE client over a real HTTP connection.
+pub struct SseClient {
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+    pub headers: reqwest::header::HeaderMap,
+    pub last_event_id: Option<String>,
+}
+
+impl SseClient {
+    pub async fn connect(gw: &Gateway, query: &str, last_event_id: Option<&str>) -> Self {
+        let resp = Self::request(gw, query, last_event_id).await;
+        assert_eq!(resp.status(), 200);
+        Self {
+            headers: resp.headers().clone(),
+            stream: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+            last_event_id: None,
+        }
+    }
+
+    pub async fn request(
+        gw: &Gateway,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> reqwest::Response {
+        let mut req = http().get(format!("http://{}/v1/sse?{query}", gw.public_addr));
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// The next block (including data-less ones such as the opening `retry:`/`id:`), or
+    /// `None` when the stream ends.
+    pub async fn next_block(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let mut event = SseEvent::default();
+                let mut data: Vec<&str> = Vec::new();
+                let mut comment_only = true;
+                for line in block.lines() {
+                    if line.starts_with(':') || line.is_empty() {
+                        continue;
+                    }
+                    comment_only = false;
+                    let (field, value) = line
+                        .split_once(':')
+                        .map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+                    match field {
+                        "id" => event.id = Some(value.to_string()),
+                        "event" => event.event = Some(value.to_string()),
+                        "data" => data.push(value),
+                        "retry" => event.retry = value.parse().ok(),
+                        _ => {}
+                    }
+                }
+                if comment_only {
+                    continue;
+                }
+                if !data.is_empty() {
+                    event.data = Some(data.join("\n"));
+                }
+                if let Some(id) = &event.id {
+                    self.last_event_id = Some(id.clone());
+                }
+                return Some(event);
+            }
+            match tokio::time::timeout(WAIT, self.stream.next())
+                .await
+                .expect("SSE stream stalled")
+            {
+                Some(Ok(chunk)) => self.buf.push_str(std::str::from_utf8(&chunk).unwrap()),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next event that carries data (what `EventSource` would dispatch).
+    pub async fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            let block = self.next_block().await?;
+            if block.data.is_some() {
+                return Some(block);
+            }
+        }
+    }
+
+    /// Raw bytes until the stream ends (or `limit` passes).
+    pub async fn rest(&mut self, limit: Duration) -> String {
+        let mut out = std::mem::take(&mut self.buf);
+        let _ = tokio::time::timeout(limit, async {
+            while let Some(Ok(chunk)) = self.stream.next().await {
+                out.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await;
+        out
+    }
+}
+
+pub type WsStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn ws_connect(gw: &Gateway) -> WsStream {
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", gw.public_addr))
+        .await
+        .expect("websocket connects");
+    ws
+}
+
+pub async fn ws_send(ws: &mut WsStream, frame: Value) {
+    ws.send(WsMessage::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+}
+
+/// The next JSON text frame (control frames skipped).
+pub async fn ws_next(ws: &mut WsStream) -> Value {
+    loop {
+        let msg = tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("websocket stalled")
+            .expect("websocket ended")
+            .expect("websocket error");
+        match msg {
+            WsMessage::Text(t) => return serde_json::from_str(&t).unwrap(),
+            WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+/// The close frame's code and reason, reading past anything else.
+pub async fn ws_close_code(ws: &mut WsStream) -> (u16, String) {
+    loop {
+        match tokio::time::timeout(WAIT, ws.next())
+            .await
+            .expect("websocket stalled")
+        {
+            Some(Ok(WsMessage::Close(Some(frame)))) => {
+                return (frame.code.into(), frame.reason.to_string());
+            }
+            Some(Ok(WsMessage::Close(None))) | None => return (1005, String::new()),
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("websocket error before close: {e}"),
+        }
+    }
+}
+
+pub async fn ws_subscribe(ws: &mut WsStream, topics: &[&str]) -> Value {
+    ws_send(ws, json!({ "type": "subscribe", "topics": topics })).await;
+    let reply = ws_next(ws).await;
+    assert_eq!(reply["type"], "subscribed", "{reply}");
+    reply
+}

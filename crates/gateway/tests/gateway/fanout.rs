@@ -1,0 +1,133 @@
+use std::time::Duration;
+
+use futures_util::StreamExt as _;
+use herald_core::LagPolicy;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::common::*;
+
+const MESSAGES: usize = 40;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_clients_each_get_every_message_once_in_order() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut sse_clients = Vec::new();
+    for _ in 0..150 {
+        let mut sse = SseClient::connect(&gw, "topic=fan", None).await;
+        sse.next_block().await.unwrap();
+        sse_clients.push(sse);
+    }
+    let mut ws_clients = Vec::new();
+    for _ in 0..150 {
+        let mut ws = ws_connect(&gw).await;
+        ws_subscribe(&mut ws, &["fan"]).await;
+        ws_clients.push(ws);
+    }
+    let sse_tasks: Vec<_> = sse_clients
+        .into_iter()
+        .map(|mut sse| {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while got.len() < MESSAGES {
+                    got.push(
+                        sse.next_event()
+                            .await
+                            .unwrap()
+                            .data
+                            .unwrap()
+                            .parse::<usize>()
+                            .unwrap(),
+                    );
+                }
+                got
+            })
+        })
+        .collect();
+    let ws_tasks: Vec<_> = ws_clients
+        .into_iter()
+        .map(|mut ws| {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while got.len() < MESSAGES {
+                    got.push(ws_next(&mut ws).await["data"].as_u64().unwrap() as usize);
+                }
+                got
+            })
+        })
+        .collect();
+    for i in 0..MESSAGES {
+        publish(&gw, "fan", json!(i)).await;
+    }
+    let expected: Vec<usize> = (0..MESSAGES).collect();
+    for task in sse_tasks.into_iter().chain(ws_tasks) {
+        assert_eq!(task.await.unwrap(), expected);
+    }
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_is_disconnected_without_holding_back_the_others() {
+    let mut config = test_config();
+    config.topics.channel_capacity = 8;
+    config.topics.history_len = 8;
+    config.lag_policy = LagPolicy::Disconnect;
+    config.ws.write_timeout = Duration::from_secs(2);
+    let gw = spawn_gateway(config).await;
+
+    let mut slow = ws_connect(&gw).await;
+    ws_subscribe(&mut slow, &["big"]).await;
+    let mut fast = ws_connect(&gw).await;
+    ws_subscribe(&mut fast, &["big"]).await;
+    let fast_task = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while got.len() < 150 {
+            got.push(ws_next(&mut fast).await["data"]["n"].as_u64().unwrap());
+        }
+        got
+    });
+    let pad = "x".repeat(32 * 1024);
+    for n in 0..150u64 {
+        publish(&gw, "big", json!({"n": n, "pad": pad})).await;
+    }
+    let got = tokio::time::timeout(Duration::from_secs(30), fast_task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, (0..150).collect::<Vec<_>>());
+
+    // The slow client, reading at last, finds that it was cut off with a reason (or, if the
+    // server gave up on a blocked write, that the connection is gone).
+    let mut received = 0;
+    let ended_with = loop {
+        match tokio::time::timeout(WAIT, slow.next())
+            .await
+            .expect("slow client stalled")
+        {
+            Some(Ok(WsMessage::Text(_))) => received += 1,
+            Some(Ok(WsMessage::Close(frame))) => {
+                break frame.map(|f| (u16::from(f.code), f.reason.to_string()));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => break None,
+        }
+    };
+    assert!(received < 150, "the slow client was not cut off");
+    if let Some((code, reason)) = ended_with {
+        assert_eq!(code, 1008);
+        assert_eq!(reason, "slow consumer");
+    }
+    let text = http()
+        .get(format!("http://{}/metrics", gw.admin_addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("herald_slow_consumer_events_total{outcome=\"disconnected\"}"),
+        "{text}"
+    );
+    gw.stop().await.unwrap();
+}

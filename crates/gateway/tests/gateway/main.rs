@@ -1,0 +1,11 @@
+//! In-process integration tests: a real gateway on 127.0.0.1:0 driven by real SSE, WebSocket
+//! and HTTP clients.
+
+mod common;
+
+mod api;
+mod fanout;
+mod poll;
+mod shutdown;
+mod sse;
+mod ws;

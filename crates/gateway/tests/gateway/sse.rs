@@ -1,0 +1,181 @@
+use serde_json::json;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn publish_reaches_an_sse_subscriber() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut sse = SseClient::connect(&gw, "topic=news", None).await;
+    assert_eq!(sse.headers["content-type"], "text/event-stream");
+    let opening = sse.next_block().await.unwrap();
+    assert_eq!(opening.retry, Some(3000));
+    let start = opening.id.unwrap();
+    assert!(
+        start.starts_with("news=") && start.ends_with("-0"),
+        "{start}"
+    );
+
+    let id = publish_event(
+        &gw,
+        "news",
+        json!({"headline": "hi", "n": 1}),
+        Some("story"),
+    )
+    .await;
+    let event = sse.next_event().await.unwrap();
+    assert_eq!(event.id.as_deref(), Some(format!("news={id}").as_str()));
+    assert_eq!(event.event.as_deref(), Some("story"));
+    assert_eq!(event.data.as_deref(), Some(r#"{"headline":"hi","n":1}"#));
+
+    // A JSON string is sent as its text, one data line per line.
+    publish(&gw, "news", json!("line one\nline two")).await;
+    let event = sse.next_event().await.unwrap();
+    assert_eq!(event.event, None);
+    assert_eq!(event.data.as_deref(), Some("line one\nline two"));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn several_topics_on_one_stream_carry_every_position() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut sse = SseClient::connect(&gw, "topic=a&topic=b", None).await;
+    sse.next_block().await.unwrap();
+    let a1 = publish(&gw, "a", json!(1)).await;
+    let b1 = publish(&gw, "b", json!(2)).await;
+    let e1 = sse.next_event().await.unwrap();
+    let e2 = sse.next_event().await.unwrap();
+    assert_eq!(e1.data.as_deref(), Some("1"));
+    assert_eq!(e2.data.as_deref(), Some("2"));
+    let id = e2.id.unwrap();
+    assert!(
+        id.contains(&format!("a={a1}")) && id.contains(&format!("b={b1}")),
+        "{id}"
+    );
+    publish(&gw, "c", json!("not subscribed")).await;
+    publish(&gw, "a", json!(3)).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("3"));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn last_event_id_replays_exactly_the_missed_messages() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut sse = SseClient::connect(&gw, "topic=a&topic=b", None).await;
+    sse.next_block().await.unwrap();
+    publish(&gw, "a", json!("a1")).await;
+    publish(&gw, "b", json!("b1")).await;
+    sse.next_event().await.unwrap();
+    sse.next_event().await.unwrap();
+    let last = sse.last_event_id.clone().unwrap();
+    drop(sse);
+
+    for m in ["a2", "a3"] {
+        publish(&gw, "a", json!(m)).await;
+    }
+    publish(&gw, "b", json!("b2")).await;
+
+    // The header, as EventSource sends it on reconnect.
+    let mut sse = SseClient::connect(&gw, "topic=a&topic=b", Some(&last)).await;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        got.push(sse.next_event().await.unwrap().data.unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["a2", "a3", "b2"]);
+    // Then live, with nothing replayed twice.
+    publish(&gw, "a", json!("a4")).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("a4"));
+    drop(sse);
+
+    // The query parameter, for clients that cannot set headers.
+    let query = format!("topic=a&lastEventId={}", urlencode(&last));
+    let mut sse = SseClient::connect(&gw, &query, None).await;
+    let replay: Vec<String> = vec![
+        sse.next_event().await.unwrap().data.unwrap(),
+        sse.next_event().await.unwrap().data.unwrap(),
+        sse.next_event().await.unwrap().data.unwrap(),
+    ];
+    assert_eq!(replay, ["a2", "a3", "a4"]);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_received_nothing_still_resumes_from_the_opening_id() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut sse = SseClient::connect(&gw, "topic=quiet", None).await;
+    sse.next_block().await.unwrap();
+    let opening = sse.last_event_id.clone().unwrap();
+    drop(sse);
+    publish(&gw, "quiet", json!("while away")).await;
+    let mut sse = SseClient::connect(&gw, "topic=quiet", Some(&opening)).await;
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("while away")
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_expired_cursor_gets_the_loss_signal_then_live() {
+    let mut config = test_config();
+    config.topics.history_len = 2;
+    let gw = spawn_gateway(config).await;
+    let first = publish(&gw, "t", json!(1)).await;
+    for i in 2..=5 {
+        publish(&gw, "t", json!(i)).await;
+    }
+    let mut sse = SseClient::connect(&gw, "topic=t", Some(&format!("t={first}"))).await;
+    let lost = sse.next_event().await.unwrap();
+    assert_eq!(lost.event.as_deref(), Some("herald.lost"));
+    let body: serde_json::Value = serde_json::from_str(lost.data.as_deref().unwrap()).unwrap();
+    assert_eq!(body, json!({"topic": "t", "reason": "expired"}));
+    publish(&gw, "t", json!(6)).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("6"));
+
+    // A cursor from another epoch (e.g. before a restart) is reported too.
+    let mut sse = SseClient::connect(&gw, "topic=t", Some("t=1234-3")).await;
+    let lost = sse.next_event().await.unwrap();
+    assert_eq!(lost.event.as_deref(), Some("herald.lost"));
+    assert!(lost.data.unwrap().contains(r#""reason":"epoch""#));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn heartbeats_keep_idle_streams_alive() {
+    let mut config = test_config();
+    config.sse.heartbeat = std::time::Duration::from_millis(100);
+    let gw = spawn_gateway(config).await;
+    let mut sse = SseClient::connect(&gw, "topic=idle", None).await;
+    let raw = sse.rest(std::time::Duration::from_millis(450)).await;
+    assert!(raw.matches(": ping\n\n").count() >= 2, "{raw:?}");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_sse_requests_get_clear_errors() {
+    let gw = spawn_gateway(test_config()).await;
+    for (query, last_id, code) in [
+        ("", None, "no_topic"),
+        ("topic=a/b", None, "bad_topic"),
+        ("topic=%0Aevil", None, "bad_topic"),
+        ("topic=a", Some("garbage"), "bad_cursor"),
+        ("topic=a", Some("a=zz-1"), "bad_cursor"),
+    ] {
+        let resp = SseClient::request(&gw, query, last_id).await;
+        assert_eq!(resp.status(), 400, "{query} {last_id:?}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], code, "{query} {last_id:?}: {body}");
+        assert!(body["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    }
+    let many: Vec<String> = (0..65).map(|i| format!("topic=t{i}")).collect();
+    let resp = SseClient::request(&gw, &many.join("&"), None).await;
+    assert_eq!(resp.status(), 400);
+    let huge = format!("a={}", "9".repeat(5000));
+    let resp = SseClient::request(&gw, "topic=a", Some(&huge)).await;
+    assert_eq!(resp.status(), 400);
+    gw.stop().await.unwrap();
+}
+
+fn urlencode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}

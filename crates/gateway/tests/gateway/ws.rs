@@ -1,0 +1,167 @@
+use futures_util::SinkExt as _;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn publish_reaches_a_websocket_subscriber() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ws = ws_connect(&gw).await;
+    let reply = ws_subscribe(&mut ws, &["news", "sport"]).await;
+    assert_eq!(reply["topics"], json!(["news", "sport"]));
+    assert!(reply["cursors"]["news"].as_str().unwrap().ends_with("-0"));
+
+    let id = publish_event(&gw, "news", json!({"k": [1, 2]}), Some("story")).await;
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(
+        frame,
+        json!({"type": "message", "topic": "news", "id": id, "event": "story", "data": {"k": [1, 2]}})
+    );
+    publish(&gw, "sport", json!("goal")).await;
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(frame["topic"], "sport");
+    assert_eq!(frame["data"], "goal");
+    assert!(frame.get("event").is_none());
+
+    ws_send(&mut ws, json!({"type": "unsubscribe", "topics": ["news"]})).await;
+    assert_eq!(
+        ws_next(&mut ws).await,
+        json!({"type": "unsubscribed", "topics": ["news"]})
+    );
+    publish(&gw, "news", json!("not for you")).await;
+    publish(&gw, "sport", json!("second")).await;
+    assert_eq!(ws_next(&mut ws).await["data"], "second");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn ping_echoes_its_payload() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(&mut ws, json!({"type": "ping"})).await;
+    assert_eq!(ws_next(&mut ws).await, json!({"type": "pong"}));
+    ws_send(
+        &mut ws,
+        json!({"type": "ping", "data": {"ts": 123, "pad": "xxxx"}}),
+    )
+    .await;
+    assert_eq!(
+        ws_next(&mut ws).await,
+        json!({"type": "pong", "data": {"ts": 123, "pad": "xxxx"}})
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn subscribe_with_cursors_resumes_exactly() {
+    let gw = spawn_gateway(test_config()).await;
+    let first = publish(&gw, "t", json!(1)).await;
+    publish(&gw, "t", json!(2)).await;
+    publish(&gw, "t", json!(3)).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["t"], "cursors": {"t": first}}),
+    )
+    .await;
+    let reply = ws_next(&mut ws).await;
+    assert_eq!(reply["cursors"]["t"], first);
+    assert_eq!(ws_next(&mut ws).await["data"], 2);
+    assert_eq!(ws_next(&mut ws).await["data"], 3);
+    publish(&gw, "t", json!(4)).await;
+    assert_eq!(ws_next(&mut ws).await["data"], 4);
+
+    let mut ws = ws_connect(&gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["t"], "cursors": {"t": "abc-1"}}),
+    )
+    .await;
+    assert_eq!(ws_next(&mut ws).await["type"], "subscribed");
+    assert_eq!(
+        ws_next(&mut ws).await,
+        json!({"type": "lost", "topic": "t", "reason": "epoch"})
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_frames_get_error_frames_and_the_connection_stays_open() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ws = ws_connect(&gw).await;
+    let cases: Vec<(WsMessage, &str)> = vec![
+        (WsMessage::Text("{not json".into()), "bad_json"),
+        (WsMessage::Text(r#"{"type":"dance"}"#.into()), "bad_frame"),
+        (WsMessage::Text(r#"{"topics":["a"]}"#.into()), "bad_frame"),
+        (
+            WsMessage::Text(r#"{"type":"subscribe","topics":["bad topic"]}"#.into()),
+            "bad_topic",
+        ),
+        (
+            WsMessage::Text(r#"{"type":"subscribe","topics":["a"],"cursors":{"a":"nope"}}"#.into()),
+            "bad_cursor",
+        ),
+        (
+            WsMessage::Text(r#"{"type":"publish","topic":"a","data":1}"#.into()),
+            "forbidden",
+        ),
+        (WsMessage::Binary(vec![1, 2, 3].into()), "unsupported_frame"),
+    ];
+    for (frame, code) in cases {
+        ws.send(frame).await.unwrap();
+        let reply = ws_next(&mut ws).await;
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert_eq!(reply["code"], code, "{reply}");
+        assert!(!reply["reason"].as_str().unwrap().is_empty());
+    }
+    let many: Vec<String> = (0..65).map(|i| format!("t{i}")).collect();
+    ws_send(&mut ws, json!({"type": "subscribe", "topics": many})).await;
+    assert_eq!(ws_next(&mut ws).await["code"], "too_many_topics");
+    // Still open and working.
+    ws_subscribe(&mut ws, &["ok"]).await;
+    publish(&gw, "ok", json!(true)).await;
+    assert_eq!(ws_next(&mut ws).await["data"], true);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_oversized_frame_closes_with_1009_and_others_are_unaffected() {
+    let mut config = test_config();
+    config.ws.max_message_size = 4096;
+    let gw = spawn_gateway(config).await;
+    let mut other = ws_connect(&gw).await;
+    ws_subscribe(&mut other, &["t"]).await;
+    let mut ws = ws_connect(&gw).await;
+    ws.send(WsMessage::Text("x".repeat(10_000).into()))
+        .await
+        .unwrap();
+    let (code, reason) = ws_close_code(&mut ws).await;
+    assert_eq!(code, 1009, "{reason}");
+    assert!(!reason.is_empty());
+    publish(&gw, "t", json!(1)).await;
+    assert_eq!(ws_next(&mut other).await["data"], 1);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn dev_mode_allows_websocket_publish() {
+    let mut config = test_config();
+    config.dev = true;
+    let gw = spawn_gateway(config).await;
+    let mut sub = ws_connect(&gw).await;
+    ws_subscribe(&mut sub, &["chat"]).await;
+    let mut publisher = ws_connect(&gw).await;
+    ws_send(
+        &mut publisher,
+        json!({"type": "publish", "topic": "chat", "data": {"msg": "hi"}, "event": "said"}),
+    )
+    .await;
+    let ack = ws_next(&mut publisher).await;
+    assert_eq!(ack["type"], "published");
+    let frame = ws_next(&mut sub).await;
+    assert_eq!(frame["data"], json!({"msg": "hi"}));
+    assert_eq!(frame["event"], "said");
+    assert_eq!(frame["id"], ack["id"]);
+    gw.stop().await.unwrap();
+}
