@@ -1,0 +1,47 @@
+//! Encoding one message into its SSE and WebSocket frames (done once per message, whatever
+//! the number of subscribers).
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use herald_benches::small_payload;
+use herald_core::{Cursor, EventName, Message, Payload, TopicName};
+
+fn message(data: Payload) -> Message {
+    Message::new(
+        TopicName::new("orders.eu").expect("valid"),
+        Cursor::new(0x9f86_d081_884c_7d65, 123_456),
+        Some(EventName::new("order.updated").expect("valid")),
+        data,
+    )
+}
+
+fn encoding(c: &mut Criterion) {
+    let mut group = c.benchmark_group("encoding");
+    group.throughput(Throughput::Elements(1));
+    let text = Payload::from_value(&serde_json::json!("line one\nline two\nline three"));
+    for (name, payload) in [("object", small_payload()), ("multiline_string", text)] {
+        group.bench_function(format!("sse/{name}"), |b| {
+            b.iter_batched(
+                || message(payload.clone()),
+                |m| black_box(m.sse_frame().len()),
+                BatchSize::SmallInput,
+            )
+        });
+        group.bench_function(format!("ws/{name}"), |b| {
+            b.iter_batched(
+                || message(payload.clone()),
+                |m| black_box(m.ws_frame().len()),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.bench_function("payload_from_json", |b| {
+        let raw = br#"{ "order": 123456, "status": "shipped", "carrier": "dhl", "eta": "2026-11-23T10:00:00Z" }"#;
+        b.iter(|| black_box(Payload::from_json(raw).expect("valid JSON")))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, encoding);
+criterion_main!(benches);
