@@ -19,5 +19,8 @@ pub fn topic(name: &str, capacity: usize) -> Arc<Topic> {
         history_len: 64,
         history_ttl: Duration::from_secs(60),
     };
-    Arc::new(Topic::new(TopicName::new(name).expect("valid name"), &config))
+    Arc::new(Topic::new(
+        TopicName::new(name).expect("valid name"),
+        &config,
+    ))
 }

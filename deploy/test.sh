@@ -1,7 +1,25 @@
 #!/usr/bin/env bash
 # Runs Herald's whole test suite: unit tests, in-process integration tests against a real
-# gateway, and the CLI tests. Extra arguments are passed to `cargo test`.
+# gateway, the CLI tests and the headless-browser test. Installs what the tests need on a
+# fresh Debian machine first. Extra arguments are passed to `cargo test`.
+#
+#   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+if [ "${HERALD_SKIP_BROWSER:-}" != 1 ]; then
+  # Debian's Chromium (no browser download), driven by playwright-core from npm.
+  if ! command -v chromium >/dev/null 2>&1; then
+    echo "deploy/test.sh: installing Debian's chromium for the browser test" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  npm ci --prefix crates/gateway/tests/browser --no-audit --no-fund --loglevel=error
+fi
+
 cargo test --workspace "$@"

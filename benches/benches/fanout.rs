@@ -16,18 +16,26 @@ fn fanout(c: &mut Criterion) {
         group.throughput(Throughput::Elements(subscribers as u64));
 
         let t = topic("bench", 16);
-        let mut receivers: Vec<_> = (0..subscribers).map(|_| t.subscribe(None).receiver).collect();
-        group.bench_with_input(BenchmarkId::new("raw", subscribers), &subscribers, |b, _| {
-            b.iter(|| {
-                t.publish(None, small_payload());
-                for r in receivers.iter_mut() {
-                    black_box(r.try_recv().expect("message is there"));
-                }
-            })
-        });
+        let mut receivers: Vec<_> = (0..subscribers)
+            .map(|_| t.subscribe(None).receiver)
+            .collect();
+        group.bench_with_input(
+            BenchmarkId::new("raw", subscribers),
+            &subscribers,
+            |b, _| {
+                b.iter(|| {
+                    t.publish(None, small_payload());
+                    for r in receivers.iter_mut() {
+                        black_box(r.try_recv().expect("message is there"));
+                    }
+                })
+            },
+        );
         drop(receivers);
 
-        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
         let _guard = rt.enter();
         let t = topic("bench-feed", 16);
         let mut feeds: Vec<Feed> = (0..subscribers)
@@ -37,19 +45,23 @@ fn fanout(c: &mut Criterion) {
                 f
             })
             .collect();
-        group.bench_with_input(BenchmarkId::new("feed", subscribers), &subscribers, |b, _| {
-            b.iter(|| {
-                t.publish(None, small_payload());
-                for f in feeds.iter_mut() {
-                    match f.try_next() {
-                        Some(FeedEvent::Message(m)) => {
-                            black_box(m.sse_frame());
+        group.bench_with_input(
+            BenchmarkId::new("feed", subscribers),
+            &subscribers,
+            |b, _| {
+                b.iter(|| {
+                    t.publish(None, small_payload());
+                    for f in feeds.iter_mut() {
+                        match f.try_next() {
+                            Some(FeedEvent::Message(m)) => {
+                                black_box(m.sse_frame());
+                            }
+                            other => panic!("expected a message, got {other:?}"),
                         }
-                        other => panic!("expected a message, got {other:?}"),
                     }
-                }
-            })
-        });
+                })
+            },
+        );
     }
     group.finish();
 }

@@ -11,7 +11,9 @@ use herald_core::{Registry, RegistryConfig, TopicName};
 
 fn registry(c: &mut Criterion) {
     let registry = Arc::new(Registry::new(RegistryConfig::default()));
-    let names: Vec<TopicName> = (0..10_000).map(|i| TopicName::new(&format!("topic.{i}")).expect("valid")).collect();
+    let names: Vec<TopicName> = (0..10_000)
+        .map(|i| TopicName::new(&format!("topic.{i}")).expect("valid"))
+        .collect();
     for n in &names {
         registry.get_or_create(n).expect("room");
     }

@@ -89,6 +89,12 @@ pub struct SseConfig {
     /// Reconnection delay hinted to clients with `retry:` when a stream starts.
     #[serde(with = "humantime_serde")]
     pub retry: Duration,
+    /// End each stream after about this long (±10 % at random), with a `retry:` hint of
+    /// `sse.retry`, so that
+    /// clients reconnect (resuming exactly from `Last-Event-ID`) and spread over the nodes
+    /// behind a load balancer. `0s` keeps streams open indefinitely.
+    #[serde(with = "humantime_serde")]
+    pub max_lifetime: Duration,
 }
 
 /// WebSocket.
@@ -193,6 +199,7 @@ impl Default for SseConfig {
         Self {
             heartbeat: Duration::from_secs(15),
             retry: Duration::from_secs(3),
+            max_lifetime: Duration::ZERO,
         }
     }
 }

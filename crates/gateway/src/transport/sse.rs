@@ -76,6 +76,8 @@ fn open(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<Re
         id: String::new(),
         queued: None,
         done: false,
+        lifetime: lifetime_deadline(config.sse.max_lifetime),
+        retry: config.sse.retry,
     };
     let first = stream.opening(config.sse.retry);
     metrics.sent(first.len());
@@ -110,6 +112,27 @@ struct SseStream {
     /// A chunk to send before anything else (the body after a multi-topic `id:` line).
     queued: Option<Bytes>,
     done: bool,
+    /// When the stream ends by itself (`sse.max_lifetime`), if ever (boxed only when set).
+    lifetime: Option<Pin<Box<Sleep>>>,
+    retry: Duration,
+}
+
+/// The end of a stream's life: `max` ±10 % at random, or never for zero.
+fn lifetime_deadline(max: Duration) -> Option<Pin<Box<Sleep>>> {
+    if max.is_zero() {
+        return None;
+    }
+    let spread = max / 5;
+    let life = max - max / 10 + jitter(spread);
+    Some(Box::pin(tokio::time::sleep(life)))
+}
+
+/// Waits for the stream's end of life; never, when it has none.
+async fn end_of_life(lifetime: &mut Option<Pin<Box<Sleep>>>) {
+    match lifetime {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl SseStream {
@@ -143,6 +166,12 @@ impl SseStream {
                         "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
                     );
                     return Some(Bytes::from(frame));
+                }
+                _ = end_of_life(&mut self.lifetime) => {
+                    self.done = true;
+                    self.guard.closing(CloseReason::Done);
+                    // The lifetime itself is jittered; the client comes back after `sse.retry`.
+                    return Some(Bytes::from(format!("retry: {}\n\n", self.retry.as_millis())));
                 }
                 event = self.feed.next() => {
                     if let Some(chunk) = self.on_event(event) {

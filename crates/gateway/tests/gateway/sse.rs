@@ -179,3 +179,26 @@ async fn bad_sse_requests_get_clear_errors() {
 fn urlencode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
+
+#[tokio::test]
+async fn streams_end_after_their_lifetime_and_resume_exactly() {
+    let mut config = test_config();
+    config.sse.max_lifetime = std::time::Duration::from_millis(300);
+    config.sse.retry = std::time::Duration::from_millis(100);
+    let gw = spawn_gateway(config).await;
+    let mut sse = SseClient::connect(&gw, "topic=life", None).await;
+    sse.next_block().await.unwrap();
+    publish(&gw, "life", json!(1)).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("1"));
+    let last = sse.next_block().await.unwrap();
+    assert_eq!(last.retry, Some(100));
+    assert!(
+        sse.next_block().await.is_none(),
+        "the stream ends after its lifetime"
+    );
+    publish(&gw, "life", json!(2)).await;
+    let resume = sse.last_event_id.clone().unwrap();
+    let mut sse = SseClient::connect(&gw, "topic=life", Some(&resume)).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("2"));
+    gw.stop().await.unwrap();
+}

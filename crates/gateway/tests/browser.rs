@@ -1,0 +1,61 @@
+//! Headless Chromium against a real gateway: the demo page as a person uses it, and the
+//! browser's native `EventSource` reconnecting and resuming by itself.
+//!
+//! Needs Debian's `chromium` and the npm packages of `tests/browser` (`npm ci` there);
+//! `deploy/test.sh` installs both. Set `HERALD_SKIP_BROWSER=1` to skip on a machine without
+//! them; otherwise a missing browser is a failure, not a silent pass.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use herald_gateway::{Config, Gateway};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_page_and_native_eventsource_reconnect() {
+    if std::env::var("HERALD_SKIP_BROWSER").as_deref() == Ok("1") {
+        eprintln!("HERALD_SKIP_BROWSER=1: browser test skipped");
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = std::env::var("HERALD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists(),
+        "{chromium} is missing: run deploy/test.sh (installs Debian's chromium) or set HERALD_SKIP_BROWSER=1"
+    );
+    assert!(
+        dir.join("node_modules/playwright-core").exists(),
+        "run `npm ci` in {} (deploy/test.sh does) or set HERALD_SKIP_BROWSER=1",
+        dir.display()
+    );
+
+    let mut config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    };
+    config.sse.max_lifetime = Duration::from_secs(3);
+    config.sse.retry = Duration::from_millis(1500);
+    let gw = Gateway::start(config).await.unwrap();
+    let public = format!("http://{}", gw.public_addr);
+    let admin = format!("http://{}", gw.admin_addr);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg("browser.mjs")
+            .arg(public)
+            .arg(admin)
+            .current_dir(dir)
+            .output()
+            .expect("node runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "browser test failed:\n{stdout}\n{stderr}"
+    );
+    println!("{stdout}");
+    gw.stop().await.unwrap();
+}

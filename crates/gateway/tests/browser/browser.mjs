@@ -1,0 +1,88 @@
+// Drives headless Chromium (Debian's package) against a running Herald gateway:
+//  1. the demo page: a person clicks Connect for SSE and WebSocket and sees a published message
+//     arrive in both lists;
+//  2. the browser's native EventSource: messages arrive; when the stream ends (sse.max_lifetime)
+//     the browser reconnects by itself with Last-Event-ID and gets exactly the messages published
+//     while it was away, then live ones.
+// Usage: node browser.mjs PUBLIC_URL ADMIN_URL   (exit code 0 = pass; prints the reason otherwise)
+import { chromium } from "playwright-core";
+
+const [base, admin] = process.argv.slice(2);
+const executablePath = process.env.HERALD_CHROMIUM || "/usr/bin/chromium";
+
+async function publish(topic, data) {
+  const res = await fetch(`${admin}/v1/publish`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ topic, data }),
+  });
+  if (!res.ok) throw new Error(`publish answered ${res.status}: ${await res.text()}`);
+  return (await res.json()).id;
+}
+
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  args: [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+try {
+  // 1. The demo page, as a person uses it.
+  const demo = await browser.newPage();
+  await demo.goto(`${base}/`);
+  await demo.fill("#topic", "demo-page");
+  await demo.click("#sse-open");
+  await demo.click("#ws-open");
+  await demo.waitForFunction(() =>
+    document.getElementById("sse-status").textContent === "open" &&
+    document.getElementById("ws-status").textContent === "open" &&
+    document.getElementById("ws-log").textContent.includes("subscribed"));
+  await publish("demo-page", { text: "hello from the test" });
+  await demo.waitForFunction(() =>
+    document.getElementById("sse-log").textContent.includes("hello from the test") &&
+    document.getElementById("ws-log").textContent.includes("hello from the test"), null, { timeout: 10000 });
+  await demo.screenshot({ path: process.env.HERALD_SCREENSHOT || "/tmp/herald-demo.png" });
+  console.log("demo page: SSE and WebSocket panes show the published message");
+
+  // 2. Native EventSource with an automatic reconnect.
+  const page = await browser.newPage();
+  await page.goto(`${base}/`);
+  await page.evaluate(() => {
+    window.got = [];
+    window.opens = 0;
+    window.errors = 0;
+    window.lost = [];
+    const es = new EventSource("/v1/sse?topic=browser");
+    es.onopen = () => { window.opens++; };
+    es.onerror = () => { window.errors++; };
+    es.onmessage = (e) => { window.got.push({ data: e.data, id: e.lastEventId }); };
+    es.addEventListener("herald.lost", (e) => window.lost.push(e.data));
+  });
+  await page.waitForFunction(() => window.opens >= 1);
+  for (const n of [1, 2, 3]) await publish("browser", n);
+  await page.waitForFunction(() => window.got.length >= 3, null, { timeout: 10000 });
+
+  // The server ends the stream after its lifetime; publish while the browser waits to reconnect.
+  await page.waitForFunction(() => window.errors >= 1, null, { timeout: 15000 });
+  const opensAtDrop = await page.evaluate(() => window.opens);
+  for (const n of [4, 5, 6]) await publish("browser", n);
+  await page.waitForFunction((o) => window.opens > o, opensAtDrop, { timeout: 15000 });
+  await publish("browser", 7);
+  await page.waitForFunction(() => window.got.length >= 7, null, { timeout: 10000 });
+  await new Promise((r) => setTimeout(r, 300));
+  const got = await page.evaluate(() => window.got);
+  const lost = await page.evaluate(() => window.lost);
+  const data = got.map((m) => Number(m.data));
+  assert(JSON.stringify(data) === JSON.stringify([1, 2, 3, 4, 5, 6, 7]),
+    `expected 1..7 exactly once in order, got ${JSON.stringify(data)}`);
+  assert(lost.length === 0, `unexpected loss signal ${JSON.stringify(lost)}`);
+  assert(got.every((m) => m.id.startsWith("browser=")), `ids ${JSON.stringify(got.map((m) => m.id))}`);
+  console.log(`EventSource: reconnected by itself and resumed exactly: ${JSON.stringify(data)}`);
+} finally {
+  await browser.close();
+}
