@@ -114,10 +114,6 @@ pub struct WsConfig {
     /// with 1001.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// Longest time one write may wait for a client that does not read; then the
-    /// connection is closed as a slow consumer.
-    #[serde(with = "humantime_serde")]
-    pub write_timeout: Duration,
 }
 
 /// Long-polling.
@@ -147,6 +143,13 @@ pub struct LimitsConfig {
     /// Time a client has to send its request headers (slowloris protection).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
+    /// Longest time one write to an SSE or WebSocket client may wait for a client that does
+    /// not read; then the connection is closed as a slow consumer. Bounds what each
+    /// connection holds queued to the kernel's socket buffer.
+    #[serde(with = "humantime_serde")]
+    pub write_timeout: Duration,
+    /// Largest request head (request line and headers) in bytes; larger gets 431.
+    pub max_header_bytes: usize,
 }
 
 /// Graceful shutdown.
@@ -212,7 +215,6 @@ impl Default for WsConfig {
             write_buffer_size: 0,
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
-            write_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -234,6 +236,8 @@ impl Default for LimitsConfig {
             max_payload_bytes: 64 * 1024,
             max_batch_publish: 100,
             header_read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+            max_header_bytes: 16 * 1024,
         }
     }
 }
@@ -299,10 +303,6 @@ impl Config {
             "ws.idle_timeout must be longer than ws.ping_interval"
         );
         ensure!(
-            !ws.write_timeout.is_zero(),
-            "ws.write_timeout must be above zero"
-        );
-        ensure!(
             !self.poll.timeout.is_zero(),
             "poll.timeout must be above zero"
         );
@@ -330,6 +330,14 @@ impl Config {
         ensure!(
             !l.header_read_timeout.is_zero(),
             "limits.header_read_timeout must be above zero"
+        );
+        ensure!(
+            !l.write_timeout.is_zero(),
+            "limits.write_timeout must be above zero"
+        );
+        ensure!(
+            (1024..=1 << 20).contains(&l.max_header_bytes),
+            "limits.max_header_bytes must be within 1024..=1048576"
         );
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);

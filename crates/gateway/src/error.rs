@@ -68,6 +68,13 @@ impl From<RegistryError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The JSON body: `{"code": ..., "reason": ...}`.
+    pub fn json_body(&self) -> String {
+        serde_json::json!({ "code": self.code, "reason": self.reason }).to_string()
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         tracing::debug!(status = self.status.as_u16(), code = self.code, reason = %self.reason, "request refused");

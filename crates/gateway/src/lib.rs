@@ -60,6 +60,8 @@ pub async fn run(
             tracker: tracker.clone(),
             header_read_timeout: config.limits.header_read_timeout,
             max_connections: Some(config.limits.max_connections),
+            sse: Some(state.clone()),
+            max_header_bytes: config.limits.max_header_bytes,
         },
     ));
     let admin_task = tokio::spawn(server::serve(
@@ -70,6 +72,8 @@ pub async fn run(
             tracker: admin_tracker.clone(),
             header_read_timeout: config.limits.header_read_timeout,
             max_connections: Some(1024),
+            sse: None,
+            max_header_bytes: config.limits.max_header_bytes,
         },
     ));
     let housekeeping = tokio::spawn(housekeeping(state.clone(), admin_stop.clone(), metrics));

@@ -6,6 +6,11 @@
 //! exactly. A single-topic stream writes each message's shared frame as is; a multi-topic
 //! stream writes its own `id:` line (every topic's position) followed by the shared frame
 //! body, a zero-copy slice.
+//!
+//! HTTP/1.1 streams are served straight on the socket by [`serve_raw`] (the accept loop
+//! recognises the request): the response is delimited by the connection's end, so each frame
+//! is one `write` of the shared bytes, with no chunk framing and no hyper buffers held for the
+//! stream's life. The axum [`handler`] serves the same stream through hyper otherwise.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -17,6 +22,8 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use herald_core::{Feed, FeedEvent, ResumeList};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
@@ -27,20 +34,115 @@ use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, T
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
-/// Opens an SSE stream.
+/// The response head of a directly served stream.
+const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
+
+/// Opens an SSE stream through hyper (the axum route).
 pub async fn handler(
     State(state): State<AppState>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let result = open(&state, &headers, query.as_deref());
+    let stream = open(&state, &headers, query.as_deref())?;
+    let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
+        s.next_chunk()
+            .await
+            .map(|chunk| (Ok::<_, Infallible>(chunk), s))
+    }));
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// Serves `sse` directly on `socket`: the response head, then each chunk as one write. Ends
+/// when the stream ends, the client goes away, or a write waits longer than `write_timeout`
+/// (a slow consumer).
+pub async fn serve_raw(mut socket: TcpStream, mut sse: SseStream, write_timeout: Duration) {
+    if write_all(&mut socket, RESPONSE_HEAD, write_timeout)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let chunk = tokio::select! {
+            chunk = sse.next_chunk() => chunk,
+            // A client that closes its side makes the socket readable: notice at once instead
+            // of at the next heartbeat. Anything it sends is read and dropped.
+            ready = socket.readable() => {
+                if ready.is_err() || client_gone(&socket) {
+                    break;
+                }
+                continue;
+            }
+        };
+        let Some(chunk) = chunk else { break };
+        match write_all(&mut socket, &chunk, write_timeout).await {
+            Ok(()) => {}
+            Err(WriteError::TimedOut) => {
+                metrics::slow_consumer("disconnected");
+                sse.guard.closing(CloseReason::Slow);
+                break;
+            }
+            Err(WriteError::Io) => break,
+        }
+    }
+}
+
+enum WriteError {
+    TimedOut,
+    Io,
+}
+
+async fn write_all(
+    socket: &mut TcpStream,
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<(), WriteError> {
+    match tokio::time::timeout(timeout, socket.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(WriteError::Io),
+        Err(_) => Err(WriteError::TimedOut),
+    }
+}
+
+/// Reads and drops what the client sent; true when it has closed its side or failed.
+fn client_gone(socket: &TcpStream) -> bool {
+    let mut scratch = [0u8; 256];
+    loop {
+        match socket.try_read(&mut scratch) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Validates an SSE request and subscribes: the stream to serve, or why not.
+pub fn open(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<SseStream, ApiError> {
+    let result = try_open(state, headers, query);
     if let Err(e) = &result {
         metrics::client_error("sse", e.code());
     }
     result
 }
 
-fn open(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<Response, ApiError> {
+fn try_open(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<SseStream, ApiError> {
     if state.shutdown().is_cancelled() {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -82,23 +184,11 @@ fn open(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<Re
     let first = stream.opening(config.sse.retry);
     metrics.sent(first.len());
     stream.queued = Some(first);
-    let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
-        s.next_chunk()
-            .await
-            .map(|chunk| (Ok::<_, Infallible>(chunk), s))
-    }));
-    let mut response = body.into_response();
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    Ok(stream)
 }
 
-struct SseStream {
+/// One subscriber's stream of SSE chunks.
+pub struct SseStream {
     feed: Feed,
     multi: bool,
     metrics: &'static TransportMetrics,
@@ -148,7 +238,8 @@ impl SseStream {
         self.id = format!("id: {list}\n");
     }
 
-    async fn next_chunk(&mut self) -> Option<Bytes> {
+    /// The next chunk to write, or `None` when the stream is over. Cancel-safe.
+    pub async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(chunk) = self.queued.take() {
             return Some(chunk);
         }

@@ -419,7 +419,7 @@ impl Connection {
     /// Sends one frame; a client that does not take it within the write timeout is a slow
     /// consumer and is dropped.
     async fn send(&mut self, message: WsMessage) -> Flow {
-        let timeout = self.state.config().ws.write_timeout;
+        let timeout = self.state.config().limits.write_timeout;
         match tokio::time::timeout(timeout, self.socket.send(message)).await {
             Ok(Ok(())) => Flow::Continue,
             Ok(Err(_)) => Flow::Close(CloseReason::Client),
@@ -436,7 +436,7 @@ impl Connection {
             code,
             reason: Utf8Bytes::from(reason),
         };
-        let limit = Duration::from_secs(1).min(self.state.config().ws.write_timeout);
+        let limit = Duration::from_secs(1).min(self.state.config().limits.write_timeout);
         let _ = tokio::time::timeout(limit, self.socket.send(WsMessage::Close(Some(frame)))).await;
         // Let the client's close reply arrive so the TCP connection ends cleanly.
         let _ = tokio::time::timeout(limit, async {

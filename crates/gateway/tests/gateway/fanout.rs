@@ -72,7 +72,7 @@ async fn a_slow_consumer_is_disconnected_without_holding_back_the_others() {
     config.topics.channel_capacity = 8;
     config.topics.history_len = 8;
     config.lag_policy = LagPolicy::Disconnect;
-    config.ws.write_timeout = Duration::from_secs(2);
+    config.limits.write_timeout = Duration::from_secs(2);
     let gw = spawn_gateway(config).await;
 
     let mut slow = ws_connect(&gw).await;
@@ -129,5 +129,50 @@ async fn a_slow_consumer_is_disconnected_without_holding_back_the_others() {
         text.contains("herald_slow_consumer_events_total{outcome=\"disconnected\"}"),
         "{text}"
     );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_sse_consumer_is_dropped_after_the_write_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let mut config = test_config();
+    config.limits.write_timeout = Duration::from_millis(500);
+    let gw = spawn_gateway(config).await;
+    // Connects and never reads.
+    let mut stuck = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    stuck
+        .write_all(b"GET /v1/sse?topic=slow HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut fast = SseClient::connect(&gw, "topic=slow", None).await;
+    fast.next_block().await.unwrap();
+    let subscribers = || async {
+        let stats: serde_json::Value = http()
+            .get(format!("http://{}/v1/topics/slow", gw.admin_addr))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        stats["subscribers"].as_u64().unwrap()
+    };
+    eventually(WAIT, || async { subscribers().await == 2 }).await;
+    let pad = "x".repeat(60_000);
+    for n in 0..120 {
+        publish(&gw, "slow", json!({"n": n, "pad": pad})).await;
+        let event = fast.next_event().await.unwrap();
+        assert!(event.data.unwrap().starts_with(&format!("{{\"n\":{n},")));
+    }
+    // The stuck client's socket buffers are full: it is dropped, the fast one stays.
+    eventually(WAIT, || async { subscribers().await == 1 }).await;
+    publish(&gw, "slow", json!("still here")).await;
+    assert_eq!(
+        fast.next_event().await.unwrap().data.as_deref(),
+        Some("still here")
+    );
+    drop(stuck);
     gw.stop().await.unwrap();
 }

@@ -202,3 +202,150 @@ async fn streams_end_after_their_lifetime_and_resume_exactly() {
     assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("2"));
     gw.stop().await.unwrap();
 }
+
+async fn sse_gauge(gw: &herald_gateway::Gateway) -> f64 {
+    let text = http()
+        .get(format!("http://{}/metrics", gw.admin_addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("herald_connections{transport=\"sse\"} "))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_is_noticed_at_once() {
+    // The default heartbeat is 15 s; the gateway must not wait for it to free the stream.
+    let gw = spawn_gateway(test_config()).await;
+    let before = sse_gauge(&gw).await;
+    let mut sse = SseClient::connect(&gw, "topic=gone", None).await;
+    sse.next_block().await.unwrap();
+    eventually(WAIT, || async { sse_gauge(&gw).await >= before + 1.0 }).await;
+    let subscribers = || async {
+        let stats: serde_json::Value = http()
+            .get(format!("http://{}/v1/topics/gone", gw.admin_addr))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        stats["subscribers"].as_u64().unwrap()
+    };
+    assert_eq!(subscribers().await, 1);
+    drop(sse);
+    eventually(std::time::Duration::from_secs(3), || async {
+        subscribers().await == 0
+    })
+    .await;
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn raw_sse_response_is_close_delimited_and_request_heads_are_bounded() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut config = test_config();
+    config.limits.header_read_timeout = std::time::Duration::from_millis(300);
+    config.limits.max_header_bytes = 2048;
+    let gw = spawn_gateway(config).await;
+
+    let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    raw.write_all(b"GET /v1/sse?topic=raw HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = String::new();
+    while !got.contains("\n\n") || !got.contains("\r\n\r\n") {
+        let n = raw.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+    }
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(got.contains("content-type: text/event-stream\r\n"));
+    assert!(got.contains("connection: close\r\n"));
+    assert!(
+        !got.contains("transfer-encoding"),
+        "no chunk framing: {got}"
+    );
+
+    // An oversized head gets 431, a head that never completes gets 408.
+    let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    let big = format!(
+        "GET /v1/sse?topic=a HTTP/1.1\r\nx-big: {}\r\n\r\n",
+        "a".repeat(4000)
+    );
+    raw.write_all(big.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+
+    let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    raw.write_all(b"GET /v1/sse?topic=a HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    // Garbage is answered by hyper with 400.
+    let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    raw.write_all(b"\x00\x01 not http\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let _ = raw.read_to_end(&mut answer).await;
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 400"),
+        "{answer:?}"
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_router_serves_sse_through_hyper_too() {
+    use axum::body::Body;
+    use futures_util::StreamExt as _;
+    use tower::ServiceExt as _;
+    let config = test_config();
+    let state = herald_gateway::AppState::new(
+        config,
+        tokio_util::sync::CancellationToken::new(),
+        tokio_util::task::TaskTracker::new(),
+        herald_gateway::telemetry::metrics::install(),
+    );
+    let response = herald_gateway::public_router(state.clone())
+        .oneshot(
+            axum::http::Request::get("/v1/sse?topic=routed")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body().into_data_stream();
+    let opening = body.next().await.unwrap().unwrap();
+    assert!(
+        std::str::from_utf8(&opening)
+            .unwrap()
+            .starts_with("retry: 3000\nid: routed=")
+    );
+    let topic = state.registry().get("routed").unwrap();
+    topic.publish(None, herald_core::Payload::from_value(&json!("hi")));
+    let frame = body.next().await.unwrap().unwrap();
+    assert!(
+        std::str::from_utf8(&frame)
+            .unwrap()
+            .ends_with("data: hi\n\n")
+    );
+}

@@ -1,10 +1,15 @@
-//! The accept loop: HTTP/1.1 connections served by hyper directly (not `axum::serve`), each
-//! on a tracked task, bounded by a connection limit and a header-read timeout.
+//! The accept loop: HTTP/1.1 connections, each on a tracked task, bounded by a connection
+//! limit and a header-read timeout.
 //!
-//! Why not `axum::serve`: its per-connection state and hyper-util's HTTP/1+2 auto builder
-//! cost measurably more memory per idle long-lived connection than hyper's HTTP/1 builder
-//! (see BENCHMARKS.md), and this loop also gives us the connection limit and slowloris
-//! timeout in one place.
+//! On the public listener the first request head is read here: an SSE request is served
+//! straight on the socket (`transport::sse::serve_raw`), everything else goes to hyper's
+//! HTTP/1 builder and the axum router with the bytes already read put back. Why: an idle SSE
+//! stream served through hyper keeps hyper's per-connection read and write buffers (8 KiB
+//! each, the first pages resident) for its whole life, and `axum::serve` adds per-connection
+//! state; served directly, an idle stream holds its task, socket and feed only (BENCHMARKS.md
+//! has the figures).
+
+pub mod head;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,18 +18,22 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::http::StatusCode;
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
+use crate::app::AppState;
 use crate::telemetry::metrics;
+use crate::transport::sse;
+use head::{Head, Rewind};
 
 /// How one listener serves.
 #[derive(Clone, Debug)]
@@ -37,6 +46,10 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// Open connections allowed at once; `None` for no limit.
     pub max_connections: Option<usize>,
+    /// Serve SSE requests directly on the socket (public listener only).
+    pub sse: Option<AppState>,
+    /// Largest request head read by the SSE fast path.
+    pub max_header_bytes: usize,
 }
 
 /// Accepts connections on `listener` until `options.stop` is cancelled.
@@ -78,12 +91,38 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
 }
 
 async fn serve_connection(
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     router: Router,
     options: &ServeOptions,
 ) {
     let _ = stream.set_nodelay(true);
+    let prefix = match &options.sse {
+        None => Bytes::new(),
+        Some(state) => {
+            let head = tokio::select! {
+                head = head::read_head(&mut stream, options.header_read_timeout, options.max_header_bytes, "/v1/sse") => head,
+                _ = options.stop.cancelled() => return,
+            };
+            match head {
+                Head::Done => return,
+                Head::Other(prefix) => prefix,
+                Head::Sse { query, headers } => {
+                    match sse::open(state, &headers, query.as_deref()) {
+                        Ok(sse) => {
+                            sse::serve_raw(stream, sse, state.config().limits.write_timeout).await;
+                        }
+                        Err(e) => {
+                            let _ =
+                                head::write_response(&mut stream, e.status(), &[], &e.json_body())
+                                    .await;
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    };
     let service = service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         let router = router.clone();
@@ -93,7 +132,7 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
         .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(TokioIo::new(Rewind::new(prefix, stream)), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
@@ -111,14 +150,11 @@ async fn serve_connection(
 
 /// Answers 503 to a connection over the limit, without reading its request.
 async fn refuse(mut stream: TcpStream) {
-    let body = r#"{"code":"too_many_connections","reason":"the gateway holds its maximum of connections; retry later"}"#;
-    let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 5\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = tokio::time::timeout(
-        Duration::from_secs(1),
-        stream.write_all(response.as_bytes()),
+    let _ = head::write_status(
+        &mut stream,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_connections",
+        "the gateway holds its maximum of connections; retry later",
     )
     .await;
 }
