@@ -132,7 +132,13 @@ impl Feed {
     /// Drops the subscription to `topic`; true when there was one.
     pub fn unsubscribe(&mut self, topic: &str) -> bool {
         let before = self.subs.len();
-        self.subs.retain(|s| s.topic.name().as_str() != topic);
+        self.subs.retain(|s| {
+            let keep = s.topic.name().as_str() != topic;
+            if !keep {
+                s.topic.touch();
+            }
+            keep
+        });
         let name = self.streams.keys().find(|k| k.as_str() == topic).cloned();
         if let Some(name) = name {
             self.streams.remove(&name);
@@ -243,6 +249,14 @@ impl Feed {
             None => self
                 .pending
                 .push_back(FeedEvent::Disconnect { topic, missed }),
+        }
+    }
+}
+
+impl Drop for Feed {
+    fn drop(&mut self) {
+        for sub in &self.subs {
+            sub.topic.touch();
         }
     }
 }

@@ -66,6 +66,10 @@ struct State {
     epoch: u64,
     head: u64,
     history: History,
+    /// Last publish, subscribe or unsubscribe.
+    last_active: Instant,
+    /// How long an unused topic is kept (its epoch with it) after `last_active`.
+    keep_idle: Duration,
 }
 
 /// One topic. Publishing assigns the next position, stores the message in history and sends it
@@ -94,6 +98,8 @@ impl Topic {
                 epoch,
                 head: 0,
                 history: History::new(config.history_len, config.history_ttl),
+                last_active: Instant::now(),
+                keep_idle: config.history_ttl,
             }),
         }
     }
@@ -115,7 +121,9 @@ impl Topic {
         state.head += 1;
         let cursor = Cursor::new(state.epoch, state.head);
         let message = Arc::new(Message::new(self.name.clone(), cursor, event, data));
-        state.history.evict_expired(Instant::now());
+        let now = Instant::now();
+        state.last_active = now;
+        state.history.evict_expired(now);
         state.history.push(message.clone());
         // No receiver is not an error: the message stays in history.
         let _ = self.sender.send(message.clone());
@@ -125,6 +133,7 @@ impl Topic {
     /// Subscribes live, replaying the history after `from` first when it covers it.
     pub fn subscribe(&self, from: Option<Cursor>) -> Subscription {
         let mut state = self.state.lock();
+        state.last_active = Instant::now();
         let head = Cursor::new(state.epoch, state.head);
         let receiver = self.sender.subscribe();
         let Some(from) = from else {
@@ -185,8 +194,15 @@ impl Topic {
         }
     }
 
-    /// Evicts expired history; true when nothing is left to keep the topic alive for (no
-    /// subscriber, no history).
+    /// Records that a subscriber left, so the topic (and its epoch) is kept for the history
+    /// window after that: a client coming back within it resumes instead of being told
+    /// messages were lost.
+    pub fn touch(&self) {
+        self.state.lock().last_active = Instant::now();
+    }
+
+    /// Evicts expired history; true when nothing is left to keep the topic for: no
+    /// subscriber, no history, and no activity for the history window.
     pub(crate) fn is_idle(&self, now: Instant) -> bool {
         if self.sender.receiver_count() > 0 {
             return false;
@@ -194,6 +210,7 @@ impl Topic {
         let mut state = self.state.lock();
         state.history.evict_expired(now);
         state.history.is_empty()
+            && now.saturating_duration_since(state.last_active) >= state.keep_idle
     }
 }
 
@@ -260,10 +277,15 @@ mod tests {
     #[test]
     fn idle_only_without_subscribers_and_history() {
         let t = topic(2);
-        assert!(t.is_idle(Instant::now()));
+        assert!(!t.is_idle(Instant::now()));
+        assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));
         let sub = t.subscribe(None);
         assert!(!t.is_idle(Instant::now()));
         drop(sub);
+        t.touch();
+        // Kept for the history window after its last subscriber left...
+        assert!(!t.is_idle(Instant::now()));
+        assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));
         publish(&t, 1);
         assert!(!t.is_idle(Instant::now()));
         assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));

@@ -93,8 +93,8 @@ impl AppState {
 pub fn public_router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/", get(demo_page))
-        .route("/v1/sse", get(transport::sse::handler))
-        .route("/v1/ws", get(transport::ws::handler))
+        .route(transport::sse::PATH, get(transport::sse::handler))
+        .route(transport::ws::PATH, get(transport::ws::handler))
         .route("/v1/poll", get(transport::poll::handler));
     if state.config().dev {
         router = router

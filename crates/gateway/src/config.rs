@@ -103,7 +103,9 @@ pub struct SseConfig {
 pub struct WsConfig {
     /// Largest inbound message in bytes; a larger one closes the connection with 1009.
     pub max_message_size: usize,
-    /// Read buffer per connection in bytes (tungstenite keeps it allocated and resident).
+    /// Read buffer per connection in bytes. tungstenite keeps it allocated and zero-fills it
+    /// before reads, so it is resident memory on every connection: keep it small (larger
+    /// messages are still read whole, in more reads).
     pub read_buffer_size: usize,
     /// Bytes buffered before a write is flushed.
     pub write_buffer_size: usize,
@@ -211,7 +213,7 @@ impl Default for WsConfig {
     fn default() -> Self {
         Self {
             max_message_size: 64 * 1024,
-            read_buffer_size: 4 * 1024,
+            read_buffer_size: 1024,
             write_buffer_size: 0,
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),

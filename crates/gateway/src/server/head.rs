@@ -14,10 +14,15 @@ use tokio::net::TcpStream;
 /// What the first request on a connection is.
 #[derive(Debug)]
 pub enum Head {
-    /// `GET /v1/sse?...`: serve it directly on the socket.
+    /// `GET /v1/sse?...` (no upgrade): serve it directly on the socket.
     Sse {
         /// The query string, if any.
         query: Option<String>,
+        /// The request headers.
+        headers: HeaderMap,
+    },
+    /// `GET /v1/ws` with an `Upgrade` header: answer the handshake on the socket.
+    Ws {
         /// The request headers.
         headers: HeaderMap,
     },
@@ -32,12 +37,7 @@ const MAX_HEADERS: usize = 64;
 
 /// Reads until a whole request head is in, then decides. Bytes past the head stay in
 /// `Other`'s buffer for hyper.
-pub async fn read_head(
-    stream: &mut TcpStream,
-    timeout: Duration,
-    max_bytes: usize,
-    sse_path: &str,
-) -> Head {
+pub async fn read_head(stream: &mut TcpStream, timeout: Duration, max_bytes: usize) -> Head {
     let mut buf = BytesMut::with_capacity(1024);
     let read = async {
         loop {
@@ -93,9 +93,10 @@ pub async fn read_head(
     }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
-    if !matches!(req.parse(&buf), Ok(httparse::Status::Complete(_))) || req.method != Some("GET") {
-        return Head::Other(buf.freeze());
-    }
+    let head_len = match req.parse(&buf) {
+        Ok(httparse::Status::Complete(len)) if req.method == Some("GET") => len,
+        _ => return Head::Other(buf.freeze()),
+    };
     let target = req.path.unwrap_or("");
     let (path, query) = match target.split_once('?') {
         Some((p, q)) => (p, Some(q)),
@@ -105,7 +106,11 @@ pub async fn read_head(
         .headers
         .iter()
         .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
-    if path != sse_path || upgrade {
+    let sse = path == crate::transport::sse::PATH && !upgrade;
+    // A WebSocket client waits for the 101 before it sends frames: bytes past the head mean
+    // something else is going on, and hyper gets them.
+    let ws = path == crate::transport::ws::PATH && upgrade && buf.len() == head_len;
+    if !sse && !ws {
         return Head::Other(buf.freeze());
     }
     let mut map = HeaderMap::with_capacity(req.headers.len());
@@ -117,9 +122,13 @@ pub async fn read_head(
             map.append(name, value);
         }
     }
-    Head::Sse {
-        query: query.map(str::to_owned),
-        headers: map,
+    if ws {
+        Head::Ws { headers: map }
+    } else {
+        Head::Sse {
+            query: query.map(str::to_owned),
+            headers: map,
+        }
     }
 }
 

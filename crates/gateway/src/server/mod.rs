@@ -32,7 +32,7 @@ use tower::ServiceExt as _;
 
 use crate::app::AppState;
 use crate::telemetry::metrics;
-use crate::transport::sse;
+use crate::transport::{sse, ws};
 use head::{Head, Rewind};
 
 /// How one listener serves.
@@ -82,11 +82,13 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
             },
         };
         let router = router.clone();
+        let tracker = options.tracker.clone();
         let options = options.clone();
-        options.tracker.clone().spawn(async move {
+        let fut = async move {
             let _permit = permit;
             serve_connection(stream, peer, router, &options).await;
-        });
+        };
+        tracker.spawn(fut);
     }
 }
 
@@ -101,16 +103,26 @@ async fn serve_connection(
         None => Bytes::new(),
         Some(state) => {
             let head = tokio::select! {
-                head = head::read_head(&mut stream, options.header_read_timeout, options.max_header_bytes, "/v1/sse") => head,
+                head = head::read_head(&mut stream, options.header_read_timeout, options.max_header_bytes) => head,
                 _ = options.stop.cancelled() => return,
             };
             match head {
                 Head::Done => return,
+                Head::Ws { headers } => {
+                    ws::upgrade_raw(state, stream, &headers).await;
+                    return;
+                }
                 Head::Other(prefix) => prefix,
                 Head::Sse { query, headers } => {
-                    match sse::open(state, &headers, query.as_deref()) {
+                    let opened = sse::open(state, &headers, query.as_deref());
+                    drop((headers, query));
+                    match opened {
                         Ok(sse) => {
-                            sse::serve_raw(stream, sse, state.config().limits.write_timeout).await;
+                            // A task of its own, sized for the stream alone rather than for
+                            // this function's largest state (hyper's connection).
+                            let write_timeout = state.config().limits.write_timeout;
+                            let fut = sse::serve_raw(stream, sse, write_timeout);
+                            options.tracker.spawn(fut);
                         }
                         Err(e) => {
                             let _ =

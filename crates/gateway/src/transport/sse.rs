@@ -34,6 +34,9 @@ use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, T
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
+/// The route.
+pub const PATH: &str = "/v1/sse";
+
 /// The response head of a directly served stream.
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 

@@ -165,3 +165,46 @@ async fn dev_mode_allows_websocket_publish() {
     assert_eq!(frame["id"], ack["id"]);
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn bad_handshakes_get_clear_errors() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let gw = spawn_gateway(test_config()).await;
+    let cases = [
+        // Upgrade without a key.
+        (
+            "GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\n\r\n",
+            "400",
+        ),
+        // An old protocol version: 426 with the version we speak.
+        (
+            "GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 8\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            "426",
+        ),
+        // Upgrade to something else.
+        (
+            "GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: h2c\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            "400",
+        ),
+        // No upgrade at all.
+        ("GET /v1/ws HTTP/1.1\r\nhost: x\r\n\r\n", "426"),
+    ];
+    for (request, status) in cases {
+        let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
+            .await
+            .unwrap();
+        raw.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(WAIT, raw.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request:?} -> {answer}"
+        );
+        assert!(answer.contains("\"code\""), "{answer}");
+        if status == "426" && request.contains("version: 8") {
+            assert!(answer.contains("sec-websocket-version: 13"), "{answer}");
+        }
+    }
+    gw.stop().await.unwrap();
+}
