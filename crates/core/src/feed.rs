@@ -216,7 +216,23 @@ impl Feed {
             .iter_mut()
             .find(|s| s.topic.name() == message.topic())?;
         let cursor = message.cursor();
-        if cursor.epoch != sub.position.epoch || cursor.seq <= sub.position.seq {
+        if cursor.epoch != sub.position.epoch {
+            // The topic moved to another epoch (its shared log was reset, or this node
+            // learned the log's epoch after the subscriber joined). Nothing was lost if the
+            // subscriber had seen nothing yet; otherwise say so, then go on in the new epoch.
+            let seen_nothing = sub.position.seq == 0;
+            sub.position = Cursor::new(cursor.epoch, 0);
+            if !seen_nothing {
+                let topic = sub.topic.name().clone();
+                self.pending.push_front(FeedEvent::Message(message));
+                return Some(FeedEvent::Lost {
+                    topic,
+                    reason: LossReason::Epoch,
+                });
+            }
+            return self.accept(message);
+        }
+        if cursor.seq <= sub.position.seq {
             return None;
         }
         sub.position = cursor;
@@ -395,6 +411,29 @@ mod tests {
         assert!(drain(&mut feed).is_empty());
         assert!(feed.is_empty());
         assert_eq!(a.subscriber_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn follows_the_topic_into_a_new_epoch() {
+        let a = topic("a", 8, 8);
+        let data = || Payload::from_value(&serde_json::json!(0));
+        let mut fresh = Feed::new(LagPolicy::default(), 4);
+        fresh.subscribe(a.clone(), None).unwrap();
+        let mut seasoned = Feed::new(LagPolicy::default(), 4);
+        seasoned.subscribe(a.clone(), None).unwrap();
+        publish(&a, 1);
+        assert_eq!(drain(&mut seasoned), ["a:1"]);
+        assert_eq!(drain(&mut fresh), ["a:1"]);
+        // The log's epoch arrives: both follow; whoever had seen messages is told.
+        a.ingest(Cursor::new(77, 40), None, data());
+        let mut newcomer = Feed::new(LagPolicy::default(), 4);
+        let b = topic("b", 8, 8);
+        newcomer.subscribe(b.clone(), None).unwrap();
+        b.ingest(Cursor::new(77, 3), None, data());
+        assert_eq!(drain(&mut newcomer), ["b:3"]);
+        assert_eq!(drain(&mut seasoned), ["lost a epoch", "a:40"]);
+        a.ingest(Cursor::new(77, 41), None, data());
+        assert_eq!(drain(&mut seasoned), ["a:41"]);
     }
 
     #[tokio::test]

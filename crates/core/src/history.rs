@@ -92,6 +92,14 @@ impl History {
         Ok(self.messages.range(start..).cloned().collect())
     }
 
+    /// Starts over for a new epoch of which nothing at or before `seq` is held (a node
+    /// that joins a shared log part-way has not seen its earlier messages).
+    pub fn reset(&mut self, seq: u64) {
+        self.messages.clear();
+        self.messages.shrink_to_fit();
+        self.evicted_through = seq;
+    }
+
     /// Number of messages kept.
     pub fn len(&self) -> usize {
         self.messages.len()

@@ -118,15 +118,56 @@ impl Topic {
     /// Publishes a message at the next position and returns it.
     pub fn publish(&self, event: Option<EventName>, data: Payload) -> Arc<Message> {
         let mut state = self.state.lock();
-        state.head += 1;
-        let cursor = Cursor::new(state.epoch, state.head);
-        let message = Arc::new(Message::new(self.name.clone(), cursor, event, data));
+        let cursor = Cursor::new(state.epoch, state.head + 1);
+        Self::append(
+            &self.sender,
+            &mut state,
+            Message::new(self.name.clone(), cursor, event, data),
+        )
+    }
+
+    /// Delivers a message whose position was assigned elsewhere (a shared log such as a
+    /// Kafka partition or a Redis stream), so that every node gives it the same id.
+    ///
+    /// Idempotent: a position at or below the head of the same epoch has been delivered
+    /// already and is dropped (`None`), which removes the duplicates an at-least-once log
+    /// replays. A position in another epoch means the log's history was lost or replaced:
+    /// the topic moves to that epoch with an empty history, and subscribers still holding
+    /// the old epoch's cursors will be told messages were lost when they resume.
+    pub fn ingest(
+        &self,
+        position: Cursor,
+        event: Option<EventName>,
+        data: Payload,
+    ) -> Option<Arc<Message>> {
+        let mut state = self.state.lock();
+        if position.epoch == state.epoch && position.seq <= state.head {
+            return None;
+        }
+        if position.epoch != state.epoch {
+            state.epoch = position.epoch;
+            state.history.reset(position.seq.saturating_sub(1));
+        }
+        Some(Self::append(
+            &self.sender,
+            &mut state,
+            Message::new(self.name.clone(), position, event, data),
+        ))
+    }
+
+    fn append(
+        sender: &broadcast::Sender<Arc<Message>>,
+        state: &mut State,
+        message: Message,
+    ) -> Arc<Message> {
+        let message = Arc::new(message);
+        state.head = message.cursor().seq;
         let now = Instant::now();
         state.last_active = now;
         state.history.evict_expired(now);
         state.history.push(message.clone());
         // No receiver is not an error: the message stays in history.
-        let _ = self.sender.send(message.clone());
+        let _ = sender.send(message.clone());
         message
     }
 
@@ -232,6 +273,42 @@ mod tests {
         for i in 0..n {
             t.publish(None, Payload::from_value(&json!(i)));
         }
+    }
+
+    #[tokio::test]
+    async fn ingest_keeps_log_positions_and_drops_duplicates() {
+        let t = topic(8);
+        let mut sub = t.subscribe(None);
+        let data = || Payload::from_value(&json!(1));
+        assert!(t.ingest(Cursor::new(9, 100), None, data()).is_some());
+        assert!(
+            t.ingest(Cursor::new(9, 100), None, data()).is_none(),
+            "duplicate"
+        );
+        assert!(
+            t.ingest(Cursor::new(9, 50), None, data()).is_none(),
+            "replayed older record"
+        );
+        assert!(t.ingest(Cursor::new(9, 105), None, data()).is_some());
+        assert_eq!(t.head(), Cursor::new(9, 105));
+        assert_eq!(
+            sub.receiver.recv().await.unwrap().cursor(),
+            Cursor::new(9, 100)
+        );
+        assert_eq!(
+            sub.receiver.recv().await.unwrap().cursor(),
+            Cursor::new(9, 105)
+        );
+        // Resume works on log positions, gaps included.
+        let resumed = t.subscribe(Some(Cursor::new(9, 100)));
+        assert_eq!(resumed.replay.len(), 1);
+        // A new epoch (the log was reset) starts an empty history.
+        assert!(t.ingest(Cursor::new(10, 1), None, data()).is_some());
+        assert_eq!(t.stats().history_len, 1);
+        assert_eq!(
+            t.subscribe(Some(Cursor::new(9, 105))).lost,
+            Some(LossReason::Epoch)
+        );
     }
 
     #[test]
