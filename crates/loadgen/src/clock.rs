@@ -42,9 +42,6 @@ mod tests {
             normalize_ts_to_micros(1_700_000_000_123),
             1_700_000_000_123_000
         );
-        assert_eq!(
-            normalize_ts_to_micros(1_700_000_000),
-            1_700_000_000_000_000
-        );
+        assert_eq!(normalize_ts_to_micros(1_700_000_000), 1_700_000_000_000_000);
     }
 }

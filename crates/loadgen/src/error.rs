@@ -32,8 +32,10 @@ pub enum ErrorKind {
     SseTooLarge,
     /// The server closed a stream that should have stayed open.
     ClosedByServer,
-    /// The server ended a stream with `herald.shutdown`.
+    /// The server ended a stream with `herald.shutdown` (or WebSocket close 1012/1001).
     ServerShutdown,
+    /// The server disconnected a slow consumer (`herald.disconnect`, WebSocket close 1008).
+    ServerDisconnect,
     /// A read or write on an open connection failed (reset, broken pipe...).
     Io,
     /// A publish request got a non-2xx status.
@@ -50,7 +52,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in report order.
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::ConnectRefused,
         ErrorKind::ConnectTimeout,
         ErrorKind::PortsExhausted,
@@ -64,6 +66,7 @@ impl ErrorKind {
         ErrorKind::SseTooLarge,
         ErrorKind::ClosedByServer,
         ErrorKind::ServerShutdown,
+        ErrorKind::ServerDisconnect,
         ErrorKind::Io,
         ErrorKind::PublishStatus,
         ErrorKind::PublishTimeout,
@@ -91,6 +94,7 @@ impl ErrorKind {
             ErrorKind::SseTooLarge => "sse_too_large",
             ErrorKind::ClosedByServer => "closed_by_server",
             ErrorKind::ServerShutdown => "server_shutdown",
+            ErrorKind::ServerDisconnect => "server_disconnect",
             ErrorKind::Io => "io",
             ErrorKind::PublishStatus => "publish_status",
             ErrorKind::PublishTimeout => "publish_timeout",
@@ -118,9 +122,7 @@ impl ErrorKind {
         match err.kind() {
             io::ErrorKind::ConnectionRefused => ErrorKind::ConnectRefused,
             io::ErrorKind::TimedOut => ErrorKind::ConnectTimeout,
-            io::ErrorKind::AddrNotAvailable | io::ErrorKind::AddrInUse => {
-                ErrorKind::PortsExhausted
-            }
+            io::ErrorKind::AddrNotAvailable | io::ErrorKind::AddrInUse => ErrorKind::PortsExhausted,
             _ => ErrorKind::ConnectOther,
         }
     }
@@ -156,6 +158,9 @@ pub enum ConnError {
     /// The server announced shutdown.
     #[error("server shutdown")]
     ServerShutdown,
+    /// The server disconnected us as a slow consumer.
+    #[error("disconnected by the server (slow consumer)")]
+    ServerDisconnect,
     /// I/O on an established connection failed.
     #[error("i/o error: {0}")]
     Io(#[source] io::Error),
@@ -174,6 +179,7 @@ impl ConnError {
             ConnError::SubscribeTimeout => ErrorKind::SubscribeTimeout,
             ConnError::ClosedByServer => ErrorKind::ClosedByServer,
             ConnError::ServerShutdown => ErrorKind::ServerShutdown,
+            ConnError::ServerDisconnect => ErrorKind::ServerDisconnect,
             ConnError::Io(_) => ErrorKind::Io,
         }
     }

@@ -1,0 +1,358 @@
+//! Command-line interface. Every flag's doc comment is its `--help` text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::publish::PublishMode;
+
+/// Load, soak and benchmark tool for push servers: Herald, or any SSE / WebSocket server.
+#[derive(Debug, Parser)]
+#[command(name = "herald-loadgen", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// N SSE subscribers (raw HTTP/1.1) spread over K topics, with an optional built-in publisher.
+    Sse(SseArgs),
+    /// N WebSocket subscribers speaking Herald's JSON protocol (or --raw: count any frame).
+    Ws(WsArgs),
+    /// N WebSocket clients sending fixed-size frames at a total rate, timing the echo.
+    Echo(EchoArgs),
+    /// HTTP publishing at a fixed rate or in token-bucket bursts.
+    Publish(PublishCmdArgs),
+    /// Subscribers that stay, plus X clients per second that connect and leave.
+    Churn(ChurnArgs),
+    /// Raw floor: CPU cost of one small write per socket on loopback, for comparison.
+    Floor(FloorArgs),
+    /// Internal: run as a worker process of a coordinator (JSON lines on stdin/stdout).
+    #[command(name = "__worker", hide = true)]
+    Worker,
+}
+
+fn duration(s: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(s)
+}
+
+/// Which servers to hit.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// Server URL; repeat for several nodes (connections are spread round-robin).
+    /// An empty path means Herald's default (/v1/sse or /v1/ws).
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// Allow targets outside 127.0.0.0/8, ::1 and localhost.
+    #[arg(long)]
+    pub allow_non_loopback: bool,
+}
+
+/// How many connections and how fast.
+#[derive(Debug, Clone, Args)]
+pub struct ConnArgs {
+    /// Number of client connections.
+    #[arg(long, default_value_t = 100)]
+    pub conns: u64,
+    /// New connections per second during the ramp (0: as fast as --max-pending allows).
+    #[arg(long, default_value_t = 1000.0)]
+    pub ramp: f64,
+    /// Timeout for connect + handshake (+ subscribe) of one client.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+    /// Most connection attempts in progress at once (per worker).
+    #[arg(long, default_value_t = 1000)]
+    pub max_pending: usize,
+    /// Source addresses to bind: a count (N addresses from 127.0.0.1), a range
+    /// (127.0.0.1-127.0.0.20), or a list. Default: one per 20,000 sockets for IPv4 loopback targets.
+    #[arg(long)]
+    pub source_ips: Option<String>,
+    /// Read buffer per connection, bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub read_buffer: usize,
+}
+
+/// Run length, processes and outputs.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Length of the measured phase (after the ramp), e.g. 60s, 5m.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub duration: Duration,
+    /// Time after the measured phase for in-flight messages to arrive.
+    #[arg(long, value_parser = duration, default_value = "2s")]
+    pub drain: Duration,
+    /// Worker processes (default: automatic, one process per --sockets-per-process sockets;
+    /// with a small run everything stays in this process).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Socket budget of one process (the hard open-files limit here is 20,000).
+    #[arg(long, default_value_t = 18_000)]
+    pub sockets_per_process: u64,
+    /// PID of a server process to sample (CPU, RSS); repeatable.
+    #[arg(long = "server-pid")]
+    pub server_pids: Vec<u32>,
+    /// Write the JSON report to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report (inline SVG charts) to this file.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// CPU-µs per write measured by `floor`, to report server cost as a ratio to it.
+    #[arg(long)]
+    pub floor_us: Option<f64>,
+    /// Exit with status 3 when the verdict lists problems (missing, duplicates, failures).
+    #[arg(long)]
+    pub strict: bool,
+    /// Interval of timeline samples and progress updates.
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub tick: Duration,
+    /// Largest SSE line / event / WebSocket message accepted, bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_event: usize,
+}
+
+/// Topics.
+#[derive(Debug, Clone, Args)]
+pub struct TopicArgs {
+    /// Number of topics; connection i subscribes to topic i % K (0: no topic parameter).
+    #[arg(long, default_value_t = 1)]
+    pub topics: u32,
+    /// Topics per connection (consecutive topics from i % K).
+    #[arg(long, default_value_t = 1)]
+    pub topics_per_conn: u32,
+    /// Topic name prefix: topic i is named {prefix}{i}.
+    #[arg(long, default_value = "load-")]
+    pub topic_prefix: String,
+    /// SSE query parameter naming a topic.
+    #[arg(long, default_value = "topic")]
+    pub topic_param: String,
+}
+
+/// The built-in publisher.
+#[derive(Debug, Clone, Args)]
+pub struct PubArgs {
+    /// Herald publish URL (admin listener), e.g. http://127.0.0.1:9090; repeatable.
+    /// Without it nothing is published and deliveries are only counted.
+    #[arg(long = "publish-url")]
+    pub publish_urls: Vec<String>,
+    /// Messages per second, over all topics.
+    #[arg(long, default_value_t = 100.0)]
+    pub publish_rate: f64,
+    /// With several publish URLs: `all` sends each message to every node (unbridged nodes),
+    /// `round-robin` sends message i to node i % n (bridged nodes).
+    #[arg(long, value_enum, default_value_t = PublishMode::All)]
+    pub publish_mode: PublishMode,
+    /// Token-bucket capacity for bursty publishing (default: evenly paced).
+    #[arg(long)]
+    pub publish_burst: Option<f64>,
+    /// Size of each message's `data` JSON object, bytes.
+    #[arg(long, default_value_t = 100)]
+    pub payload_size: usize,
+    /// Concurrent publish requests per publish URL.
+    #[arg(long, default_value_t = 8)]
+    pub publish_concurrency: usize,
+    /// Timeout of one publish request.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    pub publish_timeout: Duration,
+    /// Optional `event` name of published messages.
+    #[arg(long)]
+    pub event: Option<String>,
+}
+
+/// `sse`.
+#[derive(Debug, Clone, Args)]
+pub struct SseArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub topics: TopicArgs,
+    #[command(flatten)]
+    pub publish: PubArgs,
+}
+
+/// `ws`.
+#[derive(Debug, Clone, Args)]
+pub struct WsArgs {
+    #[command(flatten)]
+    pub common: SseArgs,
+    /// Raw mode: no subscribe, count every frame; latency from a `ts` field when present.
+    #[arg(long)]
+    pub raw: bool,
+    /// Raw mode: a text frame to send after the handshake.
+    #[arg(long)]
+    pub init_frame: Option<String>,
+    /// Time allowed for the `subscribed` acknowledgement.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub subscribe_timeout: Duration,
+}
+
+/// `echo`.
+#[derive(Debug, Clone, Args)]
+pub struct EchoArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Echo requests per second, over all clients.
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// Frame size, bytes.
+    #[arg(long, default_value_t = 256)]
+    pub size: usize,
+    /// Raw mode: send plain text frames to a generic echo server.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// Transport of churn clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Transport {
+    /// SSE subscribers.
+    Sse,
+    /// Herald WebSocket subscribers.
+    Ws,
+}
+
+/// `churn`.
+#[derive(Debug, Clone, Args)]
+pub struct ChurnArgs {
+    #[command(flatten)]
+    pub common: SseArgs,
+    /// Transport of all clients.
+    #[arg(long, value_enum, default_value_t = Transport::Sse)]
+    pub transport: Transport,
+    /// Churn clients connecting (and, after --churn-hold, leaving) per second.
+    #[arg(long, default_value_t = 10.0)]
+    pub churn_rate: f64,
+    /// How long a churn client stays connected.
+    #[arg(long, value_parser = duration, default_value = "2s")]
+    pub churn_hold: Duration,
+    /// Time allowed for the `subscribed` acknowledgement (ws).
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub subscribe_timeout: Duration,
+}
+
+/// `publish`.
+#[derive(Debug, Clone, Args)]
+pub struct PublishCmdArgs {
+    /// Publish URL (e.g. http://127.0.0.1:9090); repeatable.
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// Allow targets outside loopback.
+    #[arg(long)]
+    pub allow_non_loopback: bool,
+    /// Messages per second (0: as fast as --concurrency allows).
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Token-bucket capacity: bursts of up to this many messages (default: evenly paced).
+    #[arg(long)]
+    pub burst: Option<f64>,
+    /// Concurrent requests per URL.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// With several URLs: all, or round-robin.
+    #[arg(long, value_enum, default_value_t = PublishMode::RoundRobin)]
+    pub mode: PublishMode,
+    /// How long to publish.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub duration: Duration,
+    /// Number of topics.
+    #[arg(long, default_value_t = 1)]
+    pub topics: u32,
+    /// Topic name prefix.
+    #[arg(long, default_value = "load-")]
+    pub topic_prefix: String,
+    /// Size of each message's `data` JSON object, bytes.
+    #[arg(long, default_value_t = 100)]
+    pub payload_size: usize,
+    /// Optional `event` name.
+    #[arg(long)]
+    pub event: Option<String>,
+    /// Timeout of one request.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// PID of a server process to sample; repeatable.
+    #[arg(long = "server-pid")]
+    pub server_pids: Vec<u32>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the HTML report here.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// Interval of timeline samples and progress updates.
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub tick: Duration,
+    /// Exit with status 3 when any request failed.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// `floor`.
+#[derive(Debug, Clone, Args)]
+pub struct FloorArgs {
+    /// Loopback connections written to.
+    #[arg(long, default_value_t = 1000)]
+    pub conns: u64,
+    /// How long to write.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    pub duration: Duration,
+    /// Bytes per write (an SSE event of about this size).
+    #[arg(long, default_value_t = 100)]
+    pub size: usize,
+    /// Write the JSON result here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_a_full_sse_command() {
+        let cli = Cli::try_parse_from([
+            "herald-loadgen",
+            "sse",
+            "--url",
+            "http://127.0.0.1:8080",
+            "--url",
+            "http://127.0.0.1:8081",
+            "--conns",
+            "5000",
+            "--duration",
+            "5m",
+            "--publish-url",
+            "http://127.0.0.1:9090",
+            "--publish-mode",
+            "round-robin",
+            "--server-pid",
+            "42",
+        ])
+        .unwrap();
+        let Command::Sse(a) = cli.command else {
+            panic!("not sse")
+        };
+        assert_eq!(a.target.urls.len(), 2);
+        assert_eq!(a.conn.conns, 5000);
+        assert_eq!(a.run.duration, Duration::from_secs(300));
+        assert_eq!(a.publish.publish_mode, PublishMode::RoundRobin);
+        assert_eq!(a.run.server_pids, vec![42]);
+    }
+}

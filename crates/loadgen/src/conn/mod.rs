@@ -1,0 +1,72 @@
+//! Client connections: dialing, and one task type per client kind.
+
+pub mod dial;
+pub mod echo;
+pub mod receiver;
+pub mod sse;
+pub mod ws;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::seq::SeqTracker;
+use crate::stats::Stats;
+use crate::worker::spec::WorkerSpec;
+
+/// Shared state of a worker's connection tasks.
+#[derive(Debug)]
+pub struct ConnCtx {
+    /// The worker's spec.
+    pub spec: Arc<WorkerSpec>,
+    /// Counters.
+    pub stats: Arc<Stats>,
+    /// Set when the measured phase begins: clients ready after it are late joiners.
+    pub started: AtomicBool,
+    /// Cancelled when the measured phase begins (echo clients wait for it).
+    pub start: CancellationToken,
+    /// Cancelled when sending must stop (echo, churn).
+    pub quiesce: CancellationToken,
+    /// Cancelled when every connection must close.
+    pub stop: CancellationToken,
+    /// Bounds connection attempts in progress (permits are held from dial to ready).
+    pub pending: Semaphore,
+}
+
+/// Main client, or a churn client that leaves after `hold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A main client: stays until the run ends.
+    Main,
+    /// A churn client.
+    Churn {
+        /// How long it stays once ready.
+        hold: Duration,
+    },
+}
+
+/// What a connection task hands back when it ends.
+#[derive(Debug, Default)]
+pub struct ConnOutcome {
+    /// It became ready.
+    pub ready: bool,
+    /// It was ready before the measured phase began.
+    pub cohort: bool,
+    /// It stayed open until the run told it to close.
+    pub stayed: bool,
+    /// Per subscribed topic: (topic index, tracker, loss notifications).
+    pub topics: Vec<(u32, SeqTracker, u64)>,
+    /// Echo requests sent, and the tracker of answers (echo clients).
+    pub echo: Option<(u64, SeqTracker)>,
+}
+
+/// Sleeps for `hold` for churn clients; never completes for main clients.
+pub async fn hold_timer(role: Role) {
+    match role {
+        Role::Main => std::future::pending::<()>().await,
+        Role::Churn { hold } => tokio::time::sleep(hold).await,
+    }
+}

@@ -1,0 +1,176 @@
+//! Per-connection delivery accounting, shared by SSE and WebSocket subscribers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::clock::normalize_ts_to_micros;
+use crate::payload;
+use crate::seq::SeqTracker;
+use crate::stats::Stats;
+
+struct TopicState {
+    index: u32,
+    name: String,
+    tracker: SeqTracker,
+    lost: u64,
+}
+
+/// Counts what one connection receives; counters are batched locally and flushed after
+/// every read so that shared atomics are touched once per read, not once per message.
+pub struct Receiver {
+    stats: Arc<Stats>,
+    hint: usize,
+    churn: bool,
+    foreign_ts: bool,
+    topics: Vec<TopicState>,
+    deliveries: u64,
+    untracked: u64,
+    bytes: u64,
+    lost: u64,
+}
+
+impl Receiver {
+    /// A receiver for a connection subscribed to `topics` (index, name).
+    ///
+    /// `foreign_ts` normalizes `ts` values of unknown unit (raw mode); `churn` sends counts to
+    /// the churn counters and skips sequence tracking.
+    pub fn new(
+        stats: Arc<Stats>,
+        hint: usize,
+        topics: Vec<(u32, String)>,
+        churn: bool,
+        foreign_ts: bool,
+    ) -> Self {
+        Self {
+            stats,
+            hint,
+            churn,
+            foreign_ts,
+            topics: topics
+                .into_iter()
+                .map(|(index, name)| TopicState {
+                    index,
+                    name,
+                    tracker: SeqTracker::new(),
+                    lost: 0,
+                })
+                .collect(),
+            deliveries: 0,
+            untracked: 0,
+            bytes: 0,
+            lost: 0,
+        }
+    }
+
+    fn topic_slot(&self, topic: Option<&str>) -> Option<usize> {
+        match topic {
+            Some(name) => self.topics.iter().position(|t| t.name == name),
+            None if self.topics.len() == 1 => Some(0),
+            None => None,
+        }
+    }
+
+    /// One delivered message with payload `data`; `topic` if the frame named it.
+    pub fn on_message(&mut self, topic: Option<&str>, data: &[u8], now_us: u64) {
+        let fields = payload::scan(data);
+        self.deliveries += 1;
+        self.bytes += data.len() as u64;
+        if let Some(ts) = fields.ts {
+            let ts = if self.foreign_ts {
+                normalize_ts_to_micros(ts)
+            } else {
+                ts
+            };
+            self.stats
+                .latency
+                .record(self.hint, now_us.saturating_sub(ts));
+        }
+        if self.churn {
+            return;
+        }
+        let slot = fields
+            .seq
+            .and_then(|seq| Some((seq, self.topic_slot(topic.or(fields.topic))?)));
+        match slot {
+            Some((seq, i)) => {
+                self.topics[i].tracker.record(seq);
+            }
+            None => self.untracked += 1,
+        }
+    }
+
+    /// A loss notification, for `topic` if named.
+    pub fn on_lost(&mut self, topic: Option<&str>) {
+        self.lost += 1;
+        if let Some(i) = self.topic_slot(topic) {
+            self.topics[i].lost += 1;
+        }
+    }
+
+    /// Adds the batched counts to the shared counters.
+    pub fn flush(&mut self) {
+        let s = &self.stats;
+        if self.deliveries > 0 {
+            if self.churn {
+                s.churn_deliveries.fetch_add(self.deliveries, Relaxed);
+            } else {
+                s.deliveries.fetch_add(self.deliveries, Relaxed);
+                s.bytes.fetch_add(self.bytes, Relaxed);
+            }
+        }
+        if self.untracked > 0 {
+            s.untracked.fetch_add(self.untracked, Relaxed);
+        }
+        if self.lost > 0 {
+            s.lost_events.fetch_add(self.lost, Relaxed);
+        }
+        self.deliveries = 0;
+        self.untracked = 0;
+        self.bytes = 0;
+        self.lost = 0;
+    }
+
+    /// Per-topic trackers, for the final accounting.
+    pub fn into_topics(mut self) -> Vec<(u32, SeqTracker, u64)> {
+        self.flush();
+        std::mem::take(&mut self.topics)
+            .into_iter()
+            .map(|t| (t.index, t.tracker, t.lost))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_topic_and_flushes() {
+        let stats = Arc::new(Stats::new(1));
+        let mut r = Receiver::new(
+            stats.clone(),
+            0,
+            vec![(0, "t-0".into()), (1, "t-1".into())],
+            false,
+            false,
+        );
+        let now = crate::clock::unix_micros();
+        let d0 = payload::data_object(now - 1000, 0, Some("t-0"), 80);
+        let d1 = payload::data_object(now - 1000, 0, Some("t-1"), 80);
+        r.on_message(None, d0.as_bytes(), now);
+        r.on_message(Some("t-1"), d1.as_bytes(), now);
+        r.on_message(None, d1.as_bytes(), now);
+        r.on_message(None, b"{\"no\":\"seq\"}", now);
+        r.on_lost(Some("t-1"));
+        r.flush();
+        let c = stats.counters();
+        assert_eq!((c.deliveries, c.untracked, c.lost_events), (4, 1, 1));
+        assert_eq!(stats.latency.take().len(), 3);
+        let topics = r.into_topics();
+        assert_eq!(topics[0].1.distinct(), 1);
+        assert_eq!(topics[1].1.distinct(), 1);
+        assert_eq!(topics[1].2, 1);
+        let o = topics[1].1.outcome(1, &[], true);
+        assert_eq!((o.delivered, o.duplicates), (1, 1));
+    }
+}

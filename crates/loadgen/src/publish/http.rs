@@ -1,0 +1,128 @@
+//! A keep-alive HTTP/1.1 POST client (hyper's low-level connection API over our own
+//! `TcpStream`, so that it binds the same source addresses as the subscribers).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, header};
+use hyper_util::rt::TokioIo;
+
+use crate::conn::dial::dial;
+use crate::error::{ConnError, ErrorKind};
+use crate::target::Target;
+
+/// Largest response body read (the rest is an error).
+const MAX_RESPONSE: usize = 64 * 1024;
+
+/// Why a POST failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    /// Non-2xx status.
+    #[error("HTTP status {0}")]
+    Status(u16),
+    /// No answer in time.
+    #[error("timed out")]
+    Timeout,
+    /// Connecting failed.
+    #[error("connect: {0}")]
+    Connect(#[source] ConnError),
+    /// The connection failed mid-request.
+    #[error("http: {0}")]
+    Http(String),
+}
+
+impl PostError {
+    /// The counted kind.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            PostError::Status(_) => ErrorKind::PublishStatus,
+            PostError::Timeout => ErrorKind::PublishTimeout,
+            PostError::Connect(e) => e.kind(),
+            PostError::Http(_) => ErrorKind::PublishIo,
+        }
+    }
+}
+
+/// One keep-alive connection to one target; reconnects after any failure.
+pub struct Poster {
+    target: Target,
+    source: Option<IpAddr>,
+    timeout: Duration,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+impl Poster {
+    /// A poster for `target` (path and query are taken from it).
+    pub fn new(target: Target, source: Option<IpAddr>, timeout: Duration) -> Self {
+        Self {
+            target,
+            source,
+            timeout,
+            sender: None,
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), PostError> {
+        let stream = dial(self.target.addr, self.source, self.timeout)
+            .await
+            .map_err(PostError::Connect)?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| PostError::Http(e.to_string()))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        self.sender = Some(sender);
+        Ok(())
+    }
+
+    /// POSTs a JSON body; returns the status code of a 2xx answer.
+    pub async fn post(&mut self, body: Bytes) -> Result<u16, PostError> {
+        let timeout = self.timeout;
+        let r = tokio::time::timeout(timeout, self.post_inner(body)).await;
+        let r = r.unwrap_or(Err(PostError::Timeout));
+        if matches!(
+            r,
+            Err(PostError::Timeout | PostError::Http(_) | PostError::Connect(_))
+        ) {
+            self.sender = None;
+        }
+        r
+    }
+
+    async fn post_inner(&mut self, body: Bytes) -> Result<u16, PostError> {
+        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+            self.connect().await?;
+        }
+        let Some(sender) = self.sender.as_mut() else {
+            return Err(PostError::Http("no connection".into()));
+        };
+        sender
+            .ready()
+            .await
+            .map_err(|e| PostError::Http(e.to_string()))?;
+        let req = Request::post(self.target.path_and_query.as_str())
+            .header(header::HOST, self.target.host_header.as_str())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::USER_AGENT, "herald-loadgen")
+            .body(Full::new(body))
+            .map_err(|e| PostError::Http(e.to_string()))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| PostError::Http(e.to_string()))?;
+        let status = resp.status().as_u16();
+        Limited::new(resp.into_body(), MAX_RESPONSE)
+            .collect()
+            .await
+            .map_err(|e| PostError::Http(e.to_string()))?;
+        if (200..300).contains(&status) {
+            Ok(status)
+        } else {
+            Err(PostError::Status(status))
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! The report: one serde structure written as JSON, rendered as text and as HTML.
+//!
+//! Field meanings are documented here and in the crate README; the JSON keys are the field
+//! names.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::histogram::Percentiles;
+
+/// A complete run report.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// Always `herald-loadgen`.
+    pub tool: String,
+    /// Loadgen version.
+    pub version: String,
+    /// Subcommand (`sse`, `ws`, `echo`, `publish`, `churn`).
+    pub command: String,
+    /// Command line.
+    pub args: Vec<String>,
+    /// Start time, unix milliseconds.
+    pub started_unix_ms: u64,
+    /// Settings in effect.
+    pub settings: Settings,
+    /// Phase lengths.
+    pub phases: Phases,
+    /// Connection counts and connect times (absent for `publish`).
+    pub connections: Option<Connections>,
+    /// Delivery accounting (subscriber runs).
+    pub delivery: Option<Delivery>,
+    /// Publisher results (when something was published).
+    pub publish: Option<PublishReport>,
+    /// Echo results (`echo`).
+    pub echo: Option<EchoReport>,
+    /// Churn results (`churn`).
+    pub churn: Option<ChurnReport>,
+    /// Errors by kind, all sources together.
+    pub errors: BTreeMap<String, u64>,
+    /// Sampled server processes.
+    pub servers: Vec<ServerReport>,
+    /// All sampled servers together.
+    pub servers_total: Option<ServersTotal>,
+    /// The loadgen's own cost.
+    pub loadgen: LoadgenReport,
+    /// Floor CPU-µs per write given with --floor-us.
+    pub floor_us_per_write: Option<f64>,
+    /// One point per tick.
+    pub timeline: Vec<TimelinePoint>,
+    /// Pass/fail summary.
+    pub verdict: Verdict,
+}
+
+/// Settings of the run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Settings {
+    /// Client target URLs.
+    pub targets: Vec<String>,
+    /// Publish URLs.
+    pub publish_targets: Vec<String>,
+    /// Main connections requested.
+    pub conns: u64,
+    /// Ramp rate (connections/s, 0 = unlimited).
+    pub ramp_per_sec: f64,
+    /// Measured phase length (s).
+    pub duration_secs: f64,
+    /// Drain length (s).
+    pub drain_secs: f64,
+    /// Topics.
+    pub topics: u32,
+    /// Topics per connection.
+    pub topics_per_conn: u32,
+    /// Publish rate target (messages/s).
+    pub publish_rate: Option<f64>,
+    /// Publish fan-out mode.
+    pub publish_mode: Option<String>,
+    /// Payload (data object) size in bytes.
+    pub payload_size: Option<usize>,
+    /// Worker processes used (0: all in the coordinator's process).
+    pub worker_processes: usize,
+    /// Workers (in-process or processes).
+    pub workers: usize,
+    /// Source addresses used.
+    pub source_ips: usize,
+    /// Raw mode.
+    pub raw: bool,
+    /// Churn rate (clients/s).
+    pub churn_rate: Option<f64>,
+    /// Churn hold time (s).
+    pub churn_hold_secs: Option<f64>,
+    /// Echo rate (requests/s) and frame size.
+    pub echo_rate: Option<f64>,
+    /// Echo frame size.
+    pub echo_size: Option<usize>,
+}
+
+/// Phase lengths, seconds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Phases {
+    /// Ramp: first connect attempt until every attempt was resolved.
+    pub ramp_secs: f64,
+    /// Measured phase (publishing / echoing / churning).
+    pub measured_secs: f64,
+    /// Drain after the measured phase.
+    pub drain_secs: f64,
+    /// Whole run.
+    pub total_secs: f64,
+    /// The run was interrupted (Ctrl-C) or a deadline hit.
+    pub interrupted: bool,
+}
+
+/// Main connections.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Connections {
+    /// Requested.
+    pub target: u64,
+    /// Attempted.
+    pub attempted: u64,
+    /// Became ready (subscribed).
+    pub connected: u64,
+    /// Never became ready.
+    pub failed: u64,
+    /// Ready, then ended before the run did.
+    pub dropped: u64,
+    /// Highest number open at once (sum of workers' peaks).
+    pub peak_open: u64,
+    /// Ready before the measured phase (the accounted cohort).
+    pub cohort: u64,
+    /// Ready after the measured phase began (not accounted).
+    pub late_joiners: u64,
+    /// connected / ramp_secs.
+    pub connect_rate_per_sec: f64,
+    /// Connect-to-ready time.
+    pub connect_ms: Percentiles,
+}
+
+/// Delivery accounting.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Whether expected/missing are computed (a built-in publisher ran).
+    pub accounted: bool,
+    /// Messages issued by the publisher.
+    pub published: u64,
+    /// Of those, messages with a failed publish request (not expected).
+    pub publish_failed: u64,
+    /// Σ over topics of (messages published OK × cohort subscribers of the topic).
+    pub expected: u64,
+    /// Expected messages received, each counted once per subscriber.
+    pub delivered: u64,
+    /// expected − delivered.
+    pub missing: u64,
+    /// Receipts of a message a subscriber already had.
+    pub duplicates: u64,
+    /// Received although the publish request reported failure.
+    pub unconfirmed: u64,
+    /// Received sequence numbers that were never published.
+    pub unexpected: u64,
+    /// Receipts too old to classify (hole-range cap hit).
+    pub stale: u64,
+    /// Accounting is approximate (hole-range cap hit somewhere).
+    pub approximate: bool,
+    /// delivered / expected.
+    pub delivery_ratio: Option<f64>,
+    /// Every message receipt by main clients (duplicates and late joiners included).
+    pub receipts: u64,
+    /// Receipts without a sequence number.
+    pub untracked: u64,
+    /// Receipts by churn clients.
+    pub churn_receipts: u64,
+    /// Loss notifications (herald.lost / lost frames).
+    pub lost_events: u64,
+    /// Receipts (main + churn) per second of measured phase + drain.
+    pub receipts_per_sec: f64,
+    /// Publish→receive latency.
+    pub latency_ms: Percentiles,
+    /// Per topic.
+    pub per_topic: Vec<TopicReport>,
+}
+
+/// Accounting of one topic.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TopicReport {
+    /// Topic name.
+    pub topic: String,
+    /// Cohort subscribers.
+    pub subscribers: u64,
+    /// Of those, dropped early.
+    pub dropped: u64,
+    /// Messages issued to the topic.
+    pub published: u64,
+    /// Of those, failed publishes.
+    pub publish_failed: u64,
+    /// Expected deliveries.
+    pub expected: u64,
+    /// Delivered.
+    pub delivered: u64,
+    /// Missing.
+    pub missing: u64,
+    /// Duplicates.
+    pub duplicates: u64,
+    /// Loss notifications.
+    pub lost_events: u64,
+}
+
+/// Publisher results.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PublishReport {
+    /// Target rate (messages/s).
+    pub target_rate: f64,
+    /// Messages issued.
+    pub messages: u64,
+    /// Requests made (messages × nodes in `all` mode).
+    pub requests: u64,
+    /// 2xx answers.
+    pub ok: u64,
+    /// Failed requests.
+    pub failed: u64,
+    /// ok requests / publishing time.
+    pub achieved_qps: f64,
+    /// messages issued / publishing time (compare with `target_rate`).
+    pub achieved_message_rate: f64,
+    /// Answers by status code.
+    pub statuses: BTreeMap<String, u64>,
+    /// Request latency.
+    pub latency_ms: Percentiles,
+}
+
+/// Echo results.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct EchoReport {
+    /// Target rate (requests/s).
+    pub target_rate: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Answers received (distinct).
+    pub answered: u64,
+    /// Requests without an answer at the end of the drain.
+    pub unanswered: u64,
+    /// Duplicate answers.
+    pub duplicates: u64,
+    /// answered / measured seconds.
+    pub achieved_rate: f64,
+    /// Round-trip time.
+    pub rtt_ms: Percentiles,
+}
+
+/// Churn results.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ChurnReport {
+    /// Target churn rate (clients/s).
+    pub rate: f64,
+    /// Hold time (s).
+    pub hold_secs: f64,
+    /// Churn clients started.
+    pub attempted: u64,
+    /// Became ready.
+    pub connected: u64,
+    /// Failed to become ready.
+    pub failed: u64,
+    /// Closed by us.
+    pub closed: u64,
+    /// connected / measured seconds.
+    pub achieved_rate: f64,
+    /// Connect-to-ready time of churn clients.
+    pub connect_ms: Percentiles,
+    /// Messages received by churn clients (not accounted).
+    pub receipts: u64,
+}
+
+/// One sampled server process.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerReport {
+    /// PID.
+    pub pid: u32,
+    /// Process name.
+    pub name: String,
+    /// CPU seconds during the measured phase + drain.
+    pub cpu_seconds_measured: f64,
+    /// cpu_seconds_measured / (wall seconds × machine CPUs).
+    pub cpu_fraction_of_machine: f64,
+    /// CPU seconds over the whole run.
+    pub cpu_seconds_total: f64,
+    /// Σ servers' measured CPU-µs / units of work in the same window (see `per`).
+    pub cpu_us_per_delivery: Option<f64>,
+    /// Unit of `cpu_us_per_delivery`: `delivery`, `echo` or `publish`.
+    pub per: String,
+    /// cpu_us_per_delivery / floor_us_per_write.
+    pub ratio_to_floor: Option<f64>,
+    /// RSS before connecting (KiB).
+    pub rss_start_kb: u64,
+    /// RSS once every client was connected (KiB).
+    pub rss_after_connect_kb: u64,
+    /// Highest sampled RSS (KiB).
+    pub rss_peak_kb: u64,
+    /// RSS at the end (KiB).
+    pub rss_end_kb: u64,
+    /// (rss_after_connect − rss_start) / connected clients, bytes.
+    pub rss_growth_per_conn_bytes: Option<f64>,
+    /// The process was still alive at the end.
+    pub alive_at_end: bool,
+}
+
+/// All sampled servers together.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServersTotal {
+    /// Σ CPU seconds during the measured phase + drain.
+    pub cpu_seconds_measured: f64,
+    /// Σ CPU as a fraction of the machine.
+    pub cpu_fraction_of_machine: f64,
+    /// Σ CPU-µs / units of work (see `per`).
+    pub cpu_us_per_delivery: Option<f64>,
+    /// Unit of `cpu_us_per_delivery`.
+    pub per: String,
+    /// cpu_us_per_delivery / floor_us_per_write.
+    pub ratio_to_floor: Option<f64>,
+    /// Σ (rss_after_connect − rss_start) / connected clients, bytes.
+    pub rss_growth_per_conn_bytes: Option<f64>,
+}
+
+/// The loadgen's own cost.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LoadgenReport {
+    /// CPU seconds of the coordinator and every worker process.
+    pub cpu_seconds: f64,
+    /// cpu_seconds / (wall seconds × machine CPUs).
+    pub cpu_fraction_of_machine: f64,
+    /// CPUs of the machine.
+    pub machine_cpus: usize,
+    /// Soft open-files limit after raising it.
+    pub nofile_limit: u64,
+}
+
+/// One timeline sample.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// Seconds since the start.
+    pub t_secs: f64,
+    /// Phase name.
+    pub phase: String,
+    /// Main connections open.
+    pub open: u64,
+    /// Receipts per second (main + churn), or echo answers per second.
+    pub deliveries_per_sec: f64,
+    /// Publish requests per second.
+    pub publish_per_sec: f64,
+    /// Latency percentiles of this interval.
+    pub p50_ms: f64,
+    /// 90th.
+    pub p90_ms: f64,
+    /// 99th.
+    pub p99_ms: f64,
+    /// 99.9th.
+    pub p999_ms: f64,
+    /// Max.
+    pub max_ms: f64,
+    /// Latency samples in this interval (0: the percentiles are meaningless).
+    pub latency_samples: u64,
+    /// RSS of each sampled server (KiB), in `servers` order.
+    pub server_rss_kb: Vec<u64>,
+}
+
+/// Verdict.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Verdict {
+    /// No problem found.
+    pub ok: bool,
+    /// What went wrong.
+    pub problems: Vec<String>,
+}

@@ -1,0 +1,229 @@
+//! The human summary printed at the end of a run.
+
+use std::fmt::Write as _;
+
+use super::model::Report;
+use crate::histogram::Percentiles;
+
+fn pct(p: &Percentiles) -> String {
+    if p.count == 0 {
+        return "no samples".into();
+    }
+    format!(
+        "p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2} ms  (n={})",
+        p.p50_ms, p.p90_ms, p.p99_ms, p.p999_ms, p.max_ms, p.count
+    )
+}
+
+fn row(out: &mut String, k: &str, v: impl std::fmt::Display) {
+    let _ = writeln!(out, "  {k:<30} {v}");
+}
+
+fn kb(v: u64) -> String {
+    format!("{:.1} MiB", v as f64 / 1024.0)
+}
+
+/// Renders the summary table.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "herald-loadgen {} — {} ({:.1}s total: ramp {:.1}s, measured {:.1}s, drain {:.1}s)",
+        r.version,
+        r.command,
+        r.phases.total_secs,
+        r.phases.ramp_secs,
+        r.phases.measured_secs,
+        r.phases.drain_secs
+    );
+    if let Some(c) = &r.connections {
+        let _ = writeln!(o, "connections");
+        row(
+            &mut o,
+            "connected / target",
+            format!("{} / {}", c.connected, c.target),
+        );
+        row(
+            &mut o,
+            "failed / dropped",
+            format!("{} / {}", c.failed, c.dropped),
+        );
+        row(
+            &mut o,
+            "cohort / late joiners",
+            format!("{} / {}", c.cohort, c.late_joiners),
+        );
+        row(
+            &mut o,
+            "connect rate",
+            format!("{:.0}/s", c.connect_rate_per_sec),
+        );
+        row(&mut o, "connect time", pct(&c.connect_ms));
+    }
+    if let Some(d) = &r.delivery {
+        let _ = writeln!(o, "delivery");
+        if d.accounted {
+            row(
+                &mut o,
+                "published (failed)",
+                format!("{} ({})", d.published, d.publish_failed),
+            );
+            row(
+                &mut o,
+                "delivered / expected",
+                format!("{} / {}", d.delivered, d.expected),
+            );
+            row(
+                &mut o,
+                "missing / duplicates",
+                format!("{} / {}", d.missing, d.duplicates),
+            );
+            if d.unconfirmed + d.unexpected + d.stale > 0 {
+                row(
+                    &mut o,
+                    "unconfirmed/unexpected/stale",
+                    format!("{} / {} / {}", d.unconfirmed, d.unexpected, d.stale),
+                );
+            }
+        } else if d.delivered > 0 {
+            row(&mut o, "received (distinct seq)", d.delivered);
+        }
+        row(
+            &mut o,
+            "receipts (all, churn)",
+            format!("{} , {}", d.receipts, d.churn_receipts),
+        );
+        row(&mut o, "receipts/s", format!("{:.0}", d.receipts_per_sec));
+        row(&mut o, "loss notifications", d.lost_events);
+        row(&mut o, "latency", pct(&d.latency_ms));
+    }
+    if let Some(e) = &r.echo {
+        let _ = writeln!(o, "echo");
+        row(
+            &mut o,
+            "sent / answered",
+            format!("{} / {}", e.sent, e.answered),
+        );
+        row(
+            &mut o,
+            "unanswered / duplicates",
+            format!("{} / {}", e.unanswered, e.duplicates),
+        );
+        row(
+            &mut o,
+            "rate target / achieved",
+            format!("{:.0} / {:.0} per s", e.target_rate, e.achieved_rate),
+        );
+        row(&mut o, "round trip", pct(&e.rtt_ms));
+    }
+    if let Some(c) = &r.churn {
+        let _ = writeln!(o, "churn");
+        row(
+            &mut o,
+            "started / connected",
+            format!("{} / {}", c.attempted, c.connected),
+        );
+        row(
+            &mut o,
+            "failed / closed",
+            format!("{} / {}", c.failed, c.closed),
+        );
+        row(
+            &mut o,
+            "rate target / achieved",
+            format!("{:.1} / {:.1} per s", c.rate, c.achieved_rate),
+        );
+        row(&mut o, "connect time", pct(&c.connect_ms));
+    }
+    if let Some(p) = &r.publish {
+        let _ = writeln!(o, "publish");
+        row(
+            &mut o,
+            "requests ok / failed",
+            format!("{} / {}", p.ok, p.failed),
+        );
+        row(
+            &mut o,
+            "messages/s target/achieved",
+            format!("{:.0} / {:.0}", p.target_rate, p.achieved_message_rate),
+        );
+        row(&mut o, "requests ok/s", format!("{:.0}", p.achieved_qps));
+        row(&mut o, "request latency", pct(&p.latency_ms));
+    }
+    for s in &r.servers {
+        let _ = writeln!(o, "server pid {} ({})", s.pid, s.name);
+        row(
+            &mut o,
+            "cpu (measured window)",
+            format!(
+                "{:.2}s = {:.1}% of machine",
+                s.cpu_seconds_measured,
+                s.cpu_fraction_of_machine * 100.0
+            ),
+        );
+        if let Some(u) = s.cpu_us_per_delivery {
+            let ratio = s
+                .ratio_to_floor
+                .map(|x| format!(" ({x:.1}× floor)"))
+                .unwrap_or_default();
+            row(
+                &mut o,
+                &format!("cpu-µs per {}", s.per),
+                format!("{u:.2}{ratio}"),
+            );
+        }
+        row(
+            &mut o,
+            "rss start/connected/peak/end",
+            format!(
+                "{} / {} / {} / {}",
+                kb(s.rss_start_kb),
+                kb(s.rss_after_connect_kb),
+                kb(s.rss_peak_kb),
+                kb(s.rss_end_kb)
+            ),
+        );
+        if let Some(g) = s.rss_growth_per_conn_bytes {
+            row(&mut o, "rss per connection", format!("{g:.0} bytes"));
+        }
+    }
+    if let Some(t) = &r.servers_total {
+        if r.servers.len() > 1 {
+            let _ = writeln!(o, "servers together");
+            row(
+                &mut o,
+                "cpu of machine",
+                format!("{:.1}%", t.cpu_fraction_of_machine * 100.0),
+            );
+            if let Some(u) = t.cpu_us_per_delivery {
+                row(&mut o, &format!("cpu-µs per {}", t.per), format!("{u:.2}"));
+            }
+        }
+    }
+    let _ = writeln!(o, "loadgen");
+    row(
+        &mut o,
+        "cpu",
+        format!(
+            "{:.2}s = {:.1}% of {} cpus",
+            r.loadgen.cpu_seconds,
+            r.loadgen.cpu_fraction_of_machine * 100.0,
+            r.loadgen.machine_cpus
+        ),
+    );
+    if !r.errors.is_empty() {
+        let _ = writeln!(o, "errors");
+        for (k, v) in &r.errors {
+            row(&mut o, k, v);
+        }
+    }
+    if r.verdict.ok {
+        let _ = writeln!(o, "verdict: OK");
+    } else {
+        let _ = writeln!(o, "verdict: PROBLEMS");
+        for p in &r.verdict.problems {
+            let _ = writeln!(o, "  - {p}");
+        }
+    }
+    o
+}

@@ -1,0 +1,8 @@
+//! Runs: planning, coordinating workers, sampling servers, assembling the report.
+
+pub mod assemble;
+pub mod coordinator;
+pub mod plan;
+pub mod progress;
+pub mod publish_cmd;
+pub mod servers;

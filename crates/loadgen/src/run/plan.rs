@@ -1,0 +1,518 @@
+//! Turning command-line arguments into a validated run plan, before anything connects.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{ChurnArgs, ConnArgs, EchoArgs, RunArgs, SseArgs, Transport, WsArgs};
+use crate::publish::PublishConfig;
+use crate::source_ip::{default_count, loopback_block, parse_source_ips};
+use crate::target::{Target, parse_target};
+use crate::worker::spec::{ChurnSpec, ClientKind, TopicPlan, WorkerSpec};
+
+/// A bad command line (exit status 64).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PlanError(pub String);
+
+fn bad(msg: impl Into<String>) -> PlanError {
+    PlanError(msg.into())
+}
+
+/// Outputs and reporting options.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// JSON report path.
+    pub json: Option<PathBuf>,
+    /// HTML report path.
+    pub html: Option<PathBuf>,
+    /// Floor µs per write.
+    pub floor_us: Option<f64>,
+    /// Exit 3 on problems.
+    pub strict: bool,
+}
+
+/// Everything a run needs, validated.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    /// Subcommand name.
+    pub command: String,
+    /// Client kind.
+    pub kind: ClientKind,
+    /// Client targets.
+    pub targets: Vec<Target>,
+    /// Main connections.
+    pub conns: u64,
+    /// Ramp rate.
+    pub ramp: f64,
+    /// Measured phase.
+    pub duration: Duration,
+    /// Drain.
+    pub drain: Duration,
+    /// Topics.
+    pub topics: TopicPlan,
+    /// Churn (total rate).
+    pub churn: Option<ChurnSpec>,
+    /// Built-in publisher.
+    pub publisher: Option<PublishConfig>,
+    /// Number of workers.
+    pub workers: usize,
+    /// Whether workers are child processes.
+    pub processes: bool,
+    /// Source addresses.
+    pub source_ips: Vec<IpAddr>,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Subscribe timeout.
+    pub subscribe_timeout: Duration,
+    /// Read buffer.
+    pub read_buffer: usize,
+    /// Max event.
+    pub max_event: usize,
+    /// Max pending connects per worker.
+    pub max_pending: usize,
+    /// Tick.
+    pub tick: Duration,
+    /// Server PIDs.
+    pub server_pids: Vec<u32>,
+    /// Outputs.
+    pub outputs: Outputs,
+    /// Echo: total rate and frame size (for the report).
+    pub echo: Option<(f64, usize)>,
+}
+
+fn targets(urls: &[String], default_path: &str, allow: bool) -> Result<Vec<Target>, PlanError> {
+    if urls.is_empty() {
+        return Err(bad("at least one --url is required"));
+    }
+    urls.iter()
+        .map(|u| parse_target(u, default_path, allow).map_err(|e| bad(e.to_string())))
+        .collect()
+}
+
+fn source_ips(conn: &ConnArgs, targets: &[Target], sockets: u64) -> Result<Vec<IpAddr>, PlanError> {
+    match &conn.source_ips {
+        Some(spec) => {
+            let ips = parse_source_ips(spec).map_err(|e| bad(e.to_string()))?;
+            Ok(ips)
+        }
+        None if targets
+            .iter()
+            .all(|t| t.addr.ip().is_ipv4() && t.addr.ip().is_loopback()) =>
+        {
+            Ok(loopback_block(default_count(sockets)))
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+fn check_run(run: &RunArgs, conn: &ConnArgs) -> Result<(), PlanError> {
+    if conn.conns == 0 {
+        return Err(bad("--conns must be at least 1"));
+    }
+    if conn.conns > 2_000_000 {
+        return Err(bad("--conns is limited to 2,000,000"));
+    }
+    if !(conn.ramp.is_finite() && conn.ramp >= 0.0) {
+        return Err(bad("--ramp must be a non-negative number"));
+    }
+    if run.duration.is_zero() || run.duration > Duration::from_secs(7 * 24 * 3600) {
+        return Err(bad("--duration must be between 1ms and 7 days"));
+    }
+    if run.drain > Duration::from_secs(600) {
+        return Err(bad("--drain is limited to 10 minutes"));
+    }
+    if run.sockets_per_process < 100 {
+        return Err(bad("--sockets-per-process must be at least 100"));
+    }
+    if run.tick < Duration::from_millis(100) {
+        return Err(bad("--tick must be at least 100ms"));
+    }
+    if conn.read_buffer < 256 || conn.read_buffer > (16 << 20) {
+        return Err(bad("--read-buffer must be between 256 bytes and 16 MiB"));
+    }
+    if let Some(w) = run.workers {
+        if w == 0 || w > 256 {
+            return Err(bad("--workers must be between 1 and 256"));
+        }
+    }
+    Ok(())
+}
+
+/// Workers needed: `--workers`, or one per `sockets_per_process` sockets; and whether they
+/// are child processes (always when more than one, or when `--workers` was given).
+fn worker_layout(run: &RunArgs, sockets: u64) -> (usize, bool) {
+    match run.workers {
+        Some(w) => (w, true),
+        None => {
+            let n = sockets.div_ceil(run.sockets_per_process).max(1) as usize;
+            (n, n > 1)
+        }
+    }
+}
+
+fn topic_plan(a: &SseArgs) -> Result<TopicPlan, PlanError> {
+    let t = &a.topics;
+    if t.topics > 1_000_000 {
+        return Err(bad("--topics is limited to 1,000,000"));
+    }
+    if t.topics_per_conn == 0 || t.topics_per_conn > 64 {
+        return Err(bad("--topics-per-conn must be between 1 and 64"));
+    }
+    let longest = format!("{}{}", t.topic_prefix, t.topics.saturating_sub(1));
+    if longest.len() > 128
+        || !t
+            .topic_prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.:@-".contains(c))
+    {
+        return Err(bad(
+            "topic names must match [A-Za-z0-9_.:@-]{1,128}: check --topic-prefix",
+        ));
+    }
+    Ok(TopicPlan {
+        count: t.topics,
+        per_conn: t.topics_per_conn,
+        prefix: t.topic_prefix.clone(),
+        param: t.topic_param.clone(),
+    })
+}
+
+fn publisher(
+    a: &SseArgs,
+    topics: &TopicPlan,
+    source: Option<IpAddr>,
+) -> Result<Option<PublishConfig>, PlanError> {
+    let p = &a.publish;
+    if p.publish_urls.is_empty() {
+        return Ok(None);
+    }
+    if topics.count == 0 {
+        return Err(bad("the built-in publisher needs --topics >= 1"));
+    }
+    if !(p.publish_rate.is_finite() && p.publish_rate > 0.0 && p.publish_rate <= 10_000_000.0) {
+        return Err(bad("--publish-rate must be > 0 and at most 10,000,000"));
+    }
+    if p.payload_size > (1 << 20) {
+        return Err(bad("--payload-size is limited to 1 MiB"));
+    }
+    if p.publish_concurrency == 0 || p.publish_concurrency > 1024 {
+        return Err(bad("--publish-concurrency must be between 1 and 1024"));
+    }
+    Ok(Some(PublishConfig {
+        targets: targets(&p.publish_urls, "/v1/publish", a.target.allow_non_loopback)?,
+        mode: p.publish_mode,
+        rate: p.publish_rate,
+        burst: p.publish_burst,
+        topics: (0..topics.count).map(|i| topics.name(i)).collect(),
+        payload_size: p.payload_size,
+        event: p.event.clone(),
+        concurrency: p.publish_concurrency,
+        timeout: p.publish_timeout,
+        source,
+    }))
+}
+
+fn base_plan(
+    command: &str,
+    a: &SseArgs,
+    kind: ClientKind,
+    default_path: &str,
+    churn_sockets: u64,
+) -> Result<RunPlan, PlanError> {
+    check_run(&a.run, &a.conn)?;
+    let targets = targets(&a.target.urls, default_path, a.target.allow_non_loopback)?;
+    let topics = topic_plan(a)?;
+    let sockets = a.conn.conns + churn_sockets;
+    let source_ips = source_ips(&a.conn, &targets, sockets)?;
+    let publisher = publisher(a, &topics, source_ips.first().copied())?;
+    let (workers, processes) = worker_layout(&a.run, sockets);
+    Ok(RunPlan {
+        command: command.to_owned(),
+        kind,
+        targets,
+        conns: a.conn.conns,
+        ramp: a.conn.ramp,
+        duration: a.run.duration,
+        drain: a.run.drain,
+        topics,
+        churn: None,
+        publisher,
+        workers,
+        processes,
+        source_ips,
+        connect_timeout: a.conn.connect_timeout,
+        subscribe_timeout: Duration::from_secs(10),
+        read_buffer: a.conn.read_buffer,
+        max_event: a.run.max_event.max(1024),
+        max_pending: a.conn.max_pending.max(1),
+        tick: a.run.tick,
+        server_pids: a.run.server_pids.clone(),
+        outputs: Outputs {
+            json: a.run.json.clone(),
+            html: a.run.html.clone(),
+            floor_us: a.run.floor_us,
+            strict: a.run.strict,
+        },
+        echo: None,
+    })
+}
+
+/// Plan for `sse`.
+pub fn sse_plan(a: &SseArgs) -> Result<RunPlan, PlanError> {
+    base_plan("sse", a, ClientKind::Sse, "/v1/sse", 0)
+}
+
+/// Plan for `ws`.
+pub fn ws_plan(a: &WsArgs) -> Result<RunPlan, PlanError> {
+    let kind = ClientKind::Ws {
+        raw: a.raw,
+        init_frame: a.init_frame.clone(),
+    };
+    let mut plan = base_plan("ws", &a.common, kind, "/v1/ws", 0)?;
+    plan.subscribe_timeout = a.subscribe_timeout;
+    if a.raw {
+        if plan.publisher.is_some() {
+            return Err(bad(
+                "--raw does not subscribe to topics: the built-in publisher cannot be accounted; publish with your own tool",
+            ));
+        }
+        plan.topics.count = 0;
+    }
+    Ok(plan)
+}
+
+/// Plan for `churn`.
+pub fn churn_plan(a: &ChurnArgs) -> Result<RunPlan, PlanError> {
+    if !(a.churn_rate.is_finite() && a.churn_rate > 0.0 && a.churn_rate <= 100_000.0) {
+        return Err(bad("--churn-rate must be > 0 and at most 100,000"));
+    }
+    if a.churn_hold.is_zero() {
+        return Err(bad("--churn-hold must be positive"));
+    }
+    // churn clients open at once: rate × (hold + connect time), with margin
+    let churn_sockets = (a.churn_rate * (a.churn_hold.as_secs_f64() + 1.0)).ceil() as u64;
+    let (kind, path) = match a.transport {
+        Transport::Sse => (ClientKind::Sse, "/v1/sse"),
+        Transport::Ws => (
+            ClientKind::Ws {
+                raw: false,
+                init_frame: None,
+            },
+            "/v1/ws",
+        ),
+    };
+    let mut plan = base_plan("churn", &a.common, kind, path, churn_sockets)?;
+    plan.subscribe_timeout = a.subscribe_timeout;
+    plan.churn = Some(ChurnSpec {
+        rate: a.churn_rate,
+        hold_ms: a.churn_hold.as_millis() as u64,
+    });
+    Ok(plan)
+}
+
+/// Plan for `echo`.
+pub fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
+    check_run(&a.run, &a.conn)?;
+    if !(a.rate.is_finite() && a.rate > 0.0 && a.rate <= 10_000_000.0) {
+        return Err(bad("--rate must be > 0 and at most 10,000,000"));
+    }
+    if a.size < 16 || a.size > (1 << 20) {
+        return Err(bad("--size must be between 16 bytes and 1 MiB"));
+    }
+    let targets = targets(&a.target.urls, "/v1/ws", a.target.allow_non_loopback)?;
+    let source_ips = source_ips(&a.conn, &targets, a.conn.conns)?;
+    let (workers, processes) = worker_layout(&a.run, a.conn.conns);
+    Ok(RunPlan {
+        command: "echo".into(),
+        kind: ClientKind::Echo {
+            raw: a.raw,
+            size: a.size,
+            rate_per_conn: a.rate / a.conn.conns as f64,
+        },
+        targets,
+        conns: a.conn.conns,
+        ramp: a.conn.ramp,
+        duration: a.run.duration,
+        drain: a.run.drain,
+        topics: TopicPlan {
+            count: 0,
+            per_conn: 1,
+            prefix: String::new(),
+            param: String::new(),
+        },
+        churn: None,
+        publisher: None,
+        workers,
+        processes,
+        source_ips,
+        connect_timeout: a.conn.connect_timeout,
+        subscribe_timeout: Duration::from_secs(10),
+        read_buffer: a.conn.read_buffer,
+        max_event: a.run.max_event.max(1024),
+        max_pending: a.conn.max_pending.max(1),
+        tick: a.run.tick,
+        server_pids: a.run.server_pids.clone(),
+        outputs: Outputs {
+            json: a.run.json.clone(),
+            html: a.run.html.clone(),
+            floor_us: a.run.floor_us,
+            strict: a.run.strict,
+        },
+        echo: Some((a.rate, a.size)),
+    })
+}
+
+impl RunPlan {
+    /// Splits the run into worker specs: contiguous ranges of connection indexes, with the
+    /// ramp and churn rates divided evenly.
+    pub fn worker_specs(&self) -> Vec<WorkerSpec> {
+        let w = self.workers.max(1) as u64;
+        let base = self.conns / w;
+        let extra = self.conns % w;
+        let mut first = 0;
+        // generous hard deadline: ramp + phases + margin; workers stop by themselves after it
+        let ramp_secs = if self.ramp > 0.0 {
+            self.conns as f64 / self.ramp
+        } else {
+            0.0
+        };
+        let deadline = Duration::from_secs_f64(ramp_secs)
+            + self.connect_timeout * 2
+            + self.subscribe_timeout
+            + self.duration
+            + self.drain
+            + Duration::from_secs(120);
+        (0..w)
+            .map(|i| {
+                let conns = base + u64::from(i < extra);
+                let spec = WorkerSpec {
+                    worker_id: i as usize,
+                    kind: self.kind.clone(),
+                    targets: self.targets.clone(),
+                    first_conn: first,
+                    conns,
+                    ramp_rate: self.ramp / w as f64,
+                    max_pending: self.max_pending,
+                    topics: self.topics.clone(),
+                    source_ips: self.source_ips.clone(),
+                    connect_timeout_ms: self.connect_timeout.as_millis() as u64,
+                    subscribe_timeout_ms: self.subscribe_timeout.as_millis() as u64,
+                    churn: self.churn.as_ref().map(|c| ChurnSpec {
+                        rate: c.rate / w as f64,
+                        hold_ms: c.hold_ms,
+                    }),
+                    read_buffer: self.read_buffer,
+                    max_line: self.max_event,
+                    max_event: self.max_event,
+                    // twice per coordinator tick, so that every tick has fresh data
+                    tick_ms: (self.tick.as_millis() / 2) as u64,
+                    deadline_ms: deadline.as_millis() as u64,
+                    hist_shards: 16,
+                };
+                first += conns;
+                spec
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn sse(args: &[&str]) -> Result<RunPlan, PlanError> {
+        let mut v = vec!["herald-loadgen", "sse"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v).unwrap().command {
+            Command::Sse(a) => sse_plan(&a),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn refuses_non_loopback_targets() {
+        let e = sse(&["--url", "http://10.0.0.1:8080"]).unwrap_err();
+        assert!(e.0.contains("non-loopback"), "{e}");
+        let e = sse(&[
+            "--url",
+            "http://127.0.0.1:8080",
+            "--publish-url",
+            "http://192.168.1.1:9090",
+        ])
+        .unwrap_err();
+        assert!(e.0.contains("non-loopback"), "{e}");
+        assert!(sse(&["--url", "http://10.0.0.1:8080", "--allow-non-loopback"]).is_ok());
+    }
+
+    #[test]
+    fn splits_work_over_processes_past_the_socket_budget() {
+        let p = sse(&[
+            "--url",
+            "http://127.0.0.1:8080",
+            "--url",
+            "http://127.0.0.1:8081",
+            "--conns",
+            "120000",
+        ])
+        .unwrap();
+        assert_eq!(p.workers, 7);
+        assert!(p.processes);
+        assert_eq!(p.source_ips.len(), 6);
+        let specs = p.worker_specs();
+        assert_eq!(specs.iter().map(|s| s.conns).sum::<u64>(), 120_000);
+        assert_eq!(specs[1].first_conn, specs[0].conns);
+        assert!(specs.iter().all(|s| s.conns <= 18_000));
+        let small = sse(&["--url", "http://127.0.0.1:8080", "--conns", "500"]).unwrap();
+        assert_eq!((small.workers, small.processes), (1, false));
+        let forced = sse(&[
+            "--url",
+            "http://127.0.0.1:8080",
+            "--conns",
+            "10",
+            "--workers",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!((forced.workers, forced.processes), (2, true));
+    }
+
+    #[test]
+    fn validates_topics_and_rates() {
+        assert!(
+            sse(&[
+                "--url",
+                "http://127.0.0.1:1",
+                "--topic-prefix",
+                "bad prefix"
+            ])
+            .is_err()
+        );
+        assert!(sse(&["--url", "http://127.0.0.1:1", "--conns", "0"]).is_err());
+        assert!(
+            sse(&[
+                "--url",
+                "http://127.0.0.1:1",
+                "--publish-url",
+                "http://127.0.0.1:2",
+                "--publish-rate",
+                "0"
+            ])
+            .is_err()
+        );
+        let p = sse(&[
+            "--url",
+            "http://127.0.0.1:1",
+            "--publish-url",
+            "http://127.0.0.1:2",
+            "--topics",
+            "3",
+        ])
+        .unwrap();
+        let pc = p.publisher.unwrap();
+        assert_eq!(pc.topics, vec!["load-0", "load-1", "load-2"]);
+        assert_eq!(pc.targets[0].path_and_query, "/v1/publish");
+    }
+}

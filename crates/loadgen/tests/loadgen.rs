@@ -1,0 +1,418 @@
+//! End-to-end tests: the real binary against a tiny in-test server.
+
+mod common;
+
+use common::{args, run_loadgen, run_report, spawn_faulty_server, spawn_server, temp_path};
+use serde_json::Value;
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Checks the delivery section: everything expected arrived exactly once, and expected is
+/// Σ over topics of published × subscribers.
+fn assert_complete_delivery(r: &Value, conns: u64, topics: u64) {
+    let c = &r["connections"];
+    assert_eq!(u(&c["connected"]), conns, "{c}");
+    assert_eq!(u(&c["failed"]), 0);
+    assert_eq!(u(&c["dropped"]), 0);
+    assert_eq!(u(&c["cohort"]), conns);
+    let d = &r["delivery"];
+    assert_eq!(d["accounted"], true);
+    let published = u(&d["published"]);
+    assert!(published > 0, "{d}");
+    assert_eq!(u(&d["publish_failed"]), 0);
+    let mut expected = 0;
+    let per_topic = d["per_topic"].as_array().unwrap();
+    assert_eq!(per_topic.len() as u64, topics);
+    for t in per_topic {
+        assert_eq!(
+            u(&t["expected"]),
+            u(&t["published"]) * u(&t["subscribers"]),
+            "{t}"
+        );
+        assert_eq!(u(&t["missing"]), 0, "{t}");
+        assert_eq!(u(&t["duplicates"]), 0, "{t}");
+        expected += u(&t["expected"]);
+    }
+    assert_eq!(u(&d["expected"]), expected);
+    assert_eq!(u(&d["delivered"]), u(&d["expected"]), "{d}");
+    assert_eq!(u(&d["missing"]), 0);
+    assert_eq!(u(&d["duplicates"]), 0);
+    assert_eq!(d["delivery_ratio"].as_f64(), Some(1.0));
+    assert!(u(&d["latency_ms"]["count"]) >= expected);
+    assert!(d["latency_ms"]["p99_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
+}
+
+fn assert_report_fields(r: &Value) {
+    for k in [
+        "tool", "version", "command", "settings", "phases", "errors", "servers", "loadgen",
+        "timeline", "verdict",
+    ] {
+        assert!(r.get(k).is_some(), "missing field {k}");
+    }
+    assert!(!r["timeline"].as_array().unwrap().is_empty());
+    let s = &r["servers"][0];
+    for k in [
+        "cpu_seconds_measured",
+        "cpu_fraction_of_machine",
+        "cpu_us_per_delivery",
+        "rss_start_kb",
+        "rss_after_connect_kb",
+        "rss_peak_kb",
+        "rss_end_kb",
+        "rss_growth_per_conn_bytes",
+    ] {
+        assert!(s.get(k).is_some(), "missing server field {k}: {s}");
+    }
+    assert!(u(&s["rss_peak_kb"]) > 0);
+    assert!(r["loadgen"]["cpu_seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn sse_subscribers_receive_every_message() {
+    let srv = spawn_server();
+    let pid = std::process::id().to_string();
+    let a = args(&[
+        "sse",
+        "--url",
+        &format!("http://{}", srv.addr),
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--conns",
+        "60",
+        "--topics",
+        "4",
+        "--publish-rate",
+        "200",
+        "--duration",
+        "2s",
+        "--drain",
+        "2s",
+        "--server-pid",
+        &pid,
+    ]);
+    let (r, out) = run_report(&a, "sse");
+    assert_complete_delivery(&r, 60, 4);
+    assert_report_fields(&r);
+    assert_eq!(r["settings"]["worker_processes"], 0);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("verdict: OK"), "{stdout}");
+}
+
+#[test]
+fn ws_subscribers_receive_every_message() {
+    let srv = spawn_server();
+    let a = args(&[
+        "ws",
+        "--url",
+        &format!("ws://{}", srv.addr),
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--conns",
+        "40",
+        "--topics",
+        "3",
+        "--topics-per-conn",
+        "2",
+        "--publish-rate",
+        "150",
+        "--duration",
+        "2s",
+        "--drain",
+        "2s",
+        "--server-pid",
+        &std::process::id().to_string(),
+    ]);
+    let (r, _) = run_report(&a, "ws");
+    assert_complete_delivery(&r, 40, 3);
+    // two topics per connection: 40 × 2 subscriptions over 3 topics
+    let subs: u64 = r["delivery"]["per_topic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| u(&t["subscribers"]))
+        .sum();
+    assert_eq!(subs, 80);
+}
+
+#[test]
+fn worker_processes_merge_counts_and_histograms() {
+    let srv = spawn_server();
+    let a = args(&[
+        "sse",
+        "--url",
+        &format!("http://{}", srv.addr),
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--conns",
+        "50",
+        "--topics",
+        "5",
+        "--publish-rate",
+        "100",
+        "--duration",
+        "2s",
+        "--drain",
+        "2s",
+        "--workers",
+        "2",
+        "--server-pid",
+        &std::process::id().to_string(),
+    ]);
+    let (r, _) = run_report(&a, "workers");
+    assert_eq!(r["settings"]["worker_processes"], 2);
+    assert_complete_delivery(&r, 50, 5);
+    // connect times of both processes were merged
+    assert_eq!(u(&r["connections"]["connect_ms"]["count"]), 50);
+    // the loadgen's CPU includes the worker processes
+    assert!(r["loadgen"]["cpu_seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn echo_round_trips_are_all_answered() {
+    let srv = spawn_server();
+    let a = args(&[
+        "echo",
+        "--url",
+        &format!("ws://{}", srv.addr),
+        "--conns",
+        "20",
+        "--rate",
+        "200",
+        "--size",
+        "256",
+        "--duration",
+        "2s",
+        "--drain",
+        "2s",
+    ]);
+    let (r, _) = run_report(&a, "echo");
+    let e = &r["echo"];
+    assert!(u(&e["sent"]) >= 300, "{e}");
+    assert_eq!(u(&e["answered"]), u(&e["sent"]), "{e}");
+    assert_eq!(u(&e["unanswered"]), 0);
+    assert_eq!(u(&e["duplicates"]), 0);
+    assert!(u(&e["rtt_ms"]["count"]) >= u(&e["sent"]));
+    assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
+
+    // raw mode against a generic echo endpoint
+    let a = args(&[
+        "echo",
+        "--raw",
+        "--url",
+        &format!("ws://{}/echo", srv.addr),
+        "--conns",
+        "10",
+        "--rate",
+        "100",
+        "--duration",
+        "1s",
+        "--drain",
+        "2s",
+    ]);
+    let (r, _) = run_report(&a, "echo-raw");
+    let e = &r["echo"];
+    assert!(u(&e["sent"]) > 50, "{e}");
+    assert_eq!(u(&e["answered"]), u(&e["sent"]), "{e}");
+}
+
+#[test]
+fn churn_keeps_the_cohort_complete() {
+    let srv = spawn_server();
+    let a = args(&[
+        "churn",
+        "--url",
+        &format!("http://{}", srv.addr),
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--conns",
+        "20",
+        "--topics",
+        "2",
+        "--publish-rate",
+        "100",
+        "--churn-rate",
+        "20",
+        "--churn-hold",
+        "300ms",
+        "--duration",
+        "2s",
+        "--drain",
+        "2s",
+    ]);
+    let (r, _) = run_report(&a, "churn");
+    assert_complete_delivery(&r, 20, 2);
+    let c = &r["churn"];
+    assert!(u(&c["connected"]) >= 20, "{c}");
+    assert_eq!(u(&c["failed"]), 0);
+    assert!(u(&c["closed"]) >= 10, "{c}");
+}
+
+#[test]
+fn publish_reports_achieved_rate() {
+    let srv = spawn_server();
+    let html = temp_path("publish.html");
+    let a = args(&[
+        "publish",
+        "--url",
+        &format!("http://{}", srv.admin),
+        "--rate",
+        "200",
+        "--duration",
+        "2s",
+        "--topics",
+        "3",
+        "--html",
+        &html.display().to_string(),
+    ]);
+    let (r, _) = run_report(&a, "publish");
+    let p = &r["publish"];
+    let ok = u(&p["ok"]);
+    assert!((240..=460).contains(&ok), "{p}");
+    assert_eq!(u(&p["failed"]), 0);
+    assert_eq!(
+        ok,
+        srv.hub.published.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let qps = p["achieved_qps"].as_f64().unwrap();
+    assert!((120.0..=230.0).contains(&qps), "{qps}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    let _ = std::fs::remove_file(&html);
+    assert!(page.contains("<svg") && !page.contains("<script"));
+}
+
+#[test]
+fn html_report_has_inline_charts() {
+    let srv = spawn_server();
+    let html = temp_path("sse.html");
+    let a = args(&[
+        "ws",
+        "--url",
+        &format!("http://{}", srv.addr),
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--conns",
+        "5",
+        "--duration",
+        "1s",
+        "--drain",
+        "500ms",
+        "--html",
+        &html.display().to_string(),
+    ]);
+    let (r, _) = run_report(&a, "html");
+    assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
+    let page = std::fs::read_to_string(&html).unwrap();
+    let _ = std::fs::remove_file(&html);
+    assert_eq!(page.matches("<svg").count(), 4);
+    assert!(!page.contains("<script"));
+}
+
+#[test]
+fn refuses_non_loopback_targets() {
+    let out = run_loadgen(&args(&[
+        "sse",
+        "--url",
+        "http://10.1.2.3:8080",
+        "--duration",
+        "1s",
+    ]));
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("non-loopback"), "{err}");
+}
+
+#[test]
+fn floor_measures_cpu_per_write() {
+    let path = temp_path("floor.json");
+    let out = run_loadgen(&args(&[
+        "floor",
+        "--conns",
+        "20",
+        "--duration",
+        "300ms",
+        "--json",
+        &path.display().to_string(),
+    ]));
+    assert!(out.status.success());
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(u(&r["writes"]) > 0);
+    assert!(r["writer_cpu_us_per_write"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn lost_and_duplicated_messages_are_reported() {
+    // the server drops every 7th and duplicates every 5th message on SSE streams
+    let srv = spawn_faulty_server(7, 5);
+    let json = temp_path("faulty.json");
+    let a = args(&[
+        "sse",
+        "--url",
+        &format!("http://{}", srv.addr),
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--conns",
+        "10",
+        "--topics",
+        "2",
+        "--publish-rate",
+        "100",
+        "--duration",
+        "1s",
+        "--drain",
+        "500ms",
+        "--strict",
+        "--json",
+        &json.display().to_string(),
+    ]);
+    let out = run_loadgen(&a);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--strict exits 3 on problems: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let d = &r["delivery"];
+    let expected = u(&d["expected"]);
+    let missing = u(&d["missing"]);
+    assert!(expected > 0);
+    assert!(missing > 0, "{d}");
+    assert!(u(&d["duplicates"]) > 0, "{d}");
+    assert_eq!(u(&d["delivered"]) + missing, expected);
+    // about one message in seven is missing for every subscriber
+    let ratio = missing as f64 / expected as f64;
+    assert!((0.08..=0.22).contains(&ratio), "{ratio}");
+    assert_eq!(r["verdict"]["ok"], false);
+}
+
+#[test]
+fn ws_raw_counts_any_frame() {
+    let srv = spawn_server();
+    // the echo endpoint sends the init frame back: one frame per connection
+    let a = args(&[
+        "ws",
+        "--raw",
+        "--url",
+        &format!("ws://{}/echo", srv.addr),
+        "--init-frame",
+        "hello",
+        "--conns",
+        "15",
+        "--duration",
+        "1s",
+        "--drain",
+        "200ms",
+    ]);
+    let (r, _) = run_report(&a, "ws-raw");
+    assert_eq!(u(&r["connections"]["connected"]), 15);
+    let d = &r["delivery"];
+    assert_eq!(d["accounted"], false);
+    assert_eq!(u(&d["receipts"]), 15, "{d}");
+    assert_eq!(u(&d["untracked"]), 15);
+    assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
+}
