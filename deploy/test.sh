@@ -4,6 +4,9 @@
 # fresh Debian machine first. Extra arguments are passed to `cargo test`.
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
+#
+# The cluster tests run against a real Redis, which deploy/engines.sh installs (Debian's
+# redis-server) and starts on a free port for the length of the run.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -21,5 +24,10 @@ if [ "${HERALD_SKIP_BROWSER:-}" != 1 ]; then
   fi
   npm ci --prefix crates/gateway/tests/browser --no-audit --no-fund --loglevel=error
 fi
+
+# Real engines for the cluster tests, stopped again however the run ends.
+export HERALD_ENGINES_DIR="${HERALD_ENGINES_DIR:-$repo/target/engines}"
+trap '"$repo/deploy/engines.sh" stop >&2 || true' EXIT
+eval "$("$repo/deploy/engines.sh" start --redis)"
 
 cargo test --workspace "$@"

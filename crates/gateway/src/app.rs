@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api;
+use crate::bridge::Bridge;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::transport;
@@ -30,6 +31,7 @@ struct Inner {
     tracker: TaskTracker,
     ready: AtomicBool,
     metrics: PrometheusHandle,
+    bridge: Option<Arc<dyn Bridge>>,
 }
 
 impl AppState {
@@ -41,6 +43,17 @@ impl AppState {
         tracker: TaskTracker,
         metrics: PrometheusHandle,
     ) -> Self {
+        Self::with_bridge(config, shutdown, tracker, metrics, None)
+    }
+
+    /// Like [`Self::new`], publishing through `bridge` when given.
+    pub fn with_bridge(
+        config: Config,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+        metrics: PrometheusHandle,
+        bridge: Option<Arc<dyn Bridge>>,
+    ) -> Self {
         let registry = Registry::new(config.registry());
         Self(Arc::new(Inner {
             config,
@@ -49,6 +62,7 @@ impl AppState {
             tracker,
             ready: AtomicBool::new(true),
             metrics,
+            bridge,
         }))
     }
 
@@ -72,9 +86,39 @@ impl AppState {
         &self.0.tracker
     }
 
-    /// Whether `/readyz` answers 200.
+    /// Whether `/readyz` answers 200: serving, not draining, and every bridge connected.
     pub fn is_ready(&self) -> bool {
-        self.0.ready.load(Ordering::Relaxed) && !self.0.shutdown.is_cancelled()
+        self.0.ready.load(Ordering::Relaxed)
+            && !self.0.shutdown.is_cancelled()
+            && self.0.bridge.as_ref().is_none_or(|b| b.is_ready())
+    }
+
+    /// The cluster bridge, if one is configured.
+    pub fn bridge(&self) -> Option<&Arc<dyn Bridge>> {
+        self.0.bridge.as_ref()
+    }
+
+    /// Publishes: through the bridge when there is one (the message then reaches this node's
+    /// subscribers through the shared log, like every other node's), else locally.
+    pub async fn publish(
+        &self,
+        topic: &herald_core::TopicName,
+        event: Option<herald_core::EventName>,
+        data: herald_core::Payload,
+    ) -> Result<herald_core::Cursor, ApiError> {
+        match &self.0.bridge {
+            Some(bridge) => bridge
+                .publish(topic, event.as_ref(), &data)
+                .await
+                .map_err(|e| {
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "bridge_unavailable",
+                        e.to_string(),
+                    )
+                }),
+            None => Ok(self.registry().publish(topic, event, data)?.cursor()),
+        }
     }
 
     /// Sets readiness.

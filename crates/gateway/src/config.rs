@@ -45,6 +45,39 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// Cluster: node identity and the bridges that join nodes.
+    pub cluster: ClusterConfig,
+}
+
+/// Cluster: node identity and the bridges that join nodes. With no bridge configured, the
+/// node runs alone with in-memory positions (the default).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This node's id, unique in the cluster (logs, stream entries). Default: random.
+    pub node_id: String,
+    /// Redis URL (`redis://host:port/db`): enables the Redis bridge, which fans messages out
+    /// between nodes through Redis Streams and gives them shared positions.
+    pub redis_url: Option<String>,
+    /// Prefix of every Redis key the bridge uses (several clusters can share one Redis).
+    pub redis_prefix: String,
+    /// Number of Redis streams messages are spread over, by a stable hash of the topic.
+    /// Every node of a cluster must use the same value.
+    pub redis_shards: u32,
+    /// Approximate entries kept per stream (`XADD MAXLEN ~`).
+    pub redis_stream_maxlen: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            node_id: format!("{:08x}", rand::random::<u32>()),
+            redis_url: None,
+            redis_prefix: "herald".into(),
+            redis_shards: 16,
+            redis_stream_maxlen: 100_000,
+        }
+    }
 }
 
 /// Log output format.
@@ -183,6 +216,7 @@ impl Default for Config {
             poll: PollConfig::default(),
             limits: LimitsConfig::default(),
             shutdown: ShutdownConfig::default(),
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -341,6 +375,24 @@ impl Config {
             (1024..=1 << 20).contains(&l.max_header_bytes),
             "limits.max_header_bytes must be within 1024..=1048576"
         );
+        let c = &self.cluster;
+        ensure!(
+            !c.node_id.is_empty() && c.node_id.len() <= 64,
+            "cluster.node_id must be 1 to 64 characters"
+        );
+        ensure!(
+            (1..=1024).contains(&c.redis_shards),
+            "cluster.redis_shards must be within 1..=1024"
+        );
+        ensure!(
+            c.redis_stream_maxlen >= 100,
+            "cluster.redis_stream_maxlen must be at least 100"
+        );
+        if let Some(url) = &c.redis_url {
+            if let Err(e) = redis::Client::open(url.as_str()) {
+                bail!("cluster.redis_url {url:?} is invalid: {e}");
+            }
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
         }
@@ -397,6 +449,12 @@ pub struct Cli {
     /// Lag policy: recover_or_notify, recover_or_disconnect or disconnect [default: recover_or_notify].
     #[arg(long, env = "HERALD_LAG_POLICY", value_parser = parse_lag_policy, value_name = "POLICY")]
     pub lag_policy: Option<LagPolicy>,
+    /// Redis URL enabling the Redis cluster bridge, e.g. `redis://127.0.0.1:6379`.
+    #[arg(long, env = "HERALD_REDIS_URL", value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// This node's id in the cluster [default: random].
+    #[arg(long, env = "HERALD_NODE_ID", value_name = "ID")]
+    pub node_id: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -443,6 +501,12 @@ impl Cli {
         }
         if let Some(v) = self.lag_policy {
             config.lag_policy = v;
+        }
+        if let Some(v) = &self.redis_url {
+            config.cluster.redis_url = Some(v.clone());
+        }
+        if let Some(v) = &self.node_id {
+            config.cluster.node_id = v.clone();
         }
         Ok(config)
     }

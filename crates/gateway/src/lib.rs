@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod app;
+pub mod bridge;
 pub mod config;
 pub mod error;
 pub mod server;
@@ -15,6 +16,7 @@ pub mod telemetry;
 pub mod transport;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -41,11 +43,16 @@ pub async fn run(
     config.validate()?;
     let metrics = telemetry::metrics::install();
     let tracker = TaskTracker::new();
-    let state = AppState::new(
+    let redis = match &config.cluster.redis_url {
+        Some(url) => Some(bridge::redis::RedisBridge::new(&config.cluster, url).await?),
+        None => None,
+    };
+    let state = AppState::with_bridge(
         config.clone(),
         shutdown.clone(),
         tracker.clone(),
         metrics.clone(),
+        redis.clone().map(|b| b as Arc<dyn bridge::Bridge>),
     );
     let admin_stop = CancellationToken::new();
     let admin_tracker = TaskTracker::new();
@@ -77,6 +84,8 @@ pub async fn run(
         },
     ));
     let housekeeping = tokio::spawn(housekeeping(state.clone(), admin_stop.clone(), metrics));
+    // Bridges stop last, after the connections have drained.
+    let bridge_task = redis.map(|b| tokio::spawn(b.run(state.clone(), admin_stop.clone())));
     tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
     if config.dev {
         tracing::warn!("dev mode: anyone who reaches the public listener can publish");
@@ -101,6 +110,9 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(1), admin_tracker.wait()).await;
     let _ = admin_task.await;
     let _ = housekeeping.await;
+    if let Some(task) = bridge_task {
+        let _ = task.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

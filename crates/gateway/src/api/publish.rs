@@ -48,7 +48,7 @@ pub async fn publish(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let body = body.map_err(rejection)?;
     let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-    publish_one(&state, request).map(Json)
+    publish_one(&state, request).await.map(Json)
 }
 
 /// Publishes up to `limits.max_batch_publish` messages in order; answers
@@ -68,24 +68,25 @@ pub async fn publish_batch(
             format!("a batch holds at most {max} messages"),
         ));
     }
-    let results: Vec<serde_json::Value> = batch
-        .messages
-        .iter()
-        .map(|raw| {
-            let result = serde_json::from_str::<PublishRequest>(raw.get())
-                .map_err(bad_json)
-                .and_then(|request| publish_one(&state, request));
-            result.unwrap_or_else(|e| {
-                let text = e.to_string();
-                let reason = text.split_once(": ").map_or(text.as_str(), |(_, r)| r);
-                serde_json::json!({ "code": e.code(), "reason": reason })
-            })
-        })
-        .collect();
+    let mut results = Vec::with_capacity(batch.messages.len());
+    for raw in &batch.messages {
+        let result = match serde_json::from_str::<PublishRequest>(raw.get()).map_err(bad_json) {
+            Ok(request) => publish_one(&state, request).await,
+            Err(e) => Err(e),
+        };
+        results.push(result.unwrap_or_else(|e| {
+            let text = e.to_string();
+            let reason = text.split_once(": ").map_or(text.as_str(), |(_, r)| r);
+            serde_json::json!({ "code": e.code(), "reason": reason })
+        }));
+    }
     Ok(Json(serde_json::json!({ "results": results })))
 }
 
-fn publish_one(state: &AppState, request: PublishRequest) -> Result<serde_json::Value, ApiError> {
+async fn publish_one(
+    state: &AppState,
+    request: PublishRequest,
+) -> Result<serde_json::Value, ApiError> {
     let topic = TopicName::new(&request.topic)?;
     let event = match request.event {
         Some(e) => Some(
@@ -105,9 +106,9 @@ fn publish_one(state: &AppState, request: PublishRequest) -> Result<serde_json::
             ),
         ));
     }
-    let message = state.registry().publish(&topic, event, payload)?;
+    let id = state.publish(&topic, event, payload).await?;
     metrics::published("http");
-    Ok(serde_json::json!({ "id": message.cursor().to_string(), "topic": topic.as_str() }))
+    Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
 }
 
 fn bad_json(e: serde_json::Error) -> ApiError {

@@ -33,6 +33,12 @@ pub const SLOW_CONSUMERS: &str = "herald_slow_consumer_events_total";
 pub const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
 /// Topics held by the registry (gauge).
 pub const TOPICS: &str = "herald_topics";
+/// Whether a bridge is connected and following its log (gauge, 1 or 0), by `bridge`.
+pub const BRIDGE_UP: &str = "herald_bridge_up";
+/// Bridge reconnection attempts, by `bridge`.
+pub const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
+/// Messages through a bridge, by `bridge` and `direction` (`in`: from the log, `out`: to it).
+pub const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
 /// Client errors answered (bad request, bad frame), by `transport` and `reason`.
 pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
 
@@ -78,6 +84,9 @@ fn describe() {
         "Time from publish to the frame being handed to the connection."
     );
     describe_gauge!(TOPICS, "Topics held by the registry.");
+    describe_gauge!(BRIDGE_UP, "Whether a bridge is connected (1) or not (0).");
+    describe_counter!(BRIDGE_RECONNECTS, "Bridge reconnection attempts.");
+    describe_counter!(BRIDGE_MESSAGES, "Messages through a bridge, by direction.");
     describe_counter!(CLIENT_ERRORS, "Client errors answered, by reason.");
 }
 
@@ -230,4 +239,19 @@ pub fn published(source: &'static str) {
 /// Counts a client error answered.
 pub fn client_error(transport: &'static str, reason: &'static str) {
     counter!(CLIENT_ERRORS, "transport" => transport, "reason" => reason).increment(1);
+}
+
+/// Sets whether `bridge` is up.
+pub fn bridge_up(bridge: &'static str, up: bool) {
+    gauge!(BRIDGE_UP, "bridge" => bridge).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Counts a reconnection attempt of `bridge`.
+pub fn bridge_reconnect(bridge: &'static str) {
+    counter!(BRIDGE_RECONNECTS, "bridge" => bridge).increment(1);
+}
+
+/// Counts a message through `bridge` (`direction`: `in` or `out`).
+pub fn bridge_message(bridge: &'static str, direction: &'static str) {
+    counter!(BRIDGE_MESSAGES, "bridge" => bridge, "direction" => direction).increment(1);
 }

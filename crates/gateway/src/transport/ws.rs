@@ -445,16 +445,9 @@ impl Connection {
                 format!("payload is {} bytes; the limit is {max}", payload.len()),
             ));
         }
-        let message = self
-            .state
-            .registry()
-            .publish(&name, event, payload)
-            .map_err(ApiError::from)?;
+        let id = self.state.publish(&name, event, payload).await?;
         metrics::published("ws");
-        let reply = format!(
-            r#"{{"type":"published","topic":"{name}","id":"{}"}}"#,
-            message.cursor()
-        );
+        let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
     }
 

@@ -4,6 +4,7 @@
 mod common;
 
 mod api;
+mod cluster;
 mod fanout;
 mod poll;
 mod shutdown;

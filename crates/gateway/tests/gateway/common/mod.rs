@@ -21,6 +21,41 @@ pub fn test_config() -> Config {
     }
 }
 
+/// The Redis the cluster tests use (`deploy/test.sh` starts it and sets the variable).
+pub fn test_redis_url() -> String {
+    std::env::var("HERALD_TEST_REDIS_URL").expect(
+        "HERALD_TEST_REDIS_URL is not set: run the suite with deploy/test.sh, which starts a real Redis",
+    )
+}
+
+/// A node of a test cluster bridged by Redis under `prefix` (isolates concurrent tests).
+pub fn cluster_config(prefix: &str, node: &str) -> Config {
+    let mut config = test_config();
+    config.cluster.redis_url = Some(test_redis_url());
+    config.cluster.redis_prefix = prefix.to_string();
+    config.cluster.redis_shards = 4;
+    config.cluster.node_id = node.to_string();
+    config
+}
+
+/// Waits until `/readyz` answers `status`.
+pub async fn wait_ready(gw: &Gateway, status: u16) {
+    let url = format!("http://{}/readyz", gw.admin_addr);
+    eventually(Duration::from_secs(20), || {
+        let url = url.clone();
+        async move {
+            http()
+                .get(url)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .ok()
+                == Some(status)
+        }
+    })
+    .await;
+}
+
 pub async fn spawn_gateway(config: Config) -> Gateway {
     Gateway::start(config).await.expect("gateway starts")
 }

@@ -1,0 +1,44 @@
+//! Bridges to the distributed engines that join nodes into a cluster. A bridge gives every
+//! message its position in a shared log, so the same message has the same id on every node,
+//! and feeds every node's registry from that log.
+
+pub mod redis;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use herald_core::{Cursor, EventName, Payload, TopicName};
+
+/// A boxed future, for the object-safe [`Bridge`] trait.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a bridge could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// The engine cannot be reached (yet); the caller may retry.
+    #[error("{bridge} is unavailable: {reason}")]
+    Unavailable {
+        /// Which bridge.
+        bridge: &'static str,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// A cluster bridge.
+pub trait Bridge: Send + Sync + std::fmt::Debug {
+    /// Short name for logs, metrics and `/readyz`.
+    fn name(&self) -> &'static str;
+
+    /// Appends a message to the shared log and returns its position. The message reaches the
+    /// subscribers of every node, this one included, through the log.
+    fn publish<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        event: Option<&'a EventName>,
+        data: &'a Payload,
+    ) -> BoxFuture<'a, Result<Cursor, BridgeError>>;
+
+    /// Whether the engine is reachable and the node is following the log.
+    fn is_ready(&self) -> bool;
+}

@@ -1,0 +1,307 @@
+//! The Redis bridge: node-to-node fan-out and shared positions through Redis Streams.
+//!
+//! Every message is appended (`XADD`) to one of `cluster.redis_shards` streams, chosen by a
+//! stable hash of the topic name, so each topic's messages stay in order in one stream. Every
+//! node reads every shard stream (`XREAD BLOCK`) and ingests each entry into its registry:
+//! each node gets each message exactly once and there is no echo loop, because publishing
+//! never delivers locally — delivery always comes back through the stream.
+//!
+//! Positions: a stream entry id `<ms>-<n>` becomes the sequence number `ms << 21 | n`, and the
+//! epoch of a shard is a random value kept in Redis (`<prefix>:epoch:<shard>`, created with
+//! `SET NX`). If Redis loses its data (a restart without persistence), the epoch key is gone
+//! too, a new one is made, and clients resuming from the old epoch are told messages were
+//! lost, as they may have been.
+//!
+//! History: each node keeps its own in-memory history, filled from the streams. A starting
+//! node reads the streams from `topics.history_ttl` ago, so a client that reconnects to a
+//! node that just started resumes too. The streams are capped (`MAXLEN ~`) at
+//! `cluster.redis_stream_maxlen` entries per shard.
+//!
+//! Why not Redis pub/sub per topic (which would let a node receive only the topics it has
+//! subscribers for): pub/sub has no positions and no history, so resume across nodes and
+//! catching up after a reconnect would be impossible. Streams cost every node the reading of
+//! every message; with the payload left undecoded, that is cheap next to fan-out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use herald_core::{Cursor, EventName, Payload, TopicName};
+use parking_lot::RwLock;
+use redis::AsyncCommands as _;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::streams::{StreamMaxlen, StreamReadOptions, StreamReadReply};
+use tokio_util::sync::CancellationToken;
+
+use super::{BoxFuture, Bridge, BridgeError};
+use crate::app::AppState;
+use crate::config::ClusterConfig;
+use crate::telemetry::metrics;
+
+const NAME: &str = "redis";
+/// Bits of a stream entry's per-millisecond counter kept in a sequence number.
+const SEQ_BITS: u32 = 21;
+
+/// The Redis bridge.
+#[derive(Debug)]
+pub struct RedisBridge {
+    client: redis::Client,
+    publisher: ConnectionManager,
+    prefix: String,
+    shards: u32,
+    maxlen: usize,
+    node_id: String,
+    /// Each shard's epoch, once known.
+    epochs: RwLock<Option<Vec<u64>>>,
+    ready: AtomicBool,
+}
+
+impl RedisBridge {
+    /// Connects (lazily: a Redis that is down at start only makes the node not ready).
+    pub async fn new(config: &ClusterConfig, url: &str) -> anyhow::Result<Arc<Self>> {
+        let client = redis::Client::open(url)
+            .map_err(|e| anyhow::anyhow!("invalid cluster.redis_url: {e}"))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(2);
+        let publisher = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+            .map_err(|e| anyhow::anyhow!("redis: {e}"))?;
+        Ok(Arc::new(Self {
+            client,
+            publisher,
+            prefix: config.redis_prefix.clone(),
+            shards: config.redis_shards,
+            maxlen: config.redis_stream_maxlen,
+            node_id: config.node_id.clone(),
+            epochs: RwLock::new(None),
+            ready: AtomicBool::new(false),
+        }))
+    }
+
+    fn shard_of(&self, topic: &str) -> u32 {
+        use std::hash::Hasher as _;
+        let mut h = fnv::FnvHasher::default();
+        h.write(topic.as_bytes());
+        (h.finish() % u64::from(self.shards)) as u32
+    }
+
+    fn stream_key(&self, shard: u32) -> String {
+        format!("{}:stream:{shard}", self.prefix)
+    }
+
+    fn unavailable(reason: impl ToString) -> BridgeError {
+        BridgeError::Unavailable {
+            bridge: NAME,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Follows every shard stream until `stop`, reconnecting with backoff.
+    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
+        let ttl_ms = state.config().topics.history_ttl.as_millis() as u64;
+        let start = format!("{}-0", now_ms().saturating_sub(ttl_ms));
+        let mut last_ids: Vec<String> = vec![start; self.shards as usize];
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let session = self.follow(&state, &mut last_ids, &stop);
+            let result = tokio::select! {
+                _ = stop.cancelled() => break,
+                result = session => result,
+            };
+            self.ready.store(false, Ordering::Relaxed);
+            metrics::bridge_up(NAME, false);
+            if let Err(e) = result {
+                tracing::warn!(error = %e, retry_in = ?backoff, "redis bridge disconnected");
+            }
+            metrics::bridge_reconnect(NAME);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        self.ready.store(false, Ordering::Relaxed);
+    }
+
+    /// One connected session: learn the epochs, then read and ingest until an error.
+    async fn follow(
+        &self,
+        state: &AppState,
+        last_ids: &mut [String],
+        _stop: &CancellationToken,
+    ) -> redis::RedisResult<()> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(None);
+        let mut conn: MultiplexedConnection = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut epochs = Vec::with_capacity(self.shards as usize);
+        for shard in 0..self.shards {
+            let key = format!("{}:epoch:{shard}", self.prefix);
+            let fresh = format!("{:x}", rand::random::<u64>() | 1);
+            let _: Option<String> = redis::cmd("SET")
+                .arg(&key)
+                .arg(&fresh)
+                .arg("NX")
+                .query_async(&mut conn)
+                .await?;
+            let epoch: String = conn.get(&key).await?;
+            epochs.push(u64::from_str_radix(&epoch, 16).unwrap_or(1));
+        }
+        let previous = self.epochs.write().replace(epochs.clone());
+        if let Some(previous) = previous {
+            for (shard, (old, new)) in previous.iter().zip(&epochs).enumerate() {
+                if old != new {
+                    // The stream was lost with Redis's data: read the new one from its start.
+                    tracing::warn!(
+                        shard,
+                        "redis lost its streams; clients will be told messages may be lost"
+                    );
+                    last_ids[shard] = "0-0".into();
+                }
+            }
+        }
+        self.ready.store(true, Ordering::Relaxed);
+        metrics::bridge_up(NAME, true);
+        tracing::info!(shards = self.shards, "redis bridge following the streams");
+        let keys: Vec<String> = (0..self.shards).map(|s| self.stream_key(s)).collect();
+        let options = StreamReadOptions::default().block(2_000).count(1_000);
+        loop {
+            let reply: Option<StreamReadReply> =
+                conn.xread_options(&keys, last_ids, &options).await?;
+            let Some(reply) = reply else { continue };
+            for stream in reply.keys {
+                let Some(shard) = keys.iter().position(|k| *k == stream.key) else {
+                    continue;
+                };
+                for entry in stream.ids {
+                    last_ids[shard] = entry.id.clone();
+                    self.ingest(state, epochs[shard], &entry);
+                }
+            }
+        }
+    }
+
+    fn ingest(&self, state: &AppState, epoch: u64, entry: &redis::streams::StreamId) {
+        let Some(seq) = parse_entry_id(&entry.id) else {
+            tracing::warn!(id = %entry.id, "redis stream entry with an unexpected id skipped");
+            return;
+        };
+        let field = |name: &str| -> Option<String> { entry.get::<String>(name) };
+        let (Some(topic), Some(data)) = (field("t"), field("d")) else {
+            tracing::warn!(id = %entry.id, "redis stream entry without topic or data skipped");
+            return;
+        };
+        let Ok(topic) = TopicName::new(&topic) else {
+            tracing::warn!(id = %entry.id, "redis stream entry with an invalid topic skipped");
+            return;
+        };
+        let event = field("e").and_then(|e| EventName::new(&e).ok());
+        let Ok(payload) = Payload::from_json(data.as_bytes()) else {
+            tracing::warn!(id = %entry.id, "redis stream entry with invalid JSON skipped");
+            return;
+        };
+        match state.registry().get_or_create(&topic) {
+            Ok(t) => {
+                if t.ingest(Cursor::new(epoch, seq), event, payload).is_some() {
+                    metrics::bridge_message(NAME, "in");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, %topic, "message from redis dropped"),
+        }
+    }
+}
+
+impl Bridge for RedisBridge {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn publish<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        event: Option<&'a EventName>,
+        data: &'a Payload,
+    ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
+        Box::pin(async move {
+            let shard = self.shard_of(topic.as_str());
+            let epoch = match self.epochs.read().as_ref() {
+                Some(epochs) if self.ready.load(Ordering::Relaxed) => epochs[shard as usize],
+                _ => return Err(Self::unavailable("not connected")),
+            };
+            let data = std::str::from_utf8(data.as_bytes()).map_err(Self::unavailable)?;
+            let ts = now_ms().to_string();
+            let mut fields: Vec<(&str, &str)> = vec![
+                ("t", topic.as_str()),
+                ("d", data),
+                ("n", &self.node_id),
+                ("ts", &ts),
+            ];
+            if let Some(event) = event {
+                fields.push(("e", event.as_str()));
+            }
+            let key = self.stream_key(shard);
+            let mut conn = self.publisher.clone();
+            // The connection manager reconnects after a failed command: a connection that
+            // broke while idle (Redis restarted) costs one retry, not a failed publish.
+            let mut attempt = 0;
+            let id: Option<String> = loop {
+                attempt += 1;
+                match conn
+                    .xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
+                    .await
+                {
+                    Ok(id) => break id,
+                    Err(e) if attempt < 3 && (e.is_io_error() || e.is_connection_dropped()) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => return Err(Self::unavailable(e)),
+                }
+            };
+            let id = id.ok_or_else(|| Self::unavailable("XADD returned no id"))?;
+            let seq = parse_entry_id(&id)
+                .ok_or_else(|| Self::unavailable(format!("unexpected entry id {id}")))?;
+            metrics::bridge_message(NAME, "out");
+            Ok(Cursor::new(epoch, seq))
+        })
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+/// `<ms>-<n>` → `ms << 21 | n`.
+fn parse_entry_id(id: &str) -> Option<u64> {
+    let (ms, n) = id.split_once('-')?;
+    let (ms, n): (u64, u64) = (ms.parse().ok()?, n.parse().ok()?);
+    if ms >= 1 << (64 - SEQ_BITS) || n >= 1 << SEQ_BITS {
+        return None;
+    }
+    Some(ms << SEQ_BITS | n)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_ids_map_to_increasing_sequence_numbers() {
+        let a = parse_entry_id("1700000000000-0").unwrap();
+        let b = parse_entry_id("1700000000000-1").unwrap();
+        let c = parse_entry_id("1700000000001-0").unwrap();
+        assert!(a < b && b < c);
+        assert_eq!(parse_entry_id("x-1"), None);
+        assert_eq!(parse_entry_id("1-9999999999"), None);
+    }
+}

@@ -1,0 +1,105 @@
+//! Several nodes bridged by a real Redis.
+
+use serde_json::json;
+
+use crate::common::*;
+
+fn prefix(test: &str) -> String {
+    format!("test-{test}-{:x}", rand::random::<u32>())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_on_one_node_reaches_every_node_once_with_one_id() {
+    let p = prefix("fanout");
+    let a = spawn_gateway(cluster_config(&p, "a")).await;
+    let b = spawn_gateway(cluster_config(&p, "b")).await;
+    let c = spawn_gateway(cluster_config(&p, "c")).await;
+    for node in [&a, &b, &c] {
+        wait_ready(node, 200).await;
+    }
+    let mut sse_b = SseClient::connect(&b, "topic=news", None).await;
+    sse_b.next_block().await.unwrap();
+    let mut ws_c = ws_connect(&c).await;
+    ws_subscribe(&mut ws_c, &["news"]).await;
+    let mut sse_a = SseClient::connect(&a, "topic=news", None).await;
+    sse_a.next_block().await.unwrap();
+
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(publish(&a, "news", json!(i)).await);
+    }
+    // Published on another node too: ordering per topic holds across publishers.
+    ids.push(publish(&c, "news", json!(5)).await);
+    for (i, id) in ids.iter().enumerate() {
+        let on_b = sse_b.next_event().await.unwrap();
+        assert_eq!(on_b.data.as_deref(), Some(i.to_string().as_str()));
+        assert_eq!(on_b.id.as_deref(), Some(format!("news={id}").as_str()));
+        let on_a = sse_a.next_event().await.unwrap();
+        assert_eq!(
+            on_a.id, on_b.id,
+            "the same message has the same id on every node"
+        );
+        let on_c = ws_next(&mut ws_c).await;
+        assert_eq!(on_c["data"], json!(i));
+        assert_eq!(on_c["id"], json!(id));
+    }
+    // Exactly once: nothing more arrives.
+    publish(&b, "news", json!("end")).await;
+    assert_eq!(
+        sse_b.next_event().await.unwrap().data.as_deref(),
+        Some("end")
+    );
+    assert_eq!(ws_next(&mut ws_c).await["data"], "end");
+    for node in [a, b, c] {
+        node.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
+    let p = prefix("resume");
+    let a = spawn_gateway(cluster_config(&p, "a")).await;
+    let b = spawn_gateway(cluster_config(&p, "b")).await;
+    wait_ready(&a, 200).await;
+    wait_ready(&b, 200).await;
+
+    let mut sse = SseClient::connect(&b, "topic=r1&topic=r2", None).await;
+    sse.next_block().await.unwrap();
+    publish(&a, "r1", json!("one")).await;
+    publish(&a, "r2", json!("two")).await;
+    sse.next_event().await.unwrap();
+    sse.next_event().await.unwrap();
+    let last = sse.last_event_id.clone().unwrap();
+    drop(sse);
+    for m in ["three", "four"] {
+        publish(&b, "r1", json!(m)).await;
+    }
+    publish(&a, "r2", json!("five")).await;
+
+    // Reconnect to the other node with the same Last-Event-ID: exactly the missed ones.
+    let mut sse = SseClient::connect(&a, "topic=r1&topic=r2", Some(&last)).await;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let e = sse.next_event().await.unwrap();
+        assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
+        got.push(e.data.unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["five", "four", "three"]);
+
+    // A node that starts now fills its history from the streams and resumes the client too.
+    let late = spawn_gateway(cluster_config(&p, "late")).await;
+    wait_ready(&late, 200).await;
+    let mut sse = SseClient::connect(&late, "topic=r1&topic=r2", Some(&last)).await;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let e = sse.next_event().await.unwrap();
+        assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
+        got.push(e.data.unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["five", "four", "three"]);
+    for node in [a, b, late] {
+        node.stop().await.unwrap();
+    }
+}
