@@ -5,8 +5,9 @@
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
 #
-# The cluster tests run against a real Redis, which deploy/engines.sh installs (Debian's
-# redis-server) and starts on a free port for the length of the run.
+# The cluster tests run against a real Redis and a real Kafka broker, which
+# deploy/engines.sh installs (Debian's redis-server; Kafka's jars from Maven Central, cached)
+# and starts on free ports for the length of the run.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -28,6 +29,6 @@ fi
 # Real engines for the cluster tests, stopped again however the run ends.
 export HERALD_ENGINES_DIR="${HERALD_ENGINES_DIR:-$repo/target/engines}"
 trap '"$repo/deploy/engines.sh" stop >&2 || true' EXIT
-eval "$("$repo/deploy/engines.sh" start --redis)"
+eval "$("$repo/deploy/engines.sh" start)"
 
 cargo test --workspace "$@"

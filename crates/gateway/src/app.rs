@@ -32,6 +32,7 @@ struct Inner {
     ready: AtomicBool,
     metrics: PrometheusHandle,
     bridge: Option<Arc<dyn Bridge>>,
+    bridges: Vec<Arc<dyn Bridge>>,
 }
 
 impl AppState {
@@ -43,17 +44,19 @@ impl AppState {
         tracker: TaskTracker,
         metrics: PrometheusHandle,
     ) -> Self {
-        Self::with_bridge(config, shutdown, tracker, metrics, None)
+        Self::with_bridge(config, shutdown, tracker, metrics, Vec::new())
     }
 
-    /// Like [`Self::new`], publishing through `bridge` when given.
+    /// Like [`Self::new`], with cluster bridges: publishes go through the first, and every
+    /// one must be connected for the node to be ready.
     pub fn with_bridge(
         config: Config,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
-        bridge: Option<Arc<dyn Bridge>>,
+        bridges: Vec<Arc<dyn Bridge>>,
     ) -> Self {
+        let bridge = bridges.first().cloned();
         let registry = Registry::new(config.registry());
         Self(Arc::new(Inner {
             config,
@@ -63,6 +66,7 @@ impl AppState {
             ready: AtomicBool::new(true),
             metrics,
             bridge,
+            bridges,
         }))
     }
 
@@ -90,12 +94,12 @@ impl AppState {
     pub fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::Relaxed)
             && !self.0.shutdown.is_cancelled()
-            && self.0.bridge.as_ref().is_none_or(|b| b.is_ready())
+            && self.0.bridges.iter().all(|b| b.is_ready())
     }
 
-    /// The cluster bridge, if one is configured.
-    pub fn bridge(&self) -> Option<&Arc<dyn Bridge>> {
-        self.0.bridge.as_ref()
+    /// The cluster bridges, the publishing one first.
+    pub fn bridges(&self) -> &[Arc<dyn Bridge>] {
+        &self.0.bridges
     }
 
     /// Publishes: through the bridge when there is one (the message then reaches this node's

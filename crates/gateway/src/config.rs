@@ -66,6 +66,14 @@ pub struct ClusterConfig {
     pub redis_shards: u32,
     /// Approximate entries kept per stream (`XADD MAXLEN ~`).
     pub redis_stream_maxlen: usize,
+    /// Kafka bootstrap servers (`host:port,host:port`): enables the Kafka bridge, which
+    /// delivers the records of `kafka_topics` to subscribers on every node.
+    pub kafka_brokers: Option<String>,
+    /// Kafka topics to consume (every partition, on every node). Without Redis, publishes
+    /// through the HTTP API are produced to the first one.
+    pub kafka_topics: Vec<String>,
+    /// Each node commits its consumed position under the group `<prefix>-<node_id>`.
+    pub kafka_group_prefix: String,
 }
 
 impl Default for ClusterConfig {
@@ -76,6 +84,9 @@ impl Default for ClusterConfig {
             redis_prefix: "herald".into(),
             redis_shards: 16,
             redis_stream_maxlen: 100_000,
+            kafka_brokers: None,
+            kafka_topics: vec!["herald".into()],
+            kafka_group_prefix: "herald".into(),
         }
     }
 }
@@ -388,6 +399,18 @@ impl Config {
             c.redis_stream_maxlen >= 100,
             "cluster.redis_stream_maxlen must be at least 100"
         );
+        if c.kafka_brokers.is_some() {
+            ensure!(
+                !c.kafka_topics.is_empty(),
+                "cluster.kafka_topics must name at least one topic"
+            );
+            ensure!(
+                c.kafka_topics
+                    .iter()
+                    .all(|t| !t.is_empty() && t.len() <= 249),
+                "cluster.kafka_topics entries must be 1 to 249 characters"
+            );
+        }
         if let Some(url) = &c.redis_url {
             if let Err(e) = redis::Client::open(url.as_str()) {
                 bail!("cluster.redis_url {url:?} is invalid: {e}");
@@ -452,6 +475,17 @@ pub struct Cli {
     /// Redis URL enabling the Redis cluster bridge, e.g. `redis://127.0.0.1:6379`.
     #[arg(long, env = "HERALD_REDIS_URL", value_name = "URL")]
     pub redis_url: Option<String>,
+    /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
+    #[arg(long, env = "HERALD_KAFKA_BROKERS", value_name = "HOSTS")]
+    pub kafka_brokers: Option<String>,
+    /// Kafka topics to consume, comma-separated [default: herald].
+    #[arg(
+        long,
+        env = "HERALD_KAFKA_TOPICS",
+        value_name = "TOPICS",
+        value_delimiter = ','
+    )]
+    pub kafka_topics: Option<Vec<String>>,
     /// This node's id in the cluster [default: random].
     #[arg(long, env = "HERALD_NODE_ID", value_name = "ID")]
     pub node_id: Option<String>,
@@ -507,6 +541,12 @@ impl Cli {
         }
         if let Some(v) = &self.node_id {
             config.cluster.node_id = v.clone();
+        }
+        if let Some(v) = &self.kafka_brokers {
+            config.cluster.kafka_brokers = Some(v.clone());
+        }
+        if let Some(v) = &self.kafka_topics {
+            config.cluster.kafka_topics = v.clone();
         }
         Ok(config)
     }

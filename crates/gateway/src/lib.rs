@@ -47,12 +47,25 @@ pub async fn run(
         Some(url) => Some(bridge::redis::RedisBridge::new(&config.cluster, url).await?),
         None => None,
     };
+    let kafka = match &config.cluster.kafka_brokers {
+        Some(brokers) => Some(bridge::kafka::KafkaBridge::new(&config.cluster, brokers)?),
+        None => None,
+    };
+    // Redis carries node-to-node fan-out of this node's publishes when configured; Kafka
+    // otherwise.
+    let mut bridges: Vec<Arc<dyn bridge::Bridge>> = Vec::new();
+    if let Some(b) = &redis {
+        bridges.push(b.clone());
+    }
+    if let Some(b) = &kafka {
+        bridges.push(b.clone());
+    }
     let state = AppState::with_bridge(
         config.clone(),
         shutdown.clone(),
         tracker.clone(),
         metrics.clone(),
-        redis.clone().map(|b| b as Arc<dyn bridge::Bridge>),
+        bridges,
     );
     let admin_stop = CancellationToken::new();
     let admin_tracker = TaskTracker::new();
@@ -85,7 +98,13 @@ pub async fn run(
     ));
     let housekeeping = tokio::spawn(housekeeping(state.clone(), admin_stop.clone(), metrics));
     // Bridges stop last, after the connections have drained.
-    let bridge_task = redis.map(|b| tokio::spawn(b.run(state.clone(), admin_stop.clone())));
+    let mut bridge_tasks = Vec::new();
+    if let Some(b) = redis {
+        bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
+    }
+    if let Some(b) = kafka {
+        bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
+    }
     tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
     if config.dev {
         tracing::warn!("dev mode: anyone who reaches the public listener can publish");
@@ -110,7 +129,7 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(1), admin_tracker.wait()).await;
     let _ = admin_task.await;
     let _ = housekeeping.await;
-    if let Some(task) = bridge_task {
+    for task in bridge_tasks {
         let _ = task.await;
     }
     tracing::info!("stopped");

@@ -69,3 +69,84 @@ async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_survives_a_kafka_broker_restart_without_losing_records() {
+    use rdkafka::ClientConfig;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let brokers = std::env::var("HERALD_TEST_KAFKA_BROKERS")
+        .expect("HERALD_TEST_KAFKA_BROKERS is not set: run the suite with deploy/test.sh");
+    let kt = format!("faults-{:x}", rand::random::<u32>());
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(&kt, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let mut config = test_config();
+    config.cluster.kafka_brokers = Some(brokers.clone());
+    config.cluster.kafka_topics = vec![kt.clone()];
+    config.sse.heartbeat = Duration::from_millis(200);
+    let gw = spawn_gateway(config).await;
+    wait_ready(&gw, 200).await;
+    let mut sse = SseClient::connect(&gw, "topic=k", None).await;
+    sse.next_block().await.unwrap();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("message.timeout.ms", "60000")
+        .create()
+        .unwrap();
+    let produce = |n: i32| {
+        let value = n.to_string();
+        let producer = producer.clone();
+        let kt = kt.clone();
+        async move {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "herald-topic",
+                value: Some("k"),
+            });
+            let record = FutureRecord::to(&kt)
+                .key("k")
+                .payload(&value)
+                .headers(headers);
+            producer
+                .send(record, Duration::from_secs(60))
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+    };
+    produce(1).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("1"));
+
+    engines("kill-kafka");
+    wait_ready(&gw, 503).await;
+    let raw = sse.rest(Duration::from_millis(700)).await;
+    assert!(
+        raw.contains(": ping"),
+        "local connections keep being served: {raw:?}"
+    );
+    engines("start-kafka");
+    wait_ready(&gw, 200).await;
+    produce(2).await;
+    produce(3).await;
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let e = sse.next_event().await.unwrap();
+        got.push(e.data.unwrap());
+    }
+    assert_eq!(got, ["2", "3"]);
+    gw.stop().await.unwrap();
+}

@@ -2,6 +2,7 @@
 //! message its position in a shared log, so the same message has the same id on every node,
 //! and feeds every node's registry from that log.
 
+pub mod kafka;
 pub mod redis;
 
 use std::future::Future;

@@ -6,6 +6,7 @@ mod common;
 mod api;
 mod cluster;
 mod fanout;
+mod kafka;
 mod poll;
 mod shutdown;
 mod sse;

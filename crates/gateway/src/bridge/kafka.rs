@@ -1,0 +1,329 @@
+//! The Kafka bridge: other services publish to Herald by producing to Kafka.
+//!
+//! Every node consumes **every partition** of the configured Kafka topics itself (manual
+//! assignment, not a shared consumer group), because every node must deliver every message to
+//! its own subscribers; a consumer group would split the partitions between nodes. Each node
+//! commits its position under its own group id (`<group_prefix>-<node_id>`), so a restarted
+//! node resumes from where it stopped and no record that reached Kafka is lost to it. A node
+//! with no committed position starts `topics.history_ttl` back, to fill its history.
+//!
+//! Routing never decodes the payload: the Herald topic comes from the `herald-topic` record
+//! header (else the record key), the event name from `herald-event`. The value must be one
+//! JSON value; it is checked and compacted once per node.
+//!
+//! Positions come from the log: a record at offset `o` of partition `p` gets sequence number
+//! `o + 1` in an epoch derived from the Kafka topic and partition, so the same record has the
+//! same id on every node and clients resume on any node. Records are at-least-once; a replayed
+//! record has a position already delivered and is dropped ([`herald_core::Topic::ingest`]).
+//! Produce records for one Herald topic with the Herald topic as the key (as this bridge does),
+//! so they land in one partition and keep their order.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use herald_core::{Cursor, EventName, Payload, TopicName};
+use rdkafka::ClientConfig;
+use rdkafka::Message as _;
+use rdkafka::Offset;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Header, Headers as _, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio_util::sync::CancellationToken;
+
+use super::{BoxFuture, Bridge, BridgeError};
+use crate::app::AppState;
+use crate::config::ClusterConfig;
+use crate::telemetry::metrics;
+
+const NAME: &str = "kafka";
+
+/// The Kafka bridge.
+pub struct KafkaBridge {
+    brokers: String,
+    topics: Vec<String>,
+    group: String,
+    node_id: String,
+    producer: FutureProducer,
+    ready: AtomicBool,
+}
+
+impl std::fmt::Debug for KafkaBridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaBridge")
+            .field("brokers", &self.brokers)
+            .field("topics", &self.topics)
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The epoch of a Kafka partition's stream of positions.
+pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = fnv::FnvHasher::default();
+    h.write(b"kafka:");
+    h.write(topic.as_bytes());
+    h.write(&partition.to_be_bytes());
+    h.finish() | 1
+}
+
+impl KafkaBridge {
+    /// Creates the producer (connections are made lazily by librdkafka).
+    pub fn new(config: &ClusterConfig, brokers: &str) -> anyhow::Result<Arc<Self>> {
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("message.timeout.ms", "5000")
+            .set("enable.idempotence", "true")
+            .create()
+            .map_err(|e| anyhow::anyhow!("kafka producer: {e}"))?;
+        Ok(Arc::new(Self {
+            brokers: brokers.to_string(),
+            topics: config.kafka_topics.clone(),
+            group: format!("{}-{}", config.kafka_group_prefix, config.node_id),
+            node_id: config.node_id.clone(),
+            producer,
+            ready: AtomicBool::new(false),
+        }))
+    }
+
+    /// Consumes every partition of the configured topics until `stop`, restarting with
+    /// backoff after errors.
+    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let result = tokio::select! {
+                _ = stop.cancelled() => break,
+                result = self.consume(&state) => result,
+            };
+            self.set_ready(false);
+            if let Err(e) = result {
+                tracing::warn!(error = %e, retry_in = ?backoff, "kafka bridge restarting");
+            }
+            metrics::bridge_reconnect(NAME);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+        self.set_ready(false);
+    }
+
+    fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+        metrics::bridge_up(NAME, ready);
+    }
+
+    async fn consume(&self, state: &AppState) -> anyhow::Result<()> {
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", &self.group)
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "500")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .create()?;
+        let consumer = Arc::new(consumer);
+        let history_ms = state.config().topics.history_ttl.as_millis() as i64;
+        let (topics, c) = (self.topics.clone(), consumer.clone());
+        let assignment =
+            tokio::task::spawn_blocking(move || assignment(&c, &topics, history_ms)).await??;
+        consumer.assign(&assignment)?;
+        self.set_ready(true);
+        tracing::info!(partitions = assignment.count(), group = %self.group, "kafka bridge consuming");
+        // librdkafka reconnects by itself and resumes from its position; a probe tells
+        // readiness whether the broker answers meanwhile.
+        let health = async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let (c, topic) = (consumer.clone(), self.topics[0].clone());
+                let ok = tokio::task::spawn_blocking(move || {
+                    c.fetch_metadata(Some(&topic), Duration::from_secs(2))
+                        .is_ok()
+                })
+                .await
+                .unwrap_or(false);
+                if ok != self.is_ready() {
+                    if ok {
+                        tracing::info!("kafka broker reachable again");
+                    } else {
+                        tracing::warn!(
+                            "kafka broker unreachable; local connections are still served"
+                        );
+                    }
+                    self.set_ready(ok);
+                }
+            }
+        };
+        let consume = async {
+            loop {
+                match consumer.recv().await {
+                    Ok(message) => {
+                        self.ingest(state, &message);
+                        consumer.store_offset_from_message(&message)?;
+                    }
+                    Err(e) => {
+                        // Transient (broker away, rebalance of metadata): librdkafka retries.
+                        tracing::debug!(error = %e, "kafka consumer error");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = health => Ok(()),
+            result = consume => result,
+        }
+    }
+
+    fn ingest(&self, state: &AppState, message: &rdkafka::message::BorrowedMessage<'_>) {
+        let mut topic: Option<&[u8]> = message.key();
+        let mut event: Option<&[u8]> = None;
+        if let Some(headers) = message.headers() {
+            for header in headers.iter() {
+                match header.key {
+                    "herald-topic" => topic = header.value,
+                    "herald-event" => event = header.value,
+                    _ => {}
+                }
+            }
+        }
+        let Some(topic) = topic
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .and_then(|t| TopicName::new(t).ok())
+        else {
+            tracing::warn!(
+                partition = message.partition(),
+                offset = message.offset(),
+                "kafka record without a valid herald-topic header or key skipped"
+            );
+            return;
+        };
+        let event = event
+            .and_then(|e| std::str::from_utf8(e).ok())
+            .and_then(|e| EventName::new(e).ok());
+        let Some(payload) = message.payload().and_then(|p| Payload::from_json(p).ok()) else {
+            tracing::warn!(
+                partition = message.partition(),
+                offset = message.offset(),
+                "kafka record whose value is not JSON skipped"
+            );
+            return;
+        };
+        let position = Cursor::new(
+            partition_epoch(message.topic(), message.partition()),
+            message.offset() as u64 + 1,
+        );
+        match state.registry().get_or_create(&topic) {
+            Ok(t) => {
+                if t.ingest(position, event, payload).is_some() {
+                    metrics::bridge_message(NAME, "in");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, %topic, "kafka record dropped"),
+        }
+    }
+}
+
+/// Every partition of `topics`, each from its committed offset, or from `history_ms` ago
+/// when nothing is committed yet.
+fn assignment(
+    consumer: &StreamConsumer,
+    topics: &[String],
+    history_ms: i64,
+) -> anyhow::Result<TopicPartitionList> {
+    let timeout = Duration::from_secs(5);
+    let mut all = TopicPartitionList::new();
+    for topic in topics {
+        let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+        let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            anyhow::bail!("kafka topic {topic} not found");
+        };
+        if t.partitions().is_empty() {
+            anyhow::bail!("kafka topic {topic} has no partitions (does it exist?)");
+        }
+        for p in t.partitions() {
+            all.add_partition(topic, p.id());
+        }
+    }
+    let committed = consumer.committed_offsets(all.clone(), timeout)?;
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+        - history_ms;
+    let mut by_time = TopicPartitionList::new();
+    for e in all.elements() {
+        by_time.add_partition_offset(e.topic(), e.partition(), Offset::Offset(since))?;
+    }
+    let by_time = consumer.offsets_for_times(by_time, timeout)?;
+    let mut start = TopicPartitionList::new();
+    for e in committed.elements() {
+        let offset = match e.offset() {
+            Offset::Offset(o) => Offset::Offset(o),
+            _ => by_time
+                .find_partition(e.topic(), e.partition())
+                .map(|p| p.offset())
+                .filter(|o| matches!(o, Offset::Offset(_)))
+                .unwrap_or(Offset::End),
+        };
+        start.add_partition_offset(e.topic(), e.partition(), offset)?;
+    }
+    Ok(start)
+}
+
+impl Bridge for KafkaBridge {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    /// Produces the message to the first configured Kafka topic, keyed by the Herald topic,
+    /// with `herald-topic` / `herald-event` headers; the position is where Kafka stored it.
+    fn publish<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        event: Option<&'a EventName>,
+        data: &'a Payload,
+    ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
+        Box::pin(async move {
+            let mut headers = OwnedHeaders::new()
+                .insert(Header {
+                    key: "herald-topic",
+                    value: Some(topic.as_str()),
+                })
+                .insert(Header {
+                    key: "herald-node",
+                    value: Some(self.node_id.as_str()),
+                });
+            if let Some(event) = event {
+                headers = headers.insert(Header {
+                    key: "herald-event",
+                    value: Some(event.as_str()),
+                });
+            }
+            let record = FutureRecord::to(&self.topics[0])
+                .key(topic.as_str())
+                .payload(&data.as_bytes()[..])
+                .headers(headers);
+            let delivery = self
+                .producer
+                .send(record, Duration::from_secs(5))
+                .await
+                .map_err(|(e, _)| BridgeError::Unavailable {
+                    bridge: NAME,
+                    reason: e.to_string(),
+                })?;
+            metrics::bridge_message(NAME, "out");
+            Ok(Cursor::new(
+                partition_epoch(&self.topics[0], delivery.partition),
+                delivery.offset as u64 + 1,
+            ))
+        })
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
