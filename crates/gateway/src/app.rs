@@ -33,6 +33,8 @@ struct Inner {
     metrics: PrometheusHandle,
     bridge: Option<Arc<dyn Bridge>>,
     bridges: Vec<Arc<dyn Bridge>>,
+    upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
+    connection_ids: std::sync::atomic::AtomicU64,
 }
 
 impl AppState {
@@ -67,6 +69,8 @@ impl AppState {
             metrics,
             bridge,
             bridges,
+            upstream: None,
+            connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -95,6 +99,39 @@ impl AppState {
         self.0.ready.load(Ordering::Relaxed)
             && !self.0.shutdown.is_cancelled()
             && self.0.bridges.iter().all(|b| b.is_ready())
+    }
+
+    /// Sends client events to `upstream` (set once, before serving).
+    pub fn with_upstream(
+        mut self,
+        upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.upstream = upstream;
+        }
+        self
+    }
+
+    /// The upstream event producer, if configured.
+    pub fn upstream(&self) -> Option<&Arc<crate::bridge::upstream::Upstream>> {
+        self.0.upstream.as_ref()
+    }
+
+    /// Counts a new client connection of `transport` (and reports it upstream when
+    /// configured, with an id unique in the cluster: `<node_id>-<n>`).
+    pub fn open_connection(
+        &self,
+        transport: crate::telemetry::metrics::Transport,
+    ) -> crate::telemetry::metrics::ConnectionGuard {
+        let mut guard = crate::telemetry::metrics::transport(transport).open();
+        if let Some(upstream) = &self.0.upstream {
+            let n = self.0.connection_ids.fetch_add(1, Ordering::Relaxed);
+            guard.report_to(
+                upstream.clone(),
+                format!("{}-{n}", self.0.config.cluster.node_id),
+            );
+        }
+        guard
     }
 
     /// The cluster bridges, the publishing one first.

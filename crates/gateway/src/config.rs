@@ -74,6 +74,9 @@ pub struct ClusterConfig {
     pub kafka_topics: Vec<String>,
     /// Each node commits its consumed position under the group `<prefix>-<node_id>`.
     pub kafka_group_prefix: String,
+    /// Kafka topic that client events are produced to (connects, disconnects, WebSocket
+    /// publishes), for backend services. Needs `kafka_brokers`. Default: none.
+    pub kafka_upstream_topic: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -87,6 +90,7 @@ impl Default for ClusterConfig {
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],
             kafka_group_prefix: "herald".into(),
+            kafka_upstream_topic: None,
         }
     }
 }
@@ -398,6 +402,10 @@ impl Config {
         ensure!(
             c.redis_stream_maxlen >= 100,
             "cluster.redis_stream_maxlen must be at least 100"
+        );
+        ensure!(
+            c.kafka_upstream_topic.is_none() || c.kafka_brokers.is_some(),
+            "cluster.kafka_upstream_topic needs cluster.kafka_brokers"
         );
         if c.kafka_brokers.is_some() {
             ensure!(

@@ -66,6 +66,19 @@ pub async fn run(
         tracker.clone(),
         metrics.clone(),
         bridges,
+    )
+    .with_upstream(
+        match (
+            &config.cluster.kafka_brokers,
+            &config.cluster.kafka_upstream_topic,
+        ) {
+            (Some(brokers), Some(topic)) => Some(Arc::new(bridge::upstream::Upstream::new(
+                brokers,
+                topic,
+                &config.cluster.node_id,
+            )?)),
+            _ => None,
+        },
     );
     let admin_stop = CancellationToken::new();
     let admin_tracker = TaskTracker::new();
@@ -131,6 +144,9 @@ pub async fn run(
     let _ = housekeeping.await;
     for task in bridge_tasks {
         let _ = task.await;
+    }
+    if let Some(upstream) = state.upstream().cloned() {
+        let _ = tokio::task::spawn_blocking(move || upstream.flush(Duration::from_secs(2))).await;
     }
     tracing::info!("stopped");
     Ok(())

@@ -150,3 +150,157 @@ async fn a_node_survives_a_kafka_broker_restart_without_losing_records() {
     assert_eq!(got, ["2", "3"]);
     gw.stop().await.unwrap();
 }
+
+/// A `herald` process of the test cluster.
+struct Node {
+    child: std::process::Child,
+    public: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+}
+
+impl Node {
+    fn start(redis: &str, prefix: &str, id: &str) -> Node {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        };
+        let (public, admin) = (free(), free());
+        let child = Command::new(env!("CARGO_BIN_EXE_herald"))
+            .args([
+                "--listen",
+                &public.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ])
+            .args([
+                "--redis-url",
+                redis,
+                "--node-id",
+                id,
+                "--log-filter",
+                "warn",
+            ])
+            .env("HERALD_CONFIG", write_prefix_config(prefix))
+            .spawn()
+            .unwrap();
+        Node {
+            child,
+            public,
+            admin,
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_prefix_config(prefix: &str) -> String {
+    let path = std::env::temp_dir().join(format!("{prefix}.toml"));
+    std::fs::write(
+        &path,
+        format!("[cluster]\nredis_prefix = \"{prefix}\"\nredis_shards = 4\n"),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
+    let redis = test_redis_url();
+    let prefix = format!("test-kill-{:x}", rand::random::<u32>());
+    let mut a = Node::start(&redis, &prefix, "a");
+    let b = Node::start(&redis, &prefix, "b");
+    for node in [&a, &b] {
+        let url = format!("http://{}/readyz", node.admin);
+        eventually(Duration::from_secs(20), || {
+            let url = url.clone();
+            async move {
+                http()
+                    .get(url)
+                    .send()
+                    .await
+                    .map(|r| r.status() == 200)
+                    .unwrap_or(false)
+            }
+        })
+        .await;
+    }
+    let publish_to = |admin: std::net::SocketAddr, data: serde_json::Value| async move {
+        let resp = http()
+            .post(format!("http://{admin}/v1/publish"))
+            .json(&json!({"topic": "k", "data": data}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    };
+    // A raw SSE reader on node a.
+    let read_events = |public: std::net::SocketAddr, last: Option<String>, n: usize| async move {
+        let mut req = http().get(format!("http://{public}/v1/sse?topic=k"));
+        if let Some(id) = last {
+            req = req.header("Last-Event-ID", id);
+        }
+        let resp = req.send().await.unwrap();
+        let mut stream = resp.bytes_stream();
+        let mut text = String::new();
+        let mut events: Vec<(String, String)> = Vec::new();
+        let mut last_id = None;
+        use futures_util::StreamExt as _;
+        while events.len() < n {
+            let chunk = tokio::time::timeout(WAIT, stream.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+            while let Some(end) = text.find("\n\n") {
+                let block: String = text.drain(..end + 2).collect();
+                let id = block
+                    .lines()
+                    .find_map(|l| l.strip_prefix("id: "))
+                    .map(str::to_string);
+                if id.is_some() {
+                    last_id = id.clone();
+                }
+                if let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    let event = block
+                        .lines()
+                        .find_map(|l| l.strip_prefix("event: "))
+                        .unwrap_or("");
+                    events.push((event.to_string(), data.to_string()));
+                }
+            }
+        }
+        (events, last_id.unwrap())
+    };
+    let reader = tokio::spawn(read_events(a.public, None, 2));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    publish_to(b.admin, json!(1)).await;
+    publish_to(b.admin, json!(2)).await;
+    let (events, last) = reader.await.unwrap();
+    assert_eq!(
+        events.iter().map(|e| e.1.as_str()).collect::<Vec<_>>(),
+        ["1", "2"]
+    );
+
+    // Node a dies without a goodbye; messages keep coming on b.
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    publish_to(b.admin, json!(3)).await;
+    publish_to(b.admin, json!(4)).await;
+    // The client reconnects to b with its Last-Event-ID: exactly what it missed.
+    let (events, _) = read_events(b.public, Some(last), 2).await;
+    assert_eq!(
+        events,
+        [
+            (String::new(), "3".to_string()),
+            (String::new(), "4".to_string())
+        ]
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod kafka;
 pub mod redis;
+pub mod upstream;
 
 use std::future::Future;
 use std::pin::Pin;

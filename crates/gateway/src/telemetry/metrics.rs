@@ -160,6 +160,7 @@ impl TransportMetrics {
         ConnectionGuard {
             metrics: self,
             reason: CloseReason::Client,
+            upstream: None,
         }
     }
 }
@@ -199,6 +200,8 @@ impl CloseReason {
 pub struct ConnectionGuard {
     metrics: &'static TransportMetrics,
     reason: CloseReason,
+    /// Where connect/disconnect events go, with the connection's id.
+    upstream: Option<Box<(std::sync::Arc<crate::bridge::upstream::Upstream>, String)>>,
 }
 
 impl ConnectionGuard {
@@ -206,10 +209,32 @@ impl ConnectionGuard {
     pub fn closing(&mut self, reason: CloseReason) {
         self.reason = reason;
     }
+
+    /// Reports the connection's open now and its close later to `upstream`, as `id`.
+    pub fn report_to(
+        &mut self,
+        upstream: std::sync::Arc<crate::bridge::upstream::Upstream>,
+        id: String,
+    ) {
+        upstream.connected(&id, self.metrics.transport.as_str());
+        self.upstream = Some(Box::new((upstream, id)));
+    }
+
+    /// The connection's id, when it has one.
+    pub fn id(&self) -> Option<&str> {
+        self.upstream.as_ref().map(|u| u.1.as_str())
+    }
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
+        if let Some(upstream) = &self.upstream {
+            upstream.0.disconnected(
+                &upstream.1,
+                self.metrics.transport.as_str(),
+                self.reason.as_str(),
+            );
+        }
         self.metrics.connections.decrement(1.0);
         counter!(CONNECTIONS_CLOSED, "transport" => self.metrics.transport.as_str(), "reason" => self.reason.as_str())
             .increment(1);

@@ -173,7 +173,7 @@ fn try_open(
         multi: feed.len() > 1,
         feed,
         metrics,
-        guard: metrics.open(),
+        guard: state.open_connection(Transport::Sse),
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
         shutdown: state.shutdown().clone(),

@@ -227,7 +227,7 @@ impl Connection {
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
             metrics,
-            guard: metrics.open(),
+            guard: state.open_connection(Transport::Ws),
             last_heard: Instant::now(),
             state,
         }
@@ -304,6 +304,10 @@ impl Connection {
                     .await;
                 Flow::Close(CloseReason::Protocol)
             }
+            // A client that just went away (closed its socket without a close frame).
+            tungstenite::Error::Protocol(
+                tungstenite::error::ProtocolError::ResetWithoutClosingHandshake,
+            ) => Flow::Close(CloseReason::Client),
             tungstenite::Error::Protocol(e) => {
                 metrics::client_error("ws", "protocol");
                 tracing::debug!(error = %e, "websocket protocol error");
@@ -444,6 +448,9 @@ impl Connection {
                 "too_large",
                 format!("payload is {} bytes; the limit is {max}", payload.len()),
             ));
+        }
+        if let (Some(upstream), Some(connection)) = (self.state.upstream(), self.guard.id()) {
+            upstream.published(connection, &name, event.as_ref(), &payload);
         }
         let id = self.state.publish(&name, event, payload).await?;
         metrics::published("ws");

@@ -168,3 +168,78 @@ async fn a_restarted_node_loses_no_record_and_clients_resume_on_it() {
     assert_eq!(got, ["2", "3", "4"]);
     gw.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_events_are_produced_upstream_with_headers() {
+    use rdkafka::Message as _;
+    use rdkafka::consumer::{Consumer as _, StreamConsumer};
+    use rdkafka::message::Headers as _;
+
+    let kt = unique("ingest");
+    let up = unique("upstream");
+    create_topic(&kt).await;
+    create_topic(&up).await;
+    let node = unique("up-node");
+    let mut config = kafka_config(&kt, &node);
+    config.cluster.kafka_upstream_topic = Some(up.clone());
+    config.dev = true;
+    let gw = spawn_gateway(config).await;
+    wait_ready(&gw, 200).await;
+
+    let mut ws = ws_connect(&gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "publish", "topic": "chat", "data": {"text": "hi"}, "event": "said"}),
+    )
+    .await;
+    assert_eq!(ws_next(&mut ws).await["type"], "published");
+    drop(ws);
+
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", unique("reader"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&up]).unwrap();
+    let mut seen: Vec<(
+        String,
+        std::collections::HashMap<String, String>,
+        serde_json::Value,
+    )> = Vec::new();
+    while seen.len() < 3 {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("upstream record")
+            .unwrap();
+        let headers: std::collections::HashMap<String, String> = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_string(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+        seen.push((headers["herald-type"].clone(), headers, value));
+    }
+    let kinds: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();
+    assert_eq!(kinds, ["connect", "publish", "disconnect"]);
+    let connection = seen[0].1["herald-connection"].clone();
+    assert!(connection.starts_with(&format!("{node}-")), "{connection}");
+    for (_, headers, _) in &seen {
+        assert_eq!(headers["herald-connection"], connection);
+        assert_eq!(headers["herald-node"], node);
+    }
+    assert_eq!(seen[0].2["transport"], "ws");
+    assert_eq!(seen[1].1["herald-topic"], "chat");
+    assert_eq!(seen[1].1["herald-event"], "said");
+    assert_eq!(seen[1].2, json!({"text": "hi"}));
+    assert_eq!(seen[2].2["reason"], "client");
+    gw.stop().await.unwrap();
+}
