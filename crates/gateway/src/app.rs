@@ -34,6 +34,8 @@ struct Inner {
     bridge: Option<Arc<dyn Bridge>>,
     bridges: Vec<Arc<dyn Bridge>>,
     upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
+    observers: Arc<Vec<Arc<dyn crate::bridge::ConnectionObserver>>>,
+    presence: Option<Arc<crate::bridge::presence::Presence>>,
     connection_ids: std::sync::atomic::AtomicU64,
 }
 
@@ -70,6 +72,8 @@ impl AppState {
             bridge,
             bridges,
             upstream: None,
+            observers: Arc::new(Vec::new()),
+            presence: None,
             connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
@@ -107,7 +111,32 @@ impl AppState {
         upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
     ) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.0) {
+            if let Some(u) = &upstream {
+                Arc::make_mut(&mut inner.observers).push(u.clone());
+            }
             inner.upstream = upstream;
+        }
+        self
+    }
+
+    /// Keeps the cluster's connection registry and presence in Redis (set before serving).
+    pub fn with_presence(mut self, presence: Arc<crate::bridge::presence::Presence>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            Arc::make_mut(&mut inner.observers).push(presence.clone());
+            inner.presence = Some(presence);
+        }
+        self
+    }
+
+    /// The cluster presence, when Redis is configured.
+    pub fn presence(&self) -> Option<&Arc<crate::bridge::presence::Presence>> {
+        self.0.presence.as_ref()
+    }
+
+    /// Tells `observer` about every client connection (set before serving).
+    pub fn with_observer(mut self, observer: Arc<dyn crate::bridge::ConnectionObserver>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            Arc::make_mut(&mut inner.observers).push(observer);
         }
         self
     }
@@ -124,12 +153,10 @@ impl AppState {
         transport: crate::telemetry::metrics::Transport,
     ) -> crate::telemetry::metrics::ConnectionGuard {
         let mut guard = crate::telemetry::metrics::transport(transport).open();
-        if let Some(upstream) = &self.0.upstream {
+        if !self.0.observers.is_empty() {
             let n = self.0.connection_ids.fetch_add(1, Ordering::Relaxed);
-            guard.report_to(
-                upstream.clone(),
-                format!("{}-{n}", self.0.config.cluster.node_id),
-            );
+            let id = format!("{}-{n}", self.0.config.cluster.node_id);
+            guard.observe(id, self.0.observers.clone());
         }
         guard
     }
@@ -201,6 +228,8 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/v1/publish/batch", post(api::publish::publish_batch))
         .route("/v1/topics", get(api::admin::topics))
         .route("/v1/topics/{topic}", get(api::admin::topic))
+        .route("/v1/presence/{topic}", get(api::admin::presence))
+        .route("/v1/cluster/nodes", get(api::admin::nodes))
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))

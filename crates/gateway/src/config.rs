@@ -66,6 +66,10 @@ pub struct ClusterConfig {
     pub redis_shards: u32,
     /// Approximate entries kept per stream (`XADD MAXLEN ~`).
     pub redis_stream_maxlen: usize,
+    /// How often a node writes its connections and per-topic subscriber counts to Redis (in
+    /// one pipeline, changes only). A node silent for three intervals counts as gone.
+    #[serde(with = "humantime_serde")]
+    pub presence_interval: Duration,
     /// Kafka bootstrap servers (`host:port,host:port`): enables the Kafka bridge, which
     /// delivers the records of `kafka_topics` to subscribers on every node.
     pub kafka_brokers: Option<String>,
@@ -87,6 +91,7 @@ impl Default for ClusterConfig {
             redis_prefix: "herald".into(),
             redis_shards: 16,
             redis_stream_maxlen: 100_000,
+            presence_interval: Duration::from_secs(2),
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],
             kafka_group_prefix: "herald".into(),

@@ -80,6 +80,14 @@ pub async fn run(
             _ => None,
         },
     );
+    let presence = match &config.cluster.redis_url {
+        Some(url) => Some(bridge::presence::Presence::new(&config.cluster, url)?),
+        None => None,
+    };
+    let state = match &presence {
+        Some(p) => state.with_presence(p.clone()),
+        None => state,
+    };
     let admin_stop = CancellationToken::new();
     let admin_tracker = TaskTracker::new();
     let public_addr = public.local_addr().ok();
@@ -117,6 +125,9 @@ pub async fn run(
     }
     if let Some(b) = kafka {
         bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
+    }
+    if let Some(p) = presence {
+        bridge_tasks.push(tokio::spawn(p.run(state.clone(), admin_stop.clone())));
     }
     tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
     if config.dev {

@@ -85,3 +85,57 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     )
         .into_response()
 }
+
+/// `GET /v1/presence/{topic}`: subscribers of a topic across the cluster (each live node's
+/// count, refreshed every `cluster.presence_interval`), or on this node when it runs alone.
+pub async fn presence(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    herald_core::name::validate_topic(&name)?;
+    let Some(presence) = state.presence() else {
+        let local = state
+            .registry()
+            .get(&name)
+            .map_or(0, |t| t.subscriber_count());
+        return Ok(Json(
+            serde_json::json!({ "topic": name, "subscribers": local, "nodes": {} }),
+        ));
+    };
+    let counts = presence.topic_presence(&name).await.map_err(unavailable)?;
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
+    let nodes: serde_json::Map<String, serde_json::Value> = counts
+        .into_iter()
+        .map(|(node, n)| (node, n.into()))
+        .collect();
+    Ok(Json(
+        serde_json::json!({ "topic": name, "subscribers": total, "nodes": nodes }),
+    ))
+}
+
+/// `GET /v1/cluster/nodes`: live nodes and their open connections (needs Redis).
+pub async fn nodes(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+    let Some(presence) = state.presence() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs alone (no Redis configured)",
+        ));
+    };
+    let nodes: Vec<serde_json::Value> = presence
+        .connections()
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .map(|(node, connections)| serde_json::json!({ "node": node, "connections": connections }))
+        .collect();
+    Ok(Json(serde_json::json!({ "nodes": nodes })))
+}
+
+fn unavailable(e: redis::RedisError) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "bridge_unavailable",
+        format!("redis: {e}"),
+    )
+}

@@ -221,6 +221,12 @@ impl KafkaBridge {
             Ok(t) => {
                 if t.ingest(position, event, payload).is_some() {
                     metrics::bridge_message(NAME, "in");
+                    if let Some(ts) = message.timestamp().to_millis() {
+                        let now = SystemTime::now()
+                            .duration_since(UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis() as i64);
+                        metrics::bridge_lag(NAME, now.saturating_sub(ts).max(0) as u64);
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, %topic, "kafka record dropped"),

@@ -3,6 +3,7 @@
 //! and feeds every node's registry from that log.
 
 pub mod kafka;
+pub mod presence;
 pub mod redis;
 pub mod upstream;
 
@@ -43,4 +44,13 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 
     /// Whether the engine is reachable and the node is following the log.
     fn is_ready(&self) -> bool;
+}
+
+/// Something told about every client connection's life (upstream events, the cluster's
+/// connection registry). Called on the connection's own task: must not block.
+pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
+    /// Connection `id` opened over `transport`.
+    fn opened(&self, id: &str, transport: &'static str);
+    /// Connection `id` closed for `reason`.
+    fn closed(&self, id: &str, transport: &'static str, reason: &'static str);
 }

@@ -209,6 +209,7 @@ impl RedisBridge {
             Ok(t) => {
                 if t.ingest(Cursor::new(epoch, seq), event, payload).is_some() {
                     metrics::bridge_message(NAME, "in");
+                    metrics::bridge_lag(NAME, now_ms().saturating_sub(seq >> SEQ_BITS));
                 }
             }
             Err(e) => tracing::warn!(error = %e, %topic, "message from redis dropped"),

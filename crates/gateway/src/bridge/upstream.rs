@@ -19,6 +19,7 @@ use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+use super::ConnectionObserver;
 use crate::telemetry::metrics;
 
 const NAME: &str = "kafka_upstream";
@@ -53,35 +54,6 @@ impl Upstream {
             topic: topic.to_string(),
             node_id: node_id.to_string(),
         })
-    }
-
-    /// A connection opened.
-    pub fn connected(&self, connection: &str, transport: &str) {
-        let value = serde_json::json!({
-            "connection": connection, "node": self.node_id, "transport": transport, "ts": now_ms(),
-        });
-        self.send(
-            "connect",
-            connection,
-            None,
-            None,
-            value.to_string().as_bytes(),
-        );
-    }
-
-    /// A connection closed, for `reason`.
-    pub fn disconnected(&self, connection: &str, transport: &str, reason: &str) {
-        let value = serde_json::json!({
-            "connection": connection, "node": self.node_id, "transport": transport,
-            "reason": reason, "ts": now_ms(),
-        });
-        self.send(
-            "disconnect",
-            connection,
-            None,
-            None,
-            value.to_string().as_bytes(),
-        );
     }
 
     /// A client published.
@@ -142,6 +114,22 @@ impl Upstream {
         }
     }
 
+    fn connection_event(
+        &self,
+        kind: &str,
+        connection: &str,
+        transport: &str,
+        reason: Option<&str>,
+    ) {
+        let mut value = serde_json::json!({
+            "connection": connection, "node": self.node_id, "transport": transport, "ts": now_ms(),
+        });
+        if let Some(reason) = reason {
+            value["reason"] = reason.into();
+        }
+        self.send(kind, connection, None, None, value.to_string().as_bytes());
+    }
+
     /// Waits up to `timeout` for queued events to be delivered (at shutdown).
     pub fn flush(&self, timeout: Duration) {
         use rdkafka::producer::Producer as _;
@@ -153,4 +141,14 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl ConnectionObserver for Upstream {
+    fn opened(&self, id: &str, transport: &'static str) {
+        self.connection_event("connect", id, transport, None);
+    }
+
+    fn closed(&self, id: &str, transport: &'static str, reason: &'static str) {
+        self.connection_event("disconnect", id, transport, Some(reason));
+    }
 }

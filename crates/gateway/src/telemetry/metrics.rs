@@ -4,7 +4,7 @@
 //! Per-delivery handles are resolved once per process and transport ([`transport`]), so the
 //! hot path touches no registry and each connection holds no handle of its own.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{
@@ -12,6 +12,8 @@ use metrics::{
     gauge, histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::bridge::ConnectionObserver;
 
 /// Open client connections (gauge), by `transport`.
 pub const CONNECTIONS: &str = "herald_connections";
@@ -37,6 +39,9 @@ pub const TOPICS: &str = "herald_topics";
 pub const BRIDGE_UP: &str = "herald_bridge_up";
 /// Bridge reconnection attempts, by `bridge`.
 pub const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
+/// Age of the last message read from a bridge's log when it was read (gauge, seconds), by
+/// `bridge`: how far behind the log this node is.
+pub const BRIDGE_LAG: &str = "herald_bridge_lag_seconds";
 /// Messages through a bridge, by `bridge` and `direction` (`in`: from the log, `out`: to it).
 pub const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
 /// Client errors answered (bad request, bad frame), by `transport` and `reason`.
@@ -86,6 +91,10 @@ fn describe() {
     describe_gauge!(TOPICS, "Topics held by the registry.");
     describe_gauge!(BRIDGE_UP, "Whether a bridge is connected (1) or not (0).");
     describe_counter!(BRIDGE_RECONNECTS, "Bridge reconnection attempts.");
+    describe_gauge!(
+        BRIDGE_LAG,
+        "Age of the last message read from a bridge's log, in seconds."
+    );
     describe_counter!(BRIDGE_MESSAGES, "Messages through a bridge, by direction.");
     describe_counter!(CLIENT_ERRORS, "Client errors answered, by reason.");
 }
@@ -160,7 +169,7 @@ impl TransportMetrics {
         ConnectionGuard {
             metrics: self,
             reason: CloseReason::Client,
-            upstream: None,
+            observed: None,
         }
     }
 }
@@ -200,8 +209,8 @@ impl CloseReason {
 pub struct ConnectionGuard {
     metrics: &'static TransportMetrics,
     reason: CloseReason,
-    /// Where connect/disconnect events go, with the connection's id.
-    upstream: Option<Box<(std::sync::Arc<crate::bridge::upstream::Upstream>, String)>>,
+    /// The connection's id and who is told about its life (boxed: none on a lone node).
+    observed: Option<Box<Observed>>,
 }
 
 impl ConnectionGuard {
@@ -210,30 +219,32 @@ impl ConnectionGuard {
         self.reason = reason;
     }
 
-    /// Reports the connection's open now and its close later to `upstream`, as `id`.
-    pub fn report_to(
-        &mut self,
-        upstream: std::sync::Arc<crate::bridge::upstream::Upstream>,
-        id: String,
-    ) {
-        upstream.connected(&id, self.metrics.transport.as_str());
-        self.upstream = Some(Box::new((upstream, id)));
+    /// Tells `observers` that connection `id` opened now, and later that it closed.
+    pub fn observe(&mut self, id: String, observers: Arc<Vec<Arc<dyn ConnectionObserver>>>) {
+        for o in observers.iter() {
+            o.opened(&id, self.metrics.transport.as_str());
+        }
+        self.observed = Some(Box::new(Observed { id, observers }));
     }
 
     /// The connection's id, when it has one.
     pub fn id(&self) -> Option<&str> {
-        self.upstream.as_ref().map(|u| u.1.as_str())
+        self.observed.as_ref().map(|o| o.id.as_str())
     }
+}
+
+#[derive(Debug)]
+struct Observed {
+    id: String,
+    observers: Arc<Vec<Arc<dyn ConnectionObserver>>>,
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        if let Some(upstream) = &self.upstream {
-            upstream.0.disconnected(
-                &upstream.1,
-                self.metrics.transport.as_str(),
-                self.reason.as_str(),
-            );
+        if let Some(o) = &self.observed {
+            for observer in o.observers.iter() {
+                observer.closed(&o.id, self.metrics.transport.as_str(), self.reason.as_str());
+            }
         }
         self.metrics.connections.decrement(1.0);
         counter!(CONNECTIONS_CLOSED, "transport" => self.metrics.transport.as_str(), "reason" => self.reason.as_str())
@@ -279,4 +290,9 @@ pub fn bridge_reconnect(bridge: &'static str) {
 /// Counts a message through `bridge` (`direction`: `in` or `out`).
 pub fn bridge_message(bridge: &'static str, direction: &'static str) {
     counter!(BRIDGE_MESSAGES, "bridge" => bridge, "direction" => direction).increment(1);
+}
+
+/// Records how old (`age_ms`) the message just read from `bridge`'s log was.
+pub fn bridge_lag(bridge: &'static str, age_ms: u64) {
+    gauge!(BRIDGE_LAG, "bridge" => bridge).set(age_ms as f64 / 1000.0);
 }

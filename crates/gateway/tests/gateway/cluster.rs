@@ -103,3 +103,64 @@ async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
         node.stop().await.unwrap();
     }
 }
+
+async fn get_json(url: String) -> serde_json::Value {
+    http().get(url).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_and_connections_are_counted_across_the_cluster() {
+    let p = prefix("presence");
+    let mut ca = cluster_config(&p, "node-a");
+    ca.cluster.presence_interval = std::time::Duration::from_millis(200);
+    let mut cb = cluster_config(&p, "node-b");
+    cb.cluster.presence_interval = std::time::Duration::from_millis(200);
+    let a = spawn_gateway(ca).await;
+    let b = spawn_gateway(cb).await;
+    wait_ready(&a, 200).await;
+    wait_ready(&b, 200).await;
+
+    let mut on_a = Vec::new();
+    for _ in 0..2 {
+        let mut s = SseClient::connect(&a, "topic=room", None).await;
+        s.next_block().await.unwrap();
+        on_a.push(s);
+    }
+    let mut ws_b = ws_connect(&b).await;
+    ws_subscribe(&mut ws_b, &["room"]).await;
+
+    let presence_url = format!("http://{}/v1/presence/room", b.admin_addr);
+    eventually(WAIT, || {
+        let url = presence_url.clone();
+        async move {
+            let v = get_json(url).await;
+            v["subscribers"] == 3 && v["nodes"]["node-a"] == 2 && v["nodes"]["node-b"] == 1
+        }
+    })
+    .await;
+    let nodes_url = format!("http://{}/v1/cluster/nodes", a.admin_addr);
+    let nodes = get_json(nodes_url.clone()).await;
+    let mut names: Vec<&str> = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["node-a", "node-b"]);
+
+    on_a.pop();
+    eventually(WAIT, || {
+        let url = presence_url.clone();
+        async move { get_json(url).await["subscribers"] == 2 }
+    })
+    .await;
+    // A node that leaves drops out of the cluster's view.
+    b.stop().await.unwrap();
+    eventually(WAIT, || {
+        let url = nodes_url.clone();
+        async move { get_json(url).await["nodes"].as_array().unwrap().len() == 1 }
+    })
+    .await;
+    a.stop().await.unwrap();
+}

@@ -1,0 +1,271 @@
+//! The cluster's view of who is connected where, kept in Redis: live nodes, each node's
+//! connections, and subscribers per topic on each node.
+//!
+//! Nothing here is written per connection or per heartbeat of a client. Each node keeps its
+//! connections in memory and, every `cluster.presence_interval`, writes what changed since the
+//! last flush in one pipeline, then refreshes the keys' TTL:
+//!
+//! | key | type | content |
+//! | --- | --- | --- |
+//! | `<prefix>:nodes` | sorted set | node id → last refresh (unix ms) |
+//! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..}` |
+//! | `<prefix>:node:<id>:presence` | hash | topic → subscribers on that node |
+//!
+//! A node that dies stops refreshing: its keys expire after `3 × presence_interval` and it
+//! drops out of the live set, so its connections and subscribers stop being counted. After a
+//! Redis outage the node rewrites everything it holds.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::ConnectionObserver;
+use crate::app::AppState;
+use crate::config::ClusterConfig;
+use crate::telemetry::metrics;
+
+const NAME: &str = "redis_presence";
+/// Connection changes queued between flushes; past it they are dropped (and counted) and the
+/// next flush rewrites the node's whole entry.
+const QUEUE: usize = 65_536;
+
+#[derive(Debug)]
+enum Change {
+    Opened { id: String, transport: &'static str },
+    Closed { id: String },
+}
+
+/// Feeds the connection registry and topic presence of one node into Redis.
+#[derive(Debug)]
+pub struct Presence {
+    tx: mpsc::Sender<Change>,
+    rx: parking_lot::Mutex<Option<mpsc::Receiver<Change>>>,
+    lost: std::sync::atomic::AtomicBool,
+    client: redis::Client,
+    prefix: String,
+    node_id: String,
+    interval: Duration,
+}
+
+impl Presence {
+    /// For the Redis at `url`.
+    pub fn new(config: &ClusterConfig, url: &str) -> anyhow::Result<Arc<Self>> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        Ok(Arc::new(Self {
+            tx,
+            rx: parking_lot::Mutex::new(Some(rx)),
+            lost: std::sync::atomic::AtomicBool::new(false),
+            client: redis::Client::open(url)?,
+            prefix: config.redis_prefix.clone(),
+            node_id: config.node_id.clone(),
+            interval: config.presence_interval,
+        }))
+    }
+
+    fn ttl(&self) -> Duration {
+        self.interval * 3
+    }
+
+    fn nodes_key(&self) -> String {
+        format!("{}:nodes", self.prefix)
+    }
+
+    fn conns_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:conns", self.prefix)
+    }
+
+    fn presence_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:presence", self.prefix)
+    }
+
+    /// Flushes changes every interval until `stop`.
+    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
+        let Some(mut rx) = self.rx.lock().take() else {
+            return;
+        };
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(1);
+        let Ok(mut conn) = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+        else {
+            return;
+        };
+        let mut conns: HashMap<String, String> = HashMap::new();
+        let mut added: Vec<String> = Vec::new();
+        let mut removed: Vec<String> = Vec::new();
+        let mut presence: HashMap<String, usize> = HashMap::new();
+        let mut rewrite = true;
+        let mut tick = tokio::time::interval(self.interval);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            while let Ok(change) = rx.try_recv() {
+                match change {
+                    Change::Opened { id, transport } => {
+                        let since = now_ms();
+                        conns.insert(
+                            id.clone(),
+                            format!(r#"{{"transport":"{transport}","since":{since}}}"#),
+                        );
+                        added.push(id);
+                    }
+                    Change::Closed { id } => {
+                        conns.remove(&id);
+                        removed.push(id);
+                    }
+                }
+            }
+            if self.lost.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                rewrite = true;
+            }
+            let now: HashMap<String, usize> = state
+                .registry()
+                .stats(usize::MAX)
+                .into_iter()
+                .filter(|s| s.subscribers > 0)
+                .map(|s| (s.name.to_string(), s.subscribers))
+                .collect();
+            let mut pipe = redis::pipe();
+            let (ck, pk) = (
+                self.conns_key(&self.node_id),
+                self.presence_key(&self.node_id),
+            );
+            if rewrite {
+                pipe.del(&ck).ignore().del(&pk).ignore();
+                for chunk in conns.iter().collect::<Vec<_>>().chunks(1000) {
+                    pipe.hset_multiple(&ck, chunk).ignore();
+                }
+                for chunk in now.iter().collect::<Vec<_>>().chunks(1000) {
+                    pipe.hset_multiple(&pk, chunk).ignore();
+                }
+            } else {
+                let fresh: Vec<(&String, &String)> = added
+                    .iter()
+                    .filter_map(|id| conns.get_key_value(id))
+                    .collect();
+                for chunk in fresh.chunks(1000) {
+                    pipe.hset_multiple(&ck, chunk).ignore();
+                }
+                let gone: Vec<&String> = removed
+                    .iter()
+                    .filter(|id| !conns.contains_key(*id))
+                    .collect();
+                for chunk in gone.chunks(1000) {
+                    pipe.hdel(&ck, chunk).ignore();
+                }
+                let changed: Vec<(&String, &usize)> = now
+                    .iter()
+                    .filter(|(t, n)| presence.get(*t) != Some(n))
+                    .collect();
+                for chunk in changed.chunks(1000) {
+                    pipe.hset_multiple(&pk, chunk).ignore();
+                }
+                let zeroed: Vec<&String> =
+                    presence.keys().filter(|t| !now.contains_key(*t)).collect();
+                for chunk in zeroed.chunks(1000) {
+                    pipe.hdel(&pk, chunk).ignore();
+                }
+            }
+            let ttl = self.ttl().as_secs().max(1) as i64;
+            pipe.zadd(self.nodes_key(), &self.node_id, now_ms())
+                .ignore();
+            pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
+            pipe.expire(self.nodes_key(), ttl * 20).ignore();
+            match pipe.query_async::<()>(&mut conn).await {
+                Ok(()) => {
+                    rewrite = false;
+                    added.clear();
+                    removed.clear();
+                    presence = now;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "presence flush failed; will rewrite");
+                    rewrite = true;
+                    added.clear();
+                    removed.clear();
+                }
+            }
+        }
+        // Leave the cluster's view cleanly.
+        let mut pipe = redis::pipe();
+        pipe.del(self.conns_key(&self.node_id)).ignore();
+        pipe.del(self.presence_key(&self.node_id)).ignore();
+        pipe.zrem(self.nodes_key(), &self.node_id).ignore();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(1), pipe.query_async::<()>(&mut conn)).await;
+    }
+
+    /// Live nodes (refreshed within the TTL).
+    pub async fn live_nodes(&self) -> redis::RedisResult<Vec<String>> {
+        let mut conn = self.client.get_multiplexed_async_connection().await?;
+        let since = now_ms().saturating_sub(self.ttl().as_millis() as u64);
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(self.nodes_key())
+            .arg(since)
+            .arg("+inf")
+            .query_async(&mut conn)
+            .await
+    }
+
+    /// Subscribers of `topic` on each live node.
+    pub async fn topic_presence(&self, topic: &str) -> redis::RedisResult<Vec<(String, u64)>> {
+        let nodes = self.live_nodes().await?;
+        let mut conn = self.client.get_multiplexed_async_connection().await?;
+        let mut pipe = redis::pipe();
+        for node in &nodes {
+            pipe.hget(self.presence_key(node), topic);
+        }
+        let counts: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
+        Ok(nodes
+            .into_iter()
+            .zip(counts)
+            .map(|(n, c)| (n, c.unwrap_or(0)))
+            .collect())
+    }
+
+    /// Open connections on each live node.
+    pub async fn connections(&self) -> redis::RedisResult<Vec<(String, u64)>> {
+        let nodes = self.live_nodes().await?;
+        let mut conn = self.client.get_multiplexed_async_connection().await?;
+        let mut pipe = redis::pipe();
+        for node in &nodes {
+            pipe.hlen(self.conns_key(node));
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
+        Ok(nodes.into_iter().zip(counts).collect())
+    }
+
+    fn queue(&self, change: Change) {
+        if self.tx.try_send(change).is_err() {
+            // The flusher is behind (Redis slow or away): rewrite everything next time.
+            self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
+            metrics::bridge_message(NAME, "dropped");
+        }
+    }
+}
+
+impl ConnectionObserver for Presence {
+    fn opened(&self, id: &str, transport: &'static str) {
+        self.queue(Change::Opened {
+            id: id.to_string(),
+            transport,
+        });
+    }
+
+    fn closed(&self, id: &str, _transport: &'static str, _reason: &'static str) {
+        self.queue(Change::Closed { id: id.to_string() });
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
