@@ -217,19 +217,7 @@ async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
     let mut a = Node::start(&redis, &prefix, "a");
     let b = Node::start(&redis, &prefix, "b");
     for node in [&a, &b] {
-        let url = format!("http://{}/readyz", node.admin);
-        eventually(Duration::from_secs(20), || {
-            let url = url.clone();
-            async move {
-                http()
-                    .get(url)
-                    .send()
-                    .await
-                    .map(|r| r.status() == 200)
-                    .unwrap_or(false)
-            }
-        })
-        .await;
+        wait_ready_at(node.admin, 200).await;
     }
     let publish_to = |admin: std::net::SocketAddr, data: serde_json::Value| async move {
         let resp = http()

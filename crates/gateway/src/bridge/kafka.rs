@@ -217,20 +217,14 @@ impl KafkaBridge {
             partition_epoch(message.topic(), message.partition()),
             message.offset() as u64 + 1,
         );
-        match state.registry().get_or_create(&topic) {
-            Ok(t) => {
-                if t.ingest(position, event, payload).is_some() {
-                    metrics::bridge_message(NAME, "in");
-                    if let Some(ts) = message.timestamp().to_millis() {
-                        let now = SystemTime::now()
-                            .duration_since(UNIX_EPOCH)
-                            .map_or(0, |d| d.as_millis() as i64);
-                        metrics::bridge_lag(NAME, now.saturating_sub(ts).max(0) as u64);
-                    }
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, %topic, "kafka record dropped"),
-        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let age_ms = message
+            .timestamp()
+            .to_millis()
+            .map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
+        super::deliver(state, NAME, topic, position, event, payload, age_ms);
     }
 }
 

@@ -12,6 +12,9 @@ use std::pin::Pin;
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 
+use crate::app::AppState;
+use crate::telemetry::metrics;
+
 /// A boxed future, for the object-safe [`Bridge`] trait.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -53,4 +56,27 @@ pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
     fn opened(&self, id: &str, transport: &'static str);
     /// Connection `id` closed for `reason`.
     fn closed(&self, id: &str, transport: &'static str, reason: &'static str);
+}
+
+/// Delivers a message read from `bridge`'s log to this node's subscribers, at the position the
+/// log gave it; `age_ms` is how long ago it was written (for the lag metric). A position
+/// already delivered (an at-least-once replay) is dropped here.
+pub fn deliver(
+    state: &AppState,
+    bridge: &'static str,
+    topic: TopicName,
+    position: Cursor,
+    event: Option<EventName>,
+    payload: Payload,
+    age_ms: u64,
+) {
+    match state.registry().get_or_create(&topic) {
+        Ok(t) => {
+            if t.ingest(position, event, payload).is_some() {
+                metrics::bridge_message(bridge, "in");
+                metrics::bridge_lag(bridge, age_ms);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, %topic, bridge, "message from the log dropped"),
+    }
 }

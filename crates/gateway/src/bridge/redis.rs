@@ -205,15 +205,16 @@ impl RedisBridge {
             tracing::warn!(id = %entry.id, "redis stream entry with invalid JSON skipped");
             return;
         };
-        match state.registry().get_or_create(&topic) {
-            Ok(t) => {
-                if t.ingest(Cursor::new(epoch, seq), event, payload).is_some() {
-                    metrics::bridge_message(NAME, "in");
-                    metrics::bridge_lag(NAME, now_ms().saturating_sub(seq >> SEQ_BITS));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, %topic, "message from redis dropped"),
-        }
+        let age_ms = now_ms().saturating_sub(seq >> SEQ_BITS);
+        super::deliver(
+            state,
+            NAME,
+            topic,
+            Cursor::new(epoch, seq),
+            event,
+            payload,
+            age_ms,
+        );
     }
 }
 

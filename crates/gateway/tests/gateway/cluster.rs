@@ -104,10 +104,6 @@ async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
     }
 }
 
-async fn get_json(url: String) -> serde_json::Value {
-    http().get(url).send().await.unwrap().json().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presence_and_connections_are_counted_across_the_cluster() {
     let p = prefix("presence");

@@ -148,17 +148,7 @@ async fn a_slow_sse_consumer_is_dropped_after_the_write_timeout() {
         .unwrap();
     let mut fast = SseClient::connect(&gw, "topic=slow", None).await;
     fast.next_block().await.unwrap();
-    let subscribers = || async {
-        let stats: serde_json::Value = http()
-            .get(format!("http://{}/v1/topics/slow", gw.admin_addr))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        stats["subscribers"].as_u64().unwrap()
-    };
+    let subscribers = || topic_subscribers(&gw, "slow");
     eventually(WAIT, || async { subscribers().await == 2 }).await;
     let pad = "x".repeat(60_000);
     for n in 0..120 {

@@ -225,17 +225,7 @@ async fn a_client_that_goes_away_is_noticed_at_once() {
     let mut sse = SseClient::connect(&gw, "topic=gone", None).await;
     sse.next_block().await.unwrap();
     eventually(WAIT, || async { sse_gauge(&gw).await >= before + 1.0 }).await;
-    let subscribers = || async {
-        let stats: serde_json::Value = http()
-            .get(format!("http://{}/v1/topics/gone", gw.admin_addr))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        stats["subscribers"].as_u64().unwrap()
-    };
+    let subscribers = || topic_subscribers(&gw, "gone");
     assert_eq!(subscribers().await, 1);
     drop(sse);
     eventually(std::time::Duration::from_secs(3), || async {

@@ -40,7 +40,12 @@ pub fn cluster_config(prefix: &str, node: &str) -> Config {
 
 /// Waits until `/readyz` answers `status`.
 pub async fn wait_ready(gw: &Gateway, status: u16) {
-    let url = format!("http://{}/readyz", gw.admin_addr);
+    wait_ready_at(gw.admin_addr, status).await;
+}
+
+/// Waits until `/readyz` on the admin listener at `admin` answers `status`.
+pub async fn wait_ready_at(admin: std::net::SocketAddr, status: u16) {
+    let url = format!("http://{admin}/readyz");
     eventually(Duration::from_secs(20), || {
         let url = url.clone();
         async move {
@@ -54,6 +59,17 @@ pub async fn wait_ready(gw: &Gateway, status: u16) {
         }
     })
     .await;
+}
+
+/// GETs a JSON document.
+pub async fn get_json(url: String) -> Value {
+    http().get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// Subscribers of `topic` on `gw`, from the admin API.
+pub async fn topic_subscribers(gw: &Gateway, topic: &str) -> u64 {
+    let stats = get_json(format!("http://{}/v1/topics/{topic}", gw.admin_addr)).await;
+    stats["subscribers"].as_u64().unwrap()
 }
 
 pub async fn spawn_gateway(config: Config) -> Gateway {
