@@ -36,6 +36,7 @@ struct Inner {
     upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
     observers: Arc<Vec<Arc<dyn crate::bridge::ConnectionObserver>>>,
     presence: Option<Arc<crate::bridge::presence::Presence>>,
+    auth: crate::auth::Auth,
     connection_ids: std::sync::atomic::AtomicU64,
 }
 
@@ -61,6 +62,16 @@ impl AppState {
         bridges: Vec<Arc<dyn Bridge>>,
     ) -> Self {
         let bridge = bridges.first().cloned();
+        // Validated before anything binds (Config::validate); an unreadable key file here
+        // means it changed since, and no access rule is better than a wrong one.
+        let auth = crate::auth::Auth::from_config(&config.auth).unwrap_or_else(|e| {
+            tracing::error!(error = %format!("{e:#}"), "auth configuration unusable; refusing all tokens");
+            crate::auth::Auth::from_config(&crate::config::AuthConfig {
+                public_prefixes: Vec::new(),
+                ..Default::default()
+            })
+            .expect("empty auth config")
+        });
         let registry = Registry::new(config.registry());
         Self(Arc::new(Inner {
             config,
@@ -74,6 +85,7 @@ impl AppState {
             upstream: None,
             observers: Arc::new(Vec::new()),
             presence: None,
+            auth,
             connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
@@ -126,6 +138,11 @@ impl AppState {
             inner.presence = Some(presence);
         }
         self
+    }
+
+    /// The access rules.
+    pub fn auth(&self) -> &crate::auth::Auth {
+        &self.0.auth
     }
 
     /// The cluster presence, when Redis is configured.
@@ -208,10 +225,13 @@ pub fn public_router(state: AppState) -> Router {
         .route(transport::sse::PATH, get(transport::sse::handler))
         .route(transport::ws::PATH, get(transport::ws::handler))
         .route("/v1/poll", get(transport::poll::handler));
-    if state.config().dev {
+    if state.config().dev || state.auth().has_api_keys() || state.auth().enabled() {
         router = router
-            .route("/v1/publish", post(api::publish::publish))
-            .route("/v1/publish/batch", post(api::publish::publish_batch));
+            .route("/v1/publish", post(api::publish::publish_public))
+            .route(
+                "/v1/publish/batch",
+                post(api::publish::publish_batch_public),
+            );
     }
     router
         .fallback(not_found)

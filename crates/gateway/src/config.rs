@@ -47,6 +47,34 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     /// Cluster: node identity and the bridges that join nodes.
     pub cluster: ClusterConfig,
+    /// Who may subscribe and publish (see docs/security.md).
+    pub auth: AuthConfig,
+}
+
+/// Access control. With nothing set (the default), anyone may subscribe to every topic except
+/// `user:` ones, and publishing is only served on the admin listener.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Shared secret for HS256 tokens. Prefer the `HERALD_AUTH_HS256_SECRET` environment
+    /// variable to keeping it in a file; it is never logged or printed.
+    #[serde(skip_serializing)]
+    pub hs256_secret: Option<String>,
+    /// PEM files of RSA public keys for RS256 tokens.
+    pub rs256_public_keys: Vec<PathBuf>,
+    /// PEM files of EC (P-256) public keys for ES256 tokens.
+    pub es256_public_keys: Vec<PathBuf>,
+    /// A JWKS file (`{"keys":[...]}`) of token keys.
+    pub jwks_file: Option<PathBuf>,
+    /// Topics starting with one of these need no token even when keys are configured.
+    pub public_prefixes: Vec<String>,
+    /// API keys (sent as `x-api-key`) that may publish on the public listener. Setting any
+    /// serves `POST /v1/publish` there.
+    #[serde(skip_serializing)]
+    pub api_keys: Vec<String>,
+    /// Browser origins (`https://app.example.com`) allowed to open WebSockets and to read
+    /// SSE/long-poll responses (CORS). Empty: any origin.
+    pub allowed_origins: Vec<String>,
 }
 
 /// Cluster: node identity and the bridges that join nodes. With no bridge configured, the
@@ -237,6 +265,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             shutdown: ShutdownConfig::default(),
             cluster: ClusterConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -424,10 +453,21 @@ impl Config {
                 "cluster.kafka_topics entries must be 1 to 249 characters"
             );
         }
-        if let Some(url) = &c.redis_url {
-            if let Err(e) = redis::Client::open(url.as_str()) {
-                bail!("cluster.redis_url {url:?} is invalid: {e}");
-            }
+        if let Some(url) = &c.redis_url
+            && let Err(e) = redis::Client::open(url.as_str())
+        {
+            bail!("cluster.redis_url {url:?} is invalid: {e}");
+        }
+        if let Err(e) = crate::auth::Auth::from_config(&self.auth) {
+            bail!("auth: {e:#}");
+        }
+        if self
+            .auth
+            .hs256_secret
+            .as_ref()
+            .is_some_and(|s| s.len() < 32)
+        {
+            bail!("auth.hs256_secret must be at least 32 bytes");
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
@@ -502,7 +542,32 @@ pub struct Cli {
     /// This node's id in the cluster [default: random].
     #[arg(long, env = "HERALD_NODE_ID", value_name = "ID")]
     pub node_id: Option<String>,
-    /// Print the effective configuration as TOML and exit.
+    /// HS256 token secret (use the environment variable; it never appears in logs).
+    #[arg(
+        long,
+        env = "HERALD_AUTH_HS256_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub auth_hs256_secret: Option<String>,
+    /// API keys allowed to publish on the public listener, comma-separated.
+    #[arg(
+        long,
+        env = "HERALD_AUTH_API_KEYS",
+        value_name = "KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub auth_api_keys: Option<Vec<String>>,
+    /// Browser origins allowed for WebSocket and CORS, comma-separated [default: any].
+    #[arg(
+        long,
+        env = "HERALD_AUTH_ALLOWED_ORIGINS",
+        value_name = "ORIGINS",
+        value_delimiter = ','
+    )]
+    pub auth_allowed_origins: Option<Vec<String>>,
+    /// Print the effective configuration as TOML (secrets left out) and exit.
     #[arg(long)]
     pub print_config: bool,
 }
@@ -555,6 +620,15 @@ impl Cli {
         if let Some(v) = &self.node_id {
             config.cluster.node_id = v.clone();
         }
+        if let Some(v) = &self.auth_hs256_secret {
+            config.auth.hs256_secret = Some(v.clone());
+        }
+        if let Some(v) = &self.auth_api_keys {
+            config.auth.api_keys = v.clone();
+        }
+        if let Some(v) = &self.auth_allowed_origins {
+            config.auth.allowed_origins = v.clone();
+        }
         if let Some(v) = &self.kafka_brokers {
             config.cluster.kafka_brokers = Some(v.clone());
         }
@@ -600,6 +674,22 @@ mod tests {
         assert_eq!(config.sse.heartbeat, Duration::from_secs(5));
         assert_eq!(config.sse.retry, Duration::from_secs(3));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn secrets_are_never_printed() {
+        let mut config = Config::default();
+        config.auth.hs256_secret = Some("s3cret-s3cret-s3cret-s3cret-s3cret".into());
+        config.auth.api_keys = vec!["key-s3cret".into()];
+        let text = toml::to_string(&config).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(
+            !format!(
+                "{:?}",
+                crate::auth::Auth::from_config(&config.auth).unwrap()
+            )
+            .contains("s3cret")
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod bridge;
 pub mod config;
 pub mod error;

@@ -133,11 +133,11 @@ impl SeqTracker {
         if a >= b {
             return;
         }
-        if let Some(last) = self.holes.last_mut() {
-            if last.1 == a {
-                last.1 = b;
-                return;
-            }
+        if let Some(last) = self.holes.last_mut()
+            && last.1 == a
+        {
+            last.1 = b;
+            return;
         }
         if self.holes.len() < MAX_HOLE_RANGES {
             self.holes.push((a, b));

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use herald_core::{EventName, Payload, TopicName};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -48,7 +48,61 @@ pub async fn publish(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let body = body.map_err(rejection)?;
     let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-    publish_one(&state, request).await.map(Json)
+    publish_one(&state, request, &Publisher::Trusted)
+        .await
+        .map(Json)
+}
+
+/// Who publishes on the public listener.
+enum Publisher {
+    /// The admin listener, dev mode, or a valid API key: any topic.
+    Trusted,
+    /// A token: the topics its `publish` claim allows.
+    Token(crate::auth::Identity),
+}
+
+fn public_publisher(state: &AppState, headers: &HeaderMap) -> Result<Publisher, ApiError> {
+    if state.config().dev || state.auth().api_key_ok(headers) {
+        return Ok(Publisher::Trusted);
+    }
+    if headers.contains_key("x-api-key") {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "unknown API key",
+        ));
+    }
+    match state.auth().identify(headers, None)? {
+        who if who.sub.is_some() || who.expires.is_some() => Ok(Publisher::Token(who)),
+        _ => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "publishing here needs an x-api-key header or a bearer token allowed to publish",
+        )),
+    }
+}
+
+/// `POST /v1/publish` on the public listener: needs an API key or a token allowed to publish
+/// to the topic (dev mode: nothing).
+pub async fn publish_public(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let publisher = public_publisher(&state, &headers)?;
+    let body = body.map_err(rejection)?;
+    let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    publish_one(&state, request, &publisher).await.map(Json)
+}
+
+/// `POST /v1/publish/batch` on the public listener, with the rules of [`publish_public`].
+pub async fn publish_batch_public(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let publisher = public_publisher(&state, &headers)?;
+    batch(&state, body, &publisher).await
 }
 
 /// Publishes up to `limits.max_batch_publish` messages in order; answers
@@ -57,6 +111,14 @@ pub async fn publish(
 pub async fn publish_batch(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    batch(&state, body, &Publisher::Trusted).await
+}
+
+async fn batch(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    publisher: &Publisher,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let body = body.map_err(rejection)?;
     let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
@@ -71,7 +133,7 @@ pub async fn publish_batch(
     let mut results = Vec::with_capacity(batch.messages.len());
     for raw in &batch.messages {
         let result = match serde_json::from_str::<PublishRequest>(raw.get()).map_err(bad_json) {
-            Ok(request) => publish_one(&state, request).await,
+            Ok(request) => publish_one(state, request, publisher).await,
             Err(e) => Err(e),
         };
         results.push(result.unwrap_or_else(|e| {
@@ -86,8 +148,14 @@ pub async fn publish_batch(
 async fn publish_one(
     state: &AppState,
     request: PublishRequest,
+    publisher: &Publisher,
 ) -> Result<serde_json::Value, ApiError> {
     let topic = TopicName::new(&request.topic)?;
+    if let Publisher::Token(who) = publisher
+        && !state.auth().may_publish(who, topic.as_str())
+    {
+        return Err(crate::auth::forbidden(topic.as_str()));
+    }
     let event = match request.event {
         Some(e) => Some(
             EventName::new(&e).map_err(|e| ApiError::bad_request("bad_event", e.to_string()))?,

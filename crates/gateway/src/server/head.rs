@@ -23,6 +23,8 @@ pub enum Head {
     },
     /// `GET /v1/ws` with an `Upgrade` header: answer the handshake on the socket.
     Ws {
+        /// The query string, if any.
+        query: Option<String>,
         /// The request headers.
         headers: HeaderMap,
     },
@@ -123,7 +125,10 @@ pub async fn read_head(stream: &mut TcpStream, timeout: Duration, max_bytes: usi
         }
     }
     if ws {
-        Head::Ws { headers: map }
+        Head::Ws {
+            query: query.map(str::to_owned),
+            headers: map,
+        }
     } else {
         Head::Sse {
             query: query.map(str::to_owned),

@@ -108,8 +108,8 @@ async fn serve_connection(
             };
             match head {
                 Head::Done => return,
-                Head::Ws { headers } => {
-                    ws::upgrade_raw(state, stream, &headers).await;
+                Head::Ws { query, headers } => {
+                    ws::upgrade_raw(state, stream, &headers, query.as_deref()).await;
                     return;
                 }
                 Head::Other(prefix) => prefix,

@@ -189,6 +189,8 @@ pub enum CloseReason {
     Protocol,
     /// The request is done (long-poll).
     Done,
+    /// The client's token expired.
+    Expired,
 }
 
 impl CloseReason {
@@ -200,6 +202,7 @@ impl CloseReason {
             Self::Idle => "idle",
             Self::Protocol => "protocol",
             Self::Done => "done",
+            Self::Expired => "expired",
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct SubscribeQuery {
     pub cursor: Option<String>,
     /// `timeout`: seconds a long-poll may be held.
     pub timeout: Option<String>,
+    /// `token`: a JWT, for clients that cannot set `Authorization`.
+    pub token: Option<String>,
 }
 
 impl SubscribeQuery {
@@ -44,6 +46,7 @@ impl SubscribeQuery {
                 "lastEventId" => parsed.last_event_id = Some(value.into_owned()),
                 "cursor" => parsed.cursor = Some(value.into_owned()),
                 "timeout" => parsed.timeout = Some(value.into_owned()),
+                "token" => parsed.token = Some(value.into_owned()),
                 _ => {}
             }
         }
@@ -55,6 +58,25 @@ impl SubscribeQuery {
         }
         Ok(parsed)
     }
+}
+
+/// Checks the browser origin and the client's token, and that it may subscribe to every one
+/// of `topics`. Returns the origin to allow in CORS headers, and who the client is.
+pub fn authorize(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    query: &SubscribeQuery,
+) -> Result<(Option<String>, crate::auth::Identity), ApiError> {
+    let origin = state.auth().check_origin(headers)?.map(str::to_owned);
+    let who = state.auth().identify(headers, query.token.as_deref())?;
+    if let Some(denied) = query
+        .topics
+        .iter()
+        .find(|t| !state.auth().may_subscribe(&who, t.as_str()))
+    {
+        return Err(crate::auth::forbidden(denied.as_str()));
+    }
+    Ok((origin, who))
 }
 
 /// A feed subscribed to `topics`, each resumed from its entry in `resume` when it has one.

@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::{FeedEvent, LossReason, ResumeList};
 
-use super::{SubscribeQuery, lost_json, open_feed};
+use super::{SubscribeQuery, authorize, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::telemetry::metrics::{self, CloseReason, Transport};
@@ -17,16 +17,21 @@ use crate::telemetry::metrics::{self, CloseReason, Transport};
 /// Answers one poll: `{"messages":[...],"lost":[...],"cursor":"..."}`.
 pub async fn handler(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    let result = poll(&state, query.as_deref()).await;
+    let result = poll(&state, &headers, query.as_deref()).await;
     if let Err(e) = &result {
         metrics::client_error("poll", e.code());
     }
     result
 }
 
-async fn poll(state: &AppState, query: Option<&str>) -> Result<Response, ApiError> {
+async fn poll(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
     let config = state.config();
     let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
     let resume: ResumeList = match &query.cursor {
@@ -46,6 +51,7 @@ async fn poll(state: &AppState, query: Option<&str>) -> Result<Response, ApiErro
         }
         None => config.poll.timeout,
     };
+    let (cors, _who) = authorize(state, headers, &query)?;
     let mut feed = open_feed(state, &query.topics, &resume)?;
     let metrics = metrics::transport(Transport::Poll);
     let mut guard = metrics.open();
@@ -122,5 +128,13 @@ async fn poll(state: &AppState, query: Option<&str>) -> Result<Response, ApiErro
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        response
+            .headers_mut()
+            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        response
+            .headers_mut()
+            .insert(header::VARY, HeaderValue::from_static("origin"));
+    }
     Ok(response)
 }

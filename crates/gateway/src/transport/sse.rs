@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-use super::{SubscribeQuery, jitter, lost_json, open_feed};
+use super::{SubscribeQuery, authorize, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
@@ -47,6 +47,7 @@ pub async fn handler(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let stream = open(&state, &headers, query.as_deref())?;
+    let cors = stream.cors.clone();
     let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
         s.next_chunk()
             .await
@@ -60,6 +61,10 @@ pub async fn handler(
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(header::VARY, HeaderValue::from_static("origin"));
+    }
     Ok(response)
 }
 
@@ -67,12 +72,20 @@ pub async fn handler(
 /// when the stream ends, the client goes away, or a write waits longer than `write_timeout`
 /// (a slow consumer).
 pub async fn serve_raw(mut socket: TcpStream, mut sse: SseStream, write_timeout: Duration) {
-    if write_all(&mut socket, RESPONSE_HEAD, write_timeout)
-        .await
-        .is_err()
-    {
+    let head = match sse.cors.take() {
+        None => std::borrow::Cow::Borrowed(RESPONSE_HEAD),
+        Some(origin) => {
+            let mut head = RESPONSE_HEAD[..RESPONSE_HEAD.len() - 2].to_vec();
+            head.extend_from_slice(
+                format!("access-control-allow-origin: {origin}\r\nvary: origin\r\n\r\n").as_bytes(),
+            );
+            std::borrow::Cow::Owned(head)
+        }
+    };
+    if write_all(&mut socket, &head, write_timeout).await.is_err() {
         return;
     }
+    drop(head);
     loop {
         let chunk = tokio::select! {
             chunk = sse.next_chunk() => chunk,
@@ -167,6 +180,7 @@ fn try_open(
         Some(id) => id.parse()?,
         None => ResumeList::new(),
     };
+    let (cors, who) = authorize(state, headers, &query)?;
     let feed = open_feed(state, &query.topics, &resume)?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
@@ -182,6 +196,10 @@ fn try_open(
         queued: None,
         done: false,
         lifetime: lifetime_deadline(config.sse.max_lifetime),
+        expiry: who
+            .time_left()
+            .map(|left| Box::pin(tokio::time::sleep(left))),
+        cors,
         retry: config.sse.retry,
     };
     let first = stream.opening(config.sse.retry);
@@ -205,6 +223,10 @@ pub struct SseStream {
     /// A chunk to send before anything else (the body after a multi-topic `id:` line).
     queued: Option<Bytes>,
     done: bool,
+    /// When the client's token expires, if it presented one (boxed only then).
+    expiry: Option<Pin<Box<Sleep>>>,
+    /// The browser origin allowed to read the stream (CORS), when the request had one.
+    cors: Option<String>,
     /// When the stream ends by itself (`sse.max_lifetime`), if ever (boxed only when set).
     lifetime: Option<Pin<Box<Sleep>>>,
     retry: Duration,
@@ -260,6 +282,13 @@ impl SseStream {
                         "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
                     );
                     return Some(Bytes::from(frame));
+                }
+                _ = end_of_life(&mut self.expiry) => {
+                    self.done = true;
+                    self.guard.closing(CloseReason::Expired);
+                    return Some(Bytes::from_static(
+                        b"event: herald.disconnect\ndata: {\"reason\":\"token expired\"}\n\n",
+                    ));
                 }
                 _ = end_of_life(&mut self.lifetime) => {
                     self.done = true;

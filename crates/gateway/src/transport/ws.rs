@@ -65,9 +65,24 @@ pub async fn handler() -> ApiError {
 /// Answers a WebSocket handshake on `stream` and runs the connection on a task of its own.
 /// `headers` are the request's; a request that is not a valid version-13 handshake gets a
 /// JSON error and is closed.
-pub async fn upgrade_raw(state: &AppState, mut stream: TcpStream, headers: &HeaderMap) {
-    let key = match validate_handshake(state, headers) {
-        Ok(key) => key,
+pub async fn upgrade_raw(
+    state: &AppState,
+    mut stream: TcpStream,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) {
+    let handshake = validate_handshake(state, headers).and_then(|key| {
+        // A page from an origin that is not allowed must not get a socket (cross-site
+        // WebSocket hijacking), whatever credentials its browser attaches.
+        state.auth().check_origin(headers)?;
+        let token = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .find(|(k, _)| k == "token")
+            .map(|(_, v)| v.into_owned());
+        let who = state.auth().identify(headers, token.as_deref())?;
+        Ok((key, who))
+    });
+    let (key, who) = match handshake {
+        Ok(pair) => pair,
         Err(e) => {
             metrics::client_error("ws", e.code());
             let extra: &[(&str, &str)] = if e.status() == StatusCode::UPGRADE_REQUIRED {
@@ -100,7 +115,7 @@ pub async fn upgrade_raw(state: &AppState, mut stream: TcpStream, headers: &Head
         .max_message_size(Some(ws.max_message_size))
         .max_frame_size(Some(ws.max_message_size));
     let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
-    let fut = Connection::new(state.clone(), socket).run();
+    let fut = Connection::new(state.clone(), socket, who).run();
     state.tracker().spawn(fut);
 }
 
@@ -163,6 +178,8 @@ struct ClientFrame<'a> {
     topic: Option<String>,
     #[serde(default)]
     event: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
     #[serde(borrow, default)]
     data: Data<'a>,
 }
@@ -217,13 +234,30 @@ struct Connection {
     metrics: &'static TransportMetrics,
     guard: ConnectionGuard,
     last_heard: Instant,
+    who: crate::auth::Identity,
+    /// When the client's token expires, if it presented one (boxed only then).
+    expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
+    who.time_left()
+        .map(|left| Box::pin(tokio::time::sleep(left)))
+}
+
+async fn expired(expiry: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
+    match expiry {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Connection {
-    fn new(state: AppState, socket: Socket) -> Self {
+    fn new(state: AppState, socket: Socket, who: crate::auth::Identity) -> Self {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
         Self {
+            expiry: expiry_of(&who),
+            who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
             metrics,
@@ -249,6 +283,10 @@ impl Connection {
                 // Boxed: inbound frames are rare on a subscriber, and inlining this path would
                 // size every idle connection's task for it (measured: 2.2 KB vs 1 KB).
                 frame = self.socket.next() => Box::pin(self.on_frame(frame)).await,
+                _ = expired(&mut self.expiry) => {
+                    Box::pin(self.close(close_code::POLICY, "token expired")).await;
+                    Flow::Close(CloseReason::Expired)
+                }
                 event = self.feed.next() => self.on_event(event).await,
                 _ = ping.tick() => {
                     if self.last_heard.elapsed() > config.idle_timeout {
@@ -344,6 +382,20 @@ impl Connection {
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed });
                 Ok(self.send_text(reply.to_string()).await)
             }
+            "auth" => {
+                // A token for an anonymous connection, or a fresh one before the current one
+                // expires. Subscriptions already held stay.
+                let token = frame.token.as_deref().ok_or_else(|| missing("token"))?;
+                let who = self.state.auth().verify(token)?;
+                self.expiry = expiry_of(&who);
+                let expires = who
+                    .expires
+                    .and_then(|e| e.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_secs());
+                let reply = serde_json::json!({ "type": "authenticated", "sub": who.sub, "expires": expires });
+                self.who = who;
+                Ok(self.send_text(reply.to_string()).await)
+            }
             "ping" => {
                 let reply = match frame.data.0 {
                     Some(data) => format!(r#"{{"type":"pong","data":{}}}"#, data.get()),
@@ -358,7 +410,9 @@ impl Connection {
             }
             other => Err(FrameError::new(
                 "bad_frame",
-                format!("unknown type {other:?}; expected subscribe, unsubscribe, ping or publish"),
+                format!(
+                    "unknown type {other:?}; expected subscribe, unsubscribe, ping, publish or auth"
+                ),
             )),
         }
     }
@@ -378,6 +432,9 @@ impl Connection {
         let mut wanted = Vec::with_capacity(topics.len());
         for topic in &topics {
             let name = TopicName::new(topic).map_err(ApiError::from)?;
+            if !self.state.auth().may_subscribe(&self.who, name.as_str()) {
+                return Err(crate::auth::forbidden(name.as_str()).into());
+            }
             let from = match cursors.get(topic) {
                 Some(c) => Some(c.parse::<Cursor>().map_err(ApiError::from)?),
                 None => None,
@@ -427,13 +484,13 @@ impl Connection {
         data: &RawValue,
         event: Option<&str>,
     ) -> Result<Flow, FrameError> {
-        if !self.state.config().dev {
+        let name = TopicName::new(topic).map_err(ApiError::from)?;
+        if !self.state.config().dev && !self.state.auth().may_publish(&self.who, name.as_str()) {
             return Err(FrameError::new(
                 "forbidden",
-                "publishing over WebSocket is not allowed on this gateway",
+                format!("publishing to {topic:?} needs a token whose publish claim allows it"),
             ));
         }
-        let name = TopicName::new(topic).map_err(ApiError::from)?;
         let event = match event {
             Some(e) => {
                 Some(EventName::new(e).map_err(|e| FrameError::new("bad_event", e.to_string()))?)

@@ -4,6 +4,7 @@
 mod common;
 
 mod api;
+mod auth;
 mod cluster;
 mod fanout;
 mod kafka;

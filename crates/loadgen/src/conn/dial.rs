@@ -26,20 +26,20 @@ pub async fn dial(
         TcpSocket::new_v6()
     }
     .map_err(ConnError::Connect)?;
-    if let Some(ip) = source {
-        if ip.is_ipv4() == addr.is_ipv4() {
-            if ip.is_ipv4() {
-                // best effort: without it the bind still works, only slower
-                let _ = nix::sys::socket::setsockopt(
-                    &socket,
-                    nix::sys::socket::sockopt::IpBindAddressNoPort,
-                    &true,
-                );
-            }
-            socket
-                .bind(SocketAddr::new(ip, 0))
-                .map_err(ConnError::Connect)?;
+    if let Some(ip) = source
+        && ip.is_ipv4() == addr.is_ipv4()
+    {
+        if ip.is_ipv4() {
+            // best effort: without it the bind still works, only slower
+            let _ = nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::IpBindAddressNoPort,
+                &true,
+            );
         }
+        socket
+            .bind(SocketAddr::new(ip, 0))
+            .map_err(ConnError::Connect)?;
     }
     socket.set_nodelay(true).map_err(ConnError::Connect)?;
     match tokio::time::timeout(timeout, socket.connect(addr)).await {

@@ -54,25 +54,26 @@ pre{{background:#f7f7f7;padding:10px;font-size:12px;overflow-x:auto}}svg{{max-wi
     o.push_str("<h2>Summary</h2><pre>");
     o.push_str(&esc(&super::text::render(r)));
     o.push_str("</pre>");
-    if let Some(d) = &r.delivery {
-        if !d.per_topic.is_empty() && d.per_topic.len() <= 200 {
-            o.push_str("<h2>Per topic</h2><table><tr><th>topic</th><th>subscribers</th><th>published</th><th>expected</th><th>delivered</th><th>missing</th><th>duplicates</th><th>lost events</th></tr>");
-            for t in &d.per_topic {
-                let _ = write!(
-                    o,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(&t.topic),
-                    t.subscribers,
-                    t.published,
-                    t.expected,
-                    t.delivered,
-                    t.missing,
-                    t.duplicates,
-                    t.lost_events
-                );
-            }
-            o.push_str("</table>");
+    if let Some(d) = &r.delivery
+        && !d.per_topic.is_empty()
+        && d.per_topic.len() <= 200
+    {
+        o.push_str("<h2>Per topic</h2><table><tr><th>topic</th><th>subscribers</th><th>published</th><th>expected</th><th>delivered</th><th>missing</th><th>duplicates</th><th>lost events</th></tr>");
+        for t in &d.per_topic {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&t.topic),
+                t.subscribers,
+                t.published,
+                t.expected,
+                t.delivered,
+                t.missing,
+                t.duplicates,
+                t.lost_events
+            );
         }
+        o.push_str("</table>");
     }
     o.push_str("<h2>Over time</h2>");
     o.push_str(&line_chart(

@@ -187,17 +187,17 @@ pub fn render(r: &Report) -> String {
             row(&mut o, "rss per connection", format!("{g:.0} bytes"));
         }
     }
-    if let Some(t) = &r.servers_total {
-        if r.servers.len() > 1 {
-            let _ = writeln!(o, "servers together");
-            row(
-                &mut o,
-                "cpu of machine",
-                format!("{:.1}%", t.cpu_fraction_of_machine * 100.0),
-            );
-            if let Some(u) = t.cpu_us_per_delivery {
-                row(&mut o, &format!("cpu-µs per {}", t.per), format!("{u:.2}"));
-            }
+    if let Some(t) = &r.servers_total
+        && r.servers.len() > 1
+    {
+        let _ = writeln!(o, "servers together");
+        row(
+            &mut o,
+            "cpu of machine",
+            format!("{:.1}%", t.cpu_fraction_of_machine * 100.0),
+        );
+        if let Some(u) = t.cpu_us_per_delivery {
+            row(&mut o, &format!("cpu-µs per {}", t.per), format!("{u:.2}"));
         }
     }
     let _ = writeln!(o, "loadgen");

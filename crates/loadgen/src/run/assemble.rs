@@ -195,10 +195,10 @@ pub fn assemble(i: Inputs<'_>) -> Report {
             receipts: total.churn_deliveries,
         }
     });
-    if let Some(c) = &churn {
-        if c.failed > 0 {
-            problems.push(format!("{} churn connections failed", c.failed));
-        }
+    if let Some(c) = &churn
+        && c.failed > 0
+    {
+        problems.push(format!("{} churn connections failed", c.failed));
     }
     let publish = i.publish_stats.map(|p| {
         publish_report(
@@ -207,10 +207,10 @@ pub fn assemble(i: Inputs<'_>) -> Report {
             i.publish_secs,
         )
     });
-    if let Some(p) = &publish {
-        if p.failed > 0 {
-            problems.push(format!("{} publish requests failed", p.failed));
-        }
+    if let Some(p) = &publish
+        && p.failed > 0
+    {
+        problems.push(format!("{} publish requests failed", p.failed));
     }
 
     let cpus = procstat::machine_cpus();

@@ -375,13 +375,12 @@ pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Resul
     c.on_tick("end");
     c.progress.finish();
     for link in &mut c.links {
-        if let Some(child) = link.child.as_mut() {
-            if tokio::time::timeout(Duration::from_secs(5), child.wait())
+        if let Some(child) = link.child.as_mut()
+            && tokio::time::timeout(Duration::from_secs(5), child.wait())
                 .await
                 .is_err()
-            {
-                let _ = child.kill().await;
-            }
+        {
+            let _ = child.kill().await;
         }
     }
     let own_cpu_us = crate::procstat::own_cpu_micros();

@@ -131,10 +131,10 @@ fn check_run(run: &RunArgs, conn: &ConnArgs) -> Result<(), PlanError> {
     if conn.read_buffer < 256 || conn.read_buffer > (16 << 20) {
         return Err(bad("--read-buffer must be between 256 bytes and 16 MiB"));
     }
-    if let Some(w) = run.workers {
-        if w == 0 || w > 256 {
-            return Err(bad("--workers must be between 1 and 256"));
-        }
+    if let Some(w) = run.workers
+        && (w == 0 || w > 256)
+    {
+        return Err(bad("--workers must be between 1 and 256"));
     }
     Ok(())
 }

@@ -1,0 +1,317 @@
+//! Who may subscribe and publish: JWTs for clients, API keys for services, an Origin
+//! allow-list for browsers.
+//!
+//! Tokens (`Authorization: Bearer`, the `token` query parameter for clients that cannot set
+//! headers, or a WebSocket `auth` frame) are JWTs signed with HS256 (shared secret), RS256 or
+//! ES256 (PEM public keys, or a JWKS file). Claims: `sub` (the user), `exp` (required), `topics`
+//! (what the token may subscribe to) and `publish` (what it may publish to); each a list of
+//! exact names or prefix patterns ending in `*` (`orders.*`, or `*` for everything).
+//!
+//! Rules, in order:
+//! - `user:<sub>` topics are readable only with a token whose `sub` is `<sub>`.
+//! - With no key configured (the default), anyone may subscribe to everything else.
+//! - With keys configured, topics under `auth.public_prefixes` need no token; others need a
+//!   token whose `topics` matches.
+//! - Publishing on the public listener needs an API key (`x-api-key` header) or a token whose
+//!   `publish` matches. (The admin listener is trusted: keep it private.)
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use axum::http::{HeaderMap, StatusCode};
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use crate::config::AuthConfig;
+use crate::error::ApiError;
+
+/// The claims Herald reads.
+#[derive(Debug, Deserialize)]
+struct Claims {
+    #[serde(default)]
+    sub: Option<String>,
+    exp: u64,
+    #[serde(default)]
+    topics: Vec<String>,
+    #[serde(default)]
+    publish: Vec<String>,
+}
+
+/// Who a client is.
+#[derive(Clone, Debug, Default)]
+pub struct Identity {
+    /// The user (`sub`), when the client presented a token.
+    pub sub: Option<String>,
+    subscribe: Vec<String>,
+    publish: Vec<String>,
+    /// When the token expires.
+    pub expires: Option<SystemTime>,
+}
+
+impl Identity {
+    /// Time left before the token expires (`None`: no token, never).
+    pub fn time_left(&self) -> Option<Duration> {
+        self.expires.map(|e| {
+            e.duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        })
+    }
+}
+
+struct Key {
+    key: DecodingKey,
+    algorithm: Algorithm,
+    kid: Option<String>,
+}
+
+/// The access rules of a gateway.
+pub struct Auth {
+    keys: Vec<Key>,
+    public_prefixes: Vec<String>,
+    api_keys: HashSet<String>,
+    allowed_origins: Vec<String>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print secrets.
+        f.debug_struct("Auth")
+            .field("keys", &self.keys.len())
+            .field("public_prefixes", &self.public_prefixes)
+            .field("api_keys", &self.api_keys.len())
+            .field("allowed_origins", &self.allowed_origins)
+            .finish()
+    }
+}
+
+impl Auth {
+    /// Loads keys from the configuration (files are read here, at start-up).
+    pub fn from_config(config: &AuthConfig) -> anyhow::Result<Self> {
+        let mut keys = Vec::new();
+        if let Some(secret) = &config.hs256_secret {
+            keys.push(Key {
+                key: DecodingKey::from_secret(secret.as_bytes()),
+                algorithm: Algorithm::HS256,
+                kid: None,
+            });
+        }
+        for path in &config.rs256_public_keys {
+            let pem =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let key = DecodingKey::from_rsa_pem(&pem)
+                .with_context(|| format!("{} is not an RSA public key", path.display()))?;
+            keys.push(Key {
+                key,
+                algorithm: Algorithm::RS256,
+                kid: None,
+            });
+        }
+        for path in &config.es256_public_keys {
+            let pem =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let key = DecodingKey::from_ec_pem(&pem)
+                .with_context(|| format!("{} is not an EC public key", path.display()))?;
+            keys.push(Key {
+                key,
+                algorithm: Algorithm::ES256,
+                kid: None,
+            });
+        }
+        if let Some(path) = &config.jwks_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let set: JwkSet = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a JWKS", path.display()))?;
+            for jwk in &set.keys {
+                let key = DecodingKey::from_jwk(jwk)
+                    .with_context(|| format!("unusable key in {}", path.display()))?;
+                let algorithm = match jwk.common.key_algorithm.map(|a| a.to_string()).as_deref() {
+                    Some("HS256") => Algorithm::HS256,
+                    Some("ES256") => Algorithm::ES256,
+                    _ if matches!(
+                        jwk.algorithm,
+                        jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(_)
+                    ) =>
+                    {
+                        Algorithm::ES256
+                    }
+                    _ => Algorithm::RS256,
+                };
+                keys.push(Key {
+                    key,
+                    algorithm,
+                    kid: jwk.common.key_id.clone(),
+                });
+            }
+        }
+        Ok(Self {
+            keys,
+            public_prefixes: config.public_prefixes.clone(),
+            api_keys: config.api_keys.iter().cloned().collect(),
+            allowed_origins: config.allowed_origins.clone(),
+        })
+    }
+
+    /// Whether tokens are required for non-public topics.
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Whether API keys are configured (public publishing is served).
+    pub fn has_api_keys(&self) -> bool {
+        !self.api_keys.is_empty()
+    }
+
+    /// Verifies `token`: signature by a configured key, `exp` in the future, no `alg: none`.
+    pub fn verify(&self, token: &str) -> Result<Identity, ApiError> {
+        let invalid =
+            |reason: String| ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", reason);
+        if self.keys.is_empty() {
+            return Err(invalid("this gateway has no token keys configured".into()));
+        }
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|e| invalid(format!("malformed token: {e}")))?;
+        let mut last = None;
+        for key in &self.keys {
+            if key.algorithm != header.alg
+                || (header.kid.is_some() && key.kid.is_some() && header.kid != key.kid)
+            {
+                continue;
+            }
+            let mut validation = Validation::new(key.algorithm);
+            validation.leeway = 5;
+            validation.validate_aud = false;
+            validation.set_required_spec_claims(&["exp"]);
+            match jsonwebtoken::decode::<Claims>(token, &key.key, &validation) {
+                Ok(data) => {
+                    let c = data.claims;
+                    return Ok(Identity {
+                        sub: c.sub,
+                        subscribe: c.topics,
+                        publish: c.publish,
+                        expires: Some(UNIX_EPOCH + Duration::from_secs(c.exp)),
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(invalid(match last {
+            Some(e) => format!("token rejected: {e}"),
+            None => format!("no key for algorithm {:?}", header.alg),
+        }))
+    }
+
+    /// The identity of an HTTP request: its bearer token (header, or `token` query value),
+    /// else anonymous.
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        query_token: Option<&str>,
+    ) -> Result<Identity, ApiError> {
+        let bearer = match headers.get("authorization") {
+            None => None,
+            Some(v) => {
+                let v = v.to_str().unwrap_or("");
+                match v.get(..7) {
+                    Some(scheme) if scheme.eq_ignore_ascii_case("bearer ") => Some(&v[7..]),
+                    _ => {
+                        return Err(ApiError::new(
+                            StatusCode::UNAUTHORIZED,
+                            "invalid_token",
+                            "the Authorization header must be `Bearer <token>`",
+                        ));
+                    }
+                }
+            }
+        };
+        match bearer.or(query_token) {
+            Some(token) => self.verify(token.trim()),
+            None => Ok(Identity::default()),
+        }
+    }
+
+    /// Whether `who` may subscribe to `topic`.
+    pub fn may_subscribe(&self, who: &Identity, topic: &str) -> bool {
+        if let Some(user) = topic.strip_prefix("user:") {
+            return who.sub.as_deref() == Some(user);
+        }
+        !self.enabled()
+            || self
+                .public_prefixes
+                .iter()
+                .any(|p| topic.starts_with(p.as_str()))
+            || matches_any(&who.subscribe, topic)
+    }
+
+    /// Whether `who` may publish to `topic` (on the public listener).
+    pub fn may_publish(&self, who: &Identity, topic: &str) -> bool {
+        matches_any(&who.publish, topic)
+    }
+
+    /// Whether the request carries a configured API key (`x-api-key`).
+    pub fn api_key_ok(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|k| self.api_keys.contains(k))
+    }
+
+    /// Checks a browser's `Origin` against `auth.allowed_origins` (when the list is set; a
+    /// request without `Origin` is not from a browser page and passes). Returns the origin
+    /// to echo in CORS headers.
+    pub fn check_origin<'h>(&self, headers: &'h HeaderMap) -> Result<Option<&'h str>, ApiError> {
+        let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
+            return Ok(None);
+        };
+        if self.allowed_origins.is_empty() {
+            return Ok(Some(origin));
+        }
+        if self
+            .allowed_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+        {
+            Ok(Some(origin))
+        } else {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                format!("origin {origin:?} is not in auth.allowed_origins"),
+            ))
+        }
+    }
+}
+
+/// Exact names, `prefix*` patterns, or `*`.
+fn matches_any(patterns: &[String], topic: &str) -> bool {
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => topic.starts_with(prefix),
+        None => p == topic,
+    })
+}
+
+/// A refusal for `topic`.
+pub fn forbidden(topic: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!("not allowed on topic {topic:?}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        let p = vec!["orders.*".to_string(), "news".to_string()];
+        assert!(matches_any(&p, "orders.eu"));
+        assert!(matches_any(&p, "news"));
+        assert!(!matches_any(&p, "newsroom"));
+        assert!(!matches_any(&p, "order"));
+        assert!(matches_any(&["*".to_string()], "anything"));
+    }
+}
