@@ -168,12 +168,13 @@ impl AppState {
     pub fn open_connection(
         &self,
         transport: crate::telemetry::metrics::Transport,
+        user: Option<&str>,
     ) -> crate::telemetry::metrics::ConnectionGuard {
         let mut guard = crate::telemetry::metrics::transport(transport).open();
         if !self.0.observers.is_empty() {
             let n = self.0.connection_ids.fetch_add(1, Ordering::Relaxed);
             let id = format!("{}-{n}", self.0.config.cluster.node_id);
-            guard.observe(id, self.0.observers.clone());
+            guard.observe(id, user, self.0.observers.clone());
         }
         guard
     }
@@ -250,6 +251,10 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/v1/topics/{topic}", get(api::admin::topic))
         .route("/v1/presence/{topic}", get(api::admin::presence))
         .route("/v1/cluster/nodes", get(api::admin::nodes))
+        .route(
+            "/v1/users/{user}/connections",
+            get(api::admin::user_connections),
+        )
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))

@@ -139,3 +139,26 @@ fn unavailable(e: redis::RedisError) -> ApiError {
         format!("redis: {e}"),
     )
 }
+
+/// `GET /v1/users/{user}/connections`: the connections of a user (a token's `sub`) on every
+/// live node (needs Redis).
+pub async fn user_connections(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Some(presence) = state.presence() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_cluster",
+            "this node runs alone (no Redis configured)",
+        ));
+    };
+    let nodes: serde_json::Map<String, serde_json::Value> = presence
+        .user_connections(&user)
+        .await
+        .map_err(unavailable)?
+        .into_iter()
+        .map(|(node, ids)| (node, ids.into()))
+        .collect();
+    Ok(Json(serde_json::json!({ "user": user, "nodes": nodes })))
+}

@@ -8,7 +8,8 @@
 //! | key | type | content |
 //! | --- | --- | --- |
 //! | `<prefix>:nodes` | sorted set | node id → last refresh (unix ms) |
-//! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..}` |
+//! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..,"user":..}` |
+//! | `<prefix>:node:<id>:users` | hash | user (token `sub`) → its connection ids, comma-separated |
 //! | `<prefix>:node:<id>:presence` | hash | topic → subscribers on that node |
 //!
 //! A node that dies stops refreshing: its keys expire after `3 × presence_interval` and it
@@ -35,8 +36,14 @@ const QUEUE: usize = 65_536;
 
 #[derive(Debug)]
 enum Change {
-    Opened { id: String, transport: &'static str },
-    Closed { id: String },
+    Opened {
+        id: String,
+        transport: &'static str,
+        user: Option<String>,
+    },
+    Closed {
+        id: String,
+    },
 }
 
 /// Feeds the connection registry and topic presence of one node into Redis.
@@ -78,6 +85,31 @@ impl Presence {
         format!("{}:node:{node}:conns", self.prefix)
     }
 
+    fn users_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:users", self.prefix)
+    }
+
+    /// The connections of `user` on each live node.
+    pub async fn user_connections(
+        &self,
+        user: &str,
+    ) -> redis::RedisResult<Vec<(String, Vec<String>)>> {
+        let nodes = self.live_nodes().await?;
+        let mut conn = self.client.get_multiplexed_async_connection().await?;
+        let mut pipe = redis::pipe();
+        for node in &nodes {
+            pipe.hget(self.users_key(node), user);
+        }
+        let ids: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        Ok(nodes
+            .into_iter()
+            .zip(ids)
+            .filter_map(|(node, ids)| {
+                ids.map(|ids| (node, ids.split(',').map(str::to_owned).collect()))
+            })
+            .collect())
+    }
+
     fn presence_key(&self, node: &str) -> String {
         format!("{}:node:{node}:presence", self.prefix)
     }
@@ -99,6 +131,9 @@ impl Presence {
         let mut added: Vec<String> = Vec::new();
         let mut removed: Vec<String> = Vec::new();
         let mut presence: HashMap<String, usize> = HashMap::new();
+        let mut users: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
+        let mut conn_user: HashMap<String, String> = HashMap::new();
+        let mut changed_users: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut rewrite = true;
         let mut tick = tokio::time::interval(self.interval);
         loop {
@@ -108,16 +143,33 @@ impl Presence {
             }
             while let Ok(change) = rx.try_recv() {
                 match change {
-                    Change::Opened { id, transport } => {
-                        let since = now_ms();
-                        conns.insert(
-                            id.clone(),
-                            format!(r#"{{"transport":"{transport}","since":{since}}}"#),
-                        );
+                    Change::Opened {
+                        id,
+                        transport,
+                        user,
+                    } => {
+                        let mut entry =
+                            serde_json::json!({ "transport": transport, "since": now_ms() });
+                        if let Some(user) = &user {
+                            entry["user"] = user.as_str().into();
+                            users.entry(user.clone()).or_default().insert(id.clone());
+                            conn_user.insert(id.clone(), user.clone());
+                            changed_users.insert(user.clone());
+                        }
+                        conns.insert(id.clone(), entry.to_string());
                         added.push(id);
                     }
                     Change::Closed { id } => {
                         conns.remove(&id);
+                        if let Some(user) = conn_user.remove(&id) {
+                            if let Some(ids) = users.get_mut(&user) {
+                                ids.remove(&id);
+                                if ids.is_empty() {
+                                    users.remove(&user);
+                                }
+                            }
+                            changed_users.insert(user);
+                        }
                         removed.push(id);
                     }
                 }
@@ -137,6 +189,23 @@ impl Presence {
                 self.conns_key(&self.node_id),
                 self.presence_key(&self.node_id),
             );
+            let uk = self.users_key(&self.node_id);
+            let joined = |ids: &std::collections::BTreeSet<String>| {
+                ids.iter().map(String::as_str).collect::<Vec<_>>().join(",")
+            };
+            if rewrite {
+                pipe.del(&uk).ignore();
+                for (user, ids) in &users {
+                    pipe.hset(&uk, user, joined(ids)).ignore();
+                }
+            } else {
+                for user in &changed_users {
+                    match users.get(user) {
+                        Some(ids) => pipe.hset(&uk, user, joined(ids)).ignore(),
+                        None => pipe.hdel(&uk, user).ignore(),
+                    };
+                }
+            }
             if rewrite {
                 pipe.del(&ck).ignore().del(&pk).ignore();
                 for chunk in conns.iter().collect::<Vec<_>>().chunks(1000) {
@@ -177,10 +246,12 @@ impl Presence {
             pipe.zadd(self.nodes_key(), &self.node_id, now_ms())
                 .ignore();
             pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
+            pipe.expire(&uk, ttl).ignore();
             pipe.expire(self.nodes_key(), ttl * 20).ignore();
             match pipe.query_async::<()>(&mut conn).await {
                 Ok(()) => {
                     rewrite = false;
+                    changed_users.clear();
                     added.clear();
                     removed.clear();
                     presence = now;
@@ -197,6 +268,7 @@ impl Presence {
         let mut pipe = redis::pipe();
         pipe.del(self.conns_key(&self.node_id)).ignore();
         pipe.del(self.presence_key(&self.node_id)).ignore();
+        pipe.del(self.users_key(&self.node_id)).ignore();
         pipe.zrem(self.nodes_key(), &self.node_id).ignore();
         let _ =
             tokio::time::timeout(Duration::from_secs(1), pipe.query_async::<()>(&mut conn)).await;
@@ -252,10 +324,11 @@ impl Presence {
 }
 
 impl ConnectionObserver for Presence {
-    fn opened(&self, id: &str, transport: &'static str) {
+    fn opened(&self, id: &str, transport: &'static str, user: Option<&str>) {
         self.queue(Change::Opened {
             id: id.to_string(),
             transport,
+            user: user.map(str::to_owned),
         });
     }
 

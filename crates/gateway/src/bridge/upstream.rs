@@ -120,12 +120,16 @@ impl Upstream {
         connection: &str,
         transport: &str,
         reason: Option<&str>,
+        user: Option<&str>,
     ) {
         let mut value = serde_json::json!({
             "connection": connection, "node": self.node_id, "transport": transport, "ts": now_ms(),
         });
         if let Some(reason) = reason {
             value["reason"] = reason.into();
+        }
+        if let Some(user) = user {
+            value["user"] = user.into();
         }
         self.send(kind, connection, None, None, value.to_string().as_bytes());
     }
@@ -144,11 +148,11 @@ fn now_ms() -> u64 {
 }
 
 impl ConnectionObserver for Upstream {
-    fn opened(&self, id: &str, transport: &'static str) {
-        self.connection_event("connect", id, transport, None);
+    fn opened(&self, id: &str, transport: &'static str, user: Option<&str>) {
+        self.connection_event("connect", id, transport, None, user);
     }
 
     fn closed(&self, id: &str, transport: &'static str, reason: &'static str) {
-        self.connection_event("disconnect", id, transport, Some(reason));
+        self.connection_event("disconnect", id, transport, Some(reason), None);
     }
 }

@@ -223,9 +223,14 @@ impl ConnectionGuard {
     }
 
     /// Tells `observers` that connection `id` opened now, and later that it closed.
-    pub fn observe(&mut self, id: String, observers: Arc<Vec<Arc<dyn ConnectionObserver>>>) {
+    pub fn observe(
+        &mut self,
+        id: String,
+        user: Option<&str>,
+        observers: Arc<Vec<Arc<dyn ConnectionObserver>>>,
+    ) {
         for o in observers.iter() {
-            o.opened(&id, self.metrics.transport.as_str());
+            o.opened(&id, self.metrics.transport.as_str(), user);
         }
         self.observed = Some(Box::new(Observed { id, observers }));
     }

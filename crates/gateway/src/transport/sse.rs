@@ -187,7 +187,7 @@ fn try_open(
         multi: feed.len() > 1,
         feed,
         metrics,
-        guard: state.open_connection(Transport::Sse),
+        guard: state.open_connection(Transport::Sse, who.sub.as_deref()),
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
         shutdown: state.shutdown().clone(),

@@ -255,13 +255,14 @@ impl Connection {
     fn new(state: AppState, socket: Socket, who: crate::auth::Identity) -> Self {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
+        let guard = state.open_connection(Transport::Ws, who.sub.as_deref());
         Self {
             expiry: expiry_of(&who),
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
             metrics,
-            guard: state.open_connection(Transport::Ws),
+            guard,
             last_heard: Instant::now(),
             state,
         }

@@ -160,3 +160,56 @@ async fn presence_and_connections_are_counted_across_the_cluster() {
     .await;
     a.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_s_connections_are_found_on_every_node() {
+    use jsonwebtoken::{EncodingKey, Header};
+    let secret = "cluster-test-secret-cluster-test-secret";
+    let p = prefix("users");
+    let node = |id: &str| {
+        let mut c = cluster_config(&p, id);
+        c.cluster.presence_interval = std::time::Duration::from_millis(200);
+        c.auth.hs256_secret = Some(secret.into());
+        c
+    };
+    let a = spawn_gateway(node("ua")).await;
+    let b = spawn_gateway(node("ub")).await;
+    wait_ready(&a, 200).await;
+    wait_ready(&b, 200).await;
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let token = jsonwebtoken::encode(
+        &Header::default(),
+        &json!({"sub": "alice", "exp": exp, "topics": ["*"]}),
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap();
+    let mut sse = SseClient::connect(&a, &format!("topic=user:alice&token={token}"), None).await;
+    sse.next_block().await.unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/ws?token={token}", b.public_addr))
+            .await
+            .unwrap();
+    ws_subscribe(&mut ws, &["user:alice"]).await;
+    let url = format!("http://{}/v1/users/alice/connections", a.admin_addr);
+    eventually(WAIT, || {
+        let url = url.clone();
+        async move {
+            let v = get_json(url).await;
+            v["nodes"]["ua"].as_array().is_some_and(|c| c.len() == 1)
+                && v["nodes"]["ub"].as_array().is_some_and(|c| c.len() == 1)
+        }
+    })
+    .await;
+    drop(sse);
+    eventually(WAIT, || {
+        let url = url.clone();
+        async move { get_json(url).await["nodes"].get("ua").is_none() }
+    })
+    .await;
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
