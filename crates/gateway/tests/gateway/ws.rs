@@ -208,3 +208,77 @@ async fn bad_handshakes_get_clear_errors() {
     }
     gw.stop().await.unwrap();
 }
+
+/// A WebSocket spoken by hand, to send what well-behaved client libraries never would.
+async fn raw_ws(gw: &herald_gateway::Gateway) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    raw.write_all(b"GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        raw.read_exact(&mut b).await.unwrap();
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"));
+    raw
+}
+
+async fn send_frame(raw: &mut tokio::net::TcpStream, fin: bool, opcode: u8, payload: &[u8]) {
+    use tokio::io::AsyncWriteExt as _;
+    assert!(payload.len() < 126);
+    let mask = [7u8, 1, 9, 3];
+    let mut frame = vec![(u8::from(fin) << 7) | opcode, 0x80 | payload.len() as u8];
+    frame.extend_from_slice(&mask);
+    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    raw.write_all(&frame).await.unwrap();
+}
+
+/// Reads one unfragmented server frame: (opcode, payload).
+async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+    use tokio::io::AsyncReadExt as _;
+    let mut h = [0u8; 2];
+    tokio::time::timeout(WAIT, raw.read_exact(&mut h))
+        .await
+        .unwrap()
+        .unwrap();
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            raw.read_exact(&mut l).await.unwrap();
+            u16::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    raw.read_exact(&mut payload).await.unwrap();
+    (h[0] & 0x0f, payload)
+}
+
+#[tokio::test]
+async fn fragmented_frames_are_reassembled_and_invalid_utf8_closes_with_1007() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut raw = raw_ws(&gw).await;
+    // A ping command split over a text frame and a continuation frame.
+    send_frame(&mut raw, false, 0x1, br#"{"type":"pi"#).await;
+    send_frame(&mut raw, true, 0x0, br#"ng","data":42}"#).await;
+    let (opcode, payload) = read_frame(&mut raw).await;
+    assert_eq!(opcode, 0x1);
+    assert_eq!(payload, br#"{"type":"pong","data":42}"#);
+
+    // Invalid UTF-8 in a text frame: close 1007 with a reason.
+    send_frame(&mut raw, true, 0x1, &[0x7b, 0xff, 0xfe, 0x7d]).await;
+    let (opcode, payload) = read_frame(&mut raw).await;
+    assert_eq!(opcode, 0x8, "a close frame");
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1007);
+    assert!(!payload[2..].is_empty(), "with a reason");
+
+    // Other clients are unaffected.
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe(&mut ws, &["after"]).await;
+    publish(&gw, "after", json!(1)).await;
+    assert_eq!(ws_next(&mut ws).await["data"], 1);
+    gw.stop().await.unwrap();
+}
