@@ -251,3 +251,60 @@ async fn public_publishing_needs_an_api_key_or_a_publishing_token() {
     assert_eq!(post(None, Some(t), "other").await, 403);
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn rs256_es256_and_jwks_keys_verify_tokens() {
+    use jsonwebtoken::Algorithm;
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let claims = json!({"sub": "eve", "exp": now() + 600, "topics": ["private"]});
+    let rsa = EncodingKey::from_rsa_pem(&std::fs::read(fixtures.join("rsa-private.pem")).unwrap())
+        .unwrap();
+    let ec =
+        EncodingKey::from_ec_pem(&std::fs::read(fixtures.join("ec-private.pem")).unwrap()).unwrap();
+    let rs_token = jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &rsa).unwrap();
+    let es_token = jsonwebtoken::encode(&Header::new(Algorithm::ES256), &claims, &ec).unwrap();
+    let mut kid_header = Header::new(Algorithm::RS256);
+    kid_header.kid = Some("test-rsa".into());
+    let kid_token = jsonwebtoken::encode(&kid_header, &claims, &rsa).unwrap();
+
+    // PEM public keys.
+    let mut config = test_config();
+    config.auth.rs256_public_keys = vec![fixtures.join("rsa-public.pem")];
+    config.auth.es256_public_keys = vec![fixtures.join("ec-public.pem")];
+    let gw = spawn_gateway(config).await;
+    assert_eq!(
+        sse_status(&gw, "topic=private", Some(&rs_token)).await.0,
+        200
+    );
+    assert_eq!(
+        sse_status(&gw, "topic=private", Some(&es_token)).await.0,
+        200
+    );
+    assert_eq!(sse_status(&gw, "topic=private", None).await.0, 403);
+    // An HS256 token signed with the RSA public key as secret (key confusion) is refused.
+    let confused = jsonwebtoken::encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(&std::fs::read(fixtures.join("rsa-public.pem")).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(
+        sse_status(&gw, "topic=private", Some(&confused)).await.0,
+        401
+    );
+    gw.stop().await.unwrap();
+
+    // A JWKS file, keys found by kid.
+    let mut config = test_config();
+    config.auth.jwks_file = Some(fixtures.join("jwks.json"));
+    let gw = spawn_gateway(config).await;
+    assert_eq!(
+        sse_status(&gw, "topic=private", Some(&kid_token)).await.0,
+        200
+    );
+    assert_eq!(
+        sse_status(&gw, "topic=private", Some(&es_token)).await.0,
+        401
+    );
+    gw.stop().await.unwrap();
+}
