@@ -217,6 +217,12 @@ pub struct PollConfig {
 pub struct LimitsConfig {
     /// Open connections on the public listener; past it new ones get 503.
     pub max_connections: usize,
+    /// Open connections from one client address; past it new ones get 429.
+    pub max_connections_per_address: u32,
+    /// New connections per second from one client address (token bucket); faster gets 429.
+    pub connect_rate_per_address: f64,
+    /// Burst of new connections one address may open at once.
+    pub connect_burst_per_address: f64,
     /// Topics one connection may subscribe to (also the most topics in one request).
     pub max_subscriptions: usize,
     /// Largest published payload (compact JSON) in bytes; larger is 413.
@@ -317,6 +323,9 @@ impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
             max_connections: 100_000,
+            max_connections_per_address: 10_000,
+            connect_rate_per_address: 1_000.0,
+            connect_burst_per_address: 5_000.0,
             max_subscriptions: 64,
             max_payload_bytes: 64 * 1024,
             max_batch_publish: 100,
@@ -399,6 +408,14 @@ impl Config {
         ensure!(
             l.max_connections >= 1,
             "limits.max_connections must be at least 1"
+        );
+        ensure!(
+            l.max_connections_per_address >= 1,
+            "limits.max_connections_per_address must be at least 1"
+        );
+        ensure!(
+            l.connect_rate_per_address > 0.0 && l.connect_burst_per_address >= 1.0,
+            "limits.connect_rate_per_address must be above 0 and connect_burst_per_address at least 1"
         );
         ensure!(
             (1..=1024).contains(&l.max_subscriptions),

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod bridge;
 pub mod config;
 pub mod error;
+pub mod limits;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
@@ -94,6 +95,12 @@ pub async fn run(
     let public_addr = public.local_addr().ok();
     let admin_addr = admin.local_addr().ok();
 
+    let per_address = limits::AddressLimits::new(
+        config.limits.max_connections_per_address,
+        config.limits.connect_rate_per_address,
+        config.limits.connect_burst_per_address,
+        config.limits.max_connections.saturating_mul(2).max(1024),
+    );
     let public_task = tokio::spawn(server::serve(
         public,
         public_router(state.clone()),
@@ -104,6 +111,7 @@ pub async fn run(
             max_connections: Some(config.limits.max_connections),
             sse: Some(state.clone()),
             max_header_bytes: config.limits.max_header_bytes,
+            per_address: Some(per_address.clone()),
         },
     ));
     let admin_task = tokio::spawn(server::serve(
@@ -116,9 +124,15 @@ pub async fn run(
             max_connections: Some(1024),
             sse: None,
             max_header_bytes: config.limits.max_header_bytes,
+            per_address: None,
         },
     ));
-    let housekeeping = tokio::spawn(housekeeping(state.clone(), admin_stop.clone(), metrics));
+    let housekeeping = tokio::spawn(housekeeping(
+        state.clone(),
+        admin_stop.clone(),
+        metrics,
+        per_address,
+    ));
     // Bridges stop last, after the connections have drained.
     let mut bridge_tasks = Vec::new();
     if let Some(b) = redis {
@@ -169,6 +183,7 @@ async fn housekeeping(
     state: AppState,
     stop: CancellationToken,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
+    per_address: Arc<limits::AddressLimits>,
 ) {
     let mut reclaim = tokio::time::interval(state.config().topics.reclaim_interval);
     let mut upkeep = tokio::time::interval(Duration::from_secs(5));
@@ -182,7 +197,10 @@ async fn housekeeping(
                     tracing::debug!(removed, left = state.registry().len(), "reclaimed idle topics");
                 }
             }
-            _ = upkeep.tick() => metrics.run_upkeep(),
+            _ = upkeep.tick() => {
+                metrics.run_upkeep();
+                per_address.sweep();
+            }
         }
     }
 }

@@ -148,7 +148,9 @@ pub async fn write_status(
     write_response(
         stream,
         status,
-        &[("retry-after", "5")][..usize::from(status == StatusCode::SERVICE_UNAVAILABLE)],
+        &[("retry-after", "5")][..usize::from(
+            status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS,
+        )],
         &body,
     )
     .await

@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
 use crate::app::AppState;
+use crate::limits::{AddressLimits, Permits, Refusal};
 use crate::telemetry::metrics;
 use crate::transport::{sse, ws};
 use head::{Head, Rewind};
@@ -50,6 +51,8 @@ pub struct ServeOptions {
     pub sse: Option<AppState>,
     /// Largest request head read by the SSE fast path.
     pub max_header_bytes: usize,
+    /// Per-address connection limits, if any.
+    pub per_address: Option<Arc<AddressLimits>>,
 }
 
 /// Accepts connections on `listener` until `options.stop` is cancelled.
@@ -70,23 +73,38 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
                 continue;
             }
         };
-        let permit = match &permits {
+        let global = match &permits {
             None => None,
             Some(sem) => match sem.clone().try_acquire_owned() {
                 Ok(permit) => Some(permit),
                 Err(_) => {
-                    metrics::connection_refused();
-                    options.tracker.spawn(refuse(stream));
+                    metrics::connection_refused("max_connections");
+                    options.tracker.spawn(refuse(stream, Refused::Global));
                     continue;
                 }
             },
         };
+        let address = match &options.per_address {
+            None => None,
+            Some(limits) => match limits.admit(peer.ip()) {
+                Ok(permit) => Some(permit),
+                Err(refusal) => {
+                    let (reason, refused) = match refusal {
+                        Refusal::TooManyFromAddress => ("per_address", Refused::Address),
+                        Refusal::ConnectRate => ("connect_rate", Refused::Rate),
+                    };
+                    metrics::connection_refused(reason);
+                    options.tracker.spawn(refuse(stream, refused));
+                    continue;
+                }
+            },
+        };
+        let permits = Permits { global, address };
         let router = router.clone();
         let tracker = options.tracker.clone();
         let options = options.clone();
         let fut = async move {
-            let _permit = permit;
-            serve_connection(stream, peer, router, &options).await;
+            serve_connection(stream, peer, router, &options, permits).await;
         };
         tracker.spawn(fut);
     }
@@ -97,6 +115,7 @@ async fn serve_connection(
     peer: SocketAddr,
     router: Router,
     options: &ServeOptions,
+    permits: Permits,
 ) {
     let _ = stream.set_nodelay(true);
     let prefix = match &options.sse {
@@ -109,7 +128,7 @@ async fn serve_connection(
             match head {
                 Head::Done => return,
                 Head::Ws { query, headers } => {
-                    ws::upgrade_raw(state, stream, &headers, query.as_deref()).await;
+                    ws::upgrade_raw(state, stream, &headers, query.as_deref(), permits).await;
                     return;
                 }
                 Head::Other(prefix) => prefix,
@@ -121,8 +140,10 @@ async fn serve_connection(
                             // A task of its own, sized for the stream alone rather than for
                             // this function's largest state (hyper's connection).
                             let write_timeout = state.config().limits.write_timeout;
-                            let fut = sse::serve_raw(stream, sse, write_timeout);
-                            options.tracker.spawn(fut);
+                            options.tracker.spawn(async move {
+                                let _permits = permits;
+                                sse::serve_raw(stream, sse, write_timeout).await;
+                            });
                         }
                         Err(e) => {
                             let _ =
@@ -160,13 +181,32 @@ async fn serve_connection(
     }
 }
 
-/// Answers 503 to a connection over the limit, without reading its request.
-async fn refuse(mut stream: TcpStream) {
-    let _ = head::write_status(
-        &mut stream,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "too_many_connections",
-        "the gateway holds its maximum of connections; retry later",
-    )
-    .await;
+/// Which limit refused a connection.
+#[derive(Clone, Copy, Debug)]
+enum Refused {
+    Global,
+    Address,
+    Rate,
+}
+
+/// Answers a connection over a limit (503 or 429), without reading its request.
+async fn refuse(mut stream: TcpStream, refused: Refused) {
+    let (status, code, reason) = match refused {
+        Refused::Global => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_connections",
+            "the gateway holds its maximum of connections; retry later",
+        ),
+        Refused::Address => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_connections_from_address",
+            "this address holds its maximum of connections",
+        ),
+        Refused::Rate => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "connect_rate",
+            "this address opens connections too fast; slow down",
+        ),
+    };
+    let _ = head::write_status(&mut stream, status, code, reason).await;
 }

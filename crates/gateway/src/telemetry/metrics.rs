@@ -266,8 +266,8 @@ pub fn slow_consumer(outcome: &'static str) {
 }
 
 /// Counts a connection refused at the connection limit.
-pub fn connection_refused() {
-    counter!(CONNECTIONS_REFUSED).increment(1);
+pub fn connection_refused(reason: &'static str) {
+    counter!(CONNECTIONS_REFUSED, "reason" => reason).increment(1);
 }
 
 /// Sets the topic gauge.

@@ -70,6 +70,7 @@ pub async fn upgrade_raw(
     mut stream: TcpStream,
     headers: &HeaderMap,
     query: Option<&str>,
+    permits: crate::limits::Permits,
 ) {
     let handshake = validate_handshake(state, headers).and_then(|key| {
         // A page from an origin that is not allowed must not get a socket (cross-site
@@ -115,8 +116,11 @@ pub async fn upgrade_raw(
         .max_message_size(Some(ws.max_message_size))
         .max_frame_size(Some(ws.max_message_size));
     let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
-    let fut = Connection::new(state.clone(), socket, who).run();
-    state.tracker().spawn(fut);
+    let connection = Connection::new(state.clone(), socket, who);
+    state.tracker().spawn(async move {
+        let _permits = permits;
+        connection.run().await;
+    });
 }
 
 fn validate_handshake(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {

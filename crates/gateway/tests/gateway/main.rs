@@ -8,6 +8,7 @@ mod auth;
 mod cluster;
 mod fanout;
 mod kafka;
+mod limits;
 mod poll;
 mod shutdown;
 mod sse;
