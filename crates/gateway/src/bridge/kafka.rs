@@ -47,6 +47,10 @@ pub struct KafkaBridge {
     node_id: String,
     producer: FutureProducer,
     ready: AtomicBool,
+    /// Whether this node has read what the log held when it (re)started consuming: until
+    /// then it is not ready, so clients are not sent to a node that would tell them messages
+    /// were lost only because it has not read them yet.
+    caught_up: AtomicBool,
 }
 
 impl std::fmt::Debug for KafkaBridge {
@@ -85,6 +89,7 @@ impl KafkaBridge {
             node_id: config.node_id.clone(),
             producer,
             ready: AtomicBool::new(false),
+            caught_up: AtomicBool::new(false),
         }))
     }
 
@@ -132,6 +137,26 @@ impl KafkaBridge {
         let assignment =
             tokio::task::spawn_blocking(move || assignment(&c, &topics, history_ms)).await??;
         consumer.assign(&assignment)?;
+        // Where the log ends now, per partition: ready once read up to there.
+        let (c, starts) = (consumer.clone(), assignment.clone());
+        let mut behind: std::collections::HashMap<(String, i32), i64> =
+            tokio::task::spawn_blocking(move || {
+                let mut behind = std::collections::HashMap::new();
+                for e in starts.elements() {
+                    let (_, high) =
+                        c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(5))?;
+                    let start = match e.offset() {
+                        Offset::Offset(o) => o,
+                        _ => high,
+                    };
+                    if start < high {
+                        behind.insert((e.topic().to_string(), e.partition()), high);
+                    }
+                }
+                Ok::<_, rdkafka::error::KafkaError>(behind)
+            })
+            .await??;
+        self.caught_up.store(behind.is_empty(), Ordering::Relaxed);
         self.set_ready(true);
         tracing::info!(partitions = assignment.count(), group = %self.group, "kafka bridge consuming");
         // librdkafka reconnects by itself and resumes from its position; a probe tells
@@ -146,7 +171,7 @@ impl KafkaBridge {
                 })
                 .await
                 .unwrap_or(false);
-                if ok != self.is_ready() {
+                if ok != self.ready.load(Ordering::Relaxed) {
                     if ok {
                         tracing::info!("kafka broker reachable again");
                     } else {
@@ -164,6 +189,19 @@ impl KafkaBridge {
                     Ok(message) => {
                         self.ingest(state, &message);
                         consumer.store_offset_from_message(&message)?;
+                        if !behind.is_empty() {
+                            let key = (message.topic().to_string(), message.partition());
+                            if behind
+                                .get(&key)
+                                .is_some_and(|high| message.offset() + 1 >= *high)
+                            {
+                                behind.remove(&key);
+                                if behind.is_empty() {
+                                    tracing::info!("kafka bridge caught up with the log");
+                                    self.caught_up.store(true, Ordering::Relaxed);
+                                }
+                            }
+                        }
                     }
                     Err(e) => {
                         // Transient (broker away, rebalance of metadata): librdkafka retries.
@@ -324,6 +362,6 @@ impl Bridge for KafkaBridge {
     }
 
     fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && self.caught_up.load(Ordering::Relaxed)
     }
 }
