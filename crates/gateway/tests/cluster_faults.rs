@@ -10,6 +10,9 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
+/// The tests here stop and start the shared engines: they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn engines(command: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/engines.sh");
     let status = Command::new(script)
@@ -21,6 +24,7 @@ fn engines(command: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
+    let _serial = SERIAL.lock().await;
     let p = format!("test-faults-{:x}", rand::random::<u32>());
     let mut config_a = cluster_config(&p, "a");
     config_a.sse.heartbeat = Duration::from_millis(200);
@@ -72,6 +76,7 @@ async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_survives_a_kafka_broker_restart_without_losing_records() {
+    let _serial = SERIAL.lock().await;
     use rdkafka::ClientConfig;
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
@@ -212,6 +217,7 @@ fn write_prefix_config(prefix: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
+    let _serial = SERIAL.lock().await;
     let redis = test_redis_url();
     let prefix = format!("test-kill-{:x}", rand::random::<u32>());
     let mut a = Node::start(&redis, &prefix, "a");

@@ -39,6 +39,8 @@ use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
 const NAME: &str = "redis";
+/// Entries read per stream per XREAD.
+const READ_COUNT: usize = 1_000;
 /// Bits of a stream entry's per-millisecond counter kept in a sequence number.
 const SEQ_BITS: u32 = 21;
 
@@ -165,15 +167,32 @@ impl RedisBridge {
                 }
             }
         }
-        self.ready.store(true, Ordering::Relaxed);
         metrics::bridge_up(NAME, true);
         tracing::info!(shards = self.shards, "redis bridge following the streams");
+        // Ready once a read comes back short: the node has caught up with the streams
+        // (backfill after a start, or what it missed while disconnected), so clients sent to
+        // it resume instead of being told messages were lost.
+        let mut caught_up = false;
         let keys: Vec<String> = (0..self.shards).map(|s| self.stream_key(s)).collect();
-        let options = StreamReadOptions::default().block(2_000).count(1_000);
+        let options = StreamReadOptions::default().block(2_000).count(READ_COUNT);
+        // While catching up, read without blocking: an empty answer means caught up.
+        let catch_up = StreamReadOptions::default().count(READ_COUNT);
         loop {
-            let reply: Option<StreamReadReply> =
-                conn.xread_options(&keys, last_ids, &options).await?;
-            let Some(reply) = reply else { continue };
+            let reply: Option<StreamReadReply> = conn
+                .xread_options(
+                    &keys,
+                    last_ids,
+                    if caught_up { &options } else { &catch_up },
+                )
+                .await?;
+            let Some(reply) = reply else {
+                if !caught_up {
+                    caught_up = true;
+                    self.ready.store(true, Ordering::Relaxed);
+                }
+                continue;
+            };
+            let full = reply.keys.iter().any(|k| k.ids.len() >= READ_COUNT);
             for stream in reply.keys {
                 let Some(shard) = keys.iter().position(|k| *k == stream.key) else {
                     continue;
@@ -182,6 +201,10 @@ impl RedisBridge {
                     last_ids[shard] = entry.id.clone();
                     self.ingest(state, epochs[shard], &entry);
                 }
+            }
+            if !caught_up && !full {
+                caught_up = true;
+                self.ready.store(true, Ordering::Relaxed);
             }
         }
     }
