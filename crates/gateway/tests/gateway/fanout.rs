@@ -117,14 +117,7 @@ async fn a_slow_consumer_is_disconnected_without_holding_back_the_others() {
         assert_eq!(code, 1008);
         assert_eq!(reason, "slow consumer");
     }
-    let text = http()
-        .get(format!("http://{}/metrics", gw.admin_addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&gw).await;
     assert!(
         text.contains("herald_slow_consumer_events_total{outcome=\"disconnected\"}"),
         "{text}"

@@ -78,14 +78,7 @@ async fn an_address_opening_connections_too_fast_is_slowed_down() {
     );
     let text = get_json(format!("http://{}/v1/topics/lim", gw.admin_addr)).await;
     assert!(text["subscribers"].as_u64().is_some());
-    let metrics = http()
-        .get(format!("http://{}/metrics", gw.admin_addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gw).await;
     assert!(
         metrics.contains("herald_connections_refused_total{reason=\"connect_rate\"}"),
         "{metrics}"

@@ -204,14 +204,7 @@ async fn streams_end_after_their_lifetime_and_resume_exactly() {
 }
 
 async fn sse_gauge(gw: &herald_gateway::Gateway) -> f64 {
-    let text = http()
-        .get(format!("http://{}/metrics", gw.admin_addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(gw).await;
     text.lines()
         .find_map(|l| l.strip_prefix("herald_connections{transport=\"sse\"} "))
         .map_or(0.0, |v| v.parse().unwrap())

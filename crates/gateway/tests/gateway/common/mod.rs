@@ -66,6 +66,18 @@ pub async fn get_json(url: String) -> Value {
     http().get(url).send().await.unwrap().json().await.unwrap()
 }
 
+/// The Prometheus text of `gw`.
+pub async fn metrics_text(gw: &Gateway) -> String {
+    http()
+        .get(format!("http://{}/metrics", gw.admin_addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Subscribers of `topic` on `gw`, from the admin API.
 pub async fn topic_subscribers(gw: &Gateway, topic: &str) -> u64 {
     let stats = get_json(format!("http://{}/v1/topics/{topic}", gw.admin_addr)).await;
