@@ -13,6 +13,7 @@ pub mod feed;
 pub mod history;
 pub mod message;
 pub mod name;
+pub mod protocol;
 pub mod registry;
 pub mod topic;
 

@@ -5,10 +5,7 @@
 //! TCP stream: no hyper connection or boxed upgraded I/O stays behind for the connection's
 //! life, and the connection runs on a task of its own, sized for it alone.
 //!
-//! The accept loop recognises an HTTP/1.1 upgrade to `/v1/ws` and hands the raw socket to
-//! [`upgrade_raw`], which answers the handshake and runs tokio-tungstenite directly on the
-//! TCP stream: no hyper connection or boxed upgraded I/O stays behind for the connection's
-//! life, and the connection runs on a task of its own, sized for it alone.
+//! Client commands are parsed by [`herald_core::protocol`].
 //!
 //! One task per connection selects over the socket, the feed, the ping timer and the
 //! shutdown token: no reader/writer task pair (measured to triple CPU per delivery).
@@ -18,8 +15,8 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode};
 use futures_util::{SinkExt as _, StreamExt as _};
+use herald_core::protocol::{self, Command};
 use herald_core::{Cursor, EventName, Feed, FeedEvent, LossReason, Payload, TopicName};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -163,38 +160,6 @@ fn validate_handshake(state: &AppState, headers: &HeaderMap) -> Result<String, A
             "bad_handshake",
             "missing or malformed Sec-WebSocket-Key",
         )),
-    }
-}
-
-/// A frame from the client: `type` names the command; which other fields it needs depends on
-/// it. (A flat struct rather than a tagged enum: serde buffers tagged enums, which loses the
-/// zero-copy `RawValue` that lets `ping` echo and `publish` forward payloads untouched.)
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClientFrame<'a> {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    topics: Option<Vec<String>>,
-    #[serde(default)]
-    cursors: Option<HashMap<String, String>>,
-    #[serde(default)]
-    topic: Option<String>,
-    #[serde(default)]
-    event: Option<String>,
-    #[serde(default)]
-    token: Option<String>,
-    #[serde(borrow, default)]
-    data: Data<'a>,
-}
-
-/// A JSON value kept as text; `null` is present, a missing field is `Data(None)`.
-#[derive(Debug, Default)]
-struct Data<'a>(Option<&'a RawValue>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Data<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        <&RawValue>::deserialize(d).map(|raw| Data(Some(raw)))
     }
 }
 
@@ -361,20 +326,10 @@ impl Connection {
     }
 
     async fn on_command(&mut self, text: &str) -> Result<Flow, FrameError> {
-        let frame: ClientFrame<'_> = serde_json::from_str(text).map_err(|e| {
-            let code = if e.is_data() { "bad_frame" } else { "bad_json" };
-            FrameError::new(code, e.to_string())
-        })?;
-        let missing =
-            |field: &str| FrameError::new("bad_frame", format!("{} needs {field:?}", frame.kind));
-        match &*frame.kind {
-            "subscribe" => {
-                let topics = frame.topics.clone().ok_or_else(|| missing("topics"))?;
-                self.subscribe(topics, frame.cursors.clone().unwrap_or_default())
-                    .await
-            }
-            "unsubscribe" => {
-                let topics = frame.topics.as_ref().ok_or_else(|| missing("topics"))?;
+        let command = protocol::parse(text).map_err(|e| FrameError::new(e.code, e.reason))?;
+        match command {
+            Command::Subscribe { topics, cursors } => self.subscribe(topics, cursors).await,
+            Command::Unsubscribe { topics } => {
                 let mut removed = Vec::with_capacity(topics.len());
                 for topic in topics
                     .iter()
@@ -387,11 +342,10 @@ impl Connection {
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed });
                 Ok(self.send_text(reply.to_string()).await)
             }
-            "auth" => {
+            Command::Auth { token } => {
                 // A token for an anonymous connection, or a fresh one before the current one
                 // expires. Subscriptions already held stay.
-                let token = frame.token.as_deref().ok_or_else(|| missing("token"))?;
-                let who = self.state.auth().verify(token)?;
+                let who = self.state.auth().verify(&token)?;
                 self.expiry = expiry_of(&who);
                 let expires = who
                     .expires
@@ -401,24 +355,16 @@ impl Connection {
                 self.who = who;
                 Ok(self.send_text(reply.to_string()).await)
             }
-            "ping" => {
-                let reply = match frame.data.0 {
+            Command::Ping { data } => {
+                let reply = match data {
                     Some(data) => format!(r#"{{"type":"pong","data":{}}}"#, data.get()),
                     None => r#"{"type":"pong"}"#.to_string(),
                 };
                 Ok(self.send_text(reply).await)
             }
-            "publish" => {
-                let topic = frame.topic.as_deref().ok_or_else(|| missing("topic"))?;
-                let data = frame.data.0.ok_or_else(|| missing("data"))?;
-                self.publish(topic, data, frame.event.as_deref()).await
+            Command::Publish { topic, event, data } => {
+                self.publish(&topic, data, event.as_deref()).await
             }
-            other => Err(FrameError::new(
-                "bad_frame",
-                format!(
-                    "unknown type {other:?}; expected subscribe, unsubscribe, ping, publish or auth"
-                ),
-            )),
         }
     }
 

@@ -1,0 +1,186 @@
+//! The WebSocket protocol's client commands: parsing a text frame into a [`Command`].
+//!
+//! Kept here, free of I/O, so that it can be unit-tested and fuzzed on its own
+//! (`crates/core/fuzz`). The gateway's WebSocket transport acts on the parsed command.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// A command sent by a WebSocket client, borrowed from the frame's text.
+#[derive(Debug)]
+pub enum Command<'a> {
+    /// `{"type":"subscribe","topics":[...],"cursors":{topic: cursor}}`
+    Subscribe {
+        /// Topics to add (not yet validated).
+        topics: Vec<String>,
+        /// Where to resume each topic (not yet validated); missing topics start now.
+        cursors: HashMap<String, String>,
+    },
+    /// `{"type":"unsubscribe","topics":[...]}`
+    Unsubscribe {
+        /// Topics to drop.
+        topics: Vec<String>,
+    },
+    /// `{"type":"auth","token":"..."}`: a token for the connection, or a fresh one.
+    Auth {
+        /// The JWT.
+        token: String,
+    },
+    /// `{"type":"ping","data":...}`: answered by a `pong` carrying the same `data`.
+    Ping {
+        /// Any JSON value, echoed untouched.
+        data: Option<&'a RawValue>,
+    },
+    /// `{"type":"publish","topic":"...","event":"...","data":...}`
+    Publish {
+        /// The topic (not yet validated).
+        topic: String,
+        /// The event name, if any (not yet validated).
+        event: Option<String>,
+        /// The payload, as the client wrote it.
+        data: &'a RawValue,
+    },
+}
+
+/// Why a frame is not a command: sent back to the client as an error frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {reason}")]
+pub struct CommandError {
+    /// Machine-readable: `bad_json` (not JSON) or `bad_frame` (JSON, but not a command).
+    pub code: &'static str,
+    /// For people.
+    pub reason: String,
+}
+
+impl CommandError {
+    fn frame(reason: String) -> Self {
+        Self {
+            code: "bad_frame",
+            reason,
+        }
+    }
+}
+
+/// The frame as written: `type` names the command; which other fields it needs depends on
+/// it. (A flat struct rather than a tagged enum: serde buffers tagged enums, which loses the
+/// zero-copy `RawValue` that lets `ping` echo and `publish` forward payloads untouched.)
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Frame<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    topics: Option<Vec<String>>,
+    #[serde(default)]
+    cursors: Option<HashMap<String, String>>,
+    #[serde(default)]
+    topic: Option<String>,
+    #[serde(default)]
+    event: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(borrow, default)]
+    data: Data<'a>,
+}
+
+/// A JSON value kept as text; `null` is present, a missing field is `Data(None)`.
+#[derive(Debug, Default)]
+struct Data<'a>(Option<&'a RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Data<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(d).map(|raw| Data(Some(raw)))
+    }
+}
+
+/// Parses one text frame.
+pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
+    let frame: Frame<'_> = serde_json::from_str(text).map_err(|e| CommandError {
+        code: if e.is_data() { "bad_frame" } else { "bad_json" },
+        reason: e.to_string(),
+    })?;
+    let kind = frame.kind;
+    let missing = |field: &str| CommandError::frame(format!("{kind} needs {field:?}"));
+    Ok(match &*kind {
+        "subscribe" => Command::Subscribe {
+            topics: frame.topics.ok_or_else(|| missing("topics"))?,
+            cursors: frame.cursors.unwrap_or_default(),
+        },
+        "unsubscribe" => Command::Unsubscribe {
+            topics: frame.topics.ok_or_else(|| missing("topics"))?,
+        },
+        "auth" => Command::Auth {
+            token: frame.token.ok_or_else(|| missing("token"))?,
+        },
+        "ping" => Command::Ping { data: frame.data.0 },
+        "publish" => Command::Publish {
+            topic: frame.topic.ok_or_else(|| missing("topic"))?,
+            event: frame.event,
+            data: frame.data.0.ok_or_else(|| missing("data"))?,
+        },
+        other => {
+            return Err(CommandError::frame(format!(
+                "unknown type {other:?}; expected subscribe, unsubscribe, ping, publish or auth"
+            )));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_each_command() {
+        let Command::Subscribe { topics, cursors } =
+            parse(r#"{"type":"subscribe","topics":["a"],"cursors":{"a":"1-2"}}"#).unwrap()
+        else {
+            panic!("subscribe");
+        };
+        assert_eq!(topics, ["a"]);
+        assert_eq!(cursors, HashMap::from([("a".into(), "1-2".into())]));
+        assert!(matches!(
+            parse(r#"{"type":"unsubscribe","topics":[]}"#).unwrap(),
+            Command::Unsubscribe { topics } if topics.is_empty()
+        ));
+        assert!(matches!(
+            parse(r#"{"type":"auth","token":"t"}"#).unwrap(),
+            Command::Auth { token } if token == "t"
+        ));
+        let Command::Ping { data: Some(data) } =
+            parse(r#"{"type":"ping","data":{"x": 1}}"#).unwrap()
+        else {
+            panic!("ping with data");
+        };
+        assert_eq!(data.get(), r#"{"x": 1}"#, "echoed as written");
+        assert!(matches!(
+            parse(r#"{"type":"ping"}"#).unwrap(),
+            Command::Ping { data: None }
+        ));
+        let Command::Publish { topic, event, data } =
+            parse(r#"{"type":"publish","topic":"t","event":"e","data":null}"#).unwrap()
+        else {
+            panic!("publish");
+        };
+        assert_eq!(
+            (topic.as_str(), event.as_deref(), data.get()),
+            ("t", Some("e"), "null")
+        );
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_command() {
+        let code = |text: &str| parse(text).unwrap_err().code;
+        assert_eq!(code("{"), "bad_json");
+        assert_eq!(code("\"subscribe\""), "bad_frame");
+        assert_eq!(code(r#"{"type":"subscribe"}"#), "bad_frame");
+        assert_eq!(code(r#"{"type":"publish","topic":"t"}"#), "bad_frame");
+        assert_eq!(code(r#"{"type":"dance"}"#), "bad_frame");
+        assert_eq!(code(r#"{"type":"ping","extra":1}"#), "bad_frame");
+        assert_eq!(code(r#"{"type":"subscribe","topics":[1]}"#), "bad_frame");
+        let missing = parse(r#"{"type":"auth"}"#).unwrap_err();
+        assert_eq!(missing.reason, "auth needs \"token\"");
+    }
+}
