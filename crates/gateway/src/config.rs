@@ -49,6 +49,27 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// Who may subscribe and publish (see docs/security.md).
     pub auth: AuthConfig,
+    /// TLS on the public listener.
+    pub tls: TlsConfig,
+}
+
+/// TLS (rustls) on the public listener: HTTP/1.1 and HTTP/2 (ALPN), SSE, WebSocket and
+/// long-poll alike. Both files are read at start and again on `SIGHUP`; a reload that fails
+/// keeps the certificate in use.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM file with the certificate chain, leaf first. Setting it turns TLS on.
+    pub cert_file: Option<PathBuf>,
+    /// PEM file with the private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// Whether TLS is configured.
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some() || self.key_file.is_some()
+    }
 }
 
 /// Access control. With nothing set (the default), anyone may subscribe to every topic except
@@ -272,6 +293,7 @@ impl Default for Config {
             shutdown: ShutdownConfig::default(),
             cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -486,6 +508,11 @@ impl Config {
         {
             bail!("auth.hs256_secret must be at least 32 bytes");
         }
+        if self.tls.enabled()
+            && let Err(e) = crate::server::tls::Tls::load(&self.tls)
+        {
+            bail!("tls: {e:#}");
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
         }
@@ -584,6 +611,12 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub auth_allowed_origins: Option<Vec<String>>,
+    /// TLS certificate chain (PEM) for the public listener; needs `--tls-key`.
+    #[arg(long, env = "HERALD_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for the public listener.
+    #[arg(long, env = "HERALD_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
     /// Print the effective configuration as TOML (secrets left out) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -645,6 +678,12 @@ impl Cli {
         }
         if let Some(v) = &self.auth_allowed_origins {
             config.auth.allowed_origins = v.clone();
+        }
+        if let Some(v) = &self.tls_cert {
+            config.tls.cert_file = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_key {
+            config.tls.key_file = Some(v.clone());
         }
         if let Some(v) = &self.kafka_brokers {
             config.cluster.kafka_brokers = Some(v.clone());

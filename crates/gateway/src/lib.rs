@@ -101,6 +101,13 @@ pub async fn run(
         config.limits.connect_burst_per_address,
         config.limits.max_connections.saturating_mul(2).max(1024),
     );
+    let tls = if config.tls.enabled() {
+        let tls = Arc::new(server::tls::Tls::load(&config.tls)?);
+        tokio::spawn(reload_tls_on_sighup(tls.clone(), admin_stop.clone()));
+        Some(tls)
+    } else {
+        None
+    };
     let public_task = tokio::spawn(server::serve(
         public,
         public_router(state.clone()),
@@ -112,6 +119,7 @@ pub async fn run(
             sse: Some(state.clone()),
             max_header_bytes: config.limits.max_header_bytes,
             per_address: Some(per_address.clone()),
+            tls: tls.clone(),
         },
     ));
     let admin_task = tokio::spawn(server::serve(
@@ -125,6 +133,7 @@ pub async fn run(
             sse: None,
             max_header_bytes: config.limits.max_header_bytes,
             per_address: None,
+            tls: None,
         },
     ));
     let housekeeping = tokio::spawn(housekeeping(
@@ -176,6 +185,35 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Reads the TLS certificate and key again on every `SIGHUP` (certificate rotation without a
+/// restart); a failed reload is logged and the certificate in use stays.
+async fn reload_tls_on_sighup(tls: Arc<server::tls::Tls>, stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; TLS reload disabled");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            got = hangups.recv() => if got.is_none() { return },
+        }
+        match tls.reload() {
+            Ok(()) => {
+                telemetry::metrics::tls_reload("ok");
+                tracing::info!("TLS certificate reloaded");
+            }
+            Err(e) => {
+                telemetry::metrics::tls_reload("error");
+                tracing::error!(error = %format!("{e:#}"), "TLS reload failed; keeping the certificate in use");
+            }
+        }
+    }
 }
 
 /// Reclaims idle topics and drains the metrics histograms periodically.

@@ -64,6 +64,12 @@ fn invalid_configuration_exits_64_before_binding() {
             "127.0.0.1:7000".into(),
         ],
         vec!["--sse-heartbeat".into(), "0s".into()],
+        vec![
+            "--tls-cert".into(),
+            dir.join("missing.pem").display().to_string(),
+            "--tls-key".into(),
+            dir.join("missing.key").display().to_string(),
+        ],
     ];
     for args in cases {
         let out = herald().args(&args).output().unwrap();
@@ -128,4 +134,110 @@ fn sigterm_drains_and_exits_zero() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(exit.success(), "{exit:?}");
+}
+
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tls")
+        .join(name)
+}
+
+/// The certificate the server at `port` presents (a full handshake trusting the test CA).
+fn presented_certificate(port: u16) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(tls_fixture("ca.pem")).unwrap())
+        .unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut conn = rustls::ClientConnection::new(
+        std::sync::Arc::new(config),
+        ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).expect("TLS handshake");
+    }
+    conn.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn certificate_der(name: &str) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    CertificateDer::from_pem_file(tls_fixture(name))
+        .unwrap()
+        .to_vec()
+}
+
+#[test]
+fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
+    let dir = std::env::temp_dir().join(format!("herald-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::copy(tls_fixture("server-a.pem"), &cert).unwrap();
+    std::fs::copy(tls_fixture("server-a.key"), &key).unwrap();
+    let (public, admin) = (free_port(), free_port());
+    let mut child = herald()
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{public}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+            "--log-format",
+            "json",
+        ])
+        .env("HERALD_TLS_CERT", &cert)
+        .env("HERALD_TLS_KEY", &key)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = lines.next().unwrap().unwrap();
+    assert!(listening.contains("herald listening"), "{listening}");
+    assert_eq!(
+        presented_certificate(public),
+        certificate_der("server-a.pem")
+    );
+
+    let hangup = |pid: u32| {
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    std::fs::copy(tls_fixture("server-b.pem"), &cert).unwrap();
+    std::fs::copy(tls_fixture("server-b.key"), &key).unwrap();
+    hangup(child.id());
+    let reloaded = lines.next().unwrap().unwrap();
+    assert!(reloaded.contains("TLS certificate reloaded"), "{reloaded}");
+    assert_eq!(
+        presented_certificate(public),
+        certificate_der("server-b.pem")
+    );
+
+    // A broken file is refused and the certificate in use stays.
+    std::fs::write(&cert, "not a certificate").unwrap();
+    hangup(child.id());
+    let failed = lines.next().unwrap().unwrap();
+    assert!(failed.contains("TLS reload failed"), "{failed}");
+    assert_eq!(
+        presented_certificate(public),
+        certificate_der("server-b.pem")
+    );
+
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "{exit:?}");
+    std::fs::remove_dir_all(dir).unwrap();
 }

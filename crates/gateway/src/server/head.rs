@@ -9,7 +9,6 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
-use tokio::net::TcpStream;
 
 /// What the first request on a connection is.
 #[derive(Debug)]
@@ -39,7 +38,11 @@ const MAX_HEADERS: usize = 64;
 
 /// Reads until a whole request head is in, then decides. Bytes past the head stay in
 /// `Other`'s buffer for hyper.
-pub async fn read_head(stream: &mut TcpStream, timeout: Duration, max_bytes: usize) -> Head {
+pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    timeout: Duration,
+    max_bytes: usize,
+) -> Head {
     let mut buf = BytesMut::with_capacity(1024);
     let read = async {
         loop {
@@ -138,8 +141,8 @@ pub async fn read_head(stream: &mut TcpStream, timeout: Duration, max_bytes: usi
 }
 
 /// Writes a complete JSON error response and leaves the connection to be closed.
-pub async fn write_status(
-    stream: &mut TcpStream,
+pub async fn write_status<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     status: StatusCode,
     code: &str,
     reason: &str,
@@ -157,8 +160,8 @@ pub async fn write_status(
 }
 
 /// Writes `status` with a JSON `body` and `connection: close`.
-pub async fn write_response(
-    stream: &mut TcpStream,
+pub async fn write_response<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     status: StatusCode,
     extra_headers: &[(&str, &str)],
     body: &str,

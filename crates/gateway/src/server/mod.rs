@@ -8,8 +8,12 @@
 //! each, the first pages resident) for its whole life, and `axum::serve` adds per-connection
 //! state; served directly, an idle stream holds its task, socket and feed only (BENCHMARKS.md
 //! has the figures).
+//!
+//! With TLS configured ([`tls`]) the handshake comes first; HTTP/1.1 then takes the same path,
+//! and HTTP/2 (negotiated by ALPN) is served by hyper's HTTP/2 builder and the router.
 
 pub mod head;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,9 +25,9 @@ use axum::extract::ConnectInfo;
 use axum::http::StatusCode;
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +39,10 @@ use crate::limits::{AddressLimits, Permits, Refusal};
 use crate::telemetry::metrics;
 use crate::transport::{sse, ws};
 use head::{Head, Rewind};
+use tls::{ClientStream, Tls};
+
+/// Streams one HTTP/2 connection may carry at once (each SSE stream is one).
+const H2_MAX_STREAMS: u32 = 100;
 
 /// How one listener serves.
 #[derive(Clone, Debug)]
@@ -53,6 +61,8 @@ pub struct ServeOptions {
     pub max_header_bytes: usize,
     /// Per-address connection limits, if any.
     pub per_address: Option<Arc<AddressLimits>>,
+    /// TLS, if the listener serves it.
+    pub tls: Option<Arc<Tls>>,
 }
 
 /// Accepts connections on `listener` until `options.stop` is cancelled.
@@ -79,7 +89,9 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
                 Ok(permit) => Some(permit),
                 Err(_) => {
                     metrics::connection_refused("max_connections");
-                    options.tracker.spawn(refuse(stream, Refused::Global));
+                    options
+                        .tracker
+                        .spawn(refuse(stream, Refused::Global, options.tls.clone()));
                     continue;
                 }
             },
@@ -94,7 +106,9 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
                         Refusal::ConnectRate => ("connect_rate", Refused::Rate),
                     };
                     metrics::connection_refused(reason);
-                    options.tracker.spawn(refuse(stream, refused));
+                    options
+                        .tracker
+                        .spawn(refuse(stream, refused, options.tls.clone()));
                     continue;
                 }
             },
@@ -111,13 +125,41 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
 }
 
 async fn serve_connection(
-    mut stream: TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     router: Router,
     options: &ServeOptions,
     permits: Permits,
 ) {
-    let _ = stream.set_nodelay(true);
+    let _ = tcp.set_nodelay(true);
+    let mut stream = match &options.tls {
+        None => ClientStream::Plain(tcp),
+        Some(tls) => {
+            let handshake =
+                tokio::time::timeout(options.header_read_timeout, tls.accept(tcp, false));
+            let done = tokio::select! {
+                done = handshake => done,
+                _ = options.stop.cancelled() => return,
+            };
+            match done {
+                Ok(Ok(tls)) => ClientStream::Tls(Box::new(tls)),
+                Ok(Err(e)) => {
+                    metrics::client_error("tls", "handshake");
+                    tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics::client_error("tls", "handshake_timeout");
+                    return;
+                }
+            }
+        }
+    };
+    if stream.is_h2() {
+        serve_h2(stream, peer, router, options).await;
+        drop(permits);
+        return;
+    }
     let prefix = match &options.sse {
         None => Bytes::new(),
         Some(state) => {
@@ -156,11 +198,7 @@ async fn serve_connection(
             }
         }
     };
-    let service = service_fn(move |mut req: hyper::Request<Incoming>| {
-        req.extensions_mut().insert(ConnectInfo(peer));
-        let router = router.clone();
-        async move { Ok::<_, Infallible>(router.oneshot(req).await.unwrap_or_else(|e| match e {})) }
-    });
+    let service = service_fn(move |req| route(router.clone(), peer, req));
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
@@ -181,6 +219,40 @@ async fn serve_connection(
     }
 }
 
+/// Serves an HTTP/2 connection (TLS with ALPN `h2`) through the router until it ends or the
+/// listener stops.
+async fn serve_h2(stream: ClientStream, peer: SocketAddr, router: Router, options: &ServeOptions) {
+    let service = service_fn(move |req| route(router.clone(), peer, req));
+    let conn = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(u32::try_from(options.max_header_bytes).unwrap_or(u32::MAX))
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::trace!(error = %e, %peer, "HTTP/2 connection ended with an error");
+            }
+        }
+        _ = options.stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+/// One request through the router, with the client's address attached.
+async fn route(
+    router: Router,
+    peer: SocketAddr,
+    mut req: hyper::Request<Incoming>,
+) -> Result<axum::response::Response, Infallible> {
+    req.extensions_mut().insert(ConnectInfo(peer));
+    Ok(router.oneshot(req).await.unwrap_or_else(|e| match e {}))
+}
+
 /// Which limit refused a connection.
 #[derive(Clone, Copy, Debug)]
 enum Refused {
@@ -189,8 +261,18 @@ enum Refused {
     Rate,
 }
 
-/// Answers a connection over a limit (503 or 429), without reading its request.
-async fn refuse(mut stream: TcpStream, refused: Refused) {
+/// Answers a connection over a limit (503 or 429), without reading its request. Over TLS the
+/// handshake offers HTTP/1.1 only, so that the answer is one the client can read.
+async fn refuse(tcp: TcpStream, refused: Refused, tls: Option<Arc<Tls>>) {
+    let mut stream = match tls {
+        None => ClientStream::Plain(tcp),
+        Some(tls) => {
+            match tokio::time::timeout(Duration::from_secs(2), tls.accept(tcp, true)).await {
+                Ok(Ok(tls)) => ClientStream::Tls(Box::new(tls)),
+                _ => return,
+            }
+        }
+    };
     let (status, code, reason) = match refused {
         Refused::Global => (
             StatusCode::SERVICE_UNAVAILABLE,

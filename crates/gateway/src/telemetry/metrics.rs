@@ -46,6 +46,8 @@ pub const BRIDGE_LAG: &str = "herald_bridge_lag_seconds";
 pub const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
 /// Client errors answered (bad request, bad frame), by `transport` and `reason`.
 pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
+/// TLS certificate reloads (SIGHUP), by `result` (`ok`, `error`).
+pub const TLS_RELOADS: &str = "herald_tls_reloads_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -97,6 +99,7 @@ fn describe() {
     );
     describe_counter!(BRIDGE_MESSAGES, "Messages through a bridge, by direction.");
     describe_counter!(CLIENT_ERRORS, "Client errors answered, by reason.");
+    describe_counter!(TLS_RELOADS, "TLS certificate reloads (SIGHUP), by result.");
 }
 
 /// A client transport.
@@ -278,6 +281,11 @@ pub fn topics(count: usize) {
 /// Counts a published message.
 pub fn published(source: &'static str) {
     counter!(MESSAGES_PUBLISHED, "source" => source).increment(1);
+}
+
+/// Counts a TLS certificate reload by result (`ok`, `error`).
+pub fn tls_reload(result: &'static str) {
+    counter!(TLS_RELOADS, "result" => result).increment(1);
 }
 
 /// Counts a client error answered.

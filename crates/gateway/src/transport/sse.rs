@@ -23,13 +23,13 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use herald_core::{Feed, FeedEvent, ResumeList};
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
 use super::{SubscribeQuery, authorize, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::server::tls::ClientStream;
 use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
@@ -71,7 +71,7 @@ pub async fn handler(
 /// Serves `sse` directly on `socket`: the response head, then each chunk as one write. Ends
 /// when the stream ends, the client goes away, or a write waits longer than `write_timeout`
 /// (a slow consumer).
-pub async fn serve_raw(mut socket: TcpStream, mut sse: SseStream, write_timeout: Duration) {
+pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeout: Duration) {
     let head = match sse.cors.take() {
         None => std::borrow::Cow::Borrowed(RESPONSE_HEAD),
         Some(origin) => {
@@ -91,8 +91,8 @@ pub async fn serve_raw(mut socket: TcpStream, mut sse: SseStream, write_timeout:
             chunk = sse.next_chunk() => chunk,
             // A client that closes its side makes the socket readable: notice at once instead
             // of at the next heartbeat. Anything it sends is read and dropped.
-            ready = socket.readable() => {
-                if ready.is_err() || client_gone(&socket) {
+            gone = socket.peer_gone() => {
+                if gone {
                     break;
                 }
                 continue;
@@ -117,27 +117,20 @@ enum WriteError {
 }
 
 async fn write_all(
-    socket: &mut TcpStream,
+    socket: &mut ClientStream,
     bytes: &[u8],
     timeout: Duration,
 ) -> Result<(), WriteError> {
-    match tokio::time::timeout(timeout, socket.write_all(bytes)).await {
+    // The flush matters for TLS only: rustls may hold encrypted records the socket had no
+    // room for.
+    let write = async {
+        socket.write_all(bytes).await?;
+        socket.flush().await
+    };
+    match tokio::time::timeout(timeout, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(WriteError::Io),
         Err(_) => Err(WriteError::TimedOut),
-    }
-}
-
-/// Reads and drops what the client sent; true when it has closed its side or failed.
-fn client_gone(socket: &TcpStream) -> bool {
-    let mut scratch = [0u8; 256];
-    loop {
-        match socket.try_read(&mut scratch) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(_) => return true,
-        }
     }
 }
 

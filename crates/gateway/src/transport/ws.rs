@@ -18,7 +18,6 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use herald_core::protocol::{self, Command};
 use herald_core::{Cursor, EventName, Feed, FeedEvent, LossReason, Payload, TopicName};
 use serde_json::value::RawValue;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
@@ -28,6 +27,7 @@ use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, 
 use super::lost_json;
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::server::tls::ClientStream;
 use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
 
 /// WebSocket close codes used by Herald.
@@ -47,7 +47,7 @@ pub mod close_code {
 /// The route.
 pub const PATH: &str = "/v1/ws";
 
-type Socket = WebSocketStream<TcpStream>;
+type Socket = WebSocketStream<ClientStream>;
 
 /// The route on the router: WebSocket upgrades are taken over by the accept loop before the
 /// router sees them, so a request that gets here was not a valid HTTP/1.1 upgrade.
@@ -64,7 +64,7 @@ pub async fn handler() -> ApiError {
 /// JSON error and is closed.
 pub async fn upgrade_raw(
     state: &AppState,
-    mut stream: TcpStream,
+    mut stream: ClientStream,
     headers: &HeaderMap,
     query: Option<&str>,
     permits: crate::limits::Permits,
@@ -98,7 +98,10 @@ pub async fn upgrade_raw(
         "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {}\r\n\r\n",
         tungstenite::handshake::derive_accept_key(key.as_bytes())
     );
-    let write = tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes());
+    let write = async {
+        tokio::io::AsyncWriteExt::write_all(&mut stream, response.as_bytes()).await?;
+        tokio::io::AsyncWriteExt::flush(&mut stream).await
+    };
     if !matches!(
         tokio::time::timeout(state.config().limits.write_timeout, write).await,
         Ok(Ok(()))

@@ -12,4 +12,5 @@ mod limits;
 mod poll;
 mod shutdown;
 mod sse;
+mod tls;
 mod ws;

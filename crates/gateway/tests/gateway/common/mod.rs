@@ -149,10 +149,18 @@ pub struct SseEvent {
     pub retry: Option<u64>,
 }
 
+/// A response body as a stream of chunks, whatever the HTTP client.
+pub type BodyStream = std::pin::Pin<
+    Box<
+        dyn futures_util::Stream<
+                Item = Result<bytes::Bytes, Box<dyn std::error::Error + Send + Sync>>,
+            > + Send,
+    >,
+>;
+
 /// A minimal, spec-following SSE client over a real HTTP connection.
 pub struct SseClient {
-    stream:
-        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    stream: BodyStream,
     buf: String,
     pub headers: reqwest::header::HeaderMap,
     pub last_event_id: Option<String>,
@@ -164,8 +172,18 @@ impl SseClient {
         assert_eq!(resp.status(), 200);
         Self {
             headers: resp.headers().clone(),
-            stream: Box::pin(resp.bytes_stream()),
+            stream: Box::pin(resp.bytes_stream().map(|c| c.map_err(Into::into))),
             buf: String::new(),
+            last_event_id: None,
+        }
+    }
+
+    /// A client reading an already opened response body.
+    pub fn from_body(stream: BodyStream) -> Self {
+        Self {
+            stream,
+            buf: String::new(),
+            headers: Default::default(),
             last_event_id: None,
         }
     }
