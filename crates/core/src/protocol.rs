@@ -101,6 +101,14 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
         code: if e.is_data() { "bad_frame" } else { "bad_json" },
         reason: e.to_string(),
     })?;
+    // serde's derived `Deserialize` also takes a struct as an array of its fields in order
+    // (`["ping"]`); a command is an object with a `type`.
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        return Err(CommandError::frame("a command is a JSON object".into()));
+    }
     let kind = frame.kind;
     let missing = |field: &str| CommandError::frame(format!("{kind} needs {field:?}"));
     Ok(match &*kind {
@@ -180,6 +188,13 @@ mod tests {
         assert_eq!(code(r#"{"type":"dance"}"#), "bad_frame");
         assert_eq!(code(r#"{"type":"ping","extra":1}"#), "bad_frame");
         assert_eq!(code(r#"{"type":"subscribe","topics":[1]}"#), "bad_frame");
+        // serde would take an array as the struct's fields in order (checked by fuzz/ws_command).
+        assert_eq!(code(r#"["ping"]"#), "bad_frame");
+        assert_eq!(
+            code(r#" ["publish",null,null,"t",null,null,1]"#),
+            "bad_frame"
+        );
+        assert!(parse(" \n{\"type\":\"ping\"}").is_ok());
         let missing = parse(r#"{"type":"auth"}"#).unwrap_err();
         assert_eq!(missing.reason, "auth needs \"token\"");
     }

@@ -37,6 +37,7 @@ struct Inner {
     observers: Arc<Vec<Arc<dyn crate::bridge::ConnectionObserver>>>,
     presence: Option<Arc<crate::bridge::presence::Presence>>,
     auth: crate::auth::Auth,
+    publish_limits: crate::limits::PublishLimits,
     connection_ids: std::sync::atomic::AtomicU64,
 }
 
@@ -73,6 +74,13 @@ impl AppState {
             .expect("empty auth config")
         });
         let registry = Registry::new(config.registry());
+        let publish_limits = crate::limits::PublishLimits::new(
+            crate::limits::Rate::new(
+                config.limits.publish_rate_per_key,
+                config.limits.publish_burst_per_key,
+            ),
+            100_000,
+        );
         Self(Arc::new(Inner {
             config,
             registry,
@@ -86,6 +94,7 @@ impl AppState {
             observers: Arc::new(Vec::new()),
             presence: None,
             auth,
+            publish_limits,
             connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
@@ -98,6 +107,11 @@ impl AppState {
     /// The topic registry.
     pub fn registry(&self) -> &Registry {
         &self.0.registry
+    }
+
+    /// Publish rate limits per publisher on the public listener.
+    pub fn publish_limits(&self) -> &crate::limits::PublishLimits {
+        &self.0.publish_limits
     }
 
     /// Cancelled when the gateway starts draining.

@@ -250,6 +250,18 @@ pub struct LimitsConfig {
     pub max_payload_bytes: usize,
     /// Most messages in one batch publish.
     pub max_batch_publish: usize,
+    /// Publishes per second on the public listener per publisher: an API key, a token's
+    /// subject, or (dev mode, tokens without `sub`) a client address; a batch counts each
+    /// message. Faster gets 429 with `retry-after`. 0 turns the limit off. The admin listener
+    /// is not limited.
+    pub publish_rate_per_key: f64,
+    /// Burst of publishes one publisher may make at once.
+    pub publish_burst_per_key: f64,
+    /// Publishes per second on one WebSocket connection; faster gets a `rate_limited` error
+    /// frame (the connection stays). 0 turns the limit off.
+    pub publish_rate_per_connection: f64,
+    /// Burst of publishes one WebSocket connection may make at once.
+    pub publish_burst_per_connection: f64,
     /// Time a client has to send its request headers (slowloris protection).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
@@ -351,6 +363,10 @@ impl Default for LimitsConfig {
             max_subscriptions: 64,
             max_payload_bytes: 64 * 1024,
             max_batch_publish: 100,
+            publish_rate_per_key: 1_000.0,
+            publish_burst_per_key: 2_000.0,
+            publish_rate_per_connection: 100.0,
+            publish_burst_per_connection: 200.0,
             header_read_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
             max_header_bytes: 16 * 1024,
@@ -439,6 +455,20 @@ impl Config {
             l.connect_rate_per_address > 0.0 && l.connect_burst_per_address >= 1.0,
             "limits.connect_rate_per_address must be above 0 and connect_burst_per_address at least 1"
         );
+        for (name, value) in [
+            ("publish_rate_per_key", l.publish_rate_per_key),
+            ("publish_burst_per_key", l.publish_burst_per_key),
+            ("publish_rate_per_connection", l.publish_rate_per_connection),
+            (
+                "publish_burst_per_connection",
+                l.publish_burst_per_connection,
+            ),
+        ] {
+            ensure!(
+                value.is_finite() && value >= 0.0,
+                "limits.{name} must be a number of at least 0"
+            );
+        }
         ensure!(
             (1..=1024).contains(&l.max_subscriptions),
             "limits.max_subscriptions must be within 1..=1024"

@@ -5,6 +5,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use herald_core::{CursorError, RegistryError, TopicNameError};
+use std::time::Duration;
 
 /// A request the gateway refuses, and why.
 #[derive(Debug)]
@@ -12,6 +13,7 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     reason: String,
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -21,6 +23,15 @@ impl ApiError {
             status,
             code,
             reason: reason.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 429 with a `retry-after` of `wait` (whole seconds, at least 1).
+    pub fn rate_limited(code: &'static str, reason: impl Into<String>, wait: Duration) -> Self {
+        Self {
+            retry_after: Some(wait.as_secs_f64().ceil().max(1.0) as u64),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, reason)
         }
     }
 
@@ -79,6 +90,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         tracing::debug!(status = self.status.as_u16(), code = self.code, reason = %self.reason, "request refused");
         let body = serde_json::json!({ "code": self.code, "reason": self.reason });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(wait) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(wait),
+            );
+        }
+        response
     }
 }

@@ -238,6 +238,7 @@ async fn housekeeping(
             _ = upkeep.tick() => {
                 metrics.run_upkeep();
                 per_address.sweep();
+                state.publish_limits().sweep();
             }
         }
     }

@@ -1,10 +1,11 @@
-//! Per-address limits: open connections and new connections per second from one client
-//! address, checked in the accept loop before anything else is spent on the connection.
+//! Rate and connection limits: open connections and new connections per second from one
+//! client address (checked in the accept loop before anything else is spent on the
+//! connection), and publishes per second per credential and per WebSocket connection.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -17,11 +18,73 @@ pub enum Refusal {
     ConnectRate,
 }
 
+/// A rate: `per_second` on average, bursts of up to `burst`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rate {
+    /// Tokens added per second.
+    pub per_second: f64,
+    /// Tokens held at most.
+    pub burst: f64,
+}
+
+impl Rate {
+    /// `per_second` with bursts of `burst` (at least 1); `None` when `per_second` is 0 (no
+    /// limit).
+    pub fn new(per_second: f64, burst: f64) -> Option<Self> {
+        (per_second > 0.0).then_some(Self {
+            per_second,
+            burst: burst.max(1.0),
+        })
+    }
+
+    /// A full bucket of this rate.
+    pub fn bucket(self) -> TokenBucket {
+        TokenBucket {
+            tokens: self.burst,
+            refilled: Instant::now(),
+        }
+    }
+}
+
+/// A token bucket; the [`Rate`] is kept by its owner (one rate serves many buckets).
+#[derive(Clone, Debug)]
+pub struct TokenBucket {
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl TokenBucket {
+    fn refill(&mut self, rate: Rate, now: Instant) {
+        self.tokens = (self.tokens
+            + now.saturating_duration_since(self.refilled).as_secs_f64() * rate.per_second)
+            .min(rate.burst);
+        self.refilled = now;
+    }
+
+    /// Takes `n` tokens, or none and says how long until there are `n` (`n` above the burst
+    /// can never be taken: the wait is then the time to refill the whole burst).
+    pub fn take(&mut self, rate: Rate, n: f64) -> Result<(), Duration> {
+        self.refill(rate, Instant::now());
+        if self.tokens >= n {
+            self.tokens -= n;
+            Ok(())
+        } else {
+            let missing = n.min(rate.burst) - self.tokens;
+            Err(Duration::from_secs_f64(missing / rate.per_second))
+        }
+    }
+
+    /// Whether the bucket would be full now (nothing to remember about it).
+    fn is_full(&self, rate: Rate, now: Instant) -> bool {
+        self.tokens + now.saturating_duration_since(self.refilled).as_secs_f64() * rate.per_second
+            >= rate.burst
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     open: u32,
-    tokens: f64,
-    refilled: Instant,
+    bucket: TokenBucket,
 }
 
 /// Open connections and a token bucket of new connections per client address.
@@ -32,8 +95,7 @@ struct Entry {
 #[derive(Debug)]
 pub struct AddressLimits {
     max_open: u32,
-    rate: f64,
-    burst: f64,
+    rate: Rate,
     max_entries: usize,
     entries: Mutex<HashMap<IpAddr, Entry>>,
 }
@@ -61,8 +123,10 @@ impl AddressLimits {
     pub fn new(max_open: u32, rate: f64, burst: f64, max_entries: usize) -> Arc<Self> {
         Arc::new(Self {
             max_open,
-            rate,
-            burst: burst.max(1.0),
+            rate: Rate::new(rate, burst).unwrap_or(Rate {
+                per_second: f64::MAX,
+                burst: f64::MAX,
+            }),
             max_entries,
             entries: Mutex::new(HashMap::new()),
         })
@@ -70,7 +134,6 @@ impl AddressLimits {
 
     /// Admits a new connection from `ip`, or says why not.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<AddressPermit, Refusal> {
-        let now = Instant::now();
         let mut entries = self.entries.lock();
         let full = entries.len() >= self.max_entries;
         let entry = match entries.get_mut(&ip) {
@@ -84,21 +147,15 @@ impl AddressLimits {
             }
             None => entries.entry(ip).or_insert(Entry {
                 open: 0,
-                tokens: self.burst,
-                refilled: now,
+                bucket: self.rate.bucket(),
             }),
         };
-        entry.tokens = (entry.tokens
-            + now.duration_since(entry.refilled).as_secs_f64() * self.rate)
-            .min(self.burst);
-        entry.refilled = now;
         if entry.open >= self.max_open {
             return Err(Refusal::TooManyFromAddress);
         }
-        if entry.tokens < 1.0 {
+        if entry.bucket.take(self.rate, 1.0).is_err() {
             return Err(Refusal::ConnectRate);
         }
-        entry.tokens -= 1.0;
         entry.open += 1;
         Ok(AddressPermit {
             limits: self.clone(),
@@ -109,11 +166,10 @@ impl AddressLimits {
     /// Drops the entries of addresses with no open connection and a full bucket.
     pub fn sweep(&self) {
         let now = Instant::now();
-        let (rate, burst) = (self.rate, self.burst);
-        self.entries.lock().retain(|_, e| {
-            let tokens = e.tokens + now.duration_since(e.refilled).as_secs_f64() * rate;
-            e.open > 0 || tokens < burst
-        });
+        let rate = self.rate;
+        self.entries
+            .lock()
+            .retain(|_, e| e.open > 0 || !e.bucket.is_full(rate, now));
     }
 
     /// Addresses tracked.
@@ -122,6 +178,63 @@ impl AddressLimits {
     }
 
     /// Whether no address is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Publishes per second per publisher (an API key, a token's subject, or a client address).
+///
+/// Bounded like [`AddressLimits`]: a publisher is remembered while its bucket refills, and
+/// past `max_entries` publishers new ones are not limited.
+#[derive(Debug)]
+pub struct PublishLimits {
+    rate: Option<Rate>,
+    max_entries: usize,
+    buckets: Mutex<HashMap<String, TokenBucket>>,
+}
+
+impl PublishLimits {
+    /// `rate` publishes per second per publisher (`None`: no limit).
+    pub fn new(rate: Option<Rate>, max_entries: usize) -> Self {
+        Self {
+            rate,
+            max_entries,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Admits `n` publishes by `publisher` at once, or says how long to wait.
+    pub fn admit(&self, publisher: &str, n: usize) -> Result<(), Duration> {
+        let Some(rate) = self.rate else {
+            return Ok(());
+        };
+        let mut buckets = self.buckets.lock();
+        if let Some(bucket) = buckets.get_mut(publisher) {
+            return bucket.take(rate, n as f64);
+        }
+        if buckets.len() >= self.max_entries {
+            return Ok(());
+        }
+        let mut bucket = rate.bucket();
+        let taken = bucket.take(rate, n as f64);
+        buckets.insert(publisher.to_owned(), bucket);
+        taken
+    }
+
+    /// Forgets publishers whose bucket is full again.
+    pub fn sweep(&self) {
+        let Some(rate) = self.rate else { return };
+        let now = Instant::now();
+        self.buckets.lock().retain(|_, b| !b.is_full(rate, now));
+    }
+
+    /// Publishers remembered.
+    pub fn len(&self) -> usize {
+        self.buckets.lock().len()
+    }
+
+    /// Whether no publisher is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -153,6 +266,36 @@ mod tests {
         let _p3 = limits.admit(a).unwrap();
         drop(_p3);
         assert_eq!(limits.admit(a).unwrap_err(), Refusal::ConnectRate);
+    }
+
+    #[test]
+    fn publish_limits_per_publisher_all_or_nothing() {
+        let limits = PublishLimits::new(Rate::new(0.001, 5.0), 2);
+        assert!(limits.admit("key:a", 3).is_ok());
+        let wait = limits.admit("key:a", 3).unwrap_err();
+        assert!(wait > Duration::from_secs(100), "{wait:?}");
+        assert!(
+            limits.admit("key:a", 2).is_ok(),
+            "a refused batch took nothing"
+        );
+        assert!(limits.admit("key:a", 1).is_err());
+        assert!(limits.admit("key:b", 5).is_ok(), "publishers are separate");
+        // Past the bound, new publishers are not remembered.
+        assert!(limits.admit("key:c", 5).is_ok());
+        assert!(limits.admit("key:c", 5).is_ok());
+        assert_eq!(limits.len(), 2);
+        let unlimited = PublishLimits::new(Rate::new(0.0, 1.0), 2);
+        assert!(unlimited.admit("x", 1_000_000).is_ok());
+        assert!(unlimited.is_empty());
+    }
+
+    #[test]
+    fn publish_limits_forget_refilled_publishers() {
+        let limits = PublishLimits::new(Rate::new(1_000_000.0, 1.0), 100);
+        limits.admit("key:a", 1).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        limits.sweep();
+        assert!(limits.is_empty());
     }
 
     #[test]

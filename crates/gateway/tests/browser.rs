@@ -1,5 +1,6 @@
 //! Headless Chromium against a real gateway: the demo page as a person uses it, and the
-//! browser's native `EventSource` reconnecting and resuming by itself.
+//! browser's native `EventSource` reconnecting and resuming by itself, and `EventSource` over
+//! HTTP/2 with TLS.
 //!
 //! Needs Debian's `chromium` and the npm packages of `tests/browser` (`npm ci` there);
 //! `deploy/test.sh` installs both. Set `HERALD_SKIP_BROWSER=1` to skip on a machine without
@@ -36,14 +37,22 @@ async fn demo_page_and_native_eventsource_reconnect() {
     };
     config.sse.max_lifetime = Duration::from_secs(3);
     config.sse.retry = Duration::from_millis(1500);
-    let gw = Gateway::start(config).await.unwrap();
+    let gw = Gateway::start(config.clone()).await.unwrap();
     let public = format!("http://{}", gw.public_addr);
     let admin = format!("http://{}", gw.admin_addr);
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    config.tls.cert_file = Some(fixtures.join("server-a.pem"));
+    config.tls.key_file = Some(fixtures.join("server-a.key"));
+    let secure = Gateway::start(config).await.unwrap();
+    let tls_public = format!("https://localhost:{}", secure.public_addr.port());
+    let tls_admin = format!("http://{}", secure.admin_addr);
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .arg("browser.mjs")
             .arg(public)
             .arg(admin)
+            .arg(tls_public)
+            .arg(tls_admin)
             .current_dir(dir)
             .output()
             .expect("node runs")
@@ -58,4 +67,5 @@ async fn demo_page_and_native_eventsource_reconnect() {
     );
     println!("{stdout}");
     gw.stop().await.unwrap();
+    secure.stop().await.unwrap();
 }

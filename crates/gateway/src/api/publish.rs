@@ -2,12 +2,13 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use herald_core::{EventName, Payload, TopicName};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::net::SocketAddr;
 
 use crate::app::AppState;
 use crate::config::Config;
@@ -61,9 +62,21 @@ enum Publisher {
     Token(crate::auth::Identity),
 }
 
-fn public_publisher(state: &AppState, headers: &HeaderMap) -> Result<Publisher, ApiError> {
-    if state.config().dev || state.auth().api_key_ok(headers) {
-        return Ok(Publisher::Trusted);
+/// Who publishes, with the key of their rate limit.
+fn public_publisher(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: std::net::IpAddr,
+) -> Result<(Publisher, String), ApiError> {
+    if state.auth().api_key_ok(headers) {
+        let key = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        return Ok((Publisher::Trusted, format!("key:{key}")));
+    }
+    if state.config().dev {
+        return Ok((Publisher::Trusted, format!("addr:{peer}")));
     }
     if headers.contains_key("x-api-key") {
         return Err(ApiError::new(
@@ -73,7 +86,13 @@ fn public_publisher(state: &AppState, headers: &HeaderMap) -> Result<Publisher, 
         ));
     }
     match state.auth().identify(headers, None)? {
-        who if who.sub.is_some() || who.expires.is_some() => Ok(Publisher::Token(who)),
+        who if who.sub.is_some() || who.expires.is_some() => {
+            let key = match &who.sub {
+                Some(sub) => format!("sub:{sub}"),
+                None => format!("addr:{peer}"),
+            };
+            Ok((Publisher::Token(who), key))
+        }
         _ => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -86,23 +105,42 @@ fn public_publisher(state: &AppState, headers: &HeaderMap) -> Result<Publisher, 
 /// to the topic (dev mode: nothing).
 pub async fn publish_public(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let publisher = public_publisher(&state, &headers)?;
+    let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
     let body = body.map_err(rejection)?;
     let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    admit(&state, &key, 1)?;
     publish_one(&state, request, &publisher).await.map(Json)
+}
+
+/// Counts `n` publishes against `key`'s rate limit.
+fn admit(state: &AppState, key: &str, n: usize) -> Result<(), ApiError> {
+    state.publish_limits().admit(key, n).map_err(|wait| {
+        metrics::client_error("http", "publish_rate");
+        ApiError::rate_limited(
+            "publish_rate",
+            format!(
+                "over the publish rate limit of {}/s (bursts of {}); retry later",
+                state.config().limits.publish_rate_per_key,
+                state.config().limits.publish_burst_per_key
+            ),
+            wait,
+        )
+    })
 }
 
 /// `POST /v1/publish/batch` on the public listener, with the rules of [`publish_public`].
 pub async fn publish_batch_public(
     State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let publisher = public_publisher(&state, &headers)?;
-    batch(&state, body, &publisher).await
+    let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
+    batch(&state, body, &publisher, Some(&key)).await
 }
 
 /// Publishes up to `limits.max_batch_publish` messages in order; answers
@@ -112,13 +150,16 @@ pub async fn publish_batch(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    batch(&state, body, &Publisher::Trusted).await
+    batch(&state, body, &Publisher::Trusted, None).await
 }
 
+/// A batch; `limit_key` names the publisher's rate limit (public listener), which the whole
+/// batch must fit in.
 async fn batch(
     state: &AppState,
     body: Result<Bytes, BytesRejection>,
     publisher: &Publisher,
+    limit_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let body = body.map_err(rejection)?;
     let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
@@ -129,6 +170,9 @@ async fn batch(
             "batch_too_large",
             format!("a batch holds at most {max} messages"),
         ));
+    }
+    if let Some(key) = limit_key {
+        admit(state, key, batch.messages.len())?;
     }
     let mut results = Vec::with_capacity(batch.messages.len());
     for raw in &batch.messages {

@@ -27,6 +27,7 @@ use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, 
 use super::lost_json;
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::limits::{Rate, TokenBucket};
 use crate::server::tls::ClientStream;
 use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
 
@@ -209,6 +210,9 @@ struct Connection {
     who: crate::auth::Identity,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// This connection's publish rate limit, from its first publish on (boxed: most
+    /// connections never publish).
+    publish_bucket: Option<Box<TokenBucket>>,
 }
 
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
@@ -230,6 +234,7 @@ impl Connection {
         let guard = state.open_connection(Transport::Ws, who.sub.as_deref());
         Self {
             expiry: expiry_of(&who),
+            publish_bucket: None,
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
@@ -445,6 +450,7 @@ impl Connection {
                 format!("publishing to {topic:?} needs a token whose publish claim allows it"),
             ));
         }
+        self.admit_publish()?;
         let event = match event {
             Some(e) => {
                 Some(EventName::new(e).map_err(|e| FrameError::new("bad_event", e.to_string()))?)
@@ -467,6 +473,39 @@ impl Connection {
         metrics::published("ws");
         let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
+    }
+
+    /// Counts one publish against this connection's rate and its user's (token subject).
+    fn admit_publish(&mut self) -> Result<(), FrameError> {
+        let limits = &self.state.config().limits;
+        let refused = |wait: Duration, what: &str, rate: f64| {
+            metrics::client_error("ws", "publish_rate");
+            FrameError::new(
+                "rate_limited",
+                format!(
+                    "over the publish rate of {rate}/s {what}; retry in {} ms",
+                    wait.as_millis().max(1)
+                ),
+            )
+        };
+        if let Some(rate) = Rate::new(
+            limits.publish_rate_per_connection,
+            limits.publish_burst_per_connection,
+        ) {
+            let bucket = self
+                .publish_bucket
+                .get_or_insert_with(|| Box::new(rate.bucket()));
+            bucket.take(rate, 1.0).map_err(|wait| {
+                refused(wait, "per connection", limits.publish_rate_per_connection)
+            })?;
+        }
+        if let Some(sub) = &self.who.sub {
+            self.state
+                .publish_limits()
+                .admit(&format!("sub:{sub}"), 1)
+                .map_err(|wait| refused(wait, "per user", limits.publish_rate_per_key))?;
+        }
+        Ok(())
     }
 
     async fn on_event(&mut self, event: FeedEvent) -> Flow {

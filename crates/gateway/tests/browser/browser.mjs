@@ -4,14 +4,17 @@
 //  2. the browser's native EventSource: messages arrive; when the stream ends (sse.max_lifetime)
 //     the browser reconnects by itself with Last-Event-ID and gets exactly the messages published
 //     while it was away, then live ones.
-// Usage: node browser.mjs PUBLIC_URL ADMIN_URL   (exit code 0 = pass; prints the reason otherwise)
+//  3. over TLS (optional arguments): the page loads over HTTP/2 and an EventSource on it receives
+//     a published message (SSE over HTTP/2 through a real browser).
+// Usage: node browser.mjs PUBLIC_URL ADMIN_URL [TLS_PUBLIC_URL TLS_ADMIN_URL]
+// (exit code 0 = pass; prints the reason otherwise)
 import { chromium } from "playwright-core";
 
-const [base, admin] = process.argv.slice(2);
+const [base, admin, tlsBase, tlsAdmin] = process.argv.slice(2);
 const executablePath = process.env.HERALD_CHROMIUM || "/usr/bin/chromium";
 
-async function publish(topic, data) {
-  const res = await fetch(`${admin}/v1/publish`, {
+async function publish(topic, data, adminUrl = admin) {
+  const res = await fetch(`${adminUrl}/v1/publish`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ topic, data }),
@@ -83,6 +86,28 @@ try {
   assert(lost.length === 0, `unexpected loss signal ${JSON.stringify(lost)}`);
   assert(got.every((m) => m.id.startsWith("browser=")), `ids ${JSON.stringify(got.map((m) => m.id))}`);
   console.log(`EventSource: reconnected by itself and resumed exactly: ${JSON.stringify(data)}`);
+
+  // 3. SSE over HTTP/2 (TLS with the test certificate, which this browser does not trust).
+  if (tlsBase) {
+    const context = await browser.newContext({ ignoreHTTPSErrors: true });
+    const secure = await context.newPage();
+    await secure.goto(`${tlsBase}/`);
+    const protocol = await secure.evaluate(() => performance.getEntriesByType("navigation")[0].nextHopProtocol);
+    assert(protocol === "h2", `page loaded over ${protocol}, expected h2`);
+    await secure.evaluate(() => {
+      window.got = [];
+      window.opens = 0;
+      const es = new EventSource("/v1/sse?topic=browser-h2");
+      es.onopen = () => { window.opens++; };
+      es.onmessage = (e) => { window.got.push(e.data); };
+    });
+    await secure.waitForFunction(() => window.opens >= 1, null, { timeout: 10000 });
+    await publish("browser-h2", { over: "h2" }, tlsAdmin);
+    await secure.waitForFunction(() => window.got.length >= 1, null, { timeout: 10000 });
+    const h2got = await secure.evaluate(() => window.got);
+    assert(JSON.stringify(h2got) === JSON.stringify(['{"over":"h2"}']), `over h2 got ${JSON.stringify(h2got)}`);
+    console.log(`EventSource over HTTP/2 (TLS): page protocol ${protocol}, received ${h2got[0]}`);
+  }
 } finally {
   await browser.close();
 }

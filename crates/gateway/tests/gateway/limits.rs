@@ -85,3 +85,87 @@ async fn an_address_opening_connections_too_fast_is_slowed_down() {
     );
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn public_publishing_is_rate_limited_per_api_key() {
+    let mut config = test_config();
+    config.auth.api_keys = vec!["key-a".into(), "key-b".into()];
+    config.limits.publish_rate_per_key = 0.01;
+    config.limits.publish_burst_per_key = 3.0;
+    let gw = spawn_gateway(config).await;
+    let post = |key: &'static str, path: &'static str, body: serde_json::Value| {
+        let req = http()
+            .post(format!("http://{}{path}", gw.public_addr))
+            .header("x-api-key", key)
+            .json(&body);
+        async move { req.send().await.unwrap() }
+    };
+    let one = serde_json::json!({"topic": "rl", "data": 1});
+    for _ in 0..3 {
+        assert_eq!(
+            post("key-a", "/v1/publish", one.clone()).await.status(),
+            200
+        );
+    }
+    let refused = post("key-a", "/v1/publish", one.clone()).await;
+    assert_eq!(refused.status(), 429);
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(wait >= 1, "retry-after {wait}");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "publish_rate");
+    // Another key has its own budget; a batch must fit whole.
+    let batch = serde_json::json!({"messages": [one.clone(), one.clone()]});
+    assert_eq!(
+        post("key-b", "/v1/publish/batch", batch.clone())
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        post("key-b", "/v1/publish/batch", batch).await.status(),
+        429
+    );
+    assert_eq!(
+        post("key-b", "/v1/publish", one.clone()).await.status(),
+        200,
+        "the refused batch took nothing"
+    );
+    // The admin listener is not limited.
+    publish(&gw, "rl", serde_json::json!(2)).await;
+    let metrics = metrics_text(&gw).await;
+    assert!(
+        metrics.contains(r#"herald_client_errors_total{transport="http",reason="publish_rate"} 2"#),
+        "{metrics}"
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn websocket_publishing_is_rate_limited_per_connection() {
+    let mut config = test_config();
+    config.dev = true;
+    config.limits.publish_rate_per_connection = 0.01;
+    config.limits.publish_burst_per_connection = 2.0;
+    let gw = spawn_gateway(config).await;
+    let mut ws = ws_connect(&gw).await;
+    let frame = serde_json::json!({"type": "publish", "topic": "wsrl", "data": 1});
+    for _ in 0..2 {
+        ws_send(&mut ws, frame.clone()).await;
+        assert_eq!(ws_next(&mut ws).await["type"], "published");
+    }
+    ws_send(&mut ws, frame.clone()).await;
+    let refused = ws_next(&mut ws).await;
+    assert_eq!(refused["type"], "error");
+    assert_eq!(refused["code"], "rate_limited", "{refused}");
+    // The connection stays usable, and another connection has its own budget.
+    ws_send(&mut ws, serde_json::json!({"type": "ping"})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "pong");
+    let mut other = ws_connect(&gw).await;
+    ws_send(&mut other, frame).await;
+    assert_eq!(ws_next(&mut other).await["type"], "published");
+    gw.stop().await.unwrap();
+}
