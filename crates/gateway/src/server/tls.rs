@@ -139,7 +139,12 @@ impl ClientStream {
     pub async fn peer_gone(&mut self) -> bool {
         match self {
             Self::Plain(tcp) => {
-                if tcp.readable().await.is_err() {
+                // `poll_read_ready` keeps one waker slot on the socket; `readable()` would
+                // join and leave the socket's waiter list on every wait.
+                if std::future::poll_fn(|cx| tcp.poll_read_ready(cx))
+                    .await
+                    .is_err()
+                {
                     return true;
                 }
                 // Read without a buffer held across the wait: idle streams cost nothing.

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use herald_core::{Feed, FeedEvent, ResumeList};
 use tokio::io::AsyncWriteExt as _;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::{SubscribeQuery, authorize, jitter, lost_json, open_feed};
 use crate::app::AppState;
@@ -183,7 +183,8 @@ fn try_open(
         guard: state.open_connection(Transport::Sse, who.sub.as_deref()),
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
-        shutdown: state.shutdown().clone(),
+        last_write: Instant::now(),
+        shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
         jitter: config.shutdown.reconnect_jitter,
         id: String::new(),
         queued: None,
@@ -208,8 +209,15 @@ pub struct SseStream {
     metrics: &'static TransportMetrics,
     guard: ConnectionGuard,
     heartbeat: Duration,
+    /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
+    /// the timer wheel's lock on every delivery): when it fires early it is moved to
+    /// `last_write + heartbeat`.
     sleep: Pin<Box<Sleep>>,
-    shutdown: CancellationToken,
+    last_write: Instant,
+    /// Registered with the shutdown token once for the stream's life, rather than on every
+    /// wait (a fresh `cancelled()` future joins and leaves one list shared by every
+    /// connection, under its lock, per delivery).
+    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
     jitter: Duration,
     /// Scratch space for the multi-topic `id:` line.
     id: String,
@@ -267,7 +275,7 @@ impl SseStream {
         loop {
             tokio::select! {
                 biased;
-                _ = self.shutdown.cancelled() => {
+                _ = self.shutdown.as_mut() => {
                     self.done = true;
                     self.guard.closing(CloseReason::Shutdown);
                     let retry = jitter(self.jitter).as_millis();
@@ -291,12 +299,18 @@ impl SseStream {
                 }
                 event = self.feed.next() => {
                     if let Some(chunk) = self.on_event(event) {
-                        self.sleep.as_mut().reset(Instant::now() + self.heartbeat);
+                        self.last_write = Instant::now();
                         return Some(chunk);
                     }
                 }
                 _ = self.sleep.as_mut() => {
-                    self.sleep.as_mut().reset(Instant::now() + self.heartbeat);
+                    let due = self.last_write + self.heartbeat;
+                    if due > Instant::now() {
+                        self.sleep.as_mut().reset(due);
+                        continue;
+                    }
+                    self.last_write = Instant::now();
+                    self.sleep.as_mut().reset(self.last_write + self.heartbeat);
                     self.metrics.sent(PING.len());
                     return Some(PING);
                 }

@@ -247,14 +247,16 @@ impl Connection {
 
     async fn run(mut self) {
         let config = self.state.config().ws.clone();
-        let shutdown = self.state.shutdown().clone();
+        // Registered with the token once, not on every wait (see `sse::SseStream::shutdown`).
+        let shutdown = self.state.shutdown().clone().cancelled_owned();
+        tokio::pin!(shutdown);
         let mut ping =
             tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
             let flow = tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => {
+                _ = &mut shutdown => {
                     Box::pin(self.close(close_code::RESTART, "server shutting down; reconnect")).await;
                     Flow::Close(CloseReason::Shutdown)
                 }

@@ -152,6 +152,29 @@ async fn heartbeats_keep_idle_streams_alive() {
 }
 
 #[tokio::test]
+async fn messages_postpone_the_heartbeat() {
+    let mut config = test_config();
+    config.sse.heartbeat = std::time::Duration::from_millis(400);
+    let gw = spawn_gateway(config).await;
+    let mut sse = SseClient::connect(&gw, "topic=busy", None).await;
+    sse.next_block().await.unwrap();
+    // Messages every 100 ms for a second: the stream is never idle for a heartbeat.
+    for n in 0..10 {
+        publish(&gw, "busy", serde_json::json!({ "n": n })).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Then idle: pings come.
+    let raw = sse.rest(std::time::Duration::from_millis(1000)).await;
+    let first_ping = raw.find(": ping").expect("a ping once idle");
+    assert_eq!(
+        raw[..first_ping].matches("data: ").count(),
+        10,
+        "no ping while messages flowed: {raw:?}"
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn bad_sse_requests_get_clear_errors() {
     let gw = spawn_gateway(test_config()).await;
     for (query, last_id, code) in [
