@@ -9,6 +9,21 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::cursor::Cursor;
 use crate::name::{EventName, TopicName};
 
+/// Deepest nesting of arrays and objects in a payload. serde_json (and many clients) refuse
+/// documents nested deeper than 128 levels, and a payload travels inside a WebSocket frame's
+/// object: a bound well below that keeps every frame readable by every client.
+pub const MAX_PAYLOAD_DEPTH: usize = 64;
+
+/// Nesting depth of arrays and objects (a scalar is 0). Recursion is bounded by serde_json's
+/// own limit on what it parses.
+fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// A published payload: one JSON value in compact form.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Payload(Bytes);
@@ -20,9 +35,15 @@ impl Payload {
         Self(Bytes::from(serde_json::to_vec(value).unwrap_or_default()))
     }
 
-    /// Parses `json` and keeps its compact form. Fails on anything but exactly one JSON value.
+    /// Parses `json` and keeps its compact form. Fails on anything but exactly one JSON value,
+    /// and on values nested deeper than [`MAX_PAYLOAD_DEPTH`].
     pub fn from_json(json: &[u8]) -> Result<Self, serde_json::Error> {
         let value: serde_json::Value = serde_json::from_slice(json)?;
+        if depth(&value) > MAX_PAYLOAD_DEPTH {
+            return Err(<serde_json::Error as serde::de::Error>::custom(format!(
+                "payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
+            )));
+        }
         Ok(Self::from_value(&value))
     }
 
@@ -262,6 +283,17 @@ mod tests {
         let m = msg(None, json!(1));
         assert_eq!(m.sse_frame().as_ptr(), m.sse_frame().as_ptr());
         assert_eq!(m.ws_frame().as_ptr(), m.ws_frame().as_ptr());
+    }
+
+    #[test]
+    fn payload_depth_is_bounded() {
+        let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        assert!(Payload::from_json(nested(MAX_PAYLOAD_DEPTH).as_bytes()).is_ok());
+        let err = Payload::from_json(nested(MAX_PAYLOAD_DEPTH + 1).as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("nested deeper than 64"), "{err}");
+        let objects = format!("{}1{}", r#"{"a":"#.repeat(70), "}".repeat(70));
+        assert!(Payload::from_json(objects.as_bytes()).is_err());
+        assert!(Payload::from_json(br#""[[[[ not nesting""#).is_ok());
     }
 
     #[test]
