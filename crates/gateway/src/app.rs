@@ -28,6 +28,7 @@ struct Inner {
     config: Config,
     registry: Registry,
     shutdown: CancellationToken,
+    drain: crate::shutdown::Drain,
     tracker: TaskTracker,
     ready: AtomicBool,
     metrics: PrometheusHandle,
@@ -84,6 +85,7 @@ impl AppState {
         Self(Arc::new(Inner {
             config,
             registry,
+            drain: crate::shutdown::Drain::following(shutdown.clone()),
             shutdown,
             tracker,
             ready: AtomicBool::new(true),
@@ -117,6 +119,12 @@ impl AppState {
     /// Cancelled when the gateway starts draining.
     pub fn shutdown(&self) -> &CancellationToken {
         &self.0.shutdown
+    }
+
+    /// The drain as client connections wait for it (started when [`Self::shutdown`] is
+    /// cancelled).
+    pub fn drain(&self) -> &crate::shutdown::Drain {
+        &self.0.drain
     }
 
     /// Tracks every connection task, so that shutdown can wait for them.

@@ -1,6 +1,15 @@
 //! Signals: the first SIGTERM or SIGINT starts a graceful drain; a second one exits at once.
+//! And the drain signal as connections wait for it ([`Drain`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 use tokio_util::sync::CancellationToken;
 
 /// Cancels `token` on the first SIGTERM or SIGINT and exits the process on the second.
@@ -25,4 +34,125 @@ pub fn spawn_signal_handler(token: CancellationToken) -> std::io::Result<()> {
         std::process::exit(130);
     });
     Ok(())
+}
+
+/// The drain signal as client connections wait for it: one atomic load per wake-up.
+///
+/// Every SSE and WebSocket task selects on the drain beside its feed, so the wait is polled
+/// on every delivery. `CancellationToken`'s future takes the token's mutex and the `Notify`
+/// list's lock on each poll — two locks shared by every connection, per delivery. A
+/// [`DrainWait`] registers with the `Notify` once and afterwards checks an atomic flag only.
+#[derive(Clone, Debug)]
+pub struct Drain(Arc<DrainInner>);
+
+#[derive(Debug)]
+struct DrainInner {
+    draining: AtomicBool,
+    notify: Arc<Notify>,
+}
+
+impl Drain {
+    /// A drain that starts when `token` is cancelled (a task follows the token).
+    pub fn following(token: CancellationToken) -> Self {
+        let drain = Self(Arc::new(DrainInner {
+            draining: AtomicBool::new(false),
+            notify: Arc::new(Notify::new()),
+        }));
+        let follower = drain.clone();
+        tokio::spawn(async move {
+            token.cancelled().await;
+            follower.start();
+        });
+        drain
+    }
+
+    /// Starts the drain: every [`DrainWait`] completes.
+    pub fn start(&self) {
+        self.0.draining.store(true, Ordering::Release);
+        self.0.notify.notify_waiters();
+    }
+
+    /// Whether the drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::Acquire)
+    }
+
+    /// A future that completes when the drain starts. Keep it for the connection's life
+    /// (pinned) rather than making one per wait.
+    pub fn wait(&self) -> DrainWait {
+        DrainWait {
+            // Made before the flag is next read: a start after this point completes it
+            // (`notify_waiters` counts for every `Notified` that already exists).
+            notified: Box::pin(self.0.notify.clone().notified_owned()),
+            drain: self.clone(),
+            registered: None,
+        }
+    }
+}
+
+/// Completes when the drain starts. See [`Drain`].
+#[derive(Debug)]
+pub struct DrainWait {
+    drain: Drain,
+    notified: Pin<Box<OwnedNotified>>,
+    /// The waker the `Notify` holds for us, once registered.
+    registered: Option<Waker>,
+}
+
+impl Future for DrainWait {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.drain.is_draining() {
+            return Poll::Ready(());
+        }
+        if this
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            return Poll::Pending;
+        }
+        // First poll, or polled from another task: (re-)register this task's waker.
+        if this.notified.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        this.registered = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn waits_complete_when_the_token_is_cancelled() {
+        let token = CancellationToken::new();
+        let drain = Drain::following(token.clone());
+        let mut early = drain.wait();
+        // Polled (registered) before the start, and made but not polled before the start.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), &mut early)
+                .await
+                .is_err()
+        );
+        let unpolled = drain.wait();
+        let waiting = tokio::spawn(early);
+        token.cancel();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a registered wait completes")
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), unpolled)
+            .await
+            .expect("a wait made before the start completes");
+        assert!(drain.is_draining());
+        // Made after the start: ready at once.
+        tokio::time::timeout(Duration::from_millis(100), drain.wait())
+            .await
+            .expect("ready after the start");
+    }
 }

@@ -24,12 +24,12 @@ use bytes::Bytes;
 use herald_core::{Feed, FeedEvent, ResumeList};
 use tokio::io::AsyncWriteExt as _;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::{SubscribeQuery, authorize, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::server::tls::ClientStream;
+use crate::shutdown::DrainWait;
 use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
@@ -184,7 +184,7 @@ fn try_open(
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
         last_write: Instant::now(),
-        shutdown: Box::pin(state.shutdown().clone().cancelled_owned()),
+        shutdown: state.drain().wait(),
         jitter: config.shutdown.reconnect_jitter,
         id: String::new(),
         queued: None,
@@ -214,10 +214,8 @@ pub struct SseStream {
     /// `last_write + heartbeat`.
     sleep: Pin<Box<Sleep>>,
     last_write: Instant,
-    /// Registered with the shutdown token once for the stream's life, rather than on every
-    /// wait (a fresh `cancelled()` future joins and leaves one list shared by every
-    /// connection, under its lock, per delivery).
-    shutdown: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// The drain, waited for with one atomic load per wake-up (see [`crate::shutdown::Drain`]).
+    shutdown: DrainWait,
     jitter: Duration,
     /// Scratch space for the multi-topic `id:` line.
     id: String,
@@ -275,7 +273,7 @@ impl SseStream {
         loop {
             tokio::select! {
                 biased;
-                _ = self.shutdown.as_mut() => {
+                _ = &mut self.shutdown => {
                     self.done = true;
                     self.guard.closing(CloseReason::Shutdown);
                     let retry = jitter(self.jitter).as_millis();

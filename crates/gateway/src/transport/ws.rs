@@ -247,9 +247,8 @@ impl Connection {
 
     async fn run(mut self) {
         let config = self.state.config().ws.clone();
-        // Registered with the token once, not on every wait (see `sse::SseStream::shutdown`).
-        let shutdown = self.state.shutdown().clone().cancelled_owned();
-        tokio::pin!(shutdown);
+        // Polled on every wake-up: one atomic load (see `crate::shutdown::Drain`).
+        let mut shutdown = self.state.drain().wait();
         let mut ping =
             tokio::time::interval_at(Instant::now() + config.ping_interval, config.ping_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
