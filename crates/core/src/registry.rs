@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
@@ -18,7 +18,9 @@ use crate::topic::{Topic, TopicConfig, TopicStats};
 pub struct RegistryConfig {
     /// Number of shards (rounded up to a power of two).
     pub shards: usize,
-    /// Most topics held at once; creating one more first reclaims idle topics, then fails.
+    /// Most topics held at once. Creating one more first drops the topics that have no
+    /// subscriber and no history (at most one such scan per [`PRESSURE_SCAN_EVERY`]), then
+    /// fails.
     pub max_topics: usize,
     /// Limits of every topic.
     pub topic: TopicConfig,
@@ -36,6 +38,10 @@ impl Default for RegistryConfig {
 
 type Shard = RwLock<HashMap<TopicName, Arc<Topic>>>;
 
+/// Shortest time between two reclaim scans made because the registry is full: while it stays
+/// full, a refused creation costs a lookup, not a scan of every topic.
+pub const PRESSURE_SCAN_EVERY: Duration = Duration::from_millis(100);
+
 /// Every topic of this node.
 ///
 /// A lookup takes the read side of one shard's lock, so lookups never wait on each other and
@@ -48,6 +54,9 @@ pub struct Registry {
     hasher: std::collections::hash_map::RandomState,
     count: AtomicUsize,
     config: RegistryConfig,
+    created: Instant,
+    /// When the last scan under pressure ran, in ms since `created` (+1; 0 = never).
+    last_pressure_scan: AtomicU64,
 }
 
 impl Registry {
@@ -59,6 +68,8 @@ impl Registry {
             hasher: Default::default(),
             count: AtomicUsize::new(0),
             config,
+            created: Instant::now(),
+            last_pressure_scan: AtomicU64::new(0),
         }
     }
 
@@ -83,9 +94,31 @@ impl Registry {
             return Ok(topic);
         }
         match self.try_create(name) {
-            Err(RegistryError::TooManyTopics { .. }) if self.reclaim() > 0 => self.try_create(name),
+            Err(RegistryError::TooManyTopics { .. }) if self.reclaim_under_pressure() > 0 => {
+                self.try_create(name)
+            }
             other => other,
         }
+    }
+
+    /// The registry is full: drops the topics with no subscriber and no history without
+    /// waiting for their quiet window (a client spraying subscriptions to new topics would
+    /// otherwise fill the registry for that long, locking out every new topic). At most one
+    /// scan per [`PRESSURE_SCAN_EVERY`]; returns how many topics went.
+    fn reclaim_under_pressure(&self) -> usize {
+        let now = self.created.elapsed().as_millis() as u64 + 1;
+        let last = self.last_pressure_scan.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < PRESSURE_SCAN_EVERY.as_millis() as u64 {
+            return 0;
+        }
+        if self
+            .last_pressure_scan
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return 0; // another thread is scanning
+        }
+        self.reclaim_where(true)
     }
 
     fn try_create(&self, name: &TopicName) -> Result<Arc<Topic>, RegistryError> {
@@ -118,12 +151,16 @@ impl Registry {
     /// many. A topic in use (held by a subscriber or a publisher) is never removed, so nobody
     /// can end up on an orphaned topic.
     pub fn reclaim(&self) -> usize {
+        self.reclaim_where(false)
+    }
+
+    fn reclaim_where(&self, pressure: bool) -> usize {
         let now = Instant::now();
         let mut removed = 0;
         for shard in self.shards.iter() {
             let mut shard = shard.write();
             shard.retain(|_, topic| {
-                let keep = Arc::strong_count(topic) > 1 || !topic.is_idle(now);
+                let keep = Arc::strong_count(topic) > 1 || !topic.is_idle(now, pressure);
                 removed += usize::from(!keep);
                 keep
             });
@@ -214,6 +251,50 @@ mod tests {
             RegistryError::TooManyTopics { max: 2 }
         );
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_full_registry_drops_unused_topics_at_once_but_scans_rarely() {
+        let r = Registry::new(RegistryConfig {
+            shards: 4,
+            max_topics: 3,
+            topic: TopicConfig {
+                history_ttl: Duration::from_secs(600),
+                ..TopicConfig::default()
+            },
+        });
+        // A sprayer's topics: subscribed, then left, never published. Their quiet window
+        // (600 s) has not passed.
+        for n in ["spray-1", "spray-2"] {
+            let t = r.get_or_create(&name(n)).unwrap();
+            drop(t.subscribe(None));
+        }
+        r.publish(
+            &name("kept"),
+            None,
+            Payload::from_value(&serde_json::json!(1)),
+        )
+        .unwrap();
+        assert_eq!(
+            r.reclaim(),
+            0,
+            "the periodic reclaim waits for the quiet window"
+        );
+        // Full: a new topic still gets in; the unused ones go, the one with history stays.
+        let _fresh = r.get_or_create(&name("fresh")).unwrap();
+        assert!(r.get("kept").is_some());
+        assert!(r.get("spray-1").is_none() || r.get("spray-2").is_none());
+        let _other = r.get_or_create(&name("other")).unwrap();
+        assert_eq!(r.len(), 3);
+        // Full of topics in use: refused, and the next refusal within the scan interval does
+        // not scan again.
+        assert_eq!(
+            r.get_or_create(&name("refused")).unwrap_err(),
+            RegistryError::TooManyTopics { max: 3 }
+        );
+        let scanned = r.last_pressure_scan.load(Ordering::Relaxed);
+        assert!(r.get_or_create(&name("refused-2")).is_err());
+        assert_eq!(r.last_pressure_scan.load(Ordering::Relaxed), scanned);
     }
 
     #[test]

@@ -243,15 +243,17 @@ impl Topic {
     }
 
     /// Evicts expired history; true when nothing is left to keep the topic for: no
-    /// subscriber, no history, and no activity for the history window.
-    pub(crate) fn is_idle(&self, now: Instant) -> bool {
+    /// subscriber, no history, and no activity for the history window. Under `pressure`
+    /// (the registry is full) the quiet window is not waited for: a topic with no subscriber
+    /// and no history goes at once (a client resuming it later starts a new epoch).
+    pub(crate) fn is_idle(&self, now: Instant, pressure: bool) -> bool {
         if self.sender.receiver_count() > 0 {
             return false;
         }
         let mut state = self.state.lock();
         state.history.evict_expired(now);
         state.history.is_empty()
-            && now.saturating_duration_since(state.last_active) >= state.keep_idle
+            && (pressure || now.saturating_duration_since(state.last_active) >= state.keep_idle)
     }
 }
 
@@ -354,17 +356,17 @@ mod tests {
     #[test]
     fn idle_only_without_subscribers_and_history() {
         let t = topic(2);
-        assert!(!t.is_idle(Instant::now()));
-        assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));
+        assert!(!t.is_idle(Instant::now(), false));
+        assert!(t.is_idle(Instant::now() + Duration::from_secs(61), false));
         let sub = t.subscribe(None);
-        assert!(!t.is_idle(Instant::now()));
+        assert!(!t.is_idle(Instant::now(), false));
         drop(sub);
         t.touch();
         // Kept for the history window after its last subscriber left...
-        assert!(!t.is_idle(Instant::now()));
-        assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));
+        assert!(!t.is_idle(Instant::now(), false));
+        assert!(t.is_idle(Instant::now() + Duration::from_secs(61), false));
         publish(&t, 1);
-        assert!(!t.is_idle(Instant::now()));
-        assert!(t.is_idle(Instant::now() + Duration::from_secs(61)));
+        assert!(!t.is_idle(Instant::now(), false));
+        assert!(t.is_idle(Instant::now() + Duration::from_secs(61), false));
     }
 }

@@ -169,3 +169,50 @@ async fn websocket_publishing_is_rate_limited_per_connection() {
     assert_eq!(ws_next(&mut other).await["type"], "published");
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn spraying_subscriptions_to_new_topics_does_not_lock_out_new_topics() {
+    let mut config = test_config();
+    config.topics.max_topics = 20;
+    let gw = spawn_gateway(config).await;
+    // A client opens streams to ever new topics and drops them; nothing is published.
+    for n in 0..60 {
+        let resp = SseClient::request(&gw, &format!("topic=spray-{n}"), None).await;
+        assert!(
+            resp.status() == 200 || resp.status() == 503,
+            "{}",
+            resp.status()
+        );
+    }
+    // The unused topics make room at once (at most one scan per 100 ms while full); topics
+    // with history or a subscriber are kept.
+    let admin = gw.admin_addr;
+    eventually(WAIT, || async move {
+        http()
+            .post(format!("http://{admin}/v1/publish"))
+            .json(&serde_json::json!({"topic": "kept", "data": 1}))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let mut held = loop {
+        let resp = SseClient::request(&gw, "topic=held", None).await;
+        if resp.status() == 200 {
+            break SseClient::from_response(resp);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    eventually(WAIT, || async {
+        SseClient::request(&gw, "topic=fresh", None).await.status() == 200
+    })
+    .await;
+    let stats = get_json(format!("http://{}/v1/topics/kept", gw.admin_addr)).await;
+    assert_eq!(stats["history"], 1, "kept with its history: {stats}");
+    publish(&gw, "held", serde_json::json!({"still": "served"})).await;
+    assert_eq!(
+        held.next_event().await.unwrap().data.as_deref(),
+        Some(r#"{"still":"served"}"#)
+    );
+    gw.stop().await.unwrap();
+}

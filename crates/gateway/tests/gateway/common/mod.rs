@@ -170,6 +170,11 @@ impl SseClient {
     pub async fn connect(gw: &Gateway, query: &str, last_event_id: Option<&str>) -> Self {
         let resp = Self::request(gw, query, last_event_id).await;
         assert_eq!(resp.status(), 200);
+        Self::from_response(resp)
+    }
+
+    /// A client reading an opened (200) response.
+    pub fn from_response(resp: reqwest::Response) -> Self {
         Self {
             headers: resp.headers().clone(),
             stream: Box::pin(resp.bytes_stream().map(|c| c.map_err(Into::into))),
