@@ -97,9 +97,14 @@ impl<'de: 'a, 'a> Deserialize<'de> for Data<'a> {
 
 /// Parses one text frame.
 pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
-    let frame: Frame<'_> = serde_json::from_str(text).map_err(|e| CommandError {
-        code: if e.is_data() { "bad_frame" } else { "bad_json" },
-        reason: e.to_string(),
+    let frame: Frame<'_> = serde_json::from_str(text).map_err(|e| {
+        // A type error can be met before a syntax error further on: say `bad_json` for
+        // anything that is not JSON at all.
+        let is_json = e.is_data() && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+        CommandError {
+            code: if is_json { "bad_frame" } else { "bad_json" },
+            reason: e.to_string(),
+        }
     })?;
     // serde's derived `Deserialize` also takes a struct as an array of its fields in order
     // (`["ping"]`); a command is an object with a `type`.
@@ -188,6 +193,9 @@ mod tests {
         assert_eq!(code(r#"{"type":"dance"}"#), "bad_frame");
         assert_eq!(code(r#"{"type":"ping","extra":1}"#), "bad_frame");
         assert_eq!(code(r#"{"type":"subscribe","topics":[1]}"#), "bad_frame");
+        // A type error before a syntax error is still not JSON.
+        assert_eq!(code(r#"{"type":1, ["#), "bad_json");
+        assert_eq!(code(r#"[[[{"type":"ping"}"#), "bad_json");
         // serde would take an array as the struct's fields in order (checked by fuzz/ws_command).
         assert_eq!(code(r#"["ping"]"#), "bad_frame");
         assert_eq!(

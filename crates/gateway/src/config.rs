@@ -218,6 +218,11 @@ pub struct WsConfig {
     /// with 1001.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
+    /// Frames per second one client may send (any kind, pings included); faster is closed
+    /// with 1008 "too many messages". 0 turns the limit off.
+    pub inbound_rate: f64,
+    /// Burst of frames one client may send at once.
+    pub inbound_burst: f64,
 }
 
 /// Long-polling.
@@ -340,6 +345,8 @@ impl Default for WsConfig {
             write_buffer_size: 0,
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
+            inbound_rate: 100.0,
+            inbound_burst: 200.0,
         }
     }
 }
@@ -417,6 +424,13 @@ impl Config {
         ensure!(
             (1024..=16 << 20).contains(&ws.max_message_size),
             "ws.max_message_size must be within 1024..=16777216"
+        );
+        ensure!(
+            ws.inbound_rate.is_finite()
+                && ws.inbound_rate >= 0.0
+                && ws.inbound_burst.is_finite()
+                && ws.inbound_burst >= 0.0,
+            "ws.inbound_rate and ws.inbound_burst must be numbers of at least 0"
         );
         ensure!(
             (256..=1 << 20).contains(&ws.read_buffer_size),

@@ -35,6 +35,8 @@ use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, T
 pub mod close_code {
     /// Idle timeout: nothing heard from the client.
     pub const GOING_AWAY: u16 = 1001;
+    /// A frame that breaks RFC 6455 (an orphan continuation, an oversized control frame, ...).
+    pub const PROTOCOL: u16 = 1002;
     /// Invalid UTF-8 in a text frame.
     pub const INVALID_DATA: u16 = 1007;
     /// Policy violation: slow consumer.
@@ -49,6 +51,18 @@ pub mod close_code {
 pub const PATH: &str = "/v1/ws";
 
 type Socket = WebSocketStream<ClientStream>;
+
+/// Whether `key` is a `Sec-WebSocket-Key`: base64 of 16 bytes (RFC 6455 4.1), which is 22
+/// base64 characters, the last carrying 2 bits only, and `==`.
+fn is_websocket_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    b.len() == 24
+        && b[..22]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+        && matches!(b[21], b'A' | b'Q' | b'g' | b'w')
+        && &b[22..] == b"=="
+}
 
 /// The route on the router: WebSocket upgrades are taken over by the accept loop before the
 /// router sees them, so a request that gets here was not a valid HTTP/1.1 upgrade.
@@ -159,7 +173,7 @@ fn validate_handshake(state: &AppState, headers: &HeaderMap) -> Result<String, A
         .get("sec-websocket-key")
         .and_then(|v| v.to_str().ok())
     {
-        Some(key) if key.len() == 24 => Ok(key.to_string()),
+        Some(key) if is_websocket_key(key) => Ok(key.to_string()),
         _ => Err(ApiError::bad_request(
             "bad_handshake",
             "missing or malformed Sec-WebSocket-Key",
@@ -213,6 +227,8 @@ struct Connection {
     /// This connection's publish rate limit, from its first publish on (boxed: most
     /// connections never publish).
     publish_bucket: Option<Box<TokenBucket>>,
+    /// This connection's inbound frame rate limit, from its first frame on.
+    inbound_bucket: Option<Box<TokenBucket>>,
 }
 
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
@@ -235,6 +251,7 @@ impl Connection {
         Self {
             expiry: expiry_of(&who),
             publish_bucket: None,
+            inbound_bucket: None,
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
@@ -285,6 +302,17 @@ impl Connection {
 
     async fn on_frame(&mut self, frame: Option<Result<WsMessage, tungstenite::Error>>) -> Flow {
         self.last_heard = Instant::now();
+        let ws = &self.state.config().ws;
+        if let Some(rate) = Rate::new(ws.inbound_rate, ws.inbound_burst) {
+            let bucket = self
+                .inbound_bucket
+                .get_or_insert_with(|| Box::new(rate.bucket()));
+            if bucket.take(rate, 1.0).is_err() {
+                metrics::client_error("ws", "inbound_rate");
+                self.close(close_code::POLICY, "too many messages").await;
+                return Flow::Close(CloseReason::Protocol);
+            }
+        }
         let message = match frame {
             None => return Flow::Close(CloseReason::Client),
             Some(Ok(message)) => message,
@@ -328,6 +356,8 @@ impl Connection {
             tungstenite::Error::Protocol(e) => {
                 metrics::client_error("ws", "protocol");
                 tracing::debug!(error = %e, "websocket protocol error");
+                let reason = format!("protocol error: {e}");
+                self.close(close_code::PROTOCOL, &reason).await;
                 Flow::Close(CloseReason::Protocol)
             }
             _ => Flow::Close(CloseReason::Client),
@@ -585,5 +615,24 @@ impl Connection {
             }
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_websocket_key;
+
+    #[test]
+    fn websocket_keys_are_base64_of_16_bytes() {
+        assert!(is_websocket_key("dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(is_websocket_key("AAAAAAAAAAAAAAAAAAAAAA=="));
+        assert!(
+            !is_websocket_key("dGhlIHNhbXBsZSBub25jZR=="),
+            "extra bits set"
+        );
+        assert!(!is_websocket_key("!!!!!!!!!!!!!!!!!!!!!!=="));
+        assert!(!is_websocket_key("dGhlIHNhbXBsZSBub25jZQ=!"));
+        assert!(!is_websocket_key("123456789012345678901234"));
+        assert!(!is_websocket_key("dGhlIHNhbXBsZSBub25jZQ="));
     }
 }

@@ -282,3 +282,29 @@ async fn fragmented_frames_are_reassembled_and_invalid_utf8_closes_with_1007() {
     assert_eq!(ws_next(&mut ws).await["data"], 1);
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_client_flooding_frames_is_closed_and_others_keep_receiving() {
+    let mut config = test_config();
+    config.ws.inbound_rate = 10.0;
+    config.ws.inbound_burst = 20.0;
+    let gw = spawn_gateway(config).await;
+    let mut good = ws_connect(&gw).await;
+    ws_subscribe(&mut good, &["flood"]).await;
+    let mut flooder = ws_connect(&gw).await;
+    for _ in 0..200 {
+        if flooder
+            .send(WsMessage::Ping(b"x".to_vec().into()))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    let (code, reason) = ws_close_code(&mut flooder).await;
+    assert_eq!((code, reason.as_str()), (1008, "too many messages"));
+    publish(&gw, "flood", json!({"ok": true})).await;
+    let message = ws_next(&mut good).await;
+    assert_eq!(message["data"], json!({"ok": true}));
+    gw.stop().await.unwrap();
+}
