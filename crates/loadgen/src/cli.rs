@@ -31,6 +31,8 @@ pub enum Command {
     Churn(ChurnArgs),
     /// Raw floor: CPU cost of one small write per socket on loopback, for comparison.
     Floor(FloorArgs),
+    /// Hostile clients (malformed, oversized, slow, forged) while good SSE subscribers receive.
+    Hostile(Box<HostileArgs>),
     /// Internal: run as a worker process of a coordinator (JSON lines on stdin/stdout).
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -298,6 +300,98 @@ pub struct PublishCmdArgs {
     pub strict: bool,
 }
 
+/// `hostile`.
+#[derive(Debug, Clone, Args)]
+pub struct HostileArgs {
+    /// Public listener URL(s) of the server (attacks use Herald's paths /v1/sse and /v1/ws on
+    /// it; good clients use the URL as `sse` does).
+    #[arg(long = "url", required = true)]
+    pub urls: Vec<String>,
+    /// Allow targets outside 127.0.0.0/8, ::1 and localhost.
+    #[arg(long)]
+    pub allow_non_loopback: bool,
+    /// Attacker loops: each opens a connection per attack, taking the catalogue in turn.
+    #[arg(long, default_value_t = 200)]
+    pub conns: usize,
+    /// Attacks to run: `default`, `all` (adds the opt-in ones), or a comma-separated list of
+    /// names; `-name` removes one (`default,-slowloris`).
+    #[arg(long, default_value = "default")]
+    pub attacks: String,
+    /// Time bound of one attack, connect to answer.
+    #[arg(long, value_parser = duration, default_value = "5s")]
+    pub attack_timeout: Duration,
+    /// Slowloris: time between trickled bytes (the head never completes).
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub slowloris_every: Duration,
+    /// Slowloris: give up after this long without an answer (the server's header timeout is
+    /// 10 s by default, answered 408).
+    #[arg(long, value_parser = duration, default_value = "15s")]
+    pub slowloris_max: Duration,
+    /// Most slow attacks in progress at once (default: a tenth of --conns).
+    #[arg(long)]
+    pub max_slow: Option<usize>,
+    /// Source addresses of attacker sockets (count, range or list, as --source-ips). Default
+    /// for IPv4 loopback targets: 127.0.0.2-127.0.0.65, apart from the good clients' address.
+    #[arg(long)]
+    pub attack_source_ips: Option<String>,
+    /// An Origin the server refuses (its auth.allowed_origins is set): enables ws_bad_origin.
+    #[arg(long)]
+    pub origin_forbidden: Option<String>,
+    /// The server's HS256 secret, if known: expired tokens are then validly signed, so that only
+    /// the expiry is wrong.
+    #[arg(long, env = "HERALD_LOADGEN_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// The server's ws.max_message_size (oversized frames are made larger than this).
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_ws_message: usize,
+    /// Size of the huge Last-Event-ID, bytes.
+    #[arg(long, default_value_t = 2 << 20)]
+    pub huge_bytes: usize,
+    /// Pings in one ws_ping_flood attack.
+    #[arg(long, default_value_t = 10_000)]
+    pub ping_flood: usize,
+    /// Health URL to GET during the attacks (Herald: the admin listener's /healthz).
+    #[arg(long)]
+    pub health_url: Option<String>,
+    /// Time between health checks.
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub health_every: Duration,
+    /// Time bound of one health check.
+    #[arg(long, value_parser = duration, default_value = "2s")]
+    pub health_timeout: Duration,
+    /// Start of the attack phase left out of the memory start figure (at most a quarter of
+    /// --duration).
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub warmup: Duration,
+    /// Flag server RSS growth (mean of the first to the last minute) above this many MiB.
+    #[arg(long)]
+    pub max_rss_growth_mb: Option<f64>,
+    /// Well-behaved SSE subscribers running alongside (0: none).
+    #[arg(long, default_value_t = 100)]
+    pub good_conns: u64,
+    /// Good clients: new connections per second during the ramp.
+    #[arg(long, default_value_t = 1000.0)]
+    pub ramp: f64,
+    /// Good clients: connect + response timeout; attackers: TCP connect timeout.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+    /// Good clients: most connection attempts in progress at once.
+    #[arg(long, default_value_t = 1000)]
+    pub max_pending: usize,
+    /// Good clients: source addresses (as in `sse`).
+    #[arg(long)]
+    pub source_ips: Option<String>,
+    /// Good clients: read buffer per connection, bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub read_buffer: usize,
+    #[command(flatten)]
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub topics: TopicArgs,
+    #[command(flatten)]
+    pub publish: PubArgs,
+}
+
 /// `floor`.
 #[derive(Debug, Clone, Args)]
 pub struct FloorArgs {
@@ -354,5 +448,35 @@ mod tests {
         assert_eq!(a.run.duration, Duration::from_secs(300));
         assert_eq!(a.publish.publish_mode, PublishMode::RoundRobin);
         assert_eq!(a.run.server_pids, vec![42]);
+    }
+
+    #[test]
+    fn parses_a_hostile_command() {
+        let cli = Cli::try_parse_from([
+            "herald-loadgen",
+            "hostile",
+            "--url",
+            "http://127.0.0.1:8080",
+            "--good-conns",
+            "1000",
+            "--publish-url",
+            "http://127.0.0.1:9090",
+            "--publish-rate",
+            "10",
+            "--duration",
+            "5m",
+            "--attacks",
+            "default,-slowloris",
+            "--health-url",
+            "http://127.0.0.1:9090/healthz",
+        ])
+        .unwrap();
+        let Command::Hostile(a) = cli.command else {
+            panic!("not hostile")
+        };
+        assert_eq!((a.conns, a.good_conns), (200, 1000));
+        assert_eq!(a.run.duration, Duration::from_secs(300));
+        assert_eq!(a.publish.publish_rate, 10.0);
+        assert_eq!(a.attack_timeout, Duration::from_secs(5));
     }
 }

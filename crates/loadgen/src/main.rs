@@ -8,6 +8,7 @@ mod conn;
 mod error;
 mod floor;
 mod histogram;
+mod hostile;
 mod payload;
 mod procstat;
 mod proto;
@@ -97,6 +98,7 @@ fn main() -> ExitCode {
         Command::Ws(a) => run_plan(run::plan::ws_plan(&a), nofile),
         Command::Echo(a) => run_plan(run::plan::echo_plan(&a), nofile),
         Command::Churn(a) => run_plan(run::plan::churn_plan(&a), nofile),
+        Command::Hostile(a) => run_plan(run::plan::hostile_plan(&a), nofile),
         Command::Publish(a) => {
             let cfg = match run::publish_cmd::config(&a) {
                 Ok(c) => c,

@@ -416,3 +416,157 @@ fn ws_raw_counts_any_frame() {
     assert_eq!(u(&d["untracked"]), 15);
     assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
 }
+
+#[test]
+fn hostile_counts_add_up_while_good_clients_receive() {
+    let srv = spawn_server();
+    // The stand-in gives every topic a 65,536-slot channel: the attacks naming thousands of
+    // topics (refused by Herald) would only measure that.
+    let a = args(&[
+        "hostile",
+        "--url",
+        &format!("http://{}", srv.addr),
+        "--attacks",
+        "default,-ws_subscribe_10k,-too_many_topics",
+        "--conns",
+        "24",
+        "--good-conns",
+        "10",
+        "--topics",
+        "2",
+        "--publish-url",
+        &format!("http://{}", srv.admin),
+        "--publish-rate",
+        "50",
+        "--duration",
+        "2s",
+        "--drain",
+        "500ms",
+        "--attack-timeout",
+        "1s",
+        "--slowloris-every",
+        "100ms",
+        "--slowloris-max",
+        "1s",
+        "--ping-flood",
+        "200",
+        "--huge-bytes",
+        "262144",
+        "--warmup",
+        "0s",
+        "--health-url",
+        &format!("http://{}/healthz", srv.admin),
+        "--server-pid",
+        &std::process::id().to_string(),
+    ]);
+    let started = std::time::Instant::now();
+    let (r, out) = run_report(&a, "hostile");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}\nstdout:\n{}\nstderr:\n{}",
+        started.elapsed(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(r["command"], "hostile");
+    let h = &r["hostile"];
+    let attacks = u(&h["attacks"]);
+    assert!(attacks > 24, "{h}");
+    // every attack of the default catalogue ran (and is reported in catalogue order)
+    let by_attack = h["by_attack"].as_array().unwrap();
+    assert_eq!(by_attack.len(), h["catalogue"].as_array().unwrap().len());
+    assert_eq!(by_attack[0]["attack"], "malformed_request_line");
+    // the counts add up: per attack, per outcome, over all attacks
+    let mut total = 0;
+    let mut unexpected = 0;
+    let mut cancelled = 0;
+    for a in by_attack {
+        let n = u(&a["total"]);
+        assert!(n + u(&a["cancelled"]) > 0, "never ran: {a}");
+        let by_outcome: u64 = a["outcomes"].as_object().unwrap().values().map(u).sum();
+        assert_eq!(by_outcome, n, "{a}");
+        assert_eq!(u(&a["expected"]) + u(&a["unexpected"]), n, "{a}");
+        total += n;
+        unexpected += u(&a["unexpected"]);
+        cancelled += u(&a["cancelled"]);
+    }
+    assert_eq!(total, attacks);
+    assert_eq!(u(&h["unexpected_total"]), unexpected);
+    assert_eq!(u(&h["cancelled_at_end"]), cancelled);
+    assert_eq!(u(&h["started"]), attacks + cancelled);
+    let all: u64 = h["by_outcome"].as_object().unwrap().values().map(u).sum();
+    assert_eq!(all, attacks);
+    let listed: u64 = h["unexpected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| u(&x["count"]))
+        .sum();
+    assert_eq!(listed, unexpected);
+    // the stand-in is not Herald: it accepts topics Herald refuses, so there are unexpected
+    // outcomes, and they are in the verdict
+    assert!(unexpected > 0);
+    assert_eq!(r["verdict"]["ok"], false);
+    let problems = r["verdict"]["problems"].to_string();
+    assert!(problems.contains("unexpected outcome"), "{problems}");
+    // health checks of the admin listener all passed
+    let health = &h["health"];
+    assert!(u(&health["checks"]) >= 1, "{health}");
+    assert_eq!(u(&health["ok"]), u(&health["checks"]), "{health}");
+    // the good clients got everything
+    let g = &h["good_clients"];
+    assert_eq!(u(&g["connected"]), 10, "{g}");
+    assert_eq!(g["unharmed"], true, "{g}");
+    assert_eq!(g["delivery_ratio"].as_f64(), Some(1.0));
+    assert_complete_delivery_counts(&r);
+    // memory of the sampled server over the attack phase
+    let m = &h["memory"][0];
+    assert!(u(&m["samples"]) >= 1, "{m}");
+    assert!(u(&m["rss_peak_kb"]) >= u(&m["rss_start_kb"]), "{m}");
+    assert!(
+        r["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["attacks_per_sec"].as_f64().unwrap_or(0.0) > 0.0)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("hostile") && stdout.contains("good clients"),
+        "{stdout}"
+    );
+}
+
+/// Delivery of the good clients: nothing missing or duplicated.
+fn assert_complete_delivery_counts(r: &Value) {
+    let d = &r["delivery"];
+    assert_eq!(d["accounted"], true);
+    assert!(u(&d["expected"]) > 0, "{d}");
+    assert_eq!(u(&d["delivered"]), u(&d["expected"]), "{d}");
+    assert_eq!(u(&d["missing"]), 0);
+    assert_eq!(u(&d["duplicates"]), 0);
+}
+
+#[test]
+fn hostile_refuses_bad_command_lines() {
+    for bad in [
+        vec!["hostile", "--url", "http://10.1.2.3:8080"],
+        vec![
+            "hostile",
+            "--url",
+            "http://127.0.0.1:1",
+            "--attacks",
+            "nonsense",
+        ],
+        vec![
+            "hostile",
+            "--url",
+            "http://127.0.0.1:1",
+            "--attacks",
+            "ws_bad_origin",
+        ],
+    ] {
+        let out = run_loadgen(&args(&bad));
+        assert_eq!(out.status.code(), Some(64), "{bad:?}");
+    }
+}

@@ -16,7 +16,7 @@ pub struct Report {
     pub tool: String,
     /// Loadgen version.
     pub version: String,
-    /// Subcommand (`sse`, `ws`, `echo`, `publish`, `churn`).
+    /// Subcommand (`sse`, `ws`, `echo`, `publish`, `churn`, `hostile`).
     pub command: String,
     /// Command line.
     pub args: Vec<String>,
@@ -36,6 +36,9 @@ pub struct Report {
     pub echo: Option<EchoReport>,
     /// Churn results (`churn`).
     pub churn: Option<ChurnReport>,
+    /// Hostile clients (`hostile`).
+    #[serde(default)]
+    pub hostile: Option<HostileReport>,
     /// Errors by kind, all sources together.
     pub errors: BTreeMap<String, u64>,
     /// Sampled server processes.
@@ -356,8 +359,157 @@ pub struct TimelinePoint {
     pub max_ms: f64,
     /// Latency samples in this interval (0: the percentiles are meaningless).
     pub latency_samples: u64,
+    /// Attacks finished per second (`hostile`).
+    #[serde(default)]
+    pub attacks_per_sec: f64,
     /// RSS of each sampled server (KiB), in `servers` order.
     pub server_rss_kb: Vec<u64>,
+}
+
+/// Hostile clients: attacks, how the server answered, the health of everyone else.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HostileReport {
+    /// Attacker loops.
+    pub attackers: usize,
+    /// Attacks in the catalogue of this run, in order.
+    pub catalogue: Vec<String>,
+    /// Time bound of one attack (s).
+    pub attack_timeout_secs: f64,
+    /// Time bound of one slowloris attack (s).
+    pub slowloris_max_secs: f64,
+    /// Most slow attacks at once.
+    pub max_slow: usize,
+    /// Source addresses of attackers.
+    pub source_ips: usize,
+    /// Attack phase length (s).
+    pub secs: f64,
+    /// Attacks started.
+    pub started: u64,
+    /// Attacks that ended with an outcome.
+    pub attacks: u64,
+    /// attacks / secs.
+    pub attacks_per_sec: f64,
+    /// Attacks still in progress at the end and abandoned (not in `attacks`).
+    pub cancelled_at_end: u64,
+    /// Attacks whose outcome was not one the attack expects.
+    pub unexpected_total: u64,
+    /// All attacks together, by outcome.
+    pub by_outcome: BTreeMap<String, u64>,
+    /// Per attack.
+    pub by_attack: Vec<AttackReport>,
+    /// Unexpected outcomes by attack, variant and outcome, most frequent first.
+    pub unexpected: Vec<UnexpectedReport>,
+    /// Health checks of the admin listener (`--health-url`).
+    pub health: Option<HealthReport>,
+    /// Server memory over the attack phase, per `--server-pid`.
+    pub memory: Vec<MemoryReport>,
+    /// The well-behaved subscribers running alongside.
+    pub good_clients: Option<GoodClients>,
+}
+
+/// One attack of the catalogue.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AttackReport {
+    /// Attack name.
+    pub attack: String,
+    /// Attacks that ended with an outcome.
+    pub total: u64,
+    /// Of those, with an expected outcome.
+    pub expected: u64,
+    /// Of those, with an unexpected outcome.
+    pub unexpected: u64,
+    /// Abandoned at the end of the run.
+    pub cancelled: u64,
+    /// By outcome (`status_431`, `ws_close_1009`, `ws_error_bad_json`, `closed`, `reset`,
+    /// `timeout`...).
+    pub outcomes: BTreeMap<String, u64>,
+    /// Outcomes by variant of the attack.
+    pub by_variant: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Connect-to-outcome time.
+    pub time_ms: Percentiles,
+}
+
+/// One kind of unexpected outcome.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UnexpectedReport {
+    /// Attack.
+    pub attack: String,
+    /// Variant of the attack.
+    pub variant: String,
+    /// What happened.
+    pub outcome: String,
+    /// How often.
+    pub count: u64,
+}
+
+/// Health checks made during the attack.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct HealthReport {
+    /// URL.
+    pub url: String,
+    /// Checks made.
+    pub checks: u64,
+    /// Answered 200.
+    pub ok: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Failures by outcome.
+    pub failures: BTreeMap<String, u64>,
+    /// Answer time.
+    pub latency_ms: Percentiles,
+}
+
+/// Server memory during the attack phase (from the per-tick RSS samples).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MemoryReport {
+    /// PID.
+    pub pid: u32,
+    /// Warm-up excluded from the start figure (s).
+    pub warmup_secs: f64,
+    /// RSS when the attacks began (KiB).
+    pub rss_attack_start_kb: u64,
+    /// RSS after the warm-up (KiB).
+    pub rss_start_kb: u64,
+    /// Highest RSS during the attack phase (KiB).
+    pub rss_peak_kb: u64,
+    /// RSS at the end of the attack phase (KiB).
+    pub rss_end_kb: u64,
+    /// Length of the first and last windows compared (s): a minute, or a third of the
+    /// post-warm-up phase when it is shorter than three minutes.
+    pub window_secs: f64,
+    /// Mean RSS over the first window after the warm-up (KiB).
+    pub rss_first_window_kb: u64,
+    /// Mean RSS over the last window (KiB).
+    pub rss_last_window_kb: u64,
+    /// rss_last_window − rss_first_window (KiB).
+    pub rss_growth_kb: i64,
+    /// Least-squares slope of RSS after the warm-up (KiB per minute).
+    pub rss_slope_kb_per_min: f64,
+    /// Mean RSS of each minute of the attack phase (KiB).
+    pub rss_per_minute_kb: Vec<u64>,
+    /// RSS samples used.
+    pub samples: usize,
+}
+
+/// The well-behaved subscribers, summarized.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GoodClients {
+    /// Connected.
+    pub connected: u64,
+    /// Failed to connect.
+    pub failed: u64,
+    /// Dropped during the run.
+    pub dropped: u64,
+    /// Expected deliveries.
+    pub expected: u64,
+    /// Delivered.
+    pub delivered: u64,
+    /// Missing.
+    pub missing: u64,
+    /// delivered / expected.
+    pub delivery_ratio: Option<f64>,
+    /// Every good client stayed connected and received every message.
+    pub unharmed: bool,
 }
 
 /// Verdict.

@@ -23,6 +23,119 @@ fn kb(v: u64) -> String {
     format!("{:.1} MiB", v as f64 / 1024.0)
 }
 
+fn outcomes(m: &std::collections::BTreeMap<String, u64>) -> String {
+    let mut v: Vec<(&String, &u64)> = m.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn hostile(o: &mut String, h: &super::model::HostileReport) {
+    let _ = writeln!(o, "hostile");
+    row(
+        o,
+        "attackers / attacks",
+        format!(
+            "{} loops, {} attacks in {:.1}s ({:.0}/s), {} abandoned at the end",
+            h.attackers, h.attacks, h.secs, h.attacks_per_sec, h.cancelled_at_end
+        ),
+    );
+    row(o, "unexpected outcomes", h.unexpected_total);
+    row(o, "by outcome", outcomes(&h.by_outcome));
+    for a in &h.by_attack {
+        let flag = if a.unexpected > 0 { " !" } else { "" };
+        row(
+            o,
+            &format!("  {}{flag}", a.attack),
+            format!(
+                "{} ({} unexpected; p50 {:.1} ms): {}",
+                a.total,
+                a.unexpected,
+                a.time_ms.p50_ms,
+                outcomes(&a.outcomes)
+            ),
+        );
+    }
+    for u in h.unexpected.iter().take(20) {
+        row(
+            o,
+            "  unexpected",
+            format!("{}/{} → {} ×{}", u.attack, u.variant, u.outcome, u.count),
+        );
+    }
+    if let Some(x) = &h.health {
+        row(
+            o,
+            "health checks ok / all",
+            format!(
+                "{} / {} ({}; p99 {:.1} ms, max {:.1} ms)",
+                x.ok, x.checks, x.url, x.latency_ms.p99_ms, x.latency_ms.max_ms
+            ),
+        );
+        if !x.failures.is_empty() {
+            row(o, "health failures", outcomes(&x.failures));
+        }
+    }
+    for m in &h.memory {
+        row(
+            o,
+            &format!("server {} rss", m.pid),
+            format!(
+                "attack start {} | after {:.0}s warm-up {} | peak {} | end {}",
+                kb(m.rss_attack_start_kb),
+                m.warmup_secs,
+                kb(m.rss_start_kb),
+                kb(m.rss_peak_kb),
+                kb(m.rss_end_kb)
+            ),
+        );
+        row(
+            o,
+            &format!("server {} rss growth", m.pid),
+            format!(
+                "first {:.0}s {} → last {:.0}s {}: {:+.1} MiB ({:+.2} MiB/min fitted)",
+                m.window_secs,
+                kb(m.rss_first_window_kb),
+                m.window_secs,
+                kb(m.rss_last_window_kb),
+                m.rss_growth_kb as f64 / 1024.0,
+                m.rss_slope_kb_per_min / 1024.0
+            ),
+        );
+        if m.rss_per_minute_kb.len() > 1 {
+            let per: Vec<String> = m
+                .rss_per_minute_kb
+                .iter()
+                .map(|v| format!("{:.1}", *v as f64 / 1024.0))
+                .collect();
+            row(
+                o,
+                &format!("server {} rss per minute", m.pid),
+                format!("{} MiB", per.join(" / ")),
+            );
+        }
+    }
+    if let Some(g) = &h.good_clients {
+        row(
+            o,
+            "good clients",
+            format!(
+                "{} connected, {} failed, {} dropped; delivered {} / {} (missing {}, ratio {}) → {}",
+                g.connected,
+                g.failed,
+                g.dropped,
+                g.delivered,
+                g.expected,
+                g.missing,
+                g.delivery_ratio.map_or("n/a".into(), |r| format!("{r:.6}")),
+                if g.unharmed { "unharmed" } else { "HARMED" }
+            ),
+        );
+    }
+}
+
 /// Renders the summary table.
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
@@ -199,6 +312,9 @@ pub fn render(r: &Report) -> String {
         if let Some(u) = t.cpu_us_per_delivery {
             row(&mut o, &format!("cpu-µs per {}", t.per), format!("{u:.2}"));
         }
+    }
+    if let Some(h) = &r.hostile {
+        hostile(&mut o, h);
     }
     let _ = writeln!(o, "loadgen");
     row(

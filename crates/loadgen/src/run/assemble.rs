@@ -256,6 +256,7 @@ pub fn assemble(i: Inputs<'_>) -> Report {
         publish,
         echo,
         churn,
+        hostile: None,
         errors,
         servers,
         servers_total,

@@ -12,6 +12,7 @@ use super::plan::RunPlan;
 use super::progress::Progress;
 use super::servers::{Mark, ServerWatch};
 use crate::histogram::{self, Hist};
+use crate::hostile::engine::{Engine, HostileResult, HostileStats};
 use crate::publish::{PublishStats, Publisher};
 use crate::report::model::{Report, TimelinePoint};
 use crate::stats::Counters;
@@ -149,6 +150,8 @@ struct Coordinator {
     interrupt: CancellationToken,
     interrupted: bool,
     publish_stats: Option<std::sync::Arc<PublishStats>>,
+    hostile_stats: Option<std::sync::Arc<HostileStats>>,
+    last_attacks: u64,
 }
 
 impl Coordinator {
@@ -179,7 +182,7 @@ impl Coordinator {
         let lat = histogram::summarize(&self.fleet.interval_latency);
         self.fleet.interval_latency.reset();
         let t = self.t0.elapsed().as_secs_f64();
-        let line = format!(
+        let mut line = format!(
             "[{t:7.1}s] {phase:<8} open {}/{} fail {} drop {} | recv {:.0}/s p99 {:.2}ms | pub {:.0}/s | err {}",
             total.open,
             self.plan.conns,
@@ -190,6 +193,20 @@ impl Coordinator {
             pub_rate,
             total.error_total()
         );
+        let mut attack_rate = 0.0;
+        if let Some(h) = &self.hostile_stats {
+            use std::sync::atomic::Ordering::Relaxed;
+            let done = h.finished.load(Relaxed);
+            attack_rate = done.saturating_sub(self.last_attacks) as f64 / dt;
+            self.last_attacks = done;
+            line.push_str(&format!(
+                " | attacks {attack_rate:.0}/s unexpected {}",
+                h.unexpected.load(Relaxed)
+            ));
+            if let Some(kb) = rss.first() {
+                line.push_str(&format!(" | rss {:.1} MiB", *kb as f64 / 1024.0));
+            }
+        }
         self.progress.update(&line, false);
         self.timeline.push(TimelinePoint {
             t_secs: t,
@@ -203,6 +220,7 @@ impl Coordinator {
             p999_ms: lat.p999_ms,
             max_ms: lat.max_ms,
             latency_samples: lat.count,
+            attacks_per_sec: attack_rate,
             server_rss_kb: rss,
         });
     }
@@ -293,6 +311,8 @@ pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Resul
         interrupt: spawn_interrupt_watch(),
         interrupted: false,
         publish_stats: None,
+        hostile_stats: None,
+        last_attacks: 0,
         plan,
     };
 
@@ -319,6 +339,8 @@ pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Resul
     let mut measure_start = Instant::now();
     let mut measured_secs = 0.0;
     let mut publish_secs = 0.0;
+    let mut hostile_result: Option<HostileResult> = None;
+    let (mut hostile_start, mut hostile_end) = (0.0, 0.0);
     if !c.interrupted {
         c.broadcast(Control::Start).await;
         c.pump(
@@ -330,11 +352,31 @@ pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Resul
         c.servers.sample(Mark::MeasureStart);
         let publisher = c.plan.publisher.clone().map(Publisher::start);
         c.publish_stats = publisher.as_ref().map(|p| p.stats().clone());
+        let mut hostile = c.plan.hostile.clone().map(Engine::start);
+        c.hostile_stats = hostile.as_ref().map(Engine::stats);
         measure_start = Instant::now();
+        hostile_start = measure_start.duration_since(t0).as_secs_f64();
         c.pump("measure", measure_start + c.plan.duration, |_| false)
             .await;
         measured_secs = measure_start.elapsed().as_secs_f64();
+        hostile_end = t0.elapsed().as_secs_f64();
+        if let Some(h) = hostile.as_mut() {
+            h.stop_attacks();
+        }
         c.broadcast(Control::Quiesce).await;
+        if let Some(h) = hostile {
+            let handle: JoinHandle<HostileResult> = tokio::spawn(h.finish());
+            c.pump("finish", Instant::now() + Duration::from_secs(30), |_| {
+                handle.is_finished()
+            })
+            .await;
+            hostile_result = if handle.is_finished() {
+                handle.await.ok()
+            } else {
+                handle.abort();
+                None
+            };
+        }
         if let Some(p) = publisher {
             publish_secs = p.elapsed().as_secs_f64();
             let handle: JoinHandle<PublishSummary> = tokio::spawn(p.finish());
@@ -393,7 +435,7 @@ pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Resul
         publish_stats,
         ..
     } = c;
-    Ok(assemble(Inputs {
+    let mut report = assemble(Inputs {
         plan: &plan,
         args,
         started_unix_ms,
@@ -411,5 +453,27 @@ pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Resul
         interrupted: interrupted || ramp_end == PumpEnd::Interrupted,
         own_cpu_us,
         nofile,
-    }))
+    });
+    if let Some(cfg) = &plan.hostile {
+        match hostile_result {
+            Some(result) => crate::hostile::report::attach(
+                &mut report,
+                result,
+                cfg,
+                crate::hostile::report::Window {
+                    start: hostile_start,
+                    end: hostile_end,
+                },
+            ),
+            None if !interrupted => {
+                report
+                    .verdict
+                    .problems
+                    .push("the attackers did not report".into());
+                report.verdict.ok = false;
+            }
+            None => {}
+        }
+    }
+    Ok(report)
 }

@@ -4,7 +4,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{ChurnArgs, ConnArgs, EchoArgs, RunArgs, SseArgs, Transport, WsArgs};
+use crate::cli::{
+    ChurnArgs, ConnArgs, EchoArgs, HostileArgs, RunArgs, SseArgs, TargetArgs, Transport, WsArgs,
+};
+use crate::hostile::{HostileConfig, parse_attacks};
 use crate::publish::PublishConfig;
 use crate::source_ip::{default_count, loopback_block, parse_source_ips};
 use crate::target::{Target, parse_target};
@@ -79,6 +82,8 @@ pub struct RunPlan {
     pub outputs: Outputs,
     /// Echo: total rate and frame size (for the report).
     pub echo: Option<(f64, usize)>,
+    /// Hostile clients running during the measured phase (`hostile`).
+    pub hostile: Option<HostileConfig>,
 }
 
 fn targets(urls: &[String], default_path: &str, allow: bool) -> Result<Vec<Target>, PlanError> {
@@ -255,6 +260,7 @@ fn base_plan(
             strict: a.run.strict,
         },
         echo: None,
+        hostile: None,
     })
 }
 
@@ -360,7 +366,107 @@ pub fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
             strict: a.run.strict,
         },
         echo: Some((a.rate, a.size)),
+        hostile: None,
     })
+}
+
+/// Plan for `hostile`: the good clients are an `sse` plan (possibly of zero clients), the
+/// attackers a [`HostileConfig`] run by the coordinator during the measured phase.
+pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
+    if a.conns == 0 || a.conns > 10_000 {
+        return Err(bad("--conns (attackers) must be between 1 and 10,000"));
+    }
+    if a.attack_timeout.is_zero() || a.attack_timeout > Duration::from_secs(600) {
+        return Err(bad("--attack-timeout must be between 1ms and 10 minutes"));
+    }
+    if a.slowloris_every.is_zero() || a.slowloris_max.is_zero() {
+        return Err(bad(
+            "--slowloris-every and --slowloris-max must be positive",
+        ));
+    }
+    if a.slowloris_max > Duration::from_secs(600) {
+        return Err(bad("--slowloris-max is limited to 10 minutes"));
+    }
+    if !(1024..=64 << 20).contains(&a.max_ws_message) {
+        return Err(bad("--max-ws-message must be between 1 KiB and 64 MiB"));
+    }
+    if !(1024..=64 << 20).contains(&a.huge_bytes) {
+        return Err(bad("--huge-bytes must be between 1 KiB and 64 MiB"));
+    }
+    if a.ping_flood == 0 || a.ping_flood > 1_000_000 {
+        return Err(bad("--ping-flood must be between 1 and 1,000,000"));
+    }
+    if a.health_every.is_zero() || a.health_timeout.is_zero() {
+        return Err(bad("--health-every and --health-timeout must be positive"));
+    }
+    if a.good_conns == 0 && !a.publish.publish_urls.is_empty() {
+        return Err(bad(
+            "the built-in publisher needs good clients to account for: give --good-conns",
+        ));
+    }
+    let attacks = parse_attacks(&a.attacks, a.origin_forbidden.is_some()).map_err(bad)?;
+    let sse_args = SseArgs {
+        target: TargetArgs {
+            urls: a.urls.clone(),
+            allow_non_loopback: a.allow_non_loopback,
+        },
+        conn: ConnArgs {
+            // a plan of zero clients is refused; it is built for one and cut down below
+            conns: a.good_conns.max(1),
+            ramp: a.ramp,
+            connect_timeout: a.connect_timeout,
+            max_pending: a.max_pending,
+            source_ips: a.source_ips.clone(),
+            read_buffer: a.read_buffer,
+        },
+        run: a.run.clone(),
+        topics: a.topics.clone(),
+        publish: a.publish.clone(),
+    };
+    let mut plan = base_plan("hostile", &sse_args, ClientKind::Sse, "/v1/sse", 0)?;
+    plan.conns = a.good_conns;
+    let attack_targets = targets(&a.urls, "/v1/sse", a.allow_non_loopback)?;
+    let attack_sources = match &a.attack_source_ips {
+        Some(spec) => parse_source_ips(spec).map_err(|e| bad(e.to_string()))?,
+        None if attack_targets
+            .iter()
+            .all(|t| t.addr.ip().is_ipv4() && t.addr.ip().is_loopback()) =>
+        {
+            parse_source_ips("127.0.0.2-127.0.0.65").map_err(|e| bad(e.to_string()))?
+        }
+        None => Vec::new(),
+    };
+    let health = a
+        .health_url
+        .as_deref()
+        .map(|u| parse_target(u, "/healthz", a.allow_non_loopback).map_err(|e| bad(e.to_string())))
+        .transpose()?;
+    plan.hostile = Some(HostileConfig {
+        targets: attack_targets,
+        conns: a.conns,
+        attacks,
+        attack_timeout: a.attack_timeout,
+        connect_timeout: a.connect_timeout,
+        slowloris_max: a.slowloris_max,
+        slowloris_every: a.slowloris_every,
+        max_slow: a.max_slow.unwrap_or(a.conns / 10).clamp(1, a.conns),
+        source_ips: attack_sources,
+        origin_forbidden: a.origin_forbidden.clone(),
+        jwt_secret: a
+            .jwt_secret
+            .clone()
+            .unwrap_or_else(|| "herald-loadgen-made-up-secret-0123456789".into())
+            .into_bytes(),
+        max_ws_message: a.max_ws_message,
+        huge_bytes: a.huge_bytes,
+        ping_flood: a.ping_flood,
+        health,
+        health_every: a.health_every,
+        health_timeout: a.health_timeout,
+        warmup: a.warmup,
+        max_rss_growth_kb: a.max_rss_growth_mb.map(|mb| (mb * 1024.0).max(0.0) as u64),
+    });
+    Ok(plan)
 }
 
 impl RunPlan {
@@ -430,6 +536,72 @@ mod tests {
             Command::Sse(a) => sse_plan(&a),
             _ => unreachable!(),
         }
+    }
+
+    fn hostile(args: &[&str]) -> Result<RunPlan, PlanError> {
+        let mut v = vec!["herald-loadgen", "hostile"];
+        v.extend_from_slice(args);
+        match Cli::try_parse_from(v).unwrap().command {
+            Command::Hostile(a) => hostile_plan(&a),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn hostile_plan_spreads_attackers_and_checks_flags() {
+        let p = hostile(&[
+            "--url",
+            "http://127.0.0.1:8080",
+            "--good-conns",
+            "0",
+            "--health-url",
+            "http://127.0.0.1:9090",
+        ])
+        .unwrap();
+        assert_eq!(p.conns, 0);
+        assert_eq!(p.command, "hostile");
+        let h = p.hostile.unwrap();
+        assert_eq!(h.conns, 200);
+        assert_eq!(h.max_slow, 20);
+        assert_eq!(h.source_ips.len(), 64);
+        assert_eq!(h.source_ips[0], "127.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(h.health.unwrap().path_and_query, "/healthz");
+        // the good clients keep their own address
+        assert_eq!(p.source_ips, vec!["127.0.0.1".parse::<IpAddr>().unwrap()]);
+        assert!(hostile(&["--url", "http://10.0.0.1:8080"]).is_err());
+        assert!(
+            hostile(&[
+                "--url",
+                "http://127.0.0.1:8080",
+                "--good-conns",
+                "0",
+                "--publish-url",
+                "http://127.0.0.1:9090"
+            ])
+            .is_err()
+        );
+        assert!(
+            hostile(&[
+                "--url",
+                "http://127.0.0.1:8080",
+                "--attacks",
+                "ws_bad_origin"
+            ])
+            .is_err()
+        );
+        let p = hostile(&[
+            "--url",
+            "http://127.0.0.1:8080",
+            "--attacks",
+            "ws_bad_origin",
+            "--origin-forbidden",
+            "https://evil.example",
+            "--good-conns",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(p.conns, 5);
+        assert_eq!(p.hostile.unwrap().attacks.len(), 1);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A tiny in-test server speaking the subset of Herald's protocol the loadgen uses:
-//! `GET /v1/sse`, `GET /v1/ws`, `POST /v1/publish`, plus a generic WebSocket echo at `/echo`.
+//! `GET /v1/sse`, `GET /v1/ws`, `POST /v1/publish`, `GET /healthz` (admin), plus a generic
+//! WebSocket echo at `/echo`.
 
 #![allow(dead_code)]
 
@@ -276,6 +277,7 @@ fn spawn_server_with(hub: Hub) -> TestServer {
                 .with_state(h.clone());
             let admin = Router::new()
                 .route("/v1/publish", post(publish))
+                .route("/healthz", get(|| async { "ok" }))
                 .with_state(h);
             let l1 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let l2 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

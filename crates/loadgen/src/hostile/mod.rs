@@ -1,0 +1,142 @@
+//! `hostile`: attacker loops throwing malformed, oversized, slow and forged requests at a
+//! server while well-behaved subscribers (the `sse` machinery) run alongside, to show that
+//! hostile clients neither take the server down, nor grow its memory, nor hurt the others.
+//!
+//! - [`catalogue`]: the attacks, their variants and the answers each expects;
+//! - [`raw`]: raw HTTP and hand-made WebSocket frames;
+//! - [`engine`]: the attacker loops, the health checker and the counts;
+//! - [`memory`]: RSS over the attack phase; [`report`]: the report section and its verdict.
+
+pub mod catalogue;
+pub mod engine;
+pub mod jwt;
+pub mod memory;
+pub mod outcome;
+pub mod raw;
+pub mod report;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::target::Target;
+use catalogue::Attack;
+
+/// A validated hostile configuration.
+#[derive(Debug, Clone)]
+pub struct HostileConfig {
+    /// Public listeners attacked (round-robin).
+    pub targets: Vec<Target>,
+    /// Attacker loops.
+    pub conns: usize,
+    /// The catalogue of this run, in round-robin order.
+    pub attacks: Vec<Attack>,
+    /// Time bound of one attack (connect to outcome).
+    pub attack_timeout: Duration,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Time bound of one slowloris attack.
+    pub slowloris_max: Duration,
+    /// Slowloris: time between trickled bytes.
+    pub slowloris_every: Duration,
+    /// Most slow attacks in progress at once.
+    pub max_slow: usize,
+    /// Source addresses of attacker sockets (round-robin; empty: no bind).
+    pub source_ips: Vec<IpAddr>,
+    /// An origin the server refuses (`auth.allowed_origins` set), for `ws_bad_origin`.
+    pub origin_forbidden: Option<String>,
+    /// The server's HS256 secret when known (else a made-up one).
+    pub jwt_secret: Vec<u8>,
+    /// The server's `ws.max_message_size`.
+    pub max_ws_message: usize,
+    /// Size of the huge `Last-Event-ID`.
+    pub huge_bytes: usize,
+    /// Pings per flood.
+    pub ping_flood: usize,
+    /// Health URL (admin listener), if any.
+    pub health: Option<Target>,
+    /// Time between health checks.
+    pub health_every: Duration,
+    /// Time bound of one health check.
+    pub health_timeout: Duration,
+    /// Warm-up excluded from the memory start figure.
+    pub warmup: Duration,
+    /// Flag RSS growth (first to last window) above this, KiB.
+    pub max_rss_growth_kb: Option<u64>,
+}
+
+/// Parses `--attacks`: `all`, `default`, or a comma-separated list of names; a leading `-`
+/// removes a name (`default,-slowloris`).
+pub fn parse_attacks(spec: &str, origin_given: bool) -> Result<Vec<Attack>, String> {
+    let mut out: Vec<Attack> = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (remove, name) = match part.strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, part),
+        };
+        let set: Vec<Attack> = match name {
+            "default" => Attack::ALL
+                .iter()
+                .copied()
+                .filter(|a| a.is_default() && (origin_given || *a != Attack::WsBadOrigin))
+                .collect(),
+            "all" => Attack::ALL
+                .iter()
+                .copied()
+                .filter(|a| origin_given || *a != Attack::WsBadOrigin)
+                .collect(),
+            n => vec![Attack::from_name(n).ok_or_else(|| {
+                let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
+                format!(
+                    "unknown attack `{n}` (known: default, all, {})",
+                    names.join(", ")
+                )
+            })?],
+        };
+        for a in set {
+            if remove {
+                out.retain(|x| *x != a);
+            } else if !out.contains(&a) {
+                out.push(a);
+            }
+        }
+    }
+    if out.contains(&Attack::WsBadOrigin) && !origin_given {
+        return Err("ws_bad_origin needs --origin-forbidden (an origin the server refuses)".into());
+    }
+    if out.is_empty() {
+        return Err("--attacks selects no attack".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attack_selection() {
+        let d = parse_attacks("default", false).unwrap();
+        assert!(!d.contains(&Attack::WsBadOrigin));
+        assert!(!d.contains(&Attack::TopicSpray));
+        assert_eq!(d.len(), Attack::ALL.len() - 2);
+        assert!(
+            parse_attacks("default", true)
+                .unwrap()
+                .contains(&Attack::WsBadOrigin)
+        );
+        assert_eq!(
+            parse_attacks("ws_ping_flood, slowloris", false).unwrap(),
+            vec![Attack::WsPingFlood, Attack::Slowloris]
+        );
+        let minus = parse_attacks("default,-slowloris", false).unwrap();
+        assert_eq!(minus.len(), d.len() - 1);
+        assert!(parse_attacks("nope", false).is_err());
+        assert!(parse_attacks("ws_bad_origin", false).is_err());
+        assert!(parse_attacks("slowloris,-slowloris", false).is_err());
+        assert!(
+            parse_attacks("all", false)
+                .unwrap()
+                .contains(&Attack::TopicSpray)
+        );
+    }
+}

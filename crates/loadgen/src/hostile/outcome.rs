@@ -1,0 +1,99 @@
+//! How the server answered one attack.
+
+use std::fmt;
+
+/// The first decisive thing the server did after an attack.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// An HTTP response with this status (101: a WebSocket upgrade was accepted).
+    Status(u16),
+    /// A WebSocket close frame, with its code when it had one.
+    WsClose(Option<u16>),
+    /// A WebSocket `{"type":"error","code":..}` frame (the connection stays open).
+    WsError(String),
+    /// A WebSocket text frame of this `type` (an answer the attack was waiting for).
+    WsReply(String),
+    /// The server closed the connection without answering.
+    Closed,
+    /// The connection was reset (RST, broken pipe) without an answer.
+    Reset,
+    /// No answer within the attack's time bound.
+    Timeout,
+    /// Something came back that is neither HTTP nor WebSocket framing we can read.
+    BadResponse,
+    /// Another I/O error.
+    Io,
+    /// The TCP connect failed (the loadgen's error kind: `connect_refused`, `connect_timeout`...).
+    Connect(&'static str),
+}
+
+/// Keeps server-provided codes bounded and printable.
+fn sanitize(code: &str) -> String {
+    let ok = !code.is_empty()
+        && code.len() <= 40
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok { code.to_owned() } else { "other".into() }
+}
+
+impl Outcome {
+    /// A WebSocket error frame with a (sanitized) code.
+    pub fn ws_error(code: &str) -> Self {
+        Outcome::WsError(sanitize(code))
+    }
+
+    /// A WebSocket reply of a (sanitized) type.
+    pub fn ws_reply(ty: &str) -> Self {
+        Outcome::WsReply(sanitize(ty))
+    }
+
+    /// Whether the server gave no answer at all: it closed, reset or stayed silent.
+    pub fn is_silent(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Closed | Outcome::Reset | Outcome::Timeout | Outcome::Io
+        )
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Status(s) => write!(f, "status_{s}"),
+            Outcome::WsClose(Some(c)) => write!(f, "ws_close_{c}"),
+            Outcome::WsClose(None) => f.write_str("ws_close_no_code"),
+            Outcome::WsError(c) => write!(f, "ws_error_{c}"),
+            Outcome::WsReply(t) => write!(f, "ws_reply_{t}"),
+            Outcome::Closed => f.write_str("closed"),
+            Outcome::Reset => f.write_str("reset"),
+            Outcome::Timeout => f.write_str("timeout"),
+            Outcome::BadResponse => f.write_str("bad_response"),
+            Outcome::Io => f.write_str("io_error"),
+            Outcome::Connect(k) => f.write_str(k),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stable_and_bounded() {
+        assert_eq!(Outcome::Status(431).to_string(), "status_431");
+        assert_eq!(Outcome::WsClose(Some(1009)).to_string(), "ws_close_1009");
+        assert_eq!(Outcome::WsClose(None).to_string(), "ws_close_no_code");
+        assert_eq!(
+            Outcome::ws_error("bad_json").to_string(),
+            "ws_error_bad_json"
+        );
+        assert_eq!(Outcome::ws_error("<script>").to_string(), "ws_error_other");
+        assert_eq!(
+            Outcome::Connect("connect_refused").to_string(),
+            "connect_refused"
+        );
+        assert!(Outcome::Reset.is_silent());
+        assert!(!Outcome::Status(400).is_silent());
+    }
+}

@@ -1,0 +1,519 @@
+//! Raw wire helpers for attacks: HTTP requests written byte for byte, response heads read with
+//! the loadgen's bounded parser, and WebSocket frames built and parsed by hand (a library would
+//! refuse to send most of what the attacks send).
+
+use std::io;
+use std::time::Duration;
+
+use base64::Engine as _;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use super::outcome::Outcome;
+use crate::payload;
+use crate::proto::http_head::{MAX_HEAD, ResponseHead, parse_head};
+
+/// Largest server WebSocket frame the attacks read (pongs of big pings, error frames).
+pub const MAX_SERVER_FRAME: usize = 1 << 20;
+
+/// A small, fast, non-cryptographic generator (xorshift64*): masks, keys and noise.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed` (any value).
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n + 8);
+        while v.len() < n {
+            v.extend_from_slice(&self.next_u64().to_le_bytes());
+        }
+        v.truncate(n);
+        v
+    }
+
+    /// A WebSocket masking key.
+    pub fn mask(&mut self) -> [u8; 4] {
+        (self.next_u64() as u32).to_le_bytes()
+    }
+
+    /// A valid `Sec-WebSocket-Key`: base64 of 16 random bytes.
+    pub fn ws_key(&mut self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.bytes(16))
+    }
+}
+
+/// Maps an I/O error on an open connection.
+pub fn io_outcome(e: &io::Error) -> Outcome {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::ConnectionAborted => Outcome::Reset,
+        _ => Outcome::Io,
+    }
+}
+
+/// A `GET` request head: `target` is written as is (no encoding), then `Host`, the extra
+/// header lines (each without CRLF) and the blank line.
+pub fn get(target: &str, host: &str, extra: &[String]) -> Vec<u8> {
+    let mut s =
+        format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: herald-loadgen-hostile\r\n");
+    for h in extra {
+        s.push_str(h);
+        s.push_str("\r\n");
+    }
+    s.push_str("\r\n");
+    s.into_bytes()
+}
+
+/// Reads until `buf` holds a whole response head (bounded by [`MAX_HEAD`]).
+pub async fn read_head<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<ResponseHead, Outcome> {
+    loop {
+        if !buf.is_empty() {
+            match parse_head(buf) {
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) => {}
+                Err(_) => return Err(Outcome::BadResponse),
+            }
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(Outcome::BadResponse);
+        }
+        buf.reserve(4096);
+        match r.read_buf(buf).await {
+            Ok(0) => return Err(Outcome::Closed),
+            Ok(_) => {}
+            Err(e) => return Err(io_outcome(&e)),
+        }
+    }
+}
+
+/// Writes `request` while reading the answer, so that a server answering (and closing) before
+/// the whole request is in — the right thing for an oversized head — is seen answering rather
+/// than as a failed write. A write error only matters when no answer came.
+pub async fn exchange(
+    stream: &mut TcpStream,
+    request: &[u8],
+    buf: &mut Vec<u8>,
+) -> Result<ResponseHead, Outcome> {
+    let (mut r, mut w) = stream.split();
+    let write = w.write_all(request);
+    let read = read_head(&mut r, buf);
+    tokio::pin!(write);
+    tokio::pin!(read);
+    let (mut writing, mut write_failed) = (true, false);
+    loop {
+        tokio::select! {
+            res = &mut write, if writing => {
+                writing = false;
+                write_failed = res.is_err();
+            }
+            res = &mut read => {
+                return match res {
+                    Err(Outcome::Closed) if write_failed => Err(Outcome::Reset),
+                    other => other,
+                };
+            }
+        }
+    }
+}
+
+/// Sends `prefix`, then one byte of `trickle` (cycled) every `every`, until an answer arrives.
+/// The caller bounds the time.
+pub async fn trickle(
+    stream: &mut TcpStream,
+    prefix: &[u8],
+    trickle: &[u8],
+    every: Duration,
+    buf: &mut Vec<u8>,
+) -> Result<ResponseHead, Outcome> {
+    let (mut r, mut w) = stream.split();
+    let write = async {
+        w.write_all(prefix).await?;
+        for b in trickle.iter().cycle() {
+            tokio::time::sleep(every).await;
+            w.write_all(std::slice::from_ref(b)).await?;
+        }
+        Ok::<(), io::Error>(())
+    };
+    let read = read_head(&mut r, buf);
+    tokio::pin!(write);
+    tokio::pin!(read);
+    let (mut writing, mut write_failed) = (true, false);
+    loop {
+        tokio::select! {
+            res = &mut write, if writing => {
+                writing = false;
+                write_failed = res.is_err();
+            }
+            res = &mut read => {
+                return match res {
+                    Err(Outcome::Closed) if write_failed => Err(Outcome::Reset),
+                    other => other,
+                };
+            }
+        }
+    }
+}
+
+/// WebSocket opcodes.
+pub mod op {
+    /// Continuation.
+    pub const CONT: u8 = 0x0;
+    /// Text.
+    pub const TEXT: u8 = 0x1;
+    /// Binary.
+    pub const BINARY: u8 = 0x2;
+    /// Close.
+    pub const CLOSE: u8 = 0x8;
+    /// Ping.
+    pub const PING: u8 = 0x9;
+    /// Pong.
+    pub const PONG: u8 = 0xA;
+}
+
+/// Appends a client frame header (always masked, as clients must) claiming `len` bytes.
+pub fn frame_header(out: &mut Vec<u8>, opcode: u8, fin: bool, len: u64, mask: [u8; 4]) {
+    out.push(if fin { 0x80 } else { 0 } | (opcode & 0x0f));
+    match len {
+        0..=125 => out.push(0x80 | len as u8),
+        126..=0xffff => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&len.to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+}
+
+/// Appends a complete masked client frame.
+pub fn push_frame(out: &mut Vec<u8>, opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) {
+    frame_header(out, opcode, fin, payload.len() as u64, mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+}
+
+/// One complete masked client frame.
+pub fn frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(payload.len() + 14);
+    push_frame(&mut v, opcode, fin, payload, mask);
+    v
+}
+
+/// A frame from the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerFrame {
+    /// FIN bit.
+    pub fin: bool,
+    /// Opcode.
+    pub opcode: u8,
+    /// Payload (unmasked).
+    pub payload: Vec<u8>,
+}
+
+/// Parses one frame from the start of `buf`: `Ok(None)` needs more bytes; `Err` is a frame
+/// larger than `max`.
+pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(ServerFrame, usize)>, ()> {
+    if buf.len() < 2 {
+        return Ok(None);
+    }
+    let fin = buf[0] & 0x80 != 0;
+    let opcode = buf[0] & 0x0f;
+    let masked = buf[1] & 0x80 != 0;
+    let (len, mut pos) = match buf[1] & 0x7f {
+        126 => {
+            if buf.len() < 4 {
+                return Ok(None);
+            }
+            (u64::from(u16::from_be_bytes([buf[2], buf[3]])), 4)
+        }
+        127 => {
+            if buf.len() < 10 {
+                return Ok(None);
+            }
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[2..10]);
+            (u64::from_be_bytes(b), 10)
+        }
+        n => (u64::from(n), 2),
+    };
+    if len > max as u64 {
+        return Err(());
+    }
+    let mut mask = None;
+    if masked {
+        if buf.len() < pos + 4 {
+            return Ok(None);
+        }
+        mask = Some([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]);
+        pos += 4;
+    }
+    let len = len as usize;
+    if buf.len() < pos + len {
+        return Ok(None);
+    }
+    let mut payload = buf[pos..pos + len].to_vec();
+    if let Some(m) = mask {
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= m[i % 4];
+        }
+    }
+    Ok(Some((
+        ServerFrame {
+            fin,
+            opcode,
+            payload,
+        },
+        pos + len,
+    )))
+}
+
+/// Reads the next server frame from `buf[*off..]`, reading more when needed. Consumed bytes
+/// are only dropped from `buf` before a read, so a burst of small frames (pongs to a flood)
+/// costs linear time.
+pub async fn next_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    off: &mut usize,
+) -> Result<ServerFrame, Outcome> {
+    loop {
+        match parse_frame(&buf[*off..], MAX_SERVER_FRAME) {
+            Ok(Some((f, used))) => {
+                *off += used;
+                return Ok(f);
+            }
+            Ok(None) => {}
+            Err(()) => return Err(Outcome::BadResponse),
+        }
+        buf.drain(..*off);
+        *off = 0;
+        buf.reserve(4096);
+        match r.read_buf(buf).await {
+            Ok(0) => return Err(Outcome::Closed),
+            Ok(_) => {}
+            Err(e) => return Err(io_outcome(&e)),
+        }
+    }
+}
+
+/// Reads frames until the server says something decisive: a close frame, an `error` frame, or a
+/// text frame whose `type` is in `want`. Messages, pings and pongs are skipped.
+pub async fn ws_answer<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    want: &[&str],
+) -> Outcome {
+    let mut off = 0;
+    let o = decisive(r, buf, &mut off, want).await;
+    buf.drain(..off.min(buf.len()));
+    o
+}
+
+async fn decisive<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    off: &mut usize,
+    want: &[&str],
+) -> Outcome {
+    loop {
+        let f = match next_frame(r, buf, off).await {
+            Ok(f) => f,
+            Err(o) => return o,
+        };
+        match f.opcode {
+            op::CLOSE => {
+                let code = (f.payload.len() >= 2)
+                    .then(|| u16::from_be_bytes([f.payload[0], f.payload[1]]));
+                return Outcome::WsClose(code);
+            }
+            op::TEXT => {
+                let ty = payload::find_str(&f.payload, b"\"type\"");
+                match ty {
+                    Some("error") => {
+                        let code = payload::find_str(&f.payload, b"\"code\"").unwrap_or("");
+                        return Outcome::ws_error(code);
+                    }
+                    Some(t) if want.contains(&t) => return Outcome::ws_reply(t),
+                    _ => {}
+                }
+            }
+            op::BINARY => return Outcome::ws_reply("binary"),
+            // pongs to a flood, and the server's own keep-alive pings
+            op::PING | op::PONG => {}
+            _ => {}
+        }
+    }
+}
+
+/// Writes `out` while reading the answer (see [`ws_answer`]), so that a server that answers or
+/// closes mid-write is heard, and pongs to a flood cannot back up into a deadlock.
+pub async fn ws_exchange(
+    stream: &mut TcpStream,
+    out: &[u8],
+    buf: &mut Vec<u8>,
+    want: &[&str],
+) -> Outcome {
+    let (mut r, mut w) = stream.split();
+    let write = write_chunked(&mut w, out);
+    let read = ws_answer(&mut r, buf, want);
+    tokio::pin!(write);
+    tokio::pin!(read);
+    let (mut writing, mut write_failed) = (true, false);
+    loop {
+        tokio::select! {
+            res = &mut write, if writing => {
+                writing = false;
+                write_failed = res.is_err();
+            }
+            o = &mut read => {
+                return match o {
+                    Outcome::Closed if write_failed => Outcome::Reset,
+                    other => other,
+                };
+            }
+        }
+    }
+}
+
+/// Writes in 16 KiB pieces (a ping flood is many small frames in one buffer).
+async fn write_chunked<W: AsyncWrite + Unpin>(w: &mut W, out: &[u8]) -> io::Result<()> {
+    for chunk in out.chunks(16 * 1024) {
+        w.write_all(chunk).await?;
+    }
+    Ok(())
+}
+
+/// Ends a WebSocket connection from our side: a masked close frame, then a short wait for the
+/// server's answer so that its side ends cleanly. Best effort, bounded.
+pub async fn ws_goodbye(stream: &mut TcpStream, mask: [u8; 4]) {
+    let close = frame(op::CLOSE, true, &1000u16.to_be_bytes(), mask);
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        stream.write_all(&close).await?;
+        let mut scratch = [0u8; 512];
+        while stream.read(&mut scratch).await? > 0 {}
+        Ok::<(), io::Error>(())
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_masked_and_sized() {
+        let f = frame(op::TEXT, true, b"hello", [1, 2, 3, 4]);
+        assert_eq!(f[0], 0x81);
+        assert_eq!(f[1], 0x80 | 5);
+        assert_eq!(&f[2..6], &[1, 2, 3, 4]);
+        let unmasked: Vec<u8> = f[6..]
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ [1, 2, 3, 4][i % 4])
+            .collect();
+        assert_eq!(unmasked, b"hello");
+        let mut h = Vec::new();
+        frame_header(&mut h, op::BINARY, false, 70_000, [0; 4]);
+        assert_eq!(h[0], 0x02);
+        assert_eq!(h[1], 0x80 | 127);
+        assert_eq!(u64::from_be_bytes(h[2..10].try_into().unwrap()), 70_000);
+        let mut h = Vec::new();
+        frame_header(&mut h, op::TEXT, true, 300, [0; 4]);
+        assert_eq!((h[1], u16::from_be_bytes([h[2], h[3]])), (0x80 | 126, 300));
+    }
+
+    #[test]
+    fn parses_server_frames() {
+        // unmasked close 1009 with a reason
+        let mut raw = vec![0x88, 6, 0x03, 0xf1];
+        raw.extend_from_slice(b"big!");
+        raw.push(0x81);
+        let (f, used) = parse_frame(&raw, 1024).unwrap().unwrap();
+        assert_eq!((f.opcode, f.fin, used), (op::CLOSE, true, 8));
+        assert_eq!(u16::from_be_bytes([f.payload[0], f.payload[1]]), 1009);
+        assert_eq!(parse_frame(&raw[used..], 1024), Ok(None));
+        // our own masked frames parse back
+        let f = frame(op::TEXT, true, &[7u8; 300], [9, 8, 7, 6]);
+        let (g, used) = parse_frame(&f, 1024).unwrap().unwrap();
+        assert_eq!((g.payload, used), (vec![7u8; 300], f.len()));
+        assert!(parse_frame(&f, 100).is_err());
+    }
+
+    #[tokio::test]
+    async fn ws_answer_classifies() {
+        let mut data = Vec::new();
+        data.extend_from_slice(&[0x89, 0]); // ping: skipped
+        let msg = br#"{"type":"message","topic":"a","data":1}"#;
+        data.push(0x81);
+        data.push(msg.len() as u8);
+        data.extend_from_slice(msg);
+        let err = br#"{"type":"error","code":"bad_json","reason":"x"}"#;
+        data.push(0x81);
+        data.push(err.len() as u8);
+        data.extend_from_slice(err);
+        let mut r = &data[..];
+        let mut buf = Vec::new();
+        assert_eq!(
+            ws_answer(&mut r, &mut buf, &["pong"]).await,
+            Outcome::ws_error("bad_json")
+        );
+        let mut r = &b""[..];
+        assert_eq!(ws_answer(&mut r, &mut buf, &[]).await, Outcome::Closed);
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_pongs_is_read_in_linear_time() {
+        let mut data = Vec::new();
+        for _ in 0..100_000 {
+            data.extend_from_slice(&[0x8A, 8, 1, 2, 3, 4, 5, 6, 7, 8]);
+        }
+        let pong = br#"{"type":"pong","data":{}}"#;
+        data.push(0x81);
+        data.push(pong.len() as u8);
+        data.extend_from_slice(pong);
+        let t = std::time::Instant::now();
+        let mut r = &data[..];
+        let mut buf = Vec::new();
+        assert_eq!(
+            ws_answer(&mut r, &mut buf, &["pong"]).await,
+            Outcome::ws_reply("pong")
+        );
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn rng_keys_are_valid() {
+        let mut rng = Rng::new(7);
+        let key = rng.ws_key();
+        assert_eq!(key.len(), 24);
+        assert_ne!(rng.next_u64(), rng.next_u64());
+        assert_eq!(rng.bytes(13).len(), 13);
+    }
+
+    #[test]
+    fn get_builds_a_request_head() {
+        let r = get("/v1/sse?topic=a", "h:1", &["X-A: b".into()]);
+        let s = String::from_utf8(r).unwrap();
+        assert!(s.starts_with("GET /v1/sse?topic=a HTTP/1.1\r\nHost: h:1\r\n"));
+        assert!(s.ends_with("X-A: b\r\n\r\n"));
+    }
+}
