@@ -479,11 +479,16 @@ pub fn server_reports(i: ServerInputs<'_>) -> (Vec<ServerReport>, Option<Servers
     if ws.is_empty() {
         return (Vec::new(), None);
     }
-    // With one --server-pid per --url, each server is assumed to hold an even share.
+    // With one --server-pid per --url, each server is assumed to hold an even share. With one
+    // server it holds everything. Otherwise (say seven nodes and their Redis) which process
+    // holds which clients is unknown, so per-server ratios are left out and only the totals
+    // are reported.
     let share = if ws.len() == targets {
-        1.0 / ws.len() as f64
+        Some(1.0 / ws.len() as f64)
+    } else if ws.len() == 1 {
+        Some(1.0)
     } else {
-        1.0
+        None
     };
     let window = window_secs.max(1e-3);
     let mut reports = Vec::new();
@@ -507,8 +512,8 @@ pub fn server_reports(i: ServerInputs<'_>) -> (Vec<ServerReport>, Option<Servers
             growth_sum += g;
             any_growth = true;
         }
-        let my_units = units as f64 * share;
-        let my_conns = connected as f64 * share;
+        let my_units = share.map_or(0.0, |f| units as f64 * f);
+        let my_conns = share.map_or(0.0, |f| connected as f64 * f);
         let per_unit = (my_units >= 1.0).then(|| measured_us as f64 / my_units);
         reports.push(ServerReport {
             pid: s.pid,
@@ -540,4 +545,86 @@ pub fn server_reports(i: ServerInputs<'_>) -> (Vec<ServerReport>, Option<Servers
             .then(|| growth_sum as f64 * 1024.0 / connected as f64),
     };
     (reports, Some(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::procstat::ProcSample;
+    use crate::run::servers::Watched;
+
+    fn watched(pid: u32, rss_before_kb: u64, rss_after_kb: u64, cpu_us: u64) -> Watched {
+        let at = |cpu_us, rss_kb| Some(ProcSample { cpu_us, rss_kb });
+        Watched {
+            pid,
+            name: format!("p{pid}"),
+            start: at(0, rss_before_kb),
+            after_connect: at(0, rss_after_kb),
+            measure_start: at(0, rss_after_kb),
+            measure_end: at(cpu_us, rss_after_kb),
+            last: at(cpu_us, rss_after_kb),
+            peak_rss_kb: rss_after_kb,
+        }
+    }
+
+    fn inputs(servers: &ServerWatch, targets: usize) -> ServerInputs<'_> {
+        ServerInputs {
+            servers,
+            targets,
+            floor: Some(5.0),
+            window_secs: 10.0,
+            connected: 2_000,
+            units: 100_000,
+            per: "delivery",
+            cpus: 2,
+        }
+    }
+
+    #[test]
+    fn one_pid_per_target_gets_an_even_share() {
+        let w = ServerWatch {
+            servers: vec![
+                watched(1, 1_000, 3_000, 1_000_000),
+                watched(2, 1_000, 3_000, 1_000_000),
+            ],
+        };
+        let (each, total) = server_reports(inputs(&w, 2));
+        // 2,000 KiB over its 1,000 clients; 1 s over its 50,000 deliveries.
+        assert_eq!(each[0].rss_growth_per_conn_bytes, Some(2_048.0));
+        assert_eq!(each[0].cpu_us_per_delivery, Some(20.0));
+        assert_eq!(each[0].ratio_to_floor, Some(4.0));
+        let total = total.unwrap();
+        assert_eq!(total.rss_growth_per_conn_bytes, Some(2_048.0));
+        assert_eq!(total.cpu_us_per_delivery, Some(20.0));
+        assert!((total.cpu_fraction_of_machine - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_single_pid_holds_every_client() {
+        let w = ServerWatch {
+            servers: vec![watched(1, 1_000, 3_000, 1_000_000)],
+        };
+        let (each, _) = server_reports(inputs(&w, 3));
+        assert_eq!(each[0].rss_growth_per_conn_bytes, Some(1_024.0));
+        assert_eq!(each[0].cpu_us_per_delivery, Some(10.0));
+    }
+
+    #[test]
+    fn per_server_ratios_are_left_out_when_pids_do_not_match_targets() {
+        // Two nodes and their Redis: which process holds which clients is unknown.
+        let w = ServerWatch {
+            servers: vec![
+                watched(1, 1_000, 2_000, 1_000_000),
+                watched(2, 1_000, 2_000, 1_000_000),
+                watched(3, 1_000, 1_000, 500_000),
+            ],
+        };
+        let (each, total) = server_reports(inputs(&w, 2));
+        assert!(each.iter().all(|s| s.rss_growth_per_conn_bytes.is_none()));
+        assert!(each.iter().all(|s| s.cpu_us_per_delivery.is_none()));
+        assert_eq!(each[2].rss_end_kb, 1_000);
+        let total = total.unwrap();
+        assert_eq!(total.rss_growth_per_conn_bytes, Some(1_024.0));
+        assert_eq!(total.cpu_us_per_delivery, Some(25.0));
+    }
 }
