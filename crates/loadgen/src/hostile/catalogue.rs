@@ -259,6 +259,8 @@ const ANY_ANSWER: &[Exp] = &[
 ];
 const UNSUPPORTED: &[Exp] = &[Exp::WsError("unsupported_frame")];
 const PONG: &[Exp] = &[Exp::WsReply("pong")];
+/// A flood is answered in full, or the flooder is closed for its rate (1008, policy).
+const FLOOD: &[Exp] = &[Exp::WsReply("pong"), Exp::WsClose(1008)];
 const TOO_MANY: &[Exp] = &[Exp::WsError("too_many_topics")];
 const UNSUBSCRIBED: &[Exp] = &[Exp::WsReply("unsubscribed")];
 const STREAM: &[Exp] = &[Exp::Status(200)];
@@ -773,7 +775,7 @@ pub fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
                 &ping_json("after-flood"),
                 rng.mask(),
             );
-            p(variant, PONG, ws(f, &["pong"]))
+            p(variant, FLOOD, ws(f, &["pong"]))
         }
         Attack::WsSubscribe10k => {
             let (variant, kind, names, expect, want): (_, _, _, _, &'static [&'static str]) =
@@ -931,6 +933,9 @@ mod tests {
         assert!(is_expected(BAD_JSON, &Outcome::ws_error("bad_json")));
         assert!(!is_expected(BAD_JSON, &Outcome::ws_error("bad_frame")));
         assert!(is_expected(PONG, &Outcome::ws_reply("pong")));
+        assert!(is_expected(FLOOD, &Outcome::ws_reply("pong")));
+        assert!(is_expected(FLOOD, &Outcome::WsClose(Some(1008))));
+        assert!(!is_expected(FLOOD, &Outcome::WsClose(Some(1011))));
     }
 
     #[test]
