@@ -14,6 +14,20 @@ fn herald() -> Command {
     cmd
 }
 
+/// `herald` on these loopback ports, logging JSON.
+fn herald_on(public: u16, admin: u16) -> Command {
+    let mut cmd = herald();
+    cmd.args([
+        "--listen",
+        &format!("127.0.0.1:{public}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{admin}"),
+        "--log-format",
+        "json",
+    ]);
+    cmd
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -102,15 +116,7 @@ fn print_config_shows_the_effective_configuration() {
 #[test]
 fn sigterm_drains_and_exits_zero() {
     let (public, admin) = (free_port(), free_port());
-    let mut child = herald()
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{public}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-            "--log-format",
-            "json",
-        ])
+    let mut child = herald_on(public, admin)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -185,15 +191,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     std::fs::copy(tls_fixture("server-a.pem"), &cert).unwrap();
     std::fs::copy(tls_fixture("server-a.key"), &key).unwrap();
     let (public, admin) = (free_port(), free_port());
-    let mut child = herald()
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{public}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin}"),
-            "--log-format",
-            "json",
-        ])
+    let mut child = herald_on(public, admin)
         .env("HERALD_TLS_CERT", &cert)
         .env("HERALD_TLS_KEY", &key)
         .stderr(Stdio::piped())

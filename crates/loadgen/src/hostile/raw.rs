@@ -114,25 +114,7 @@ pub async fn exchange(
     buf: &mut Vec<u8>,
 ) -> Result<ResponseHead, Outcome> {
     let (mut r, mut w) = stream.split();
-    let write = w.write_all(request);
-    let read = read_head(&mut r, buf);
-    tokio::pin!(write);
-    tokio::pin!(read);
-    let (mut writing, mut write_failed) = (true, false);
-    loop {
-        tokio::select! {
-            res = &mut write, if writing => {
-                writing = false;
-                write_failed = res.is_err();
-            }
-            res = &mut read => {
-                return match res {
-                    Err(Outcome::Closed) if write_failed => Err(Outcome::Reset),
-                    other => other,
-                };
-            }
-        }
-    }
+    head_while_writing(w.write_all(request), read_head(&mut r, buf)).await
 }
 
 /// Sends `prefix`, then one byte of `trickle` (cycled) every `every`, until an answer arrives.
@@ -153,7 +135,15 @@ pub async fn trickle(
         }
         Ok::<(), io::Error>(())
     };
-    let read = read_head(&mut r, buf);
+    head_while_writing(write, read_head(&mut r, buf)).await
+}
+
+/// Drives `write` and `read` together until the response head (or its failure) arrives; a
+/// connection closed after a failed write is a reset.
+async fn head_while_writing<T>(
+    write: impl Future<Output = io::Result<T>>,
+    read: impl Future<Output = Result<ResponseHead, Outcome>>,
+) -> Result<ResponseHead, Outcome> {
     tokio::pin!(write);
     tokio::pin!(read);
     let (mut writing, mut write_failed) = (true, false);
