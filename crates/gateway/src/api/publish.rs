@@ -47,11 +47,21 @@ pub async fn publish(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let body = body.map_err(rejection)?;
-    let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-    publish_one(&state, request, &Publisher::Trusted)
+    counted(async {
+        let body = body.map_err(rejection)?;
+        let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+        publish_one(&state, request, &Publisher::Trusted)
+            .await
+            .map(Json)
+    })
+    .await
+}
+
+/// Counts a refused publish in `herald_client_errors_total{transport="http",reason=code}`.
+async fn counted<T>(handler: impl Future<Output = Result<T, ApiError>>) -> Result<T, ApiError> {
+    handler
         .await
-        .map(Json)
+        .inspect_err(|e| metrics::client_error("http", e.code()))
 }
 
 /// Who publishes on the public listener.
@@ -109,17 +119,19 @@ pub async fn publish_public(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
-    let body = body.map_err(rejection)?;
-    let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-    admit(&state, &key, 1)?;
-    publish_one(&state, request, &publisher).await.map(Json)
+    counted(async {
+        let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
+        let body = body.map_err(rejection)?;
+        let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+        admit(&state, &key, 1)?;
+        publish_one(&state, request, &publisher).await.map(Json)
+    })
+    .await
 }
 
 /// Counts `n` publishes against `key`'s rate limit.
 fn admit(state: &AppState, key: &str, n: usize) -> Result<(), ApiError> {
     state.publish_limits().admit(key, n).map_err(|wait| {
-        metrics::client_error("http", "publish_rate");
         ApiError::rate_limited(
             "publish_rate",
             format!(
@@ -139,8 +151,11 @@ pub async fn publish_batch_public(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
-    batch(&state, body, &publisher, Some(&key)).await
+    counted(async {
+        let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
+        batch(&state, body, &publisher, Some(&key)).await
+    })
+    .await
 }
 
 /// Publishes up to `limits.max_batch_publish` messages in order; answers
@@ -150,7 +165,7 @@ pub async fn publish_batch(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    batch(&state, body, &Publisher::Trusted, None).await
+    counted(batch(&state, body, &Publisher::Trusted, None)).await
 }
 
 /// A batch; `limit_key` names the publisher's rate limit (public listener), which the whole

@@ -10,6 +10,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 
+use crate::telemetry::metrics;
+
 /// What the first request on a connection is.
 #[derive(Debug)]
 pub enum Head {
@@ -69,6 +71,7 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
     let complete = match tokio::time::timeout(timeout, read).await {
         Ok(Ok(complete)) => complete,
         Ok(Err(status)) => {
+            metrics::client_error("http", "head_too_large");
             let _ = write_status(
                 stream,
                 status,
@@ -79,6 +82,7 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
             return Head::Done;
         }
         Err(_) => {
+            metrics::client_error("http", "head_timeout");
             let _ = write_status(
                 stream,
                 StatusCode::REQUEST_TIMEOUT,

@@ -59,6 +59,17 @@ async fn bad_publish_requests_get_clear_errors() {
         assert_eq!(reply["code"], code, "{reply}");
         assert!(!reply["reason"].as_str().unwrap().is_empty());
     }
+    let text = metrics_text(&gw).await;
+    for (reason, n) in [
+        ("bad_json", 3),
+        ("bad_topic", 3),
+        ("bad_event", 2),
+        ("too_large", 2),
+    ] {
+        let line =
+            format!(r#"herald_client_errors_total{{transport="http",reason="{reason}"}} {n}"#);
+        assert!(text.contains(&line), "{line} in {text}");
+    }
     // Publishing is not served on the public listener outside dev mode.
     let resp = http()
         .post(format!("http://{}/v1/publish", gw.public_addr))

@@ -302,6 +302,15 @@ async fn raw_sse_response_is_close_delimited_and_request_heads_are_bounded() {
     let mut answer = String::new();
     raw.read_to_string(&mut answer).await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    let text = metrics_text(&gw).await;
+    for reason in ["head_too_large", "head_timeout"] {
+        assert!(
+            text.contains(&format!(
+                r#"herald_client_errors_total{{transport="http",reason="{reason}"}}"#
+            )),
+            "{reason} is counted: {text}"
+        );
+    }
 
     // Garbage is answered by hyper with 400.
     let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
