@@ -94,7 +94,10 @@ impl Registry {
             return Ok(topic);
         }
         match self.try_create(name) {
-            Err(RegistryError::TooManyTopics { .. }) if self.reclaim_under_pressure() > 0 => {
+            Err(RegistryError::TooManyTopics { .. }) => {
+                // Try again even when this call did not scan: a scan running on another
+                // thread frees room shard by shard.
+                self.reclaim_under_pressure();
                 self.try_create(name)
             }
             other => other,
@@ -157,18 +160,26 @@ impl Registry {
     fn reclaim_where(&self, pressure: bool) -> usize {
         let now = Instant::now();
         let mut removed = 0;
+        let mut gone = Vec::new();
         for shard in self.shards.iter() {
             let mut shard = shard.write();
             shard.retain(|_, topic| {
                 let keep = Arc::strong_count(topic) > 1 || !topic.is_idle(now, pressure);
-                removed += usize::from(!keep);
+                if !keep {
+                    gone.push(topic.clone());
+                }
                 keep
             });
             if shard.capacity() > 64 && shard.len() < shard.capacity() / 4 {
                 shard.shrink_to_fit();
             }
+            drop(shard);
+            // Room is given back shard by shard, and the topics are freed outside the lock,
+            // so creations elsewhere go on while a large scan runs.
+            self.count.fetch_sub(gone.len(), Ordering::Relaxed);
+            removed += gone.len();
+            gone.clear();
         }
-        self.count.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
