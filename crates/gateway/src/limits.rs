@@ -70,7 +70,8 @@ impl TokenBucket {
             Ok(())
         } else {
             let missing = n.min(rate.burst) - self.tokens;
-            Err(Duration::from_secs_f64(missing / rate.per_second))
+            // A tiny configured rate can make the wait overflow a Duration: wait "forever".
+            Err(Duration::try_from_secs_f64(missing / rate.per_second).unwrap_or(Duration::MAX))
         }
     }
 

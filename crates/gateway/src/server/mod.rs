@@ -18,18 +18,21 @@ pub mod tls;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::StatusCode;
 use bytes::Bytes;
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
@@ -43,6 +46,12 @@ use tls::{ClientStream, Tls};
 
 /// Streams one HTTP/2 connection may carry at once (each SSE stream is one).
 const H2_MAX_STREAMS: u32 = 100;
+/// Refusals being answered at once. Past it a refused connection is closed without an
+/// answer: answering (over TLS, a handshake first) must not cost more than the flood.
+const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+/// An HTTP/2 connection with no open stream for this long is closed (GOAWAY). The first
+/// stream must open within the header read timeout instead.
+const H2_IDLE: Duration = Duration::from_secs(60);
 
 /// How one listener serves.
 #[derive(Clone, Debug)]
@@ -68,6 +77,7 @@ pub struct ServeOptions {
 /// Accepts connections on `listener` until `options.stop` is cancelled.
 pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions) {
     let permits = options.max_connections.map(|n| Arc::new(Semaphore::new(n)));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     loop {
         let accepted = tokio::select! {
             biased;
@@ -89,9 +99,7 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
                 Ok(permit) => Some(permit),
                 Err(_) => {
                     metrics::connection_refused("max_connections");
-                    options
-                        .tracker
-                        .spawn(refuse(stream, Refused::Global, options.tls.clone()));
+                    spawn_refusal(&options, &refusing, stream, Refused::Global);
                     continue;
                 }
             },
@@ -106,9 +114,7 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
                         Refusal::ConnectRate => ("connect_rate", Refused::Rate),
                     };
                     metrics::connection_refused(reason);
-                    options
-                        .tracker
-                        .spawn(refuse(stream, refused, options.tls.clone()));
+                    spawn_refusal(&options, &refusing, stream, refused);
                     continue;
                 }
             },
@@ -219,10 +225,28 @@ async fn serve_connection(
     }
 }
 
-/// Serves an HTTP/2 connection (TLS with ALPN `h2`) through the router until it ends or the
-/// listener stops.
+/// Serves an HTTP/2 connection (TLS with ALPN `h2`) through the router until it ends, the
+/// listener stops, or it stays without an open stream too long: its first stream must open
+/// within the header read timeout (like an HTTP/1.1 request head), later it may idle for
+/// [`H2_IDLE`]. Otherwise a client that finished the handshake and sent nothing would hold its
+/// connection slot for ever.
 async fn serve_h2(stream: ClientStream, peer: SocketAddr, router: Router, options: &ServeOptions) {
-    let service = service_fn(move |req| route(router.clone(), peer, req));
+    let streams = Arc::new(H2Streams::new());
+    let counted = streams.clone();
+    let service = service_fn(move |req| {
+        let open = H2Streams::open(&counted);
+        let router = router.clone();
+        async move {
+            let response = route(router, peer, req).await?;
+            // The stream counts as open until its response body is done or dropped.
+            Ok::<_, Infallible>(response.map(|body| {
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    let _open = &open;
+                    frame
+                }))
+            }))
+        }
+    });
     let conn = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_STREAMS)
@@ -236,9 +260,79 @@ async fn serve_h2(stream: ClientStream, peer: SocketAddr, router: Router, option
                 tracing::trace!(error = %e, %peer, "HTTP/2 connection ended with an error");
             }
         }
+        _ = streams.idle(options.header_read_timeout) => {
+            metrics::client_error("h2", "idle");
+            conn.as_mut().graceful_shutdown();
+            if streams.open.load(Ordering::Acquire) > 0 {
+                // A stream opened just now: GOAWAY lets it finish.
+                let _ = conn.await;
+            } else {
+                // Before the client's preface there is nothing to say goodbye to: bounded.
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
+            }
+        }
         _ = options.stop.cancelled() => {
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
+        }
+    }
+}
+
+/// The streams open on one HTTP/2 connection, and since when none has been.
+struct H2Streams {
+    open: AtomicUsize,
+    /// When the last stream closed, in ms after `born` plus one; 0 while none ever opened.
+    idle_since_ms: AtomicU64,
+    born: Instant,
+}
+
+/// One open stream of an [`H2Streams`]; closing it is dropping it.
+struct H2Stream(Arc<H2Streams>);
+
+impl H2Streams {
+    fn new() -> Self {
+        Self {
+            open: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            born: Instant::now(),
+        }
+    }
+
+    fn open(this: &Arc<Self>) -> H2Stream {
+        this.open.fetch_add(1, Ordering::AcqRel);
+        H2Stream(this.clone())
+    }
+
+    /// Resolves once no stream has been open for the allowance: `first` before any stream
+    /// opened, [`H2_IDLE`] after. Sleeps until the next possible deadline, so an idle
+    /// connection costs one timer, not a tick.
+    async fn idle(&self, first: Duration) {
+        let mut deadline = self.born + first;
+        loop {
+            tokio::time::sleep_until(deadline).await;
+            if self.open.load(Ordering::Acquire) > 0 {
+                deadline = Instant::now() + H2_IDLE;
+                continue;
+            }
+            let since = self.idle_since_ms.load(Ordering::Acquire);
+            if since == 0 {
+                return; // no stream within `first`
+            }
+            let due = self.born + Duration::from_millis(since - 1) + H2_IDLE;
+            if due <= Instant::now() {
+                return;
+            }
+            deadline = due;
+        }
+    }
+}
+
+impl Drop for H2Stream {
+    fn drop(&mut self) {
+        let streams = &self.0;
+        if streams.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let now = u64::try_from(streams.born.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+            streams.idle_since_ms.store(now + 1, Ordering::Release);
         }
     }
 }
@@ -259,6 +353,29 @@ enum Refused {
     Global,
     Address,
     Rate,
+}
+
+/// Answers a refused connection on a task of its own, or closes it at once when
+/// [`MAX_REFUSALS_IN_FLIGHT`] answers are already under way.
+fn spawn_refusal(
+    options: &ServeOptions,
+    refusing: &Arc<Semaphore>,
+    stream: TcpStream,
+    refused: Refused,
+) {
+    match refusing.clone().try_acquire_owned() {
+        Ok(permit) => {
+            let tls = options.tls.clone();
+            options.tracker.spawn(async move {
+                let _permit = permit;
+                refuse(stream, refused, tls).await;
+            });
+        }
+        Err(_) => {
+            metrics::client_error("tcp", "refusal_unanswered");
+            drop(stream);
+        }
+    }
 }
 
 /// Answers a connection over a limit (503 or 429), without reading its request. Over TLS the

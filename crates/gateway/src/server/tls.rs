@@ -133,6 +133,15 @@ impl ClientStream {
         }
     }
 
+    /// The client's address, if the socket still knows it.
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        let tcp = match self {
+            Self::Plain(tcp) => tcp,
+            Self::Tls(tls) => tls.get_ref().0,
+        };
+        tcp.peer_addr().ok().map(|a| a.ip())
+    }
+
     /// Waits until the client sends something or closes its side; true when it has gone.
     /// Anything it sent is read and dropped (a streaming response expects nothing more).
     /// Cancel-safe.

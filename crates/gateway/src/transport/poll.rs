@@ -47,7 +47,10 @@ async fn poll(
                 .ok_or_else(|| {
                     ApiError::bad_request("bad_timeout", "timeout must be a number of seconds")
                 })?;
-            Duration::from_secs_f64(secs).min(config.poll.timeout)
+            // Huge values (1e300) do not fit a Duration: they mean "the longest allowed".
+            Duration::try_from_secs_f64(secs)
+                .unwrap_or(Duration::MAX)
+                .min(config.poll.timeout)
         }
         None => config.poll.timeout,
     };

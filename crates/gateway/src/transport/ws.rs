@@ -530,12 +530,17 @@ impl Connection {
                 refused(wait, "per connection", limits.publish_rate_per_connection)
             })?;
         }
-        if let Some(sub) = &self.who.sub {
-            self.state
-                .publish_limits()
-                .admit(&format!("sub:{sub}"), 1)
-                .map_err(|wait| refused(wait, "per user", limits.publish_rate_per_key))?;
-        }
+        // The same key as an HTTP publish: the token's subject, else the client's address, so
+        // that opening more sockets does not multiply the allowance.
+        let key = match (&self.who.sub, self.socket.get_ref().peer_ip()) {
+            (Some(sub), _) => format!("sub:{sub}"),
+            (None, Some(ip)) => format!("addr:{ip}"),
+            (None, None) => return Ok(()),
+        };
+        self.state
+            .publish_limits()
+            .admit(&key, 1)
+            .map_err(|wait| refused(wait, "per publisher", limits.publish_rate_per_key))?;
         Ok(())
     }
 

@@ -171,6 +171,29 @@ async fn websocket_publishing_is_rate_limited_per_connection() {
 }
 
 #[tokio::test]
+async fn websocket_publishers_without_a_subject_share_their_address_budget() {
+    let mut config = test_config();
+    config.dev = true;
+    config.limits.publish_rate_per_connection = 0.0;
+    config.limits.publish_rate_per_key = 0.01;
+    config.limits.publish_burst_per_key = 3.0;
+    let gw = spawn_gateway(config).await;
+    let frame = serde_json::json!({"type": "publish", "topic": "wsaddr", "data": 1});
+    let (mut a, mut b) = (ws_connect(&gw).await, ws_connect(&gw).await);
+    for use_b in [false, false, true] {
+        let ws = if use_b { &mut b } else { &mut a };
+        ws_send(ws, frame.clone()).await;
+        assert_eq!(ws_next(ws).await["type"], "published");
+    }
+    // Anonymous sockets from one address draw on one budget: a new socket does not reset it.
+    let mut c = ws_connect(&gw).await;
+    ws_send(&mut c, frame).await;
+    let refused = ws_next(&mut c).await;
+    assert_eq!(refused["code"], "rate_limited", "{refused}");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn spraying_subscriptions_to_new_topics_does_not_lock_out_new_topics() {
     let mut config = test_config();
     config.topics.max_topics = 20;

@@ -91,5 +91,12 @@ async fn bad_polls_are_400() {
         assert_eq!(status, 400, "{query}: {body}");
         assert!(body["code"].is_string());
     }
+    // A timeout too large for any clock is the longest allowed, not a crash.
+    let mut config = test_config();
+    config.poll.timeout = Duration::from_millis(200);
+    let short = spawn_gateway(config).await;
+    let (status, body) = poll(&short, "topic=a&timeout=1e300").await;
+    assert_eq!(status, 200, "{body}");
+    short.stop().await.unwrap();
     gw.stop().await.unwrap();
 }

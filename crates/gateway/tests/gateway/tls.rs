@@ -146,6 +146,43 @@ async fn sse_over_http2_carries_several_streams_on_one_connection() {
 }
 
 #[tokio::test]
+async fn an_http2_connection_without_streams_does_not_hold_its_slot() {
+    let mut config = tls_config();
+    config.limits.header_read_timeout = std::time::Duration::from_millis(300);
+    let gw = spawn_gateway(config).await;
+    // Handshake done, nothing sent: closed after the header read timeout.
+    let mut silent = tls_connect(&gw, &[b"h2"]).await;
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(WAIT, async {
+        loop {
+            match silent.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    });
+    assert!(read.await.is_ok(), "a silent HTTP/2 connection is closed");
+    // The client's preface and settings, but no request: told GOAWAY and closed as well.
+    let tls = tls_connect(&gw, &[b"h2"]).await;
+    let (_sender, conn) = hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    assert!(
+        tokio::time::timeout(WAIT, conn).await.is_ok(),
+        "an HTTP/2 connection that opens no stream is closed"
+    );
+    let metrics = metrics_text(&gw).await;
+    assert!(
+        metrics.contains(r#"herald_client_errors_total{transport="h2",reason="idle"} 2"#),
+        "{metrics}"
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn websocket_over_tls() {
     let gw = spawn_gateway(tls_config()).await;
     let tls = tls_connect(&gw, &[b"http/1.1"]).await;
