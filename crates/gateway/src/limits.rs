@@ -184,6 +184,16 @@ impl AddressLimits {
     }
 }
 
+/// The [`PublishLimits`] key of a publisher without an API key: its token's subject, else its
+/// address (so that opening more connections does not multiply the budget). HTTP and
+/// WebSocket publishes use the same keys.
+pub fn publisher_key(sub: Option<&str>, peer: std::net::IpAddr) -> String {
+    match sub {
+        Some(sub) => format!("sub:{sub}"),
+        None => format!("addr:{peer}"),
+    }
+}
+
 /// Publishes per second per publisher (an API key, a token's subject, or a client address).
 ///
 /// Bounded like [`AddressLimits`]: a publisher is remembered while its bucket refills, and

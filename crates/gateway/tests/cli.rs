@@ -28,6 +28,16 @@ fn herald_on(public: u16, admin: u16) -> Command {
     cmd
 }
 
+/// The child's log lines, once its first says it is listening.
+fn listening(child: &mut std::process::Child) -> impl Iterator<Item = String> + use<> {
+    let mut lines = BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map(Result::unwrap);
+    let first = lines.next().unwrap();
+    assert!(first.contains("herald listening"), "{first}");
+    lines
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -120,9 +130,8 @@ fn sigterm_drains_and_exits_zero() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let listening = lines.next().unwrap().unwrap();
-    assert!(listening.contains("herald listening"), "{listening}");
+    // Kept open: the drain logs to it.
+    let _lines = listening(&mut child);
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -197,9 +206,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let listening = lines.next().unwrap().unwrap();
-    assert!(listening.contains("herald listening"), "{listening}");
+    let mut lines = listening(&mut child);
     assert_eq!(
         presented_certificate(public),
         certificate_der("server-a.pem")
@@ -215,7 +222,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     std::fs::copy(tls_fixture("server-b.pem"), &cert).unwrap();
     std::fs::copy(tls_fixture("server-b.key"), &key).unwrap();
     hangup(child.id());
-    let reloaded = lines.next().unwrap().unwrap();
+    let reloaded = lines.next().unwrap();
     assert!(reloaded.contains("TLS certificate reloaded"), "{reloaded}");
     assert_eq!(
         presented_certificate(public),
@@ -225,7 +232,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     // A broken file is refused and the certificate in use stays.
     std::fs::write(&cert, "not a certificate").unwrap();
     hangup(child.id());
-    let failed = lines.next().unwrap().unwrap();
+    let failed = lines.next().unwrap();
     assert!(failed.contains("TLS reload failed"), "{failed}");
     assert_eq!(
         presented_certificate(public),

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::limits::publisher_key;
 use crate::telemetry::metrics;
 
 /// Largest request body accepted: room for a batch of maximal payloads.
@@ -86,7 +87,7 @@ fn public_publisher(
         return Ok((Publisher::Trusted, format!("key:{key}")));
     }
     if state.config().dev {
-        return Ok((Publisher::Trusted, format!("addr:{peer}")));
+        return Ok((Publisher::Trusted, publisher_key(None, peer)));
     }
     if headers.contains_key("x-api-key") {
         return Err(ApiError::new(
@@ -97,10 +98,7 @@ fn public_publisher(
     }
     match state.auth().identify(headers, None)? {
         who if who.sub.is_some() || who.expires.is_some() => {
-            let key = match &who.sub {
-                Some(sub) => format!("sub:{sub}"),
-                None => format!("addr:{peer}"),
-            };
+            let key = publisher_key(who.sub.as_deref(), peer);
             Ok((Publisher::Token(who), key))
         }
         _ => Err(ApiError::new(

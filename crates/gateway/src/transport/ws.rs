@@ -530,13 +530,11 @@ impl Connection {
                 refused(wait, "per connection", limits.publish_rate_per_connection)
             })?;
         }
-        // The same key as an HTTP publish: the token's subject, else the client's address, so
-        // that opening more sockets does not multiply the allowance.
-        let key = match (&self.who.sub, self.socket.get_ref().peer_ip()) {
-            (Some(sub), _) => format!("sub:{sub}"),
-            (None, Some(ip)) => format!("addr:{ip}"),
-            (None, None) => return Ok(()),
+        // The peer is asked for only when publishing (rare), rather than kept per connection.
+        let Some(peer) = self.socket.get_ref().peer_ip() else {
+            return Ok(()); // the socket is gone; the write of the reply will say so
         };
+        let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
         self.state
             .publish_limits()
             .admit(&key, 1)

@@ -276,6 +276,43 @@ async fn a_refusal_over_tls_is_a_readable_status() {
 }
 
 #[tokio::test]
+async fn a_flood_of_refused_connections_is_not_answered_past_the_cap() {
+    let mut config = tls_config();
+    config.limits.max_connections = 1;
+    let gw = spawn_gateway(config).await;
+    let first = tls_connect(&gw, &[b"http/1.1"]).await;
+    // 300 refused connections that never start their TLS handshake: 256 refusals wait for
+    // it (up to 2 s each); the rest are closed at once, unanswered.
+    let mut silent = Vec::new();
+    for _ in 0..300 {
+        silent.push(TcpStream::connect(gw.public_addr).await.unwrap());
+    }
+    // Read them all at once, well within the 2 s the answered ones wait.
+    let reads = silent.into_iter().map(|mut tcp| async move {
+        let mut buf = [0u8; 16];
+        let read = tokio::time::timeout(std::time::Duration::from_millis(500), tcp.read(&mut buf));
+        matches!(read.await, Ok(Ok(0)))
+    });
+    let closed_at_once = futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .filter(|closed| *closed)
+        .count();
+    assert!(
+        (1..=100).contains(&closed_at_once),
+        "{closed_at_once} of 300 closed at once"
+    );
+    let metrics = metrics_text(&gw).await;
+    assert!(
+        metrics
+            .contains(r#"herald_client_errors_total{transport="tcp",reason="refusal_unanswered"}"#),
+        "{metrics}"
+    );
+    drop(first);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_missing_or_mismatched_key_is_a_configuration_error() {
     let mut config = tls_config();
     config.tls.key_file = Some(fixture("server-b.key"));

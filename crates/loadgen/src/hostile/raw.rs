@@ -138,12 +138,12 @@ pub async fn trickle(
     head_while_writing(write, read_head(&mut r, buf)).await
 }
 
-/// Drives `write` and `read` together until the response head (or its failure) arrives; a
-/// connection closed after a failed write is a reset.
-async fn head_while_writing<T>(
+/// Drives `write` and `read` together until `read` is done; says whether the write failed
+/// (a connection closed after a failed write is a reset, not a close).
+async fn read_while_writing<T, O>(
     write: impl Future<Output = io::Result<T>>,
-    read: impl Future<Output = Result<ResponseHead, Outcome>>,
-) -> Result<ResponseHead, Outcome> {
+    read: impl Future<Output = O>,
+) -> (O, bool) {
     tokio::pin!(write);
     tokio::pin!(read);
     let (mut writing, mut write_failed) = (true, false);
@@ -153,13 +153,19 @@ async fn head_while_writing<T>(
                 writing = false;
                 write_failed = res.is_err();
             }
-            res = &mut read => {
-                return match res {
-                    Err(Outcome::Closed) if write_failed => Err(Outcome::Reset),
-                    other => other,
-                };
-            }
+            o = &mut read => return (o, write_failed),
         }
+    }
+}
+
+/// [`read_while_writing`] for a response head.
+async fn head_while_writing<T>(
+    write: impl Future<Output = io::Result<T>>,
+    read: impl Future<Output = Result<ResponseHead, Outcome>>,
+) -> Result<ResponseHead, Outcome> {
+    match read_while_writing(write, read).await {
+        (Err(Outcome::Closed), true) => Err(Outcome::Reset),
+        (other, _) => other,
     }
 }
 
@@ -363,24 +369,9 @@ pub async fn ws_exchange(
     want: &[&str],
 ) -> Outcome {
     let (mut r, mut w) = stream.split();
-    let write = write_chunked(&mut w, out);
-    let read = ws_answer(&mut r, buf, want);
-    tokio::pin!(write);
-    tokio::pin!(read);
-    let (mut writing, mut write_failed) = (true, false);
-    loop {
-        tokio::select! {
-            res = &mut write, if writing => {
-                writing = false;
-                write_failed = res.is_err();
-            }
-            o = &mut read => {
-                return match o {
-                    Outcome::Closed if write_failed => Outcome::Reset,
-                    other => other,
-                };
-            }
-        }
+    match read_while_writing(write_chunked(&mut w, out), ws_answer(&mut r, buf, want)).await {
+        (Outcome::Closed, true) => Outcome::Reset,
+        (other, _) => other,
     }
 }
 
