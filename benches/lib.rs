@@ -18,6 +18,7 @@ pub fn topic(name: &str, capacity: usize) -> Arc<Topic> {
         channel_capacity: capacity,
         history_len: 64,
         history_ttl: Duration::from_secs(60),
+        log_fed: false,
     };
     Arc::new(Topic::new(
         TopicName::new(name).expect("valid name"),

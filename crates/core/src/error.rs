@@ -74,6 +74,15 @@ pub enum RegistryError {
         /// The limit.
         max: usize,
     },
+    /// Subscriptions created as many topics without a message as allowed
+    /// ([`crate::RegistryConfig::max_unpublished`]).
+    #[error(
+        "the gateway holds its maximum of {max} topics that no message was published to; subscribe to an existing topic, or retry once one is published"
+    )]
+    TooManyUnpublished {
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Errors of a subscriber's [`crate::feed::Feed`].

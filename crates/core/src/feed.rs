@@ -305,6 +305,7 @@ mod tests {
             channel_capacity: capacity,
             history_len,
             history_ttl: Duration::from_secs(60),
+            log_fed: false,
         };
         Arc::new(Topic::with_epoch(TopicName::new(name).unwrap(), &config, 5))
     }
@@ -434,6 +435,25 @@ mod tests {
         assert_eq!(drain(&mut seasoned), ["lost a epoch", "a:40"]);
         a.ingest(Cursor::new(77, 41), None, data());
         assert_eq!(drain(&mut seasoned), ["a:41"]);
+    }
+
+    #[tokio::test]
+    async fn resuming_ahead_of_a_lagging_node_skips_what_the_client_saw() {
+        // Node B has read n=1..2 of the log; the client saw up to n=5 on node A.
+        let a = topic("a", 8, 8);
+        let data = || Payload::from_value(&serde_json::json!(0));
+        for seq in 1..=2 {
+            a.ingest(Cursor::new(5, seq), None, data());
+        }
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        assert_eq!(
+            feed.subscribe(a.clone(), Some(Cursor::new(5, 5))).unwrap(),
+            Cursor::new(5, 5)
+        );
+        for seq in 3..=7 {
+            a.ingest(Cursor::new(5, seq), None, data());
+        }
+        assert_eq!(drain(&mut feed), ["a:6", "a:7"], "no loss signal, no duplicate");
     }
 
     #[tokio::test]

@@ -127,7 +127,18 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
         "auth" => Command::Auth {
             token: frame.token.ok_or_else(|| missing("token"))?,
         },
-        "ping" => Command::Ping { data: frame.data.0 },
+        "ping" => {
+            // Echoed data obeys the payload rules (nesting depth), like published data.
+            if let Some(data) = frame.data.0 {
+                crate::message::Payload::from_json(data.get().as_bytes()).map_err(|e| {
+                    CommandError {
+                        code: "bad_json",
+                        reason: e.to_string(),
+                    }
+                })?;
+            }
+            Command::Ping { data: frame.data.0 }
+        }
         "publish" => Command::Publish {
             topic: frame.topic.ok_or_else(|| missing("topic"))?,
             event: frame.event,
@@ -203,6 +214,10 @@ mod tests {
             "bad_frame"
         );
         assert!(parse(" \n{\"type\":\"ping\"}").is_ok());
+        // Echoed ping data is held to the payload nesting limit.
+        let deep = |n: usize| format!(r#"{{"type":"ping","data":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
+        assert!(parse(&deep(crate::message::MAX_PAYLOAD_DEPTH)).is_ok());
+        assert_eq!(code(&deep(crate::message::MAX_PAYLOAD_DEPTH + 1)), "bad_json");
         let missing = parse(r#"{"type":"auth"}"#).unwrap_err();
         assert_eq!(missing.reason, "auth needs \"token\"");
     }

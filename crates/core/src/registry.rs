@@ -22,6 +22,10 @@ pub struct RegistryConfig {
     /// subscriber and no history (at most one such scan per [`PRESSURE_SCAN_EVERY`]), then
     /// fails.
     pub max_topics: usize,
+    /// Most topics held that a subscription created and that no message reached yet: past
+    /// it [`Registry::get_or_create_for_subscriber`] fails. The rest of `max_topics` stays
+    /// for publishers and logs, so subscribers alone cannot make a publish fail.
+    pub max_unpublished: usize,
     /// Limits of every topic.
     pub topic: TopicConfig,
 }
@@ -31,6 +35,7 @@ impl Default for RegistryConfig {
         Self {
             shards: 64,
             max_topics: 100_000,
+            max_unpublished: 25_000,
             topic: TopicConfig::default(),
         }
     }
@@ -53,6 +58,8 @@ pub struct Registry {
     shards: Box<[Shard]>,
     hasher: std::collections::hash_map::RandomState,
     count: AtomicUsize,
+    /// Topics created by a subscription that no message reached yet.
+    unpublished: Arc<AtomicUsize>,
     config: RegistryConfig,
     created: Instant,
     /// When the last scan under pressure ran, in ms since `created` (+1; 0 = never).
@@ -67,6 +74,7 @@ impl Registry {
             shards: (0..n).map(|_| RwLock::new(HashMap::new())).collect(),
             hasher: Default::default(),
             count: AtomicUsize::new(0),
+            unpublished: Arc::new(AtomicUsize::new(0)),
             config,
             created: Instant::now(),
             last_pressure_scan: AtomicU64::new(0),
@@ -93,15 +101,41 @@ impl Registry {
         if let Some(topic) = self.get(name.as_str()) {
             return Ok(topic);
         }
-        match self.try_create(name) {
-            Err(RegistryError::TooManyTopics { .. }) => {
+        self.create(name, false).map(|(topic, _)| topic)
+    }
+
+    /// The topic named `name` for a subscriber, created if needed (then counted as
+    /// unpublished until its first message, against
+    /// [`RegistryConfig::max_unpublished`]); true when this call created it.
+    pub fn get_or_create_for_subscriber(
+        &self,
+        name: &TopicName,
+    ) -> Result<(Arc<Topic>, bool), RegistryError> {
+        if let Some(topic) = self.get(name.as_str()) {
+            return Ok((topic, false));
+        }
+        self.create(name, true)
+    }
+
+    fn create(
+        &self,
+        name: &TopicName,
+        unpublished: bool,
+    ) -> Result<(Arc<Topic>, bool), RegistryError> {
+        match self.try_create(name, unpublished) {
+            Err(RegistryError::TooManyTopics { .. } | RegistryError::TooManyUnpublished { .. }) => {
                 // Try again even when this call did not scan: a scan running on another
                 // thread frees room shard by shard.
                 self.reclaim_under_pressure();
-                self.try_create(name)
+                self.try_create(name, unpublished)
             }
             other => other,
         }
+    }
+
+    /// Topics a subscription created that no message reached yet.
+    pub fn unpublished(&self) -> usize {
+        self.unpublished.load(Ordering::Relaxed)
     }
 
     /// The registry is full: drops the topics with no subscriber and no history without
@@ -124,20 +158,38 @@ impl Registry {
         self.reclaim_where(true)
     }
 
-    fn try_create(&self, name: &TopicName) -> Result<Arc<Topic>, RegistryError> {
+    fn try_create(
+        &self,
+        name: &TopicName,
+        unpublished: bool,
+    ) -> Result<(Arc<Topic>, bool), RegistryError> {
         let mut shard = self.shard(name.as_str()).write();
         if let Some(topic) = shard.get(name.as_str()) {
-            return Ok(topic.clone());
+            return Ok((topic.clone(), false));
+        }
+        if unpublished
+            && self.unpublished.fetch_add(1, Ordering::Relaxed) >= self.config.max_unpublished
+        {
+            self.unpublished.fetch_sub(1, Ordering::Relaxed);
+            return Err(RegistryError::TooManyUnpublished {
+                max: self.config.max_unpublished,
+            });
         }
         if self.count.fetch_add(1, Ordering::Relaxed) >= self.config.max_topics {
             self.count.fetch_sub(1, Ordering::Relaxed);
+            if unpublished {
+                self.unpublished.fetch_sub(1, Ordering::Relaxed);
+            }
             return Err(RegistryError::TooManyTopics {
                 max: self.config.max_topics,
             });
         }
         let topic = Arc::new(Topic::new(name.clone(), &self.config.topic));
+        if unpublished {
+            topic.mark_unpublished(self.unpublished.clone());
+        }
         shard.insert(name.clone(), topic.clone());
-        Ok(topic)
+        Ok((topic, true))
     }
 
     /// Publishes to `topic`, creating it if needed.
@@ -174,6 +226,9 @@ impl Registry {
                 shard.shrink_to_fit();
             }
             drop(shard);
+            for topic in &gone {
+                topic.release_unpublished();
+            }
             // Room is given back shard by shard, and the topics are freed outside the lock,
             // so creations elsewhere go on while a large scan runs.
             self.count.fetch_sub(gone.len(), Ordering::Relaxed);
@@ -222,10 +277,12 @@ mod tests {
         Registry::new(RegistryConfig {
             shards: 4,
             max_topics,
+            max_unpublished: max_topics,
             topic: TopicConfig {
                 channel_capacity: 4,
                 history_len: 4,
                 history_ttl: Duration::from_millis(1),
+                log_fed: false,
             },
         })
     }
@@ -269,6 +326,7 @@ mod tests {
         let r = Registry::new(RegistryConfig {
             shards: 4,
             max_topics: 3,
+            max_unpublished: 3,
             topic: TopicConfig {
                 history_ttl: Duration::from_secs(600),
                 ..TopicConfig::default()
@@ -306,6 +364,37 @@ mod tests {
         let scanned = r.last_pressure_scan.load(Ordering::Relaxed);
         assert!(r.get_or_create(&name("refused-2")).is_err());
         assert_eq!(r.last_pressure_scan.load(Ordering::Relaxed), scanned);
+    }
+
+    #[test]
+    fn subscribers_cannot_take_the_room_publishers_need() {
+        let r = Registry::new(RegistryConfig {
+            shards: 4,
+            max_topics: 4,
+            max_unpublished: 2,
+            topic: TopicConfig::default(),
+        });
+        // Held by their subscribers (the Arcs): nothing can be reclaimed.
+        let (a, created) = r.get_or_create_for_subscriber(&name("a")).unwrap();
+        assert!(created);
+        let (b, _) = r.get_or_create_for_subscriber(&name("b")).unwrap();
+        assert_eq!(
+            r.get_or_create_for_subscriber(&name("c")).unwrap_err(),
+            RegistryError::TooManyUnpublished { max: 2 }
+        );
+        let (again, created) = r.get_or_create_for_subscriber(&name("a")).unwrap();
+        assert!(!created && Arc::ptr_eq(&a, &again), "an existing topic is not counted");
+        // Publishers still have the rest of the registry.
+        let p = r.publish(&name("p"), None, Payload::from_value(&serde_json::json!(1)));
+        assert!(p.is_ok());
+        // A first message makes a topic an ordinary one, and frees room for subscribers.
+        a.publish(None, Payload::from_value(&serde_json::json!(1)));
+        assert_eq!(r.unpublished(), 1);
+        let (c, _) = r.get_or_create_for_subscriber(&name("c")).unwrap();
+        drop((b, c));
+        // Dropped from the registry, an unpublished topic gives its room back.
+        r.reclaim_where(true);
+        assert_eq!(r.unpublished(), 0);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One topic: a broadcast channel for live delivery and a bounded history for resume.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -21,6 +22,10 @@ pub struct TopicConfig {
     pub history_len: usize,
     /// Longest time a message is kept in history.
     pub history_ttl: Duration,
+    /// Positions come from a shared log (a cluster bridge), not from this node: a topic's
+    /// epoch is not known here until the log delivers its first message, so until then a
+    /// resume cursor of any epoch is taken as "not arrived yet" rather than as lost.
+    pub log_fed: bool,
 }
 
 impl Default for TopicConfig {
@@ -29,6 +34,7 @@ impl Default for TopicConfig {
             channel_capacity: 128,
             history_len: 256,
             history_ttl: Duration::from_secs(300),
+            log_fed: false,
         }
     }
 }
@@ -70,6 +76,12 @@ struct State {
     last_active: Instant,
     /// How long an unused topic is kept (its epoch with it) after `last_active`.
     keep_idle: Duration,
+    /// Whether `epoch` is the stream's real one: always for a local topic; for a log-fed
+    /// topic once the log delivered a message.
+    anchored: bool,
+    /// The registry's count of topics a subscription created and no message reached yet,
+    /// while this is one of them.
+    unpublished: Option<Arc<AtomicUsize>>,
 }
 
 /// One topic. Publishing assigns the next position, stores the message in history and sends it
@@ -100,6 +112,8 @@ impl Topic {
                 history: History::new(config.history_len, config.history_ttl),
                 last_active: Instant::now(),
                 keep_idle: config.history_ttl,
+                anchored: !config.log_fed,
+                unpublished: None,
             }),
         }
     }
@@ -144,6 +158,7 @@ impl Topic {
         if position.epoch == state.epoch && position.seq <= state.head {
             return None;
         }
+        state.anchored = true;
         if position.epoch != state.epoch {
             state.epoch = position.epoch;
             state.history.reset(position.seq.saturating_sub(1));
@@ -161,6 +176,9 @@ impl Topic {
         message: Message,
     ) -> Arc<Message> {
         let message = Arc::new(message);
+        if let Some(count) = state.unpublished.take() {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
         state.head = message.cursor().seq;
         let now = Instant::now();
         state.last_active = now;
@@ -185,7 +203,21 @@ impl Topic {
                 lost: None,
             };
         };
-        if from.epoch != state.epoch || from.seq > state.head {
+        if (from.epoch == state.epoch && from.seq > state.head)
+            || (from.epoch != state.epoch && !state.anchored)
+        {
+            // Ahead of this node: the client saw messages (on another node) that this node's
+            // log reader has not delivered yet. Nothing is lost; the feed skips them when they
+            // arrive. On a log-fed topic whose epoch is not known yet the log decides: its
+            // first message either continues the cursor's epoch or is reported as a new one.
+            return Subscription {
+                receiver,
+                start: from,
+                replay: Vec::new(),
+                lost: None,
+            };
+        }
+        if from.epoch != state.epoch {
             return Subscription {
                 receiver,
                 start: head,
@@ -235,6 +267,19 @@ impl Topic {
         }
     }
 
+    /// Counts the topic in `count` until its first message (or until it is dropped from the
+    /// registry, which calls [`Self::release_unpublished`]).
+    pub(crate) fn mark_unpublished(&self, count: Arc<AtomicUsize>) {
+        self.state.lock().unpublished = Some(count);
+    }
+
+    /// Stops counting the topic as unpublished, if it still was.
+    pub(crate) fn release_unpublished(&self) {
+        if let Some(count) = self.state.lock().unpublished.take() {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Records that a subscriber left, so the topic (and its epoch) is kept for the history
     /// window after that: a client coming back within it resumes instead of being told
     /// messages were lost.
@@ -267,6 +312,7 @@ mod tests {
             channel_capacity: 4,
             history_len,
             history_ttl: Duration::from_secs(60),
+            log_fed: false,
         };
         Topic::with_epoch(TopicName::new("t").unwrap(), &config, 7)
     }
@@ -346,11 +392,36 @@ mod tests {
             t.subscribe(Some(Cursor::new(8, 4))).lost,
             Some(LossReason::Epoch)
         );
+        assert_eq!(t.subscribe(Some(Cursor::new(7, 3))).lost, None);
+    }
+
+    #[test]
+    fn a_cursor_ahead_of_the_head_is_not_arrived_yet() {
+        let t = topic(8);
+        publish(&t, 2);
+        let sub = t.subscribe(Some(Cursor::new(7, 5)));
+        assert_eq!(sub.lost, None, "ahead is not lost");
+        assert_eq!(sub.start, Cursor::new(7, 5));
+        assert!(sub.replay.is_empty());
+    }
+
+    #[test]
+    fn a_log_fed_topic_waits_for_its_log_to_name_the_epoch() {
+        let config = TopicConfig {
+            log_fed: true,
+            ..TopicConfig::default()
+        };
+        let t = Topic::with_epoch(TopicName::new("t").unwrap(), &config, 7);
+        // Not known yet: the cursor is kept, nothing is reported lost.
+        let sub = t.subscribe(Some(Cursor::new(9, 4)));
+        assert_eq!((sub.lost, sub.start), (None, Cursor::new(9, 4)));
+        t.ingest(Cursor::new(9, 3), None, Payload::from_value(&json!(1)));
+        // Now the epoch is the log's: another one is lost, as on a local topic.
         assert_eq!(
-            t.subscribe(Some(Cursor::new(7, 99))).lost,
+            t.subscribe(Some(Cursor::new(8, 4))).lost,
             Some(LossReason::Epoch)
         );
-        assert_eq!(t.subscribe(Some(Cursor::new(7, 3))).lost, None);
+        assert_eq!(t.subscribe(Some(Cursor::new(9, 3))).lost, None);
     }
 
     #[test]

@@ -39,6 +39,7 @@ struct Inner {
     presence: Option<Arc<crate::bridge::presence::Presence>>,
     auth: crate::auth::Auth,
     publish_limits: crate::limits::PublishLimits,
+    topic_quota: Arc<crate::limits::TopicQuota>,
     connection_ids: std::sync::atomic::AtomicU64,
 }
 
@@ -82,6 +83,7 @@ impl AppState {
             ),
             100_000,
         );
+        let topic_quota = crate::limits::TopicQuota::new(config.limits.max_new_topics_per_client);
         Self(Arc::new(Inner {
             config,
             registry,
@@ -97,6 +99,7 @@ impl AppState {
             presence: None,
             auth,
             publish_limits,
+            topic_quota,
             connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
@@ -114,6 +117,11 @@ impl AppState {
     /// Publish rate limits per publisher on the public listener.
     pub fn publish_limits(&self) -> &crate::limits::PublishLimits {
         &self.0.publish_limits
+    }
+
+    /// Topics each client's subscriptions created, per client.
+    pub fn topic_quota(&self) -> &Arc<crate::limits::TopicQuota> {
+        &self.0.topic_quota
     }
 
     /// Cancelled when the gateway starts draining.

@@ -27,7 +27,15 @@ use serde::Deserialize;
 use crate::config::AuthConfig;
 use crate::error::ApiError;
 
-/// The claims Herald reads.
+/// Seconds of clock skew allowed on `exp` and `nbf`.
+const LEEWAY_SECS: u64 = 5;
+
+/// The latest `exp` accepted: the year 9999. Later values are refused rather than turned
+/// into timers that overflow.
+const MAX_EXP: u64 = 253_402_300_799;
+
+/// The claims Herald reads (`nbf` is checked by the validation, with the same leeway as
+/// `exp`).
 #[derive(Debug, Deserialize)]
 struct Claims {
     #[serde(default)]
@@ -181,17 +189,24 @@ impl Auth {
                 continue;
             }
             let mut validation = Validation::new(key.algorithm);
-            validation.leeway = 5;
+            validation.leeway = LEEWAY_SECS;
+            validation.validate_nbf = true;
             validation.validate_aud = false;
             validation.set_required_spec_claims(&["exp"]);
             match jsonwebtoken::decode::<Claims>(token, &key.key, &validation) {
                 Ok(data) => {
                     let c = data.claims;
+                    // A validly signed `exp` past what the clock can hold (≥ 2^63 s) must not
+                    // overflow: such a token is refused like any other unusable one.
+                    let expires = UNIX_EPOCH
+                        .checked_add(Duration::from_secs(c.exp))
+                        .filter(|_| c.exp <= MAX_EXP)
+                        .ok_or_else(|| invalid(format!("exp {} is out of range", c.exp)))?;
                     return Ok(Identity {
                         sub: c.sub,
                         subscribe: c.topics,
                         publish: c.publish,
-                        expires: Some(UNIX_EPOCH + Duration::from_secs(c.exp)),
+                        expires: Some(expires),
                     });
                 }
                 Err(e) => last = Some(e),

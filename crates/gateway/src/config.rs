@@ -179,6 +179,11 @@ pub struct TopicsConfig {
     /// How often idle topics are looked for and reclaimed.
     #[serde(with = "humantime_serde")]
     pub reclaim_interval: Duration,
+    /// Share of `max_topics` (above 0, at most 1) that topics created by subscriptions may
+    /// take while no message has reached them. Past it, subscribing to a topic that does not
+    /// exist gets 503 `topic_limit`; the rest of the registry stays for publishers and the
+    /// cluster's logs, so subscribers alone can never make a publish fail.
+    pub unpublished_share: f64,
 }
 
 /// Server-Sent Events.
@@ -277,6 +282,19 @@ pub struct LimitsConfig {
     pub write_timeout: Duration,
     /// Largest request head (request line and headers) in bytes; larger gets 431.
     pub max_header_bytes: usize,
+    /// Time a client has to send a request body (publish API, both listeners); slower gets
+    /// 408. A body declared larger than the limit gets 413 before it is read.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: Duration,
+    /// Topics one client (its token's subject, else its address) may hold that its own
+    /// subscriptions created and that have had no message yet; past it, subscribing to yet
+    /// another new topic gets 429 `topic_quota`. Subscribing to topics that exist is not
+    /// counted.
+    pub max_new_topics_per_client: usize,
+    /// Open connections on the admin listener; past it new ones are closed.
+    pub admin_max_connections: usize,
+    /// Open connections on the admin listener from one address; past it new ones get 429.
+    pub admin_max_connections_per_address: u32,
 }
 
 /// Graceful shutdown.
@@ -323,6 +341,7 @@ impl Default for TopicsConfig {
             history_ttl: Duration::from_secs(300),
             channel_capacity: 128,
             reclaim_interval: Duration::from_secs(30),
+            unpublished_share: 0.25,
         }
     }
 }
@@ -377,6 +396,10 @@ impl Default for LimitsConfig {
             header_read_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
             max_header_bytes: 16 * 1024,
+            body_read_timeout: Duration::from_secs(10),
+            max_new_topics_per_client: 1_000,
+            admin_max_connections: 1024,
+            admin_max_connections_per_address: 64,
         }
     }
 }
@@ -415,6 +438,10 @@ impl Config {
         ensure!(
             !t.reclaim_interval.is_zero(),
             "topics.reclaim_interval must be above zero"
+        );
+        ensure!(
+            t.unpublished_share > 0.0 && t.unpublished_share <= 1.0,
+            "topics.unpublished_share must be above 0 and at most 1"
         );
         ensure!(
             !self.sse.heartbeat.is_zero(),
@@ -504,6 +531,14 @@ impl Config {
             "limits.write_timeout must be above zero"
         );
         ensure!(
+            !l.body_read_timeout.is_zero(),
+            "limits.body_read_timeout must be above zero"
+        );
+        ensure!(
+            l.admin_max_connections >= 1 && l.admin_max_connections_per_address >= 1,
+            "limits.admin_max_connections and admin_max_connections_per_address must be at least 1"
+        );
+        ensure!(
             (1024..=1 << 20).contains(&l.max_header_bytes),
             "limits.max_header_bytes must be within 1024..=1048576"
         );
@@ -568,10 +603,14 @@ impl Config {
         RegistryConfig {
             shards: 64,
             max_topics: self.topics.max_topics,
+            max_unpublished: ((self.topics.max_topics as f64 * self.topics.unpublished_share)
+                .ceil() as usize)
+                .clamp(1, self.topics.max_topics),
             topic: TopicConfig {
                 channel_capacity: self.topics.channel_capacity,
                 history_len: self.topics.history_len,
                 history_ttl: self.topics.history_ttl,
+                log_fed: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
             },
         }
     }

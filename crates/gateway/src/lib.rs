@@ -101,6 +101,13 @@ pub async fn run(
         config.limits.connect_burst_per_address,
         config.limits.max_connections.saturating_mul(2).max(1024),
     );
+    // No connect rate on the admin listener: its clients are the operator's own services.
+    let admin_per_address = limits::AddressLimits::new(
+        config.limits.admin_max_connections_per_address,
+        0.0,
+        0.0,
+        config.limits.admin_max_connections.saturating_mul(2).max(64),
+    );
     let tls = if config.tls.enabled() {
         let tls = Arc::new(server::tls::Tls::load(&config.tls)?);
         tokio::spawn(reload_tls_on_sighup(tls.clone(), admin_stop.clone()));
@@ -115,8 +122,9 @@ pub async fn run(
             stop: shutdown.clone(),
             tracker: tracker.clone(),
             header_read_timeout: config.limits.header_read_timeout,
+            write_timeout: config.limits.write_timeout,
             max_connections: Some(config.limits.max_connections),
-            sse: Some(state.clone()),
+            fast_path: Some(state.clone()),
             max_header_bytes: config.limits.max_header_bytes,
             per_address: Some(per_address.clone()),
             tls: tls.clone(),
@@ -129,10 +137,11 @@ pub async fn run(
             stop: admin_stop.clone(),
             tracker: admin_tracker.clone(),
             header_read_timeout: config.limits.header_read_timeout,
-            max_connections: Some(1024),
-            sse: None,
+            write_timeout: config.limits.write_timeout,
+            max_connections: Some(config.limits.admin_max_connections),
+            fast_path: None,
             max_header_bytes: config.limits.max_header_bytes,
-            per_address: None,
+            per_address: Some(admin_per_address.clone()),
             tls: None,
         },
     ));
@@ -140,7 +149,7 @@ pub async fn run(
         state.clone(),
         admin_stop.clone(),
         metrics,
-        per_address,
+        [per_address, admin_per_address],
     ));
     // Bridges stop last, after the connections have drained.
     let mut bridge_tasks = Vec::new();
@@ -221,7 +230,7 @@ async fn housekeeping(
     state: AppState,
     stop: CancellationToken,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
-    per_address: Arc<limits::AddressLimits>,
+    per_address: [Arc<limits::AddressLimits>; 2],
 ) {
     let mut reclaim = tokio::time::interval(state.config().topics.reclaim_interval);
     let mut upkeep = tokio::time::interval(Duration::from_secs(5));
@@ -237,7 +246,7 @@ async fn housekeeping(
             }
             _ = upkeep.tick() => {
                 metrics.run_upkeep();
-                per_address.sweep();
+                per_address.iter().for_each(|limits| limits.sweep());
                 state.publish_limits().sweep();
             }
         }

@@ -251,6 +251,80 @@ impl PublishLimits {
     }
 }
 
+/// Topics each client (its token's subject, else its address: the keys of
+/// [`publisher_key`]) holds that its own subscriptions created, counted while those
+/// subscriptions last. Bounds what one client can pin in the registry through subscriptions
+/// (`limits.max_new_topics_per_client`); the registry's `max_unpublished` bounds all clients
+/// together. Entries exist only for clients holding a charge.
+#[derive(Debug)]
+pub struct TopicQuota {
+    max: usize,
+    held: Mutex<HashMap<String, usize>>,
+}
+
+/// One topic charged to a client; dropping it gives the room back.
+#[derive(Debug)]
+pub struct QuotaCharge {
+    quota: Arc<TopicQuota>,
+    client: Box<str>,
+}
+
+impl TopicQuota {
+    /// `max` topics per client.
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Charges one topic to `client`, or refuses when it holds its maximum.
+    pub fn charge(self: &Arc<Self>, client: &str) -> Result<QuotaCharge, crate::error::ApiError> {
+        let mut held = self.held.lock();
+        let n = held.entry(client.to_owned()).or_insert(0);
+        if *n >= self.max {
+            if *n == 0 {
+                held.remove(client);
+            }
+            return Err(crate::error::ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "topic_quota",
+                format!(
+                    "this client's subscriptions created {} topics that have no message yet; subscribe to existing topics, or drop some first",
+                    self.max
+                ),
+            ));
+        }
+        *n += 1;
+        Ok(QuotaCharge {
+            quota: self.clone(),
+            client: client.into(),
+        })
+    }
+
+    /// Clients holding a charge.
+    pub fn len(&self) -> usize {
+        self.held.lock().len()
+    }
+
+    /// Whether no client holds a charge.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for QuotaCharge {
+    fn drop(&mut self) {
+        let mut held = self.quota.held.lock();
+        if let Some(n) = held.get_mut(&*self.client) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&*self.client);
+            }
+        }
+    }
+}
+
 impl Drop for AddressPermit {
     fn drop(&mut self) {
         if let Some(e) = self.limits.entries.lock().get_mut(&self.ip) {

@@ -12,6 +12,27 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tokio_util::sync::CancellationToken;
 
+/// Runs a connection's future on `tracker`. A panic in it (a bug: every input is supposed to
+/// be answered with an error, never a panic) ends that connection only, and is logged and
+/// counted in `herald_task_panics_total{task}` rather than lost silently with the task.
+pub fn spawn_connection<F>(tracker: &tokio_util::task::TaskTracker, task: &'static str, fut: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    use futures_util::FutureExt as _;
+    tracker.spawn(async move {
+        if let Err(panic) = std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            crate::telemetry::metrics::task_panic(task);
+            tracing::error!(task, panic = %message, "a connection task panicked; it was closed");
+        }
+    });
+}
+
 /// Cancels `token` on the first SIGTERM or SIGINT and exits the process on the second.
 pub fn spawn_signal_handler(token: CancellationToken) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;

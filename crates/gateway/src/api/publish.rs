@@ -2,8 +2,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use herald_core::{EventName, Payload, TopicName};
 use serde::Deserialize;
@@ -22,6 +21,60 @@ pub fn body_limit(config: &Config) -> usize {
         .saturating_mul(2)
         .max(config.limits.max_payload_bytes.saturating_mul(4))
         .min(64 << 20)
+}
+
+/// A request body, read whole within `limits.body_read_timeout` and under [`body_limit`]:
+/// a body declared larger gets 413 before anything is read, one that arrives too slowly 408
+/// (a trickling body would otherwise hold its connection for as long as the client likes).
+#[derive(Debug)]
+pub struct RequestBody(pub Bytes);
+
+impl FromRequest<AppState> for RequestBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let limit = body_limit(state.config());
+        let too_large = || {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body is over the size limit of {limit} bytes"),
+            )
+        };
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit as u64) {
+            return Err(too_large());
+        }
+        let timeout = state.config().limits.body_read_timeout;
+        match tokio::time::timeout(timeout, axum::body::to_bytes(req.into_body(), limit)).await {
+            Ok(Ok(body)) => Ok(Self(body)),
+            Ok(Err(e)) if is_length_limit(&e) => Err(too_large()),
+            Ok(Err(e)) => Err(ApiError::bad_request("bad_body", e.to_string())),
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "request body not received within {}",
+                    humantime::format_duration(timeout)
+                ),
+            )),
+        }
+    }
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// One message to publish.
@@ -46,10 +99,10 @@ struct BatchRequest {
 /// Publishes one message; answers `{"id": cursor, "topic": name}`.
 pub async fn publish(
     State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
-        let body = body.map_err(rejection)?;
+        let RequestBody(body) = body?;
         let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
         publish_one(&state, request, &Publisher::Trusted)
             .await
@@ -115,11 +168,11 @@ pub async fn publish_public(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
         let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
-        let body = body.map_err(rejection)?;
+        let RequestBody(body) = body?;
         let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
         admit(&state, &key, 1)?;
         publish_one(&state, request, &publisher).await.map(Json)
@@ -147,7 +200,7 @@ pub async fn publish_batch_public(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
         let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
@@ -161,7 +214,7 @@ pub async fn publish_batch_public(
 /// that one bad message does not stop the others.
 pub async fn publish_batch(
     State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(batch(&state, body, &Publisher::Trusted, None)).await
 }
@@ -170,11 +223,11 @@ pub async fn publish_batch(
 /// batch must fit in.
 async fn batch(
     state: &AppState,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
     publisher: &Publisher,
     limit_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let body = body.map_err(rejection)?;
+    let RequestBody(body) = body?;
     let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
     let max = state.config().limits.max_batch_publish;
     if batch.messages.len() > max {
@@ -240,11 +293,3 @@ fn bad_json(e: serde_json::Error) -> ApiError {
     ApiError::bad_request("bad_json", e.to_string())
 }
 
-fn rejection(e: BytesRejection) -> ApiError {
-    let status = e.status();
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(status, "too_large", "request body is over the size limit")
-    } else {
-        ApiError::new(status, "bad_body", e.body_text())
-    }
-}

@@ -38,12 +38,14 @@ pub enum Head {
 
 const MAX_HEADERS: usize = 64;
 
-/// Reads until a whole request head is in, then decides. Bytes past the head stay in
-/// `Other`'s buffer for hyper.
+/// Reads until a whole request head is in, then decides (when `classify`; otherwise every
+/// request is `Other`). Bytes past the head stay in `Other`'s buffer for hyper. A head that
+/// is too large or too slow is answered here (431, 408) on every listener alike.
 pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     timeout: Duration,
     max_bytes: usize,
+    classify: bool,
 ) -> Head {
     let mut buf = BytesMut::with_capacity(1024);
     let read = async {
@@ -100,6 +102,9 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
             Head::Other(buf.freeze())
         };
     }
+    if !classify {
+        return Head::Other(buf.freeze());
+    }
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(&buf) {
@@ -117,8 +122,12 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
         .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
     let sse = path == crate::transport::sse::PATH && !upgrade;
     // A WebSocket client waits for the 101 before it sends frames: bytes past the head mean
-    // something else is going on, and hyper gets them.
-    let ws = path == crate::transport::ws::PATH && upgrade && buf.len() == head_len;
+    // something else is going on, and hyper gets them. An upgrade needs HTTP/1.1 (RFC 6455
+    // 4.1); an HTTP/1.0 one goes to the router, which answers 426.
+    let ws = path == crate::transport::ws::PATH
+        && upgrade
+        && req.version == Some(1)
+        && buf.len() == head_len;
     if !sse && !ws {
         return Head::Other(buf.freeze());
     }

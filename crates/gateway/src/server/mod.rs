@@ -13,10 +13,12 @@
 //! and HTTP/2 (negotiated by ALPN) is served by hyper's HTTP/2 builder and the router.
 
 pub mod head;
+pub mod stalled;
 pub mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,7 +26,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::http::StatusCode;
-use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -62,11 +63,15 @@ pub struct ServeOptions {
     pub tracker: TaskTracker,
     /// Time a client has to send its request headers.
     pub header_read_timeout: Duration,
+    /// Longest wait of one write for a client that does not read (slow consumer), on every
+    /// path; also how long a connection may take to finish once the listener stops.
+    pub write_timeout: Duration,
     /// Open connections allowed at once; `None` for no limit.
     pub max_connections: Option<usize>,
-    /// Serve SSE requests directly on the socket (public listener only).
-    pub sse: Option<AppState>,
-    /// Largest request head read by the SSE fast path.
+    /// Serve SSE streams and WebSocket upgrades directly on the socket (public listener
+    /// only).
+    pub fast_path: Option<AppState>,
+    /// Largest request head.
     pub max_header_bytes: usize,
     /// Per-address connection limits, if any.
     pub per_address: Option<Arc<AddressLimits>>,
@@ -126,7 +131,7 @@ pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions)
         let fut = async move {
             serve_connection(stream, peer, router, &options, permits).await;
         };
-        tracker.spawn(fut);
+        crate::shutdown::spawn_connection(&tracker, "connection", fut);
     }
 }
 
@@ -166,50 +171,51 @@ async fn serve_connection(
         drop(permits);
         return;
     }
-    let prefix = match &options.sse {
-        None => Bytes::new(),
-        Some(state) => {
-            let head = tokio::select! {
-                head = head::read_head(&mut stream, options.header_read_timeout, options.max_header_bytes) => head,
-                _ = options.stop.cancelled() => return,
-            };
-            match head {
-                Head::Done => return,
-                Head::Ws { query, headers } => {
-                    ws::upgrade_raw(state, stream, &headers, query.as_deref(), permits).await;
-                    return;
+    let head = tokio::select! {
+        head = head::read_head(
+            &mut stream,
+            options.header_read_timeout,
+            options.max_header_bytes,
+            options.fast_path.is_some(),
+        ) => head,
+        _ = options.stop.cancelled() => return,
+    };
+    let prefix = match (head, &options.fast_path) {
+        (Head::Done, _) => return,
+        (Head::Other(prefix), _) => prefix,
+        (Head::Ws { query, headers }, Some(state)) => {
+            ws::upgrade_raw(state, stream, &headers, query.as_deref(), permits).await;
+            return;
+        }
+        (Head::Sse { query, headers }, Some(state)) => {
+            let opened = sse::open(state, &headers, query.as_deref(), peer.ip());
+            drop((headers, query));
+            match opened {
+                Ok(sse) => {
+                    // A task of its own, sized for the stream alone rather than for
+                    // this function's largest state (hyper's connection).
+                    let write_timeout = options.write_timeout;
+                    crate::shutdown::spawn_connection(&options.tracker, "sse", async move {
+                        let _permits = permits;
+                        sse::serve_raw(stream, sse, write_timeout).await;
+                    });
                 }
-                Head::Other(prefix) => prefix,
-                Head::Sse { query, headers } => {
-                    let opened = sse::open(state, &headers, query.as_deref());
-                    drop((headers, query));
-                    match opened {
-                        Ok(sse) => {
-                            // A task of its own, sized for the stream alone rather than for
-                            // this function's largest state (hyper's connection).
-                            let write_timeout = state.config().limits.write_timeout;
-                            options.tracker.spawn(async move {
-                                let _permits = permits;
-                                sse::serve_raw(stream, sse, write_timeout).await;
-                            });
-                        }
-                        Err(e) => {
-                            let _ =
-                                head::write_response(&mut stream, e.status(), &[], &e.json_body())
-                                    .await;
-                        }
-                    }
-                    return;
+                Err(e) => {
+                    let _ =
+                        head::write_response(&mut stream, e.status(), &[], &e.json_body()).await;
                 }
             }
+            return;
         }
+        (Head::Ws { .. } | Head::Sse { .. }, None) => return, // not classified without a fast path
     };
     let service = service_fn(move |req| route(router.clone(), peer, req));
+    let io = stalled::Stalled::new(Rewind::new(prefix, stream), options.write_timeout);
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
         .keep_alive(true)
-        .serve_connection(TokioIo::new(Rewind::new(prefix, stream)), service)
+        .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
@@ -218,10 +224,52 @@ async fn serve_connection(
                 tracing::trace!(error = %e, %peer, "connection ended with an error");
             }
         }
-        _ = options.stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
+        _ = options.stop.cancelled() => finish(conn, options.write_timeout).await,
+    }
+}
+
+/// Ends a hyper connection after its listener stopped: no new request, and the one in
+/// flight finishes (an SSE stream ends by itself on the drain). A response its client does
+/// not read holds it no longer than a write may wait anywhere else.
+async fn finish<C>(mut conn: Pin<&mut C>, write_timeout: Duration)
+where
+    C: GracefulShutdown,
+{
+    conn.as_mut().begin_shutdown();
+    if tokio::time::timeout(write_timeout, conn).await.is_err() {
+        metrics::slow_consumer("disconnected");
+    }
+}
+
+/// hyper's HTTP/1 and HTTP/2 connections, both shut down gracefully the same way.
+trait GracefulShutdown: std::future::Future {
+    fn begin_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S> GracefulShutdown for hyper::server::conn::http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    fn begin_shutdown(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, E> GracefulShutdown for hyper::server::conn::http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, S::ResBody>,
+{
+    fn begin_shutdown(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }
 
@@ -252,7 +300,10 @@ async fn serve_h2(stream: ClientStream, peer: SocketAddr, router: Router, option
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_header_list_size(u32::try_from(options.max_header_bytes).unwrap_or(u32::MAX))
         .keep_alive_interval(Some(Duration::from_secs(30)))
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(
+            TokioIo::new(stalled::Stalled::new(stream, options.write_timeout)),
+            service,
+        );
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         result = conn.as_mut() => {
@@ -271,10 +322,7 @@ async fn serve_h2(stream: ClientStream, peer: SocketAddr, router: Router, option
                 let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
             }
         }
-        _ = options.stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
-        }
+        _ = options.stop.cancelled() => finish(conn, options.write_timeout).await,
     }
 }
 
@@ -366,7 +414,7 @@ fn spawn_refusal(
     match refusing.clone().try_acquire_owned() {
         Ok(permit) => {
             let tls = options.tls.clone();
-            options.tracker.spawn(async move {
+            crate::shutdown::spawn_connection(&options.tracker, "refusal", async move {
                 let _permit = permit;
                 refuse(stream, refused, tls).await;
             });

@@ -114,6 +114,15 @@ fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     Ok(chain)
 }
 
+/// What a client did on a stream it should only be reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerInput {
+    /// It closed its side, or the connection failed.
+    Gone,
+    /// It sent this many bytes (read and dropped; 0 on a spurious wake-up).
+    Sent(usize),
+}
+
 /// A client connection on the public listener: plain TCP or TLS over it.
 #[derive(Debug)]
 pub enum ClientStream {
@@ -142,35 +151,35 @@ impl ClientStream {
         tcp.peer_addr().ok().map(|a| a.ip())
     }
 
-    /// Waits until the client sends something or closes its side; true when it has gone.
-    /// Anything it sent is read and dropped (a streaming response expects nothing more).
-    /// Cancel-safe.
-    pub async fn peer_gone(&mut self) -> bool {
+    /// Waits until the client sends something or closes its side, for a streaming response
+    /// that expects nothing more from it. What it sent is read (one buffer's worth per call,
+    /// so a client that keeps sending cannot hold the thread: the caller decides how much it
+    /// tolerates) and dropped. Cancel-safe.
+    pub async fn peer_input(&mut self) -> PeerInput {
+        let mut scratch = [0u8; 1024];
         match self {
             Self::Plain(tcp) => {
                 // `poll_read_ready` keeps one waker slot on the socket; `readable()` would
-                // join and leave the socket's waiter list on every wait.
+                // join and leave the socket's waiter list on every wait. It also takes from
+                // the task's cooperative budget, so a stream of input yields to other tasks.
                 if std::future::poll_fn(|cx| tcp.poll_read_ready(cx))
                     .await
                     .is_err()
                 {
-                    return true;
+                    return PeerInput::Gone;
                 }
-                // Read without a buffer held across the wait: idle streams cost nothing.
-                let mut scratch = [0u8; 256];
-                loop {
-                    match tcp.try_read(&mut scratch) {
-                        Ok(0) => return true,
-                        Ok(_) => continue,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                        Err(_) => return true,
-                    }
+                // No buffer is held across the wait: idle streams cost nothing.
+                match tcp.try_read(&mut scratch) {
+                    Ok(0) => PeerInput::Gone,
+                    Ok(n) => PeerInput::Sent(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => PeerInput::Sent(0),
+                    Err(_) => PeerInput::Gone,
                 }
             }
-            Self::Tls(tls) => {
-                let mut scratch = [0u8; 256];
-                matches!(tls.read(&mut scratch).await, Ok(0) | Err(_))
-            }
+            Self::Tls(tls) => match tls.read(&mut scratch).await {
+                Ok(0) | Err(_) => PeerInput::Gone,
+                Ok(n) => PeerInput::Sent(n),
+            },
         }
     }
 }

@@ -48,6 +48,8 @@ pub const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
 pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
 /// TLS certificate reloads (SIGHUP), by `result` (`ok`, `error`).
 pub const TLS_RELOADS: &str = "herald_tls_reloads_total";
+/// Connection tasks that panicked (caught, logged, the connection closed), by `task`.
+pub const TASK_PANICS: &str = "herald_task_panics_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -100,6 +102,10 @@ fn describe() {
     describe_counter!(BRIDGE_MESSAGES, "Messages through a bridge, by direction.");
     describe_counter!(CLIENT_ERRORS, "Client errors answered, by reason.");
     describe_counter!(TLS_RELOADS, "TLS certificate reloads (SIGHUP), by result.");
+    describe_counter!(
+        TASK_PANICS,
+        "Connection tasks that panicked (caught and logged), by task."
+    );
 }
 
 /// A client transport.
@@ -283,7 +289,12 @@ pub fn published(source: &'static str) {
     counter!(MESSAGES_PUBLISHED, "source" => source).increment(1);
 }
 
-/// Counts a TLS certificate reload by result (`ok`, `error`).
+/// Counts a connection task that panicked.
+pub fn task_panic(task: &'static str) {
+    counter!(TASK_PANICS, "task" => task).increment(1);
+}
+
+/// Counts a TLS certificate reload.
 pub fn tls_reload(result: &'static str) {
     counter!(TLS_RELOADS, "result" => result).increment(1);
 }

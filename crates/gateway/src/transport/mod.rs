@@ -4,10 +4,13 @@ pub mod poll;
 pub mod sse;
 pub mod ws;
 
-use herald_core::{Feed, ResumeList, TopicName};
+use std::sync::Arc;
+
+use herald_core::{Feed, ResumeList, Topic, TopicName};
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::limits::QuotaCharge;
 
 /// A subscribe request given as a URL query (SSE and long-poll):
 /// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...`.
@@ -79,25 +82,63 @@ pub fn authorize(
     Ok((origin, who))
 }
 
-/// A feed subscribed to `topics`, each resumed from its entry in `resume` when it has one.
+/// The topics a subscription created, charged to its client while it lasts (see
+/// [`crate::limits::TopicQuota`]).
+pub type Charges = Vec<QuotaCharge>;
+
+/// The topic `name` for a subscription by `client` (a [`crate::limits::publisher_key`]):
+/// found, or created, in which case the client is charged for it (the charge is returned,
+/// to be held as long as the subscription).
+pub fn topic_for_subscriber(
+    state: &AppState,
+    name: &TopicName,
+    client: &str,
+) -> Result<(Arc<Topic>, Option<QuotaCharge>), ApiError> {
+    if let Some(topic) = state.registry().get(name.as_str()) {
+        return Ok((topic, None));
+    }
+    let charge = state.topic_quota().charge(client)?;
+    let (topic, created) = state.registry().get_or_create_for_subscriber(name)?;
+    Ok((topic, created.then_some(charge)))
+}
+
+/// A feed subscribed to `topics` for `client`, each resumed from its entry in `resume` when
+/// it has one; all or nothing. Returns the charges for the topics it created.
 pub fn open_feed(
     state: &AppState,
     topics: &[TopicName],
     resume: &ResumeList,
-) -> Result<Feed, ApiError> {
+    client: &str,
+) -> Result<(Feed, Charges), ApiError> {
     let config = state.config();
-    let mut feed = Feed::new(config.lag_policy, config.limits.max_subscriptions);
+    let mut charges = Charges::new();
+    let mut found = Vec::with_capacity(topics.len());
     for name in topics {
-        let topic = state.registry().get_or_create(name)?;
-        feed.subscribe(topic, resume.get(name.as_str()))
+        let (topic, charge) = topic_for_subscriber(state, name, client)?;
+        charges.extend(charge);
+        found.push(topic);
+    }
+    let mut feed = Feed::new(config.lag_policy, config.limits.max_subscriptions);
+    for topic in found {
+        let from = resume.get(topic.name().as_str());
+        feed.subscribe(topic, from)
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
     }
-    Ok(feed)
+    Ok((feed, charges))
 }
 
 /// The JSON of a loss signal: `{"topic":..,"reason":..}`.
 pub fn lost_json(topic: &TopicName, reason: herald_core::LossReason) -> String {
     format!(r#"{{"topic":"{topic}","reason":"{}"}}"#, reason.as_str())
+}
+
+/// The client's address, as the accept loop attached it to the request (unspecified when
+/// a request is served without one, as in router tests).
+pub fn peer_ip<B>(request: &axum::http::Request<B>) -> std::net::IpAddr {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
 }
 
 /// A random duration up to `max`, to spread reconnections.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::{FeedEvent, LossReason, ResumeList};
@@ -17,10 +17,10 @@ use crate::telemetry::metrics::{self, CloseReason, Transport};
 /// Answers one poll: `{"messages":[...],"lost":[...],"cursor":"..."}`.
 pub async fn handler(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
-    RawQuery(query): RawQuery,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let result = poll(&state, &headers, query.as_deref()).await;
+    let peer = super::peer_ip(&request);
+    let result = poll(&state, request.headers(), request.uri().query(), peer).await;
     if let Err(e) = &result {
         metrics::client_error("poll", e.code());
     }
@@ -31,6 +31,7 @@ async fn poll(
     state: &AppState,
     headers: &axum::http::HeaderMap,
     query: Option<&str>,
+    peer: std::net::IpAddr,
 ) -> Result<Response, ApiError> {
     let config = state.config();
     let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
@@ -54,8 +55,9 @@ async fn poll(
         }
         None => config.poll.timeout,
     };
-    let (cors, _who) = authorize(state, headers, &query)?;
-    let mut feed = open_feed(state, &query.topics, &resume)?;
+    let (cors, who) = authorize(state, headers, &query)?;
+    let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
+    let (mut feed, _charges) = open_feed(state, &query.topics, &resume, &client)?;
     let metrics = metrics::transport(Transport::Poll);
     let mut guard = metrics.open();
     guard.closing(CloseReason::Done);

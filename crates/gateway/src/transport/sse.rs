@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -28,7 +28,7 @@ use tokio::time::{Instant, Sleep};
 use super::{SubscribeQuery, authorize, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::server::tls::ClientStream;
+use crate::server::tls::{ClientStream, PeerInput};
 use crate::shutdown::DrainWait;
 use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
 
@@ -37,16 +37,27 @@ const PING: Bytes = Bytes::from_static(b": ping\n\n");
 /// The route.
 pub const PATH: &str = "/v1/sse";
 
+/// Bytes an SSE client may send after its request before it is closed (a client sends
+/// nothing on an event stream; a few stray bytes, such as a pipelined request, are dropped).
+const MAX_UNEXPECTED_INPUT: usize = 64 * 1024;
+
 /// The response head of a directly served stream.
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 
-/// Opens an SSE stream through hyper (the axum route).
+/// Opens an SSE stream through hyper (the axum route). `HEAD` checks the request like `GET`
+/// and answers with the stream's headers only, subscribing to nothing.
 pub async fn handler(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let stream = open(&state, &headers, query.as_deref())?;
+    let headers = request.headers();
+    let query = request.uri().query();
+    let peer = super::peer_ip(&request);
+    if request.method() == axum::http::Method::HEAD {
+        check(&state, headers, query)?;
+        return Ok(([(header::CONTENT_TYPE, "text/event-stream")], ()).into_response());
+    }
+    let stream = open(&state, headers, query, peer)?;
     let cors = stream.cors.clone();
     let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
         s.next_chunk()
@@ -86,17 +97,25 @@ pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeo
         return;
     }
     drop(head);
+    let mut unexpected = 0usize;
     loop {
         let chunk = tokio::select! {
             chunk = sse.next_chunk() => chunk,
             // A client that closes its side makes the socket readable: notice at once instead
-            // of at the next heartbeat. Anything it sends is read and dropped.
-            gone = socket.peer_gone() => {
-                if gone {
-                    break;
+            // of at the next heartbeat. What it sends is read and dropped, up to a bound: an
+            // SSE client has nothing to send, and one that keeps sending is closed.
+            input = socket.peer_input() => match input {
+                PeerInput::Gone => break,
+                PeerInput::Sent(n) => {
+                    unexpected += n;
+                    if unexpected > MAX_UNEXPECTED_INPUT {
+                        metrics::client_error("sse", "unexpected_input");
+                        sse.guard.closing(CloseReason::Protocol);
+                        break;
+                    }
+                    continue;
                 }
-                continue;
-            }
+            },
         };
         let Some(chunk) = chunk else { break };
         match write_all(&mut socket, &chunk, write_timeout).await {
@@ -134,24 +153,33 @@ async fn write_all(
     }
 }
 
-/// Validates an SSE request and subscribes: the stream to serve, or why not.
+/// Validates an SSE request from `peer` and subscribes: the stream to serve, or why not.
 pub fn open(
     state: &AppState,
     headers: &HeaderMap,
     query: Option<&str>,
+    peer: std::net::IpAddr,
 ) -> Result<SseStream, ApiError> {
-    let result = try_open(state, headers, query);
+    let result = try_open(state, headers, query, peer);
     if let Err(e) = &result {
         metrics::client_error("sse", e.code());
     }
     result
 }
 
-fn try_open(
+/// What an SSE request asks for, checked: topics, resume list, origin and identity.
+struct Checked {
+    query: SubscribeQuery,
+    resume: ResumeList,
+    cors: Option<String>,
+    who: crate::auth::Identity,
+}
+
+fn check(
     state: &AppState,
     headers: &HeaderMap,
     query: Option<&str>,
-) -> Result<SseStream, ApiError> {
+) -> Result<Checked, ApiError> {
     if state.shutdown().is_cancelled() {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -174,7 +202,29 @@ fn try_open(
         None => ResumeList::new(),
     };
     let (cors, who) = authorize(state, headers, &query)?;
-    let feed = open_feed(state, &query.topics, &resume)?;
+    Ok(Checked {
+        query,
+        resume,
+        cors,
+        who,
+    })
+}
+
+fn try_open(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    peer: std::net::IpAddr,
+) -> Result<SseStream, ApiError> {
+    let config = state.config();
+    let Checked {
+        query,
+        resume,
+        cors,
+        who,
+    } = check(state, headers, query)?;
+    let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
+    let (feed, charges) = open_feed(state, &query.topics, &resume, &client)?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1,
@@ -195,6 +245,7 @@ fn try_open(
             .map(|left| Box::pin(tokio::time::sleep(left))),
         cors,
         retry: config.sse.retry,
+        _charges: charges.into_boxed_slice(),
     };
     let first = stream.opening(config.sse.retry);
     metrics.sent(first.len());
@@ -229,6 +280,8 @@ pub struct SseStream {
     /// When the stream ends by itself (`sse.max_lifetime`), if ever (boxed only when set).
     lifetime: Option<Pin<Box<Sleep>>>,
     retry: Duration,
+    /// The topics this stream's subscription created, charged to its client.
+    _charges: Box<[crate::limits::QuotaCharge]>,
 }
 
 /// The end of a stream's life: `max` ±10 % at random, or never for zero.

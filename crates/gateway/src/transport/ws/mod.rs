@@ -7,6 +7,12 @@
 //!
 //! Client commands are parsed by [`herald_core::protocol`].
 //!
+//! Every incoming frame is counted by [`inbound::Inbound`] before tungstenite reassembles
+//! it (the inbound rate, the fragment cap, activity). Every close the server starts or
+//! answers ends with a lingering close ([`Connection::linger`]): the Close frame, a half-close,
+//! then the client's input drained for a bounded time and byte count, so the client reads the
+//! close code instead of a reset.
+//!
 //! One task per connection selects over the socket, the feed, the ping timer and the
 //! shutdown token: no reader/writer task pair (measured to triple CPU per delivery).
 
@@ -24,7 +30,10 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, Utf8Bytes};
 
+pub mod inbound;
+
 use super::lost_json;
+
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
@@ -50,7 +59,13 @@ pub mod close_code {
 /// The route.
 pub const PATH: &str = "/v1/ws";
 
-type Socket = WebSocketStream<ClientStream>;
+type Socket = WebSocketStream<inbound::Inbound<ClientStream>>;
+
+/// How long a closing connection drains what the client still sends.
+const LINGER: Duration = Duration::from_secs(2);
+/// Most bytes a closing connection drains (a client still sending a 4 MiB frame when its
+/// 1009 goes out gets the close frame; one sending more is cut off).
+const LINGER_BYTES: usize = 16 << 20;
 
 /// Whether `key` is a `Sec-WebSocket-Key`: base64 of 16 bytes (RFC 6455 4.1), which is 22
 /// base64 characters, the last carrying 2 bits only, and `==`.
@@ -124,6 +139,7 @@ pub async fn upgrade_raw(
         return;
     }
     let ws = &state.config().ws;
+    let stream = inbound::Inbound::new(stream, Rate::new(ws.inbound_rate, ws.inbound_burst));
     let config = WebSocketConfig::default()
         .read_buffer_size(ws.read_buffer_size)
         .write_buffer_size(ws.write_buffer_size)
@@ -132,7 +148,7 @@ pub async fn upgrade_raw(
         .max_frame_size(Some(ws.max_message_size));
     let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
     let connection = Connection::new(state.clone(), socket, who);
-    state.tracker().spawn(async move {
+    crate::shutdown::spawn_connection(state.tracker(), "ws", async move {
         let _permits = permits;
         connection.run().await;
     });
@@ -220,15 +236,15 @@ struct Connection {
     feed: Feed,
     metrics: &'static TransportMetrics,
     guard: ConnectionGuard,
-    last_heard: Instant,
     who: crate::auth::Identity,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// This connection's publish rate limit, from its first publish on (boxed: most
     /// connections never publish).
     publish_bucket: Option<Box<TokenBucket>>,
-    /// This connection's inbound frame rate limit, from its first frame on.
-    inbound_bucket: Option<Box<TokenBucket>>,
+    /// The topics this connection's subscriptions created, charged to its client while
+    /// subscribed (most connections create none).
+    charges: Vec<(TopicName, crate::limits::QuotaCharge)>,
 }
 
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
@@ -251,13 +267,12 @@ impl Connection {
         Self {
             expiry: expiry_of(&who),
             publish_bucket: None,
-            inbound_bucket: None,
+            charges: Vec::new(),
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
             metrics,
             guard,
-            last_heard: Instant::now(),
             state,
         }
     }
@@ -285,7 +300,7 @@ impl Connection {
                 }
                 event = self.feed.next() => self.on_event(event).await,
                 _ = ping.tick() => {
-                    if self.last_heard.elapsed() > config.idle_timeout {
+                    if self.socket.get_ref().last_frame().elapsed() > config.idle_timeout {
                         Box::pin(self.close(close_code::GOING_AWAY, "idle timeout")).await;
                         Flow::Close(CloseReason::Idle)
                     } else {
@@ -301,18 +316,6 @@ impl Connection {
     }
 
     async fn on_frame(&mut self, frame: Option<Result<WsMessage, tungstenite::Error>>) -> Flow {
-        self.last_heard = Instant::now();
-        let ws = &self.state.config().ws;
-        if let Some(rate) = Rate::new(ws.inbound_rate, ws.inbound_burst) {
-            let bucket = self
-                .inbound_bucket
-                .get_or_insert_with(|| Box::new(rate.bucket()));
-            if bucket.take(rate, 1.0).is_err() {
-                metrics::client_error("ws", "inbound_rate");
-                self.close(close_code::POLICY, "too many messages").await;
-                return Flow::Close(CloseReason::Protocol);
-            }
-        }
         let message = match frame {
             None => return Flow::Close(CloseReason::Client),
             Some(Ok(message)) => message,
@@ -331,11 +334,23 @@ impl Connection {
                 .await
             }
             WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_) => Flow::Continue,
-            WsMessage::Close(_) => Flow::Close(CloseReason::Client),
+            WsMessage::Close(_) => {
+                // tungstenite queued the reply (the client's code echoed, 1002 for an invalid
+                // one): send it, then close the TCP connection cleanly.
+                let limit = Duration::from_secs(1).min(self.state.config().limits.write_timeout);
+                let _ = tokio::time::timeout(limit, self.socket.flush()).await;
+                self.linger().await;
+                Flow::Close(CloseReason::Client)
+            }
         }
     }
 
     async fn on_read_error(&mut self, error: tungstenite::Error) -> Flow {
+        if let Some(violation) = self.socket.get_ref().violation() {
+            metrics::client_error("ws", violation.metric());
+            self.close(close_code::POLICY, violation.reason()).await;
+            return Flow::Close(CloseReason::Protocol);
+        }
         match error {
             tungstenite::Error::Capacity(e) => {
                 metrics::client_error("ws", "too_big");
@@ -376,24 +391,13 @@ impl Connection {
                 {
                     if self.feed.unsubscribe(topic) {
                         removed.push(topic.as_str());
+                        self.charges.retain(|(name, _)| name.as_str() != topic);
                     }
                 }
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed });
                 Ok(self.send_text(reply.to_string()).await)
             }
-            Command::Auth { token } => {
-                // A token for an anonymous connection, or a fresh one before the current one
-                // expires. Subscriptions already held stay.
-                let who = self.state.auth().verify(&token)?;
-                self.expiry = expiry_of(&who);
-                let expires = who
-                    .expires
-                    .and_then(|e| e.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_secs());
-                let reply = serde_json::json!({ "type": "authenticated", "sub": who.sub, "expires": expires });
-                self.who = who;
-                Ok(self.send_text(reply.to_string()).await)
-            }
+            Command::Auth { token } => self.authenticate(&token).await,
             Command::Ping { data } => {
                 let reply = match data {
                     Some(data) => format!(r#"{{"type":"pong","data":{}}}"#, data.get()),
@@ -405,6 +409,46 @@ impl Connection {
                 self.publish(&topic, data, event.as_deref()).await
             }
         }
+    }
+
+    /// A token for an anonymous connection, or a fresh one before the current one expires.
+    /// Every subscription held is checked against the new identity: those it does not allow
+    /// are dropped, and an error frame names them.
+    async fn authenticate(&mut self, token: &str) -> Result<Flow, FrameError> {
+        let who = self.state.auth().verify(token)?;
+        let denied: Vec<TopicName> = self
+            .feed
+            .positions()
+            .filter(|(topic, _)| !self.state.auth().may_subscribe(&who, topic.as_str()))
+            .map(|(topic, _)| topic.clone())
+            .collect();
+        for topic in &denied {
+            self.feed.unsubscribe(topic.as_str());
+        }
+        self.charges.retain(|(name, _)| !denied.contains(name));
+        self.expiry = expiry_of(&who);
+        let expires = who
+            .expires
+            .and_then(|e| e.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs());
+        let reply =
+            serde_json::json!({ "type": "authenticated", "sub": who.sub, "expires": expires });
+        self.who = who;
+        if let Flow::Close(reason) = self.send_text(reply.to_string()).await {
+            return Ok(Flow::Close(reason));
+        }
+        if denied.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        metrics::client_error("ws", "forbidden");
+        let names: Vec<&str> = denied.iter().map(TopicName::as_str).collect();
+        let frame = serde_json::json!({
+            "type": "error",
+            "code": "forbidden",
+            "reason": format!("the new token does not allow {names:?}; unsubscribed"),
+            "topics": names,
+        });
+        Ok(self.send_text(frame.to_string()).await)
     }
 
     async fn subscribe(
@@ -449,18 +493,31 @@ impl Connection {
                 format!("at most {max} topics per connection"),
             ));
         }
+        // All or nothing: every topic is found or created before any is subscribed, so a
+        // refusal part-way (the topic limit) leaves the connection as it was.
+        let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
+            return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
+        };
+        let client = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
+        let topics = wanted
+            .into_iter()
+            .map(|(name, from)| {
+                let (topic, charge) =
+                    super::topic_for_subscriber(&self.state, &name, &client)?;
+                Ok((topic, charge, from))
+            })
+            .collect::<Result<Vec<_>, ApiError>>()?;
         let mut started = serde_json::Map::new();
-        for (name, from) in wanted {
-            let topic = self
-                .state
-                .registry()
-                .get_or_create(&name)
-                .map_err(ApiError::from)?;
+        for (topic, charge, from) in topics {
+            if let Some(charge) = charge {
+                self.charges.push((topic.name().clone(), charge));
+            }
+            let name = topic.name().to_string();
             let start = self
                 .feed
                 .subscribe(topic, from)
                 .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
-            started.insert(name.to_string(), start.to_string().into());
+            started.insert(name, start.to_string().into());
         }
         let names: Vec<&str> = started.keys().map(String::as_str).collect();
         let reply =
@@ -531,7 +588,7 @@ impl Connection {
             })?;
         }
         // The peer is asked for only when publishing (rare), rather than kept per connection.
-        let Some(peer) = self.socket.get_ref().peer_ip() else {
+        let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
             return Ok(()); // the socket is gone; the write of the reply will say so
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
@@ -601,7 +658,8 @@ impl Connection {
         }
     }
 
-    /// Sends a close frame (best effort, bounded in time) and waits briefly for the reply.
+    /// Sends a close frame (best effort, bounded in time), then closes the TCP connection
+    /// with a lingering close.
     async fn close(&mut self, code: u16, reason: &str) {
         let frame = CloseFrame {
             code: code.into(),
@@ -609,11 +667,24 @@ impl Connection {
         };
         let limit = Duration::from_secs(1).min(self.state.config().limits.write_timeout);
         let _ = tokio::time::timeout(limit, self.socket.send(WsMessage::Close(Some(frame)))).await;
-        // Let the client's close reply arrive so the TCP connection ends cleanly.
-        let _ = tokio::time::timeout(limit, async {
-            while let Some(Ok(m)) = self.socket.next().await {
-                if matches!(m, WsMessage::Close(_)) {
-                    break;
+        self.linger().await;
+    }
+
+    /// Half-closes and drains what the client still sends (its close reply, the rest of a
+    /// frame too big to read), up to [`LINGER`] and [`LINGER_BYTES`]. Closing a socket with
+    /// unread input makes the kernel reset it, and a reset can destroy the close frame before
+    /// the client reads it (it would see 1006 instead of the code sent).
+    async fn linger(&mut self) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let stream = self.socket.get_mut().get_mut();
+        let _ = tokio::time::timeout(LINGER, async {
+            let _ = stream.shutdown().await;
+            let mut scratch = vec![0u8; 16 * 1024];
+            let mut drained = 0;
+            while drained < LINGER_BYTES {
+                match stream.read(&mut scratch).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => drained += n,
                 }
             }
         })
