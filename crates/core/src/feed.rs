@@ -453,7 +453,11 @@ mod tests {
         for seq in 3..=7 {
             a.ingest(Cursor::new(5, seq), None, data());
         }
-        assert_eq!(drain(&mut feed), ["a:6", "a:7"], "no loss signal, no duplicate");
+        assert_eq!(
+            drain(&mut feed),
+            ["a:6", "a:7"],
+            "no loss signal, no duplicate"
+        );
     }
 
     #[tokio::test]

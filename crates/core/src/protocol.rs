@@ -215,9 +215,18 @@ mod tests {
         );
         assert!(parse(" \n{\"type\":\"ping\"}").is_ok());
         // Echoed ping data is held to the payload nesting limit.
-        let deep = |n: usize| format!(r#"{{"type":"ping","data":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
+        let deep = |n: usize| {
+            format!(
+                r#"{{"type":"ping","data":{}1{}}}"#,
+                "[".repeat(n),
+                "]".repeat(n)
+            )
+        };
         assert!(parse(&deep(crate::message::MAX_PAYLOAD_DEPTH)).is_ok());
-        assert_eq!(code(&deep(crate::message::MAX_PAYLOAD_DEPTH + 1)), "bad_json");
+        assert_eq!(
+            code(&deep(crate::message::MAX_PAYLOAD_DEPTH + 1)),
+            "bad_json"
+        );
         let missing = parse(r#"{"type":"auth"}"#).unwrap_err();
         assert_eq!(missing.reason, "auth needs \"token\"");
     }

@@ -383,7 +383,10 @@ mod tests {
             RegistryError::TooManyUnpublished { max: 2 }
         );
         let (again, created) = r.get_or_create_for_subscriber(&name("a")).unwrap();
-        assert!(!created && Arc::ptr_eq(&a, &again), "an existing topic is not counted");
+        assert!(
+            !created && Arc::ptr_eq(&a, &again),
+            "an existing topic is not counted"
+        );
         // Publishers still have the rest of the registry.
         let p = r.publish(&name("p"), None, Payload::from_value(&serde_json::json!(1)));
         assert!(p.is_ok());

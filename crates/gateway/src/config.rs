@@ -603,9 +603,9 @@ impl Config {
         RegistryConfig {
             shards: 64,
             max_topics: self.topics.max_topics,
-            max_unpublished: ((self.topics.max_topics as f64 * self.topics.unpublished_share)
-                .ceil() as usize)
-                .clamp(1, self.topics.max_topics),
+            max_unpublished:
+                ((self.topics.max_topics as f64 * self.topics.unpublished_share).ceil() as usize)
+                    .clamp(1, self.topics.max_topics),
             topic: TopicConfig {
                 channel_capacity: self.topics.channel_capacity,
                 history_len: self.topics.history_len,

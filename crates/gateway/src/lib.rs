@@ -106,7 +106,11 @@ pub async fn run(
         config.limits.admin_max_connections_per_address,
         0.0,
         0.0,
-        config.limits.admin_max_connections.saturating_mul(2).max(64),
+        config
+            .limits
+            .admin_max_connections
+            .saturating_mul(2)
+            .max(64),
     );
     let tls = if config.tls.enabled() {
         let tls = Arc::new(server::tls::Tls::load(&config.tls)?);

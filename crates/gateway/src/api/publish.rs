@@ -104,7 +104,7 @@ pub async fn publish(
     counted(async {
         let RequestBody(body) = body?;
         let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-        publish_one(&state, request, &Publisher::Trusted)
+        publish_one(&state, request, &Publisher::Trusted, None)
             .await
             .map(Json)
     })
@@ -118,8 +118,8 @@ async fn counted<T>(handler: impl Future<Output = Result<T, ApiError>>) -> Resul
         .inspect_err(|e| metrics::client_error("http", e.code()))
 }
 
-/// Who publishes on the public listener.
-enum Publisher {
+/// Who publishes.
+pub enum Publisher {
     /// The admin listener, dev mode, or a valid API key: any topic.
     Trusted,
     /// A token: the topics its `publish` claim allows.
@@ -174,14 +174,15 @@ pub async fn publish_public(
         let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
         let RequestBody(body) = body?;
         let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-        admit(&state, &key, 1)?;
-        publish_one(&state, request, &publisher).await.map(Json)
+        publish_one(&state, request, &publisher, Some(&key))
+            .await
+            .map(Json)
     })
     .await
 }
 
 /// Counts `n` publishes against `key`'s rate limit.
-fn admit(state: &AppState, key: &str, n: usize) -> Result<(), ApiError> {
+pub fn admit(state: &AppState, key: &str, n: usize) -> Result<(), ApiError> {
     state.publish_limits().admit(key, n).map_err(|wait| {
         ApiError::rate_limited(
             "publish_rate",
@@ -243,7 +244,7 @@ async fn batch(
     let mut results = Vec::with_capacity(batch.messages.len());
     for raw in &batch.messages {
         let result = match serde_json::from_str::<PublishRequest>(raw.get()).map_err(bad_json) {
-            Ok(request) => publish_one(state, request, publisher).await,
+            Ok(request) => publish_one(state, request, publisher, None).await,
             Err(e) => Err(e),
         };
         results.push(result.unwrap_or_else(|e| {
@@ -259,20 +260,66 @@ async fn publish_one(
     state: &AppState,
     request: PublishRequest,
     publisher: &Publisher,
+    rate_key: Option<&str>,
 ) -> Result<serde_json::Value, ApiError> {
-    let topic = TopicName::new(&request.topic)?;
+    let prepared = prepare(
+        state,
+        publisher,
+        rate_key,
+        &request.topic,
+        request.event.as_deref(),
+        &request.data,
+    )?;
+    let (topic, id) = route(state, prepared, "http").await?;
+    Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
+}
+
+/// A publish that passed the pipeline's checks, ready to route.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The topic.
+    pub topic: TopicName,
+    /// The event name, if any.
+    pub event: Option<EventName>,
+    /// The payload, compact.
+    pub payload: Payload,
+}
+
+/// The publish pipeline every publish goes through (HTTP on either listener, batches,
+/// WebSocket `publish`), up to routing: validate the topic, authorise `publisher` for it,
+/// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
+/// its messages come through here), then validate the event name and the payload.
+pub fn prepare(
+    state: &AppState,
+    publisher: &Publisher,
+    rate_key: Option<&str>,
+    topic: &str,
+    event: Option<&str>,
+    data: &RawValue,
+) -> Result<Prepared, ApiError> {
+    let topic = TopicName::new(topic)?;
     if let Publisher::Token(who) = publisher
         && !state.auth().may_publish(who, topic.as_str())
     {
-        return Err(crate::auth::forbidden(topic.as_str()));
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "publishing to {:?} needs an API key or a token whose publish claim allows it",
+                topic.as_str()
+            ),
+        ));
     }
-    let event = match request.event {
-        Some(e) => Some(
-            EventName::new(&e).map_err(|e| ApiError::bad_request("bad_event", e.to_string()))?,
-        ),
+    if let Some(key) = rate_key {
+        admit(state, key, 1)?;
+    }
+    let event = match event {
+        Some(e) => {
+            Some(EventName::new(e).map_err(|e| ApiError::bad_request("bad_event", e.to_string()))?)
+        }
         None => None,
     };
-    let payload = Payload::from_json(request.data.get().as_bytes()).map_err(bad_json)?;
+    let payload = Payload::from_json(data.get().as_bytes()).map_err(bad_json)?;
     let max = state.config().limits.max_payload_bytes;
     if payload.len() > max {
         return Err(ApiError::new(
@@ -284,12 +331,30 @@ async fn publish_one(
             ),
         ));
     }
+    Ok(Prepared {
+        topic,
+        event,
+        payload,
+    })
+}
+
+/// The pipeline's last step: to the publishing bridge, or the local registry; counted in
+/// `herald_messages_published_total{source}`.
+pub async fn route(
+    state: &AppState,
+    prepared: Prepared,
+    source: &'static str,
+) -> Result<(TopicName, herald_core::Cursor), ApiError> {
+    let Prepared {
+        topic,
+        event,
+        payload,
+    } = prepared;
     let id = state.publish(&topic, event, payload).await?;
-    metrics::published("http");
-    Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
+    metrics::published(source);
+    Ok((topic, id))
 }
 
 fn bad_json(e: serde_json::Error) -> ApiError {
     ApiError::bad_request("bad_json", e.to_string())
 }
-

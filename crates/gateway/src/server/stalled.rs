@@ -57,7 +57,11 @@ impl<S> Stalled<S> {
         }
     }
 
-    fn progress<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn progress<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         match poll {
             Poll::Ready(r) => {
                 self.armed = false;
@@ -137,7 +141,9 @@ mod tests {
             for _ in 0..8 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let mut buf = [0u8; 16];
-                let n = tokio::io::AsyncReadExt::read(&mut b, &mut buf).await.unwrap();
+                let n = tokio::io::AsyncReadExt::read(&mut b, &mut buf)
+                    .await
+                    .unwrap();
                 sink.extend_from_slice(&buf[..n]);
             }
             sink.len()

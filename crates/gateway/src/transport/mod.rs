@@ -127,6 +127,52 @@ pub fn open_feed(
     Ok((feed, charges))
 }
 
+/// What a feed event means for a client, whatever its transport; each transport writes it
+/// in its own framing (SSE event, WebSocket frame, poll entry).
+#[derive(Debug)]
+pub enum Delivery {
+    /// Deliver the message.
+    Message(Arc<herald_core::Message>),
+    /// Tell the client that messages of `topic` were lost (JSON: [`lost_json`]).
+    Lost {
+        /// The topic.
+        topic: TopicName,
+        /// Why.
+        reason: herald_core::LossReason,
+    },
+    /// Nothing to send (a lag recovered from history; the replay follows).
+    Nothing,
+    /// Close the connection: too slow on `topic`.
+    Disconnect {
+        /// The topic it lagged on.
+        topic: TopicName,
+    },
+}
+
+/// Maps a feed event to what the client sees, counting the slow-consumer outcomes in one
+/// place for every transport.
+pub fn deliver(event: herald_core::FeedEvent, transport: &'static str) -> Delivery {
+    use herald_core::{FeedEvent, LossReason};
+    match event {
+        FeedEvent::Message(message) => Delivery::Message(message),
+        FeedEvent::Lost { topic, reason } => {
+            if reason == LossReason::Lagged {
+                crate::telemetry::metrics::slow_consumer("lost");
+            }
+            Delivery::Lost { topic, reason }
+        }
+        FeedEvent::Recovered { .. } => {
+            crate::telemetry::metrics::slow_consumer("recovered");
+            Delivery::Nothing
+        }
+        FeedEvent::Disconnect { topic, missed } => {
+            crate::telemetry::metrics::slow_consumer("disconnected");
+            tracing::debug!(%topic, missed, transport, "disconnecting a slow consumer");
+            Delivery::Disconnect { topic }
+        }
+    }
+}
+
 /// The JSON of a loss signal: `{"topic":..,"reason":..}`.
 pub fn lost_json(topic: &TopicName, reason: herald_core::LossReason) -> String {
     format!(r#"{{"topic":"{topic}","reason":"{}"}}"#, reason.as_str())

@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::{FeedEvent, LossReason, ResumeList};
 
-use super::{SubscribeQuery, authorize, lost_json, open_feed};
+use super::{Delivery, SubscribeQuery, authorize, deliver, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::telemetry::metrics::{self, CloseReason, Transport};
@@ -65,19 +65,14 @@ async fn poll(
     let mut messages = Vec::new();
     let mut lost = Vec::new();
     let max_batch = config.poll.max_batch;
-    let take = |event: FeedEvent, messages: &mut Vec<_>, lost: &mut Vec<String>| match event {
-        FeedEvent::Message(m) => messages.push(m),
-        FeedEvent::Lost { topic, reason } => {
-            if reason == LossReason::Lagged {
-                metrics::slow_consumer("lost");
-            }
-            lost.push(lost_json(&topic, reason));
-        }
-        FeedEvent::Recovered { .. } => metrics::slow_consumer("recovered"),
-        FeedEvent::Disconnect { topic, .. } => {
-            metrics::slow_consumer("disconnected");
-            lost.push(lost_json(&topic, LossReason::Lagged));
-        }
+    let take = |event: FeedEvent, messages: &mut Vec<_>, lost: &mut Vec<String>| match deliver(
+        event, "poll",
+    ) {
+        Delivery::Message(m) => messages.push(m),
+        Delivery::Lost { topic, reason } => lost.push(lost_json(&topic, reason)),
+        Delivery::Nothing => {}
+        // A poll ends with its answer anyway: the client is told it lost messages.
+        Delivery::Disconnect { topic } => lost.push(lost_json(&topic, LossReason::Lagged)),
     };
     while messages.len() < max_batch {
         match feed.try_next() {

@@ -12,8 +12,10 @@
 //! is one `write` of the shared bytes, with no chunk framing and no hyper buffers held for the
 //! stream's life. The axum [`handler`] serves the same stream through hyper otherwise.
 
-use std::convert::Infallible;
+use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -25,7 +27,7 @@ use herald_core::{Feed, FeedEvent, ResumeList};
 use tokio::io::AsyncWriteExt as _;
 use tokio::time::{Instant, Sleep};
 
-use super::{SubscribeQuery, authorize, jitter, lost_json, open_feed};
+use super::{Delivery, SubscribeQuery, authorize, deliver, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::server::tls::{ClientStream, PeerInput};
@@ -44,8 +46,13 @@ const MAX_UNEXPECTED_INPUT: usize = 64 * 1024;
 /// The response head of a directly served stream.
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 
-/// Opens an SSE stream through hyper (the axum route). `HEAD` checks the request like `GET`
-/// and answers with the stream's headers only, subscribing to nothing.
+/// Opens an SSE stream through hyper (the axum route: HTTP/2, and HTTP/1.1 requests the
+/// accept loop does not take, such as absolute-form URIs). The stream runs the same
+/// lifecycle as a direct one ([`serve`]) on a task of its own, writing into a one-chunk
+/// channel that the response body reads: a client that does not read leaves the channel
+/// full, the write times out, and it is dropped as a slow consumer exactly as on the direct
+/// path. `HEAD` checks the request like `GET` and answers with the stream's headers only,
+/// subscribing to nothing.
 pub async fn handler(
     State(state): State<AppState>,
     request: axum::extract::Request,
@@ -57,14 +64,12 @@ pub async fn handler(
         check(&state, headers, query)?;
         return Ok(([(header::CONTENT_TYPE, "text/event-stream")], ()).into_response());
     }
-    let stream = open(&state, headers, query, peer)?;
-    let cors = stream.cors.clone();
-    let body = Body::from_stream(futures_util::stream::unfold(stream, |mut s| async move {
-        s.next_chunk()
-            .await
-            .map(|chunk| (Ok::<_, Infallible>(chunk), s))
-    }));
-    let mut response = body.into_response();
+    let mut stream = open(&state, headers, query, peer)?;
+    let cors = stream.cors.take();
+    let (sink, body) = BodySink::new();
+    let write_timeout = state.config().limits.write_timeout;
+    crate::shutdown::spawn_connection(state.tracker(), "sse", serve(sink, stream, write_timeout));
+    let mut response = Body::from_stream(body).into_response();
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -79,9 +84,98 @@ pub async fn handler(
     Ok(response)
 }
 
-/// Serves `sse` directly on `socket`: the response head, then each chunk as one write. Ends
-/// when the stream ends, the client goes away, or a write waits longer than `write_timeout`
-/// (a slow consumer).
+/// Where a stream's chunks are written: the client's socket (the direct path) or a hyper
+/// response body ([`BodySink`]).
+pub trait Sink {
+    /// Writes `chunk` whole; waits while the client does not take it.
+    fn write(&mut self, chunk: Bytes) -> impl Future<Output = io::Result<()>> + Send;
+    /// Waits until the client sends something or goes away. Cancel-safe.
+    fn peer_input(&mut self) -> impl Future<Output = PeerInput> + Send;
+    /// The stream ended because the client is too slow: make it see an error, not an end.
+    fn abort(&mut self) {}
+}
+
+impl Sink for ClientStream {
+    async fn write(&mut self, chunk: Bytes) -> io::Result<()> {
+        // The flush matters for TLS only: rustls may hold encrypted records the socket had no
+        // room for.
+        self.write_all(&chunk).await?;
+        self.flush().await
+    }
+
+    fn peer_input(&mut self) -> impl Future<Output = PeerInput> + Send {
+        ClientStream::peer_input(self)
+    }
+}
+
+/// The writing end of a hyper response body: a channel of one chunk.
+pub struct BodySink {
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    aborted: Arc<AtomicBool>,
+}
+
+/// The body end of a [`BodySink`].
+pub struct SinkBody {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    aborted: Arc<AtomicBool>,
+}
+
+impl BodySink {
+    fn new() -> (Self, SinkBody) {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let aborted = Arc::new(AtomicBool::new(false));
+        (
+            Self {
+                tx,
+                aborted: aborted.clone(),
+            },
+            SinkBody { rx, aborted },
+        )
+    }
+}
+
+impl Sink for BodySink {
+    async fn write(&mut self, chunk: Bytes) -> io::Result<()> {
+        self.tx
+            .send(chunk)
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
+    }
+
+    async fn peer_input(&mut self) -> PeerInput {
+        // hyper drops the body when the client goes away (a closed connection, an HTTP/2
+        // reset); what the client sends is hyper's to read.
+        self.tx.closed().await;
+        PeerInput::Gone
+    }
+
+    fn abort(&mut self) {
+        self.aborted.store(true, Ordering::Release);
+    }
+}
+
+impl futures_util::Stream for SinkBody {
+    type Item = io::Result<Bytes>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.rx.poll_recv(cx) {
+            std::task::Poll::Ready(None) if self.aborted.swap(false, Ordering::AcqRel) => {
+                // An error rather than the end: hyper resets the stream (HTTP/2) or closes the
+                // connection without the final chunk (HTTP/1.1), so the client knows.
+                std::task::Poll::Ready(Some(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "slow consumer",
+                ))))
+            }
+            other => other.map(|chunk| chunk.map(Ok)),
+        }
+    }
+}
+
+/// Serves `sse` directly on `socket`: the response head, then [`serve`].
 pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeout: Duration) {
     let head = match sse.cors.take() {
         None => std::borrow::Cow::Borrowed(RESPONSE_HEAD),
@@ -93,10 +187,24 @@ pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeo
             std::borrow::Cow::Owned(head)
         }
     };
-    if write_all(&mut socket, &head, write_timeout).await.is_err() {
+    if !matches!(
+        tokio::time::timeout(write_timeout, async {
+            socket.write_all(&head).await?;
+            socket.flush().await
+        })
+        .await,
+        Ok(Ok(()))
+    ) {
         return;
     }
     drop(head);
+    serve(socket, sse, write_timeout).await;
+}
+
+/// An SSE stream's life on any path: each chunk written as one write, ending when the stream
+/// ends (drain, token expiry, lifetime, slow-consumer policy), the client goes away or keeps
+/// sending, or a write waits longer than `write_timeout` (a slow consumer).
+pub async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeout: Duration) {
     let mut unexpected = 0usize;
     loop {
         let chunk = tokio::select! {
@@ -104,7 +212,7 @@ pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeo
             // A client that closes its side makes the socket readable: notice at once instead
             // of at the next heartbeat. What it sends is read and dropped, up to a bound: an
             // SSE client has nothing to send, and one that keeps sending is closed.
-            input = socket.peer_input() => match input {
+            input = sink.peer_input() => match input {
                 PeerInput::Gone => break,
                 PeerInput::Sent(n) => {
                     unexpected += n;
@@ -118,38 +226,16 @@ pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeo
             },
         };
         let Some(chunk) = chunk else { break };
-        match write_all(&mut socket, &chunk, write_timeout).await {
-            Ok(()) => {}
-            Err(WriteError::TimedOut) => {
+        match tokio::time::timeout(write_timeout, sink.write(chunk)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break,
+            Err(_) => {
                 metrics::slow_consumer("disconnected");
                 sse.guard.closing(CloseReason::Slow);
+                sink.abort();
                 break;
             }
-            Err(WriteError::Io) => break,
         }
-    }
-}
-
-enum WriteError {
-    TimedOut,
-    Io,
-}
-
-async fn write_all(
-    socket: &mut ClientStream,
-    bytes: &[u8],
-    timeout: Duration,
-) -> Result<(), WriteError> {
-    // The flush matters for TLS only: rustls may hold encrypted records the socket had no
-    // room for.
-    let write = async {
-        socket.write_all(bytes).await?;
-        socket.flush().await
-    };
-    match tokio::time::timeout(timeout, write).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err(WriteError::Io),
-        Err(_) => Err(WriteError::TimedOut),
     }
 }
 
@@ -175,11 +261,7 @@ struct Checked {
     who: crate::auth::Identity,
 }
 
-fn check(
-    state: &AppState,
-    headers: &HeaderMap,
-    query: Option<&str>,
-) -> Result<Checked, ApiError> {
+fn check(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<Checked, ApiError> {
     if state.shutdown().is_cancelled() {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -370,8 +452,8 @@ impl SseStream {
     }
 
     fn on_event(&mut self, event: FeedEvent) -> Option<Bytes> {
-        match event {
-            FeedEvent::Message(message) => {
+        match deliver(event, "sse") {
+            Delivery::Message(message) => {
                 let since = message.published_at().elapsed();
                 let frame = if self.multi {
                     self.id_line();
@@ -386,10 +468,7 @@ impl SseStream {
                 };
                 Some(frame)
             }
-            FeedEvent::Lost { topic, reason } => {
-                if reason == herald_core::LossReason::Lagged {
-                    metrics::slow_consumer("lost");
-                }
+            Delivery::Lost { topic, reason } => {
                 self.id_line();
                 let frame = format!(
                     "{}event: herald.lost\ndata: {}\n\n",
@@ -399,13 +478,8 @@ impl SseStream {
                 self.metrics.sent(frame.len());
                 Some(Bytes::from(frame))
             }
-            FeedEvent::Recovered { .. } => {
-                metrics::slow_consumer("recovered");
-                None
-            }
-            FeedEvent::Disconnect { topic, missed } => {
-                metrics::slow_consumer("disconnected");
-                tracing::debug!(%topic, missed, "disconnecting a slow SSE consumer");
+            Delivery::Nothing => None,
+            Delivery::Disconnect { topic } => {
                 self.done = true;
                 self.guard.closing(CloseReason::Slow);
                 Some(Bytes::from(format!(

@@ -25,7 +25,7 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn tls_config() -> Config {
+pub(crate) fn tls_config() -> Config {
     let mut config = test_config();
     config.tls.cert_file = Some(fixture("server-a.pem"));
     config.tls.key_file = Some(fixture("server-a.key"));
@@ -33,7 +33,7 @@ fn tls_config() -> Config {
 }
 
 /// Connects with TLS, trusting the test CA, offering `alpn`.
-async fn tls_connect(gw: &Gateway, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
+pub(crate) async fn tls_connect(gw: &Gateway, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_file(fixture("ca.pem")).unwrap())

@@ -209,54 +209,6 @@ async fn bad_handshakes_get_clear_errors() {
     gw.stop().await.unwrap();
 }
 
-/// A WebSocket spoken by hand, to send what well-behaved client libraries never would.
-async fn raw_ws(gw: &herald_gateway::Gateway) -> tokio::net::TcpStream {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
-        .await
-        .unwrap();
-    raw.write_all(b"GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n").await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut b = [0u8; 1];
-        raw.read_exact(&mut b).await.unwrap();
-        head.push(b[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"));
-    raw
-}
-
-async fn send_frame(raw: &mut tokio::net::TcpStream, fin: bool, opcode: u8, payload: &[u8]) {
-    use tokio::io::AsyncWriteExt as _;
-    assert!(payload.len() < 126);
-    let mask = [7u8, 1, 9, 3];
-    let mut frame = vec![(u8::from(fin) << 7) | opcode, 0x80 | payload.len() as u8];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    raw.write_all(&frame).await.unwrap();
-}
-
-/// Reads one unfragmented server frame: (opcode, payload).
-async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
-    use tokio::io::AsyncReadExt as _;
-    let mut h = [0u8; 2];
-    tokio::time::timeout(WAIT, raw.read_exact(&mut h))
-        .await
-        .unwrap()
-        .unwrap();
-    let len = match h[1] & 0x7f {
-        126 => {
-            let mut l = [0u8; 2];
-            raw.read_exact(&mut l).await.unwrap();
-            u16::from_be_bytes(l) as usize
-        }
-        n => n as usize,
-    };
-    let mut payload = vec![0u8; len];
-    raw.read_exact(&mut payload).await.unwrap();
-    (h[0] & 0x0f, payload)
-}
-
 #[tokio::test]
 async fn fragmented_frames_are_reassembled_and_invalid_utf8_closes_with_1007() {
     let gw = spawn_gateway(test_config()).await;

@@ -108,7 +108,9 @@ impl<S> Inbound<S> {
     fn scan(&mut self, mut bytes: &[u8]) -> Result<(), Violation> {
         while !bytes.is_empty() {
             if self.skip > 0 {
-                let n = usize::try_from(self.skip).unwrap_or(usize::MAX).min(bytes.len());
+                let n = usize::try_from(self.skip)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
                 self.skip -= n as u64;
                 bytes = &bytes[n..];
                 continue;

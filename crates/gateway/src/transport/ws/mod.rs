@@ -22,7 +22,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use futures_util::{SinkExt as _, StreamExt as _};
 use herald_core::protocol::{self, Command};
-use herald_core::{Cursor, EventName, Feed, FeedEvent, LossReason, Payload, TopicName};
+use herald_core::{Cursor, Feed, TopicName};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
@@ -33,7 +33,7 @@ use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, 
 pub mod inbound;
 
 use super::lost_json;
-
+use crate::api::{self, publish::Publisher};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
@@ -502,8 +502,7 @@ impl Connection {
         let topics = wanted
             .into_iter()
             .map(|(name, from)| {
-                let (topic, charge) =
-                    super::topic_for_subscriber(&self.state, &name, &client)?;
+                let (topic, charge) = super::topic_for_subscriber(&self.state, &name, &client)?;
                 Ok((topic, charge, from))
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
@@ -531,51 +530,44 @@ impl Connection {
         data: &RawValue,
         event: Option<&str>,
     ) -> Result<Flow, FrameError> {
-        let name = TopicName::new(topic).map_err(ApiError::from)?;
-        if !self.state.config().dev && !self.state.auth().may_publish(&self.who, name.as_str()) {
-            return Err(FrameError::new(
-                "forbidden",
-                format!("publishing to {topic:?} needs a token whose publish claim allows it"),
-            ));
-        }
-        self.admit_publish()?;
-        let event = match event {
-            Some(e) => {
-                Some(EventName::new(e).map_err(|e| FrameError::new("bad_event", e.to_string()))?)
-            }
-            None => None,
+        self.admit_connection_publish()?;
+        // The peer is asked for only when publishing (rare), rather than kept per connection.
+        let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
+            return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
         };
-        let payload = Payload::from_json(data.get().as_bytes())
-            .map_err(|e| FrameError::new("bad_json", e.to_string()))?;
-        let max = self.state.config().limits.max_payload_bytes;
-        if payload.len() > max {
-            return Err(FrameError::new(
-                "too_large",
-                format!("payload is {} bytes; the limit is {max}", payload.len()),
-            ));
-        }
+        let publisher = if self.state.config().dev {
+            Publisher::Trusted
+        } else {
+            Publisher::Token(self.who.clone())
+        };
+        let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
+        let prepared =
+            api::publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
+                .map_err(|e| {
+                    if e.code() == "publish_rate" {
+                        metrics::client_error("ws", "publish_rate");
+                        FrameError::new("rate_limited", FrameError::from(e).reason)
+                    } else {
+                        FrameError::from(e)
+                    }
+                })?;
         if let (Some(upstream), Some(connection)) = (self.state.upstream(), self.guard.id()) {
-            upstream.published(connection, &name, event.as_ref(), &payload);
+            upstream.published(
+                connection,
+                &prepared.topic,
+                prepared.event.as_ref(),
+                &prepared.payload,
+            );
         }
-        let id = self.state.publish(&name, event, payload).await?;
-        metrics::published("ws");
+        let (name, id) = api::publish::route(&self.state, prepared, "ws").await?;
         let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
     }
 
-    /// Counts one publish against this connection's rate and its user's (token subject).
-    fn admit_publish(&mut self) -> Result<(), FrameError> {
+    /// Counts one publish against this connection's own rate (the publisher's rate is the
+    /// pipeline's).
+    fn admit_connection_publish(&mut self) -> Result<(), FrameError> {
         let limits = &self.state.config().limits;
-        let refused = |wait: Duration, what: &str, rate: f64| {
-            metrics::client_error("ws", "publish_rate");
-            FrameError::new(
-                "rate_limited",
-                format!(
-                    "over the publish rate of {rate}/s {what}; retry in {} ms",
-                    wait.as_millis().max(1)
-                ),
-            )
-        };
         if let Some(rate) = Rate::new(
             limits.publish_rate_per_connection,
             limits.publish_burst_per_connection,
@@ -584,24 +576,23 @@ impl Connection {
                 .publish_bucket
                 .get_or_insert_with(|| Box::new(rate.bucket()));
             bucket.take(rate, 1.0).map_err(|wait| {
-                refused(wait, "per connection", limits.publish_rate_per_connection)
+                metrics::client_error("ws", "publish_rate");
+                FrameError::new(
+                    "rate_limited",
+                    format!(
+                        "over the publish rate of {}/s per connection; retry in {} ms",
+                        limits.publish_rate_per_connection,
+                        wait.as_millis().max(1)
+                    ),
+                )
             })?;
         }
-        // The peer is asked for only when publishing (rare), rather than kept per connection.
-        let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
-            return Ok(()); // the socket is gone; the write of the reply will say so
-        };
-        let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        self.state
-            .publish_limits()
-            .admit(&key, 1)
-            .map_err(|wait| refused(wait, "per publisher", limits.publish_rate_per_key))?;
         Ok(())
     }
 
-    async fn on_event(&mut self, event: FeedEvent) -> Flow {
-        match event {
-            FeedEvent::Message(message) => {
+    async fn on_event(&mut self, event: herald_core::FeedEvent) -> Flow {
+        match super::deliver(event, "ws") {
+            super::Delivery::Message(message) => {
                 let frame = message.ws_frame();
                 self.metrics
                     .delivered(frame.len(), message.published_at().elapsed());
@@ -611,21 +602,13 @@ impl Connection {
                     Err(_) => Flow::Continue,
                 }
             }
-            FeedEvent::Lost { topic, reason } => {
-                if reason == LossReason::Lagged {
-                    metrics::slow_consumer("lost");
-                }
+            super::Delivery::Lost { topic, reason } => {
                 let body = lost_json(&topic, reason);
                 let frame = format!(r#"{{"type":"lost",{}"#, &body[1..]);
                 self.send_text(frame).await
             }
-            FeedEvent::Recovered { .. } => {
-                metrics::slow_consumer("recovered");
-                Flow::Continue
-            }
-            FeedEvent::Disconnect { topic, missed } => {
-                metrics::slow_consumer("disconnected");
-                tracing::debug!(%topic, missed, "disconnecting a slow WebSocket consumer");
+            super::Delivery::Nothing => Flow::Continue,
+            super::Delivery::Disconnect { .. } => {
                 Box::pin(self.close(close_code::POLICY, "slow consumer")).await;
                 Flow::Close(CloseReason::Slow)
             }
