@@ -43,7 +43,11 @@ fn blocking_get(addr: std::net::SocketAddr, path: &str) -> (u16, Duration) {
     let started = Instant::now();
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut answer = Vec::new();
     let _ = s.read_to_end(&mut answer);
     let status = String::from_utf8_lossy(&answer)
@@ -70,8 +74,7 @@ async fn sse_clients_that_upload_do_not_stall_the_server() {
                         continue;
                     };
                     s.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
-                    if s
-                        .write_all(b"GET /v1/sse?topic=upload HTTP/1.1\r\nhost: x\r\n\r\n")
+                    if s.write_all(b"GET /v1/sse?topic=upload HTTP/1.1\r\nhost: x\r\n\r\n")
                         .is_err()
                     {
                         continue;
@@ -105,7 +108,8 @@ async fn sse_clients_that_upload_do_not_stall_the_server() {
     );
     let metrics = metrics_text(&gw).await;
     assert!(
-        metrics.contains(r#"herald_client_errors_total{transport="sse",reason="unexpected_input"}"#),
+        metrics
+            .contains(r#"herald_client_errors_total{transport="sse",reason="unexpected_input"}"#),
         "uploaders are closed and counted"
     );
     gw.stop().await.unwrap();
@@ -117,12 +121,10 @@ async fn an_auth_frame_rechecks_every_subscription_held() {
     let gw = spawn_gateway(auth_config()).await;
     let a = token(json!({"sub": "ann", "exp": now() + 600, "topics": ["admin.audit"]}));
     let b = token(json!({"sub": "ann", "exp": now() + 600, "topics": ["other"]}));
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!(
-        "ws://{}/v1/ws?token={a}",
-        gw.public_addr
-    ))
-    .await
-    .unwrap();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/ws?token={a}", gw.public_addr))
+            .await
+            .unwrap();
     ws_subscribe(&mut ws, &["admin.audit", "public.news"]).await;
     ws_send(&mut ws, json!({"type": "auth", "token": b})).await;
     assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
@@ -169,7 +171,10 @@ async fn a_cursor_ahead_of_the_head_is_not_lost_and_not_repeated() {
         "no herald.lost and nothing the client saw"
     );
     let message = ws_next(&mut ws).await;
-    assert_eq!((&message["type"], &message["data"]), (&json!("message"), &json!(5)));
+    assert_eq!(
+        (&message["type"], &message["data"]),
+        (&json!("message"), &json!(5))
+    );
     // Long-poll: nothing after the cursor yet, no loss.
     let poll: serde_json::Value = http()
         .get(format!(
@@ -232,14 +237,19 @@ async fn subscribers_cannot_lock_publishers_or_other_clients_out() {
     // Closing gives the quota back.
     drop(held);
     let mut ws = ws_connect(&gw).await;
-    eventually(WAIT, || {
-        let ws = &mut ws;
-        async move {
-            ws_send(ws, json!({"type": "subscribe", "topics": ["after-close"]})).await;
-            ws_next(ws).await["type"] == "subscribed"
+    let deadline = Instant::now() + WAIT;
+    loop {
+        ws_send(
+            &mut ws,
+            json!({"type": "subscribe", "topics": ["after-close"]}),
+        )
+        .await;
+        if ws_next(&mut ws).await["type"] == "subscribed" {
+            break;
         }
-    })
-    .await;
+        assert!(Instant::now() < deadline, "the quota came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     gw.stop().await.unwrap();
 }
 
@@ -307,7 +317,10 @@ async fn close_code(read: &mut tokio::net::tcp::OwnedReadHalf) -> u16 {
                 }
                 buf.drain(..len.1 + len.0);
             }
-            let n = read.read(&mut chunk).await.expect("no reset before the close frame");
+            let n = read
+                .read(&mut chunk)
+                .await
+                .expect("no reset before the close frame");
             assert!(n > 0, "connection ended without a close frame");
             buf.extend_from_slice(&chunk[..n]);
         }
@@ -347,7 +360,9 @@ async fn endless_continuation_frames_are_closed_with_1008() {
         let mut start = frame_header(false, 0x1, 1);
         start.push(b'{');
         let _ = write.write_all(&start).await;
-        let batch: Vec<u8> = (0..1000).flat_map(|_| frame_header(false, 0x0, 0)).collect();
+        let batch: Vec<u8> = (0..1000)
+            .flat_map(|_| frame_header(false, 0x0, 0))
+            .collect();
         for _ in 0..10_000 {
             if write.write_all(&batch).await.is_err() {
                 break;
@@ -387,7 +402,11 @@ async fn a_token_expiring_past_the_clock_is_refused_without_a_panic() {
         ws_send(&mut ws, json!({"type": "ping"})).await;
         assert_eq!(ws_next(&mut ws).await["type"], "pong");
     }
-    assert!(!metrics_text(&gw).await.contains("herald_task_panics_total"));
+    let metrics = metrics_text(&gw).await;
+    for task in ["connection", "sse", "ws"] {
+        let line = format!(r#"herald_task_panics_total{{task="{task}"}}"#);
+        assert!(!metrics.contains(&line), "{line}");
+    }
     gw.stop().await.unwrap();
 }
 
@@ -441,10 +460,18 @@ async fn a_subscribe_refused_part_way_subscribes_nothing() {
     config.topics.unpublished_share = 0.25; // one new topic from subscriptions
     let gw = spawn_gateway(config).await;
     let mut ws = ws_connect(&gw).await;
-    ws_send(&mut ws, json!({"type": "subscribe", "topics": ["p1", "p2"]})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["p1", "p2"]}),
+    )
+    .await;
     let reply = ws_next(&mut ws).await;
     assert_eq!(reply["code"], "topic_limit", "{reply}");
-    assert_eq!(topic_subscribers(&gw, "p1").await, 0, "p1 is not subscribed");
+    assert_eq!(
+        topic_subscribers(&gw, "p1").await,
+        0,
+        "p1 is not subscribed"
+    );
     publish(&gw, "p1", json!("not for this client")).await;
     ws_send(&mut ws, json!({"type": "ping", "data": "after"})).await;
     let next = ws_next(&mut ws).await;
@@ -481,7 +508,9 @@ async fn bodies_and_heads_are_bounded_on_both_listeners() {
         assert!(answer.starts_with("HTTP/1.1 413"), "{addr}: {answer}");
         // A head that never ends: the documented 408.
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
         let answer = read_answer(&mut s).await;
         assert!(answer.starts_with("HTTP/1.1 408"), "{addr}: {answer}");
         assert!(answer.contains(r#""code":"timeout""#), "{answer}");
@@ -554,12 +583,17 @@ async fn smaller_findings() {
         .unwrap();
     assert_eq!(topic.status(), 404, "HEAD creates no topic");
 
-    let mut s = tokio::net::TcpStream::connect(gw.public_addr).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
     s.write_all(b"GET /v1/ws HTTP/1.0\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
         .await
         .unwrap();
     let answer = read_answer(&mut s).await;
-    assert!(answer.starts_with("HTTP/1.0 426") || answer.starts_with("HTTP/1.1 426"), "{answer}");
+    assert!(
+        answer.starts_with("HTTP/1.0 426") || answer.starts_with("HTTP/1.1 426"),
+        "{answer}"
+    );
 
     let mut ws = ws_connect(&gw).await;
     let deep = format!("{}1{}", "[".repeat(65), "]".repeat(65));

@@ -36,7 +36,12 @@ enum Path {
     TlsH2,
 }
 
-const PATHS: [Path; 4] = [Path::Direct, Path::AbsoluteForm, Path::TlsDirect, Path::TlsH2];
+const PATHS: [Path; 4] = [
+    Path::Direct,
+    Path::AbsoluteForm,
+    Path::TlsDirect,
+    Path::TlsH2,
+];
 
 impl Path {
     fn tls(self) -> bool {
@@ -90,10 +95,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Pausable<S> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -220,7 +222,11 @@ async fn token_expiry_ends_streams_on_every_path() {
         .unwrap();
         let mut s = open(&gw, path, "topic=private", Some(&token)).await;
         let event = s.sse.next_event().await.unwrap();
-        assert_eq!(event.event.as_deref(), Some("herald.disconnect"), "{path:?}");
+        assert_eq!(
+            event.event.as_deref(),
+            Some("herald.disconnect"),
+            "{path:?}"
+        );
         assert!(
             event.data.as_deref().unwrap().contains("token expired"),
             "{path:?}"

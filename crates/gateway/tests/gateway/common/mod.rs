@@ -377,4 +377,3 @@ pub async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
     raw.read_exact(&mut payload).await.unwrap();
     (h[0] & 0x0f, payload)
 }
-
