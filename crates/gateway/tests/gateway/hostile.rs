@@ -605,3 +605,33 @@ async fn smaller_findings() {
     assert_eq!(ws_next(&mut ws).await["code"], "bad_json");
     gw.stop().await.unwrap();
 }
+
+/// The idle rule: a client that sends nothing (raw, so it does not answer the server's pings)
+/// is closed with 1001; any frame counts as activity, a bare control frame included.
+#[tokio::test]
+async fn an_idle_websocket_is_closed_with_1001_and_any_frame_is_activity() {
+    let mut config = test_config();
+    config.ws.ping_interval = Duration::from_millis(100);
+    config.ws.idle_timeout = Duration::from_millis(500);
+    let gw = spawn_gateway(config).await;
+    let (mut silent, _keep) = raw_ws(&gw).await.into_split();
+    let mut alive = raw_ws(&gw).await;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        send_frame(&mut alive, true, 0xA, b"").await; // an unsolicited pong
+        // Read what the server sent meanwhile (its pings), without blocking.
+        let mut scratch = [0u8; 1024];
+        let _ = tokio::time::timeout(Duration::from_millis(100), alive.read(&mut scratch)).await;
+    }
+    assert_eq!(close_code(&mut silent).await, 1001);
+    send_frame(&mut alive, true, 0x1, br#"{"type":"ping","data":"still"}"#).await;
+    loop {
+        let (opcode, payload) = read_frame(&mut alive).await;
+        assert_ne!(opcode, 0x8, "the active client was closed");
+        if opcode == 0x1 {
+            assert_eq!(payload, br#"{"type":"pong","data":"still"}"#);
+            break;
+        }
+    }
+    gw.stop().await.unwrap();
+}
