@@ -1,6 +1,6 @@
 //! Tokens, API keys and Origin checks, driven as clients use them.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::StreamExt as _;
 use jsonwebtoken::{EncodingKey, Header};
@@ -12,19 +12,11 @@ use crate::common::*;
 const SECRET: &str = "0123456789abcdef0123456789abcdef-test-secret";
 
 fn token(claims: serde_json::Value) -> String {
-    jsonwebtoken::encode(
-        &Header::default(),
-        &claims,
-        &EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap()
+    hs256_token(SECRET, &claims)
 }
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    unix_now()
 }
 
 fn auth_config() -> herald_gateway::Config {

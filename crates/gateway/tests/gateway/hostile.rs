@@ -2,10 +2,9 @@
 //! frames, tokens and cursors) against a real gateway. Every test here failed before its fix.
 
 use std::io::{Read as _, Write as _};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt as _, StreamExt as _};
-use jsonwebtoken::{EncodingKey, Header};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -16,19 +15,11 @@ use crate::common::*;
 const SECRET: &str = "hostile-test-secret-0123456789abcdef";
 
 fn token(claims: serde_json::Value) -> String {
-    jsonwebtoken::encode(
-        &Header::default(),
-        &claims,
-        &EncodingKey::from_secret(SECRET.as_bytes()),
-    )
-    .unwrap()
+    hs256_token(SECRET, &claims)
 }
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    unix_now()
 }
 
 fn auth_config() -> herald_gateway::Config {

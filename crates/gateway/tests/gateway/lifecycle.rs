@@ -15,7 +15,6 @@ use futures_util::StreamExt as _;
 use herald_gateway::{Config, Gateway};
 use http_body_util::{BodyExt as _, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use jsonwebtoken::{EncodingKey, Header};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -100,6 +99,30 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Pausable<S> {
     }
 }
 
+impl<S> Pausable<S> {
+    fn new(inner: S, paused: &Arc<AtomicBool>) -> Self {
+        Self {
+            inner,
+            paused: paused.clone(),
+        }
+    }
+}
+
+/// One request over HTTP/1.1 on `io`.
+async fn http1<S>(
+    io: S,
+    request: hyper::Request<Empty<Bytes>>,
+) -> hyper::Response<hyper::body::Incoming>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender.send_request(request).await.unwrap()
+}
+
 /// An open SSE stream over `path`, and the switch that stops its client reading.
 struct Stream {
     sse: SseClient,
@@ -124,36 +147,17 @@ async fn open(gw: &Gateway, path: Path, query: &str, token: Option<&str>) -> Str
     let response = match path {
         Path::Direct | Path::AbsoluteForm => {
             let tcp = TcpStream::connect(gw.public_addr).await.unwrap();
-            let io = Pausable {
-                inner: tcp,
-                paused: pause.clone(),
-            };
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-                .await
-                .unwrap();
-            tokio::spawn(conn);
-            sender.send_request(request).await.unwrap()
+            http1(Pausable::new(tcp, &pause), request).await
         }
         Path::TlsDirect => {
             let tls = crate::tls::tls_connect(gw, &[b"http/1.1"]).await;
-            let io = Pausable {
-                inner: tls,
-                paused: pause.clone(),
-            };
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-                .await
-                .unwrap();
-            tokio::spawn(conn);
-            sender.send_request(request).await.unwrap()
+            http1(Pausable::new(tls, &pause), request).await
         }
         Path::TlsH2 => {
             let tls = crate::tls::tls_connect(gw, &[b"h2"]).await;
-            let io = Pausable {
-                inner: tls,
-                paused: pause.clone(),
-            };
+            let io = TokioIo::new(Pausable::new(tls, &pause));
             let (mut sender, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
                     .await
                     .unwrap();
             tokio::spawn(conn);
@@ -209,17 +213,10 @@ async fn the_drain_ends_streams_with_a_reconnect_hint_on_every_path() {
 async fn token_expiry_ends_streams_on_every_path() {
     for path in PATHS {
         let gw = spawn_gateway(config(path)).await;
-        let exp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            + 2;
-        let token = jsonwebtoken::encode(
-            &Header::default(),
-            &json!({"sub": "brief", "exp": exp, "topics": ["private"]}),
-            &EncodingKey::from_secret(SECRET.as_bytes()),
-        )
-        .unwrap();
+        let token = hs256_token(
+            SECRET,
+            &json!({"sub": "brief", "exp": unix_now() + 2, "topics": ["private"]}),
+        );
         let mut s = open(&gw, path, "topic=private", Some(&token)).await;
         let event = s.sse.next_event().await.unwrap();
         assert_eq!(

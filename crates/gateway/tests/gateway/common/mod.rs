@@ -377,3 +377,21 @@ pub async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
     raw.read_exact(&mut payload).await.unwrap();
     (h[0] & 0x0f, payload)
 }
+
+/// A JWT signed with HS256 by `secret`.
+pub fn hs256_token(secret: &str, claims: &Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
