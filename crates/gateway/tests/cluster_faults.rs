@@ -2,6 +2,7 @@
 //! of its own, because it stops the Redis every other cluster test uses.
 
 #[path = "gateway/common/mod.rs"]
+#[macro_use]
 mod common;
 
 use std::process::Command;
@@ -24,6 +25,7 @@ fn engines(command: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
+    skip_without!("HERALD_TEST_REDIS_URL");
     let _serial = SERIAL.lock().await;
     let p = format!("test-faults-{:x}", rand::random::<u32>());
     let mut config_a = cluster_config(&p, "a");
@@ -76,6 +78,7 @@ async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_survives_a_kafka_broker_restart_without_losing_records() {
+    skip_without!("HERALD_TEST_REDIS_URL", "HERALD_TEST_KAFKA_BROKERS");
     let _serial = SERIAL.lock().await;
     use rdkafka::ClientConfig;
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -217,6 +220,7 @@ fn write_prefix_config(prefix: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
+    skip_without!("HERALD_TEST_REDIS_URL");
     let _serial = SERIAL.lock().await;
     let redis = test_redis_url();
     let prefix = format!("test-kill-{:x}", rand::random::<u32>());

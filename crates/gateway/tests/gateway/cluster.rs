@@ -10,6 +10,7 @@ fn prefix(test: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_published_on_one_node_reaches_every_node_once_with_one_id() {
+    skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("fanout");
     let a = spawn_gateway(cluster_config(&p, "a")).await;
     let b = spawn_gateway(cluster_config(&p, "b")).await;
@@ -57,6 +58,7 @@ async fn a_message_published_on_one_node_reaches_every_node_once_with_one_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
+    skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("resume");
     let a = spawn_gateway(cluster_config(&p, "a")).await;
     let b = spawn_gateway(cluster_config(&p, "b")).await;
@@ -106,6 +108,7 @@ async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presence_and_connections_are_counted_across_the_cluster() {
+    skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("presence");
     let mut ca = cluster_config(&p, "node-a");
     ca.cluster.presence_interval = std::time::Duration::from_millis(200);
@@ -163,6 +166,7 @@ async fn presence_and_connections_are_counted_across_the_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_s_connections_are_found_on_every_node() {
+    skip_without!("HERALD_TEST_REDIS_URL");
     use jsonwebtoken::{EncodingKey, Header};
     let secret = "cluster-test-secret-cluster-test-secret";
     let p = prefix("users");

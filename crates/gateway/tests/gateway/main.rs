@@ -1,6 +1,7 @@
 //! In-process integration tests: a real gateway on 127.0.0.1:0 driven by real SSE, WebSocket
 //! and HTTP clients.
 
+#[macro_use]
 mod common;
 
 mod api;

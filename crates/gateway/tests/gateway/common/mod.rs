@@ -12,6 +12,23 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// Ends the test early, saying why, when an engine variable is not set: a plain `cargo test`
+/// runs without Redis and Kafka, while `deploy/test.sh` (the README's test command) starts
+/// them and sets the variables, so the engine tests always run there.
+macro_rules! skip_without {
+    ($($var:literal),+) => {
+        $(
+            if std::env::var($var).is_err() {
+                eprintln!(
+                    "skipped: {} is not set; deploy/test.sh starts the real engines and sets it",
+                    $var
+                );
+                return;
+            }
+        )+
+    };
+}
+
 /// A config on ephemeral loopback ports.
 pub fn test_config() -> Config {
     Config {
