@@ -85,10 +85,7 @@ impl RedisBridge {
     }
 
     fn shard_of(&self, topic: &str) -> u32 {
-        use std::hash::Hasher as _;
-        let mut h = fnv::FnvHasher::default();
-        h.write(topic.as_bytes());
-        (h.finish() % u64::from(self.shards)) as u32
+        shard_of(topic, self.shards)
     }
 
     fn unavailable(reason: impl ToString) -> BridgeError {
@@ -338,6 +335,15 @@ impl Bridge for RedisBridge {
             None => format!("{waiting} of {} streams not caught up yet", self.shards),
         })
     }
+}
+
+/// The shard stream (of `shards`) that carries `topic`: a stable hash of its name, the same
+/// on every node.
+pub fn shard_of(topic: &str, shards: u32) -> u32 {
+    use std::hash::Hasher as _;
+    let mut h = fnv::FnvHasher::default();
+    h.write(topic.as_bytes());
+    (h.finish() % u64::from(shards)) as u32
 }
 
 /// `<ms>-<n>` → `ms << 21 | n`.
