@@ -123,8 +123,14 @@ async fn three_nodes_fan_out_and_resume(nodes: &[Gateway; 3], topic: &str) {
     }
     // Exactly once: the next thing each sees is the next message.
     publish(b, topic, json!("end")).await;
-    assert_eq!(sse_a.next_event().await.unwrap().data.as_deref(), Some("end"));
-    assert_eq!(sse_b.next_event().await.unwrap().data.as_deref(), Some("end"));
+    assert_eq!(
+        sse_a.next_event().await.unwrap().data.as_deref(),
+        Some("end")
+    );
+    assert_eq!(
+        sse_b.next_event().await.unwrap().data.as_deref(),
+        Some("end")
+    );
     assert_eq!(ws_next(&mut ws_c).await["data"], "end");
 
     // Cross-node resume: b's client leaves, two messages go by, it comes back on c.
@@ -179,15 +185,18 @@ async fn redis_over_tls_with_an_acl_user_and_a_client_certificate() {
     let url_nodes = format!("http://{}/v1/cluster/nodes", nodes[0].admin_addr);
     eventually(WAIT, || {
         let url = url_nodes.clone();
-        async move { get_json(url).await["nodes"].as_array().is_some_and(|n| n.len() == 3) }
+        async move {
+            get_json(url).await["nodes"]
+                .as_array()
+                .is_some_and(|n| n.len() == 3)
+        }
     })
     .await;
     stop_all(nodes).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_refusing_the_credentials_or_the_certificate_keeps_the_node_not_ready_and_says_why()
-{
+async fn redis_refusing_the_credentials_or_the_certificate_keeps_the_node_not_ready_and_says_why() {
     let Some(url) = engine("HERALD_TEST_REDIS_TLS_URL") else {
         return;
     };
@@ -212,7 +221,7 @@ async fn redis_refusing_the_credentials_or_the_certificate_keeps_the_node_not_re
                 .await
                 .unwrap()
                 .to_lowercase()
-                .contains("wrongpass")
+                .contains("authentication failed")
     })
     .await;
     let (_, body) = readyz(&gw).await;
@@ -253,10 +262,16 @@ async fn sentinel_three_nodes_and_a_failover_lose_nothing_redis_kept() {
     let mut sse = SseClient::connect(a, "topic=fo", None).await;
     sse.next_block().await.unwrap();
     publish(b, "fo", json!("before")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("before"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("before")
+    );
     let last = sse.last_event_id.clone().unwrap();
     publish(b, "fo", json!("kept")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("kept"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("kept")
+    );
 
     // Which server is the master now (a previous run of this test may have failed over).
     let master = sentinel_master(&url).await;
@@ -275,7 +290,10 @@ async fn sentinel_three_nodes_and_a_failover_lose_nothing_redis_kept() {
     }
     assert_eq!(sentinel_master(&url).await, engine_port(alive));
     publish(c, "fo", json!("after")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("after"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("after")
+    );
     // What the old master had replicated survived: resuming from before it is exact.
     let mut back = SseClient::connect(c, "topic=fo", Some(&last)).await;
     for want in ["kept", "after"] {
@@ -361,7 +379,7 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
         got.push(on_c.next_event().await.unwrap().data.unwrap());
     }
     got.sort();
-    let mut want: Vec<String> = topics.iter().map(|t| t.clone()).collect();
+    let mut want = topics.clone();
     want.sort();
     assert_eq!(got, want);
 
@@ -371,10 +389,16 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     let mut sse = SseClient::connect(b, "topic=fo", None).await;
     sse.next_block().await.unwrap();
     publish(a, "fo", json!("before")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("before"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("before")
+    );
     let last = sse.last_event_id.clone().unwrap();
     publish(a, "fo", json!("kept")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("kept"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("kept")
+    );
     // Let the replica receive the last write before its master dies.
     let seed = url.split(',').next().unwrap().to_string();
     wait_replicated(&seed).await;
@@ -388,7 +412,10 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     let promoted = engines(&["cluster-master-of", &format!("{{{p}:{shard}}}:stream")]);
     assert_ne!(promoted, victim);
     publish(c, "fo", json!("after")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("after"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("after")
+    );
     let mut back = SseClient::connect(c, "topic=fo", Some(&last)).await;
     for want in ["kept", "after"] {
         let e = back.next_event().await.unwrap();
@@ -529,7 +556,10 @@ async fn kafka_sasl_ingest_and_publish(mechanism: &str) {
     let e = sse.next_event().await.unwrap();
     assert_eq!(e.data.as_deref(), Some(r#"{"order":1}"#));
     let frame = ws_next(&mut ws).await;
-    assert_eq!(e.id.unwrap(), format!("orders={}", frame["id"].as_str().unwrap()));
+    assert_eq!(
+        e.id.unwrap(),
+        format!("orders={}", frame["id"].as_str().unwrap())
+    );
     let id = publish(&b, "orders", json!("via http")).await;
     let e = sse.next_event().await.unwrap();
     assert_eq!(e.data.as_deref(), Some("via http"));
@@ -572,7 +602,10 @@ async fn kafka_over_ssl_with_a_client_certificate() {
             "ssl.certificate.location",
             engine("HERALD_TEST_TLS_CLIENT_CERT").unwrap(),
         ),
-        ("ssl.key.location", engine("HERALD_TEST_TLS_CLIENT_KEY").unwrap()),
+        (
+            "ssl.key.location",
+            engine("HERALD_TEST_TLS_CLIENT_KEY").unwrap(),
+        ),
     ]
     .map(|(k, v)| (k.to_string(), v))
     .into();
@@ -581,7 +614,10 @@ async fn kafka_over_ssl_with_a_client_certificate() {
     let mut sse = SseClient::connect(&gw, "topic=m", None).await;
     sse.next_block().await.unwrap();
     broker.produce(&kt, "m", json!("mutual")).await;
-    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("mutual"));
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("mutual")
+    );
     gw.stop().await.unwrap();
 }
 
@@ -695,17 +731,14 @@ async fn kafka_wrong_credentials_make_the_node_not_ready_with_a_clear_reason() {
         let url = url.clone();
         async move {
             let resp = http().get(url).send().await.unwrap();
-            resp.status() == 503
-                && resp
-                    .text()
-                    .await
-                    .unwrap()
-                    .contains("kafka: not ready: ")
+            resp.status() == 503 && {
+                let body = resp.text().await.unwrap();
+                body.starts_with("kafka: not ready: ") && body.contains("Authentication failed")
+            }
         }
     })
     .await;
     let body = http().get(&url).send().await.unwrap().text().await.unwrap();
-    assert!(body.contains("Authentication failed"), "{body}");
     let _ = child.kill();
     let _ = child.wait();
     while let Ok(line) = rx.try_recv() {

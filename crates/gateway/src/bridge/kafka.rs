@@ -387,10 +387,12 @@ impl Bridge for KafkaBridge {
         if self.is_ready() {
             return None;
         }
-        if let Some(error) = self.last_error.lock().clone() {
+        // What librdkafka says now (a refused login) is more telling than how the last
+        // session ended (a metadata request that timed out because of it).
+        if let Some(error) = self.context.last_error() {
             return Some(error);
         }
-        if let Some(error) = self.context.last_error() {
+        if let Some(error) = self.last_error.lock().clone() {
             return Some(error);
         }
         if self.ready.load(Ordering::Relaxed) {

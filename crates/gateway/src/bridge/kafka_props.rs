@@ -13,6 +13,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 
 /// Prefix of the environment twins of `cluster.kafka_properties`.
 pub const ENV_PREFIX: &str = "HERALD_KAFKA_PROPERTIES_";
@@ -131,6 +132,16 @@ impl KafkaContext {
         self.last_error.lock().clone()
     }
 
+    /// Keeps `text` as the last error; whether it differs from the one before.
+    fn remember(&self, text: &str) -> bool {
+        let mut last = self.last_error.lock();
+        if last.as_deref() == Some(text) {
+            return false;
+        }
+        *last = Some(text.to_string());
+        true
+    }
+
     /// Forgets the last error (the client works again).
     pub fn clear(&self) {
         self.last_error.lock().take();
@@ -144,7 +155,10 @@ impl ClientContext for KafkaContext {
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
             | RDKafkaLogLevel::Error => {
-                tracing::error!(client = self.client, fac, "librdkafka: {message}")
+                tracing::error!(client = self.client, fac, "librdkafka: {message}");
+                // Errors reach the error callback only when the client is polled; the log
+                // callback hears of them at once (a refused SASL login, say).
+                self.remember(message);
             }
             RDKafkaLogLevel::Warning => {
                 tracing::warn!(client = self.client, fac, "librdkafka: {message}")
@@ -160,11 +174,17 @@ impl ClientContext for KafkaContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         let text = format!("{error}: {reason}");
-        let mut last = self.last_error.lock();
-        if last.as_deref() != Some(text.as_str()) {
+        // "All brokers down" follows every failed connection: it must not hide the cause
+        // (a refused login, a certificate that does not verify) reported just before.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown)
+            && self.last_error.lock().is_some()
+        {
+            tracing::debug!(client = self.client, error = %text, "kafka client error");
+            return;
+        }
+        if self.remember(&text) {
             tracing::warn!(client = self.client, error = %text, "kafka client error");
         }
-        *last = Some(text);
     }
 }
 
