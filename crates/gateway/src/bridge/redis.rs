@@ -17,6 +17,12 @@
 //! node that just started resumes too. The streams are capped (`MAXLEN ~`) at
 //! `cluster.redis_stream_maxlen` entries per shard.
 //!
+//! Deployments (see [`super::redis_conn`]): one Redis or a Sentinel-watched master is read
+//! with one `XREAD` over all shard streams. On a Redis Cluster one command cannot read streams
+//! of different slots, so each shard has its own reader, and each stream shares a hash tag with
+//! its epoch key; the shards spread over the masters. Readiness is per shard: a node is ready
+//! when every shard is followed and caught up, and a publish needs its own shard's reader.
+//!
 //! Why not Redis pub/sub per topic (which would let a node receive only the topics it has
 //! subscribers for): pub/sub has no positions and no history, so resume across nodes and
 //! catching up after a reconnect would be impossible. Streams cost every node the reading of
