@@ -157,7 +157,7 @@ pub struct ClusterConfig {
 }
 
 /// How Redis is deployed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum RedisMode {
     /// One server (or a managed endpoint that hides its replicas).
@@ -664,6 +664,9 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub redis_url: Option<String>,
+    /// How Redis is deployed: single, sentinel or cluster [default: single].
+    #[arg(long, env = "HERALD_REDIS_MODE", value_name = "MODE")]
+    pub redis_mode: Option<RedisMode>,
     /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
     #[arg(long, env = "HERALD_KAFKA_BROKERS", value_name = "HOSTS")]
     pub kafka_brokers: Option<String>,
@@ -758,6 +761,9 @@ impl Cli {
         }
         if let Some(v) = &self.redis_url {
             config.cluster.redis_url = Some(v.clone());
+        }
+        if let Some(v) = self.redis_mode {
+            config.cluster.redis_mode = v;
         }
         if let Some(v) = &self.node_id {
             config.cluster.node_id = v.clone();

@@ -258,7 +258,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
     };
     let good = file(
         "good.toml",
-        "[cluster]\nredis_mode = \"cluster\"\n[cluster.kafka_properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n",
+        "[cluster]\nredis_mode = \"sentinel\"\n[cluster.kafka_properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n",
     );
     let out = herald()
         .args(["--print-config", "--config", &good])
@@ -266,6 +266,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
             "HERALD_REDIS_URL",
             "redis://app:s3cret-pw@127.0.0.1:7001,127.0.0.1:7002",
         )
+        .env("HERALD_REDIS_MODE", "cluster")
         .env("HERALD_KAFKA_BROKERS", "127.0.0.1:9093")
         .env("HERALD_KAFKA_PROPERTIES_SASL_USERNAME", "app")
         .env("HERALD_KAFKA_PROPERTIES_SASL_PASSWORD", "s3cret-pw")
