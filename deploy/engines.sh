@@ -2,9 +2,20 @@
 # deploy/engines.sh: run a REAL Redis server and a REAL Apache Kafka broker (single-node
 # KRaft) as plain local processes for Herald's integration tests. No Docker needed.
 #
-#   deploy/engines.sh start [--redis] [--kafka]   start fresh engines (default: both) on free
+#   deploy/engines.sh start [--redis] [--kafka] [--redis-tls] [--sentinel] [--redis-cluster]
+#                                                  start fresh engines (default: all) on free
 #                                                  ports; prints the `export ...` lines that
-#                                                  are also written to $STATE_DIR/env
+#                                                  are also written to $STATE_DIR/env.
+#                                                  --redis-tls: a Redis with TLS only (client
+#                                                  certificates required) and an ACL user;
+#                                                  --sentinel: master + replica (ACL user) and
+#                                                  two redis-sentinel; --redis-cluster: 3
+#                                                  masters + 3 replicas (redis-cli --cluster
+#                                                  create). Kafka always has a SASL_SSL
+#                                                  listener (PLAIN, SCRAM-SHA-256/512) and an
+#                                                  SSL listener that requires a client
+#                                                  certificate, beside PLAINTEXT; certificates
+#                                                  are made with openssl, keystores with keytool
 #   deploy/engines.sh stop                         stop them, remove their data
 #   deploy/engines.sh status                       what runs, on which port
 #   deploy/engines.sh env                          print $STATE_DIR/env
@@ -14,6 +25,10 @@
 #   deploy/engines.sh start-redis|start-kafka      start it again on the SAME port (Kafka keeps
 #                                                  its data dir, so topics and committed offsets
 #                                                  survive)
+#   deploy/engines.sh kill-node|start-node NAME    the same for one extra Redis process: tls,
+#                                                  s-master, s-replica, sentinel-1, sentinel-2,
+#                                                  c1..c6 (kill-node NAME --graceful: SIGTERM)
+#   deploy/engines.sh cluster-master-of KEY        the cluster node NAME serving KEY's slot
 #   deploy/engines.sh restart-redis|restart-kafka  kill-* then start-*
 #   deploy/engines.sh kafka-run CLASS [ARGS...]    run a Kafka CLI class from the cached jars,
 #                                                  e.g. org.apache.kafka.tools.TopicCommand
@@ -175,14 +190,27 @@ pid_is_ours() {
         cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
         [[ $cmdline == *" kafka.Kafka $KAFKA_DIR/server.properties"* ]]
         ;;
+    rx/*)
+        # An extra Redis process (TLS, sentinel set, cluster node): its cwd is its data dir.
+        cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || return 1
+        [[ $cwd == "$STATE_DIR/$name/data" ]] || return 1
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == redis-* ]]
+        ;;
     *) return 1 ;;
     esac
 }
 
 # Print the PID of running engine NAME, or fail if it does not run.
+pid_file() {
+    case $1 in
+    rx/*) printf '%s\n' "$STATE_DIR/$1/redis.pid" ;;
+    *) printf '%s\n' "$(engine_dir "$1")/$1.pid" ;;
+    esac
+}
+
 running_pid() {
     local name=$1 pidfile pid
-    pidfile=$(engine_dir "$name")/$name.pid
+    pidfile=$(pid_file "$name")
     [[ -f $pidfile ]] || return 1
     pid=$(tr -dc '0-9' <"$pidfile")
     pid_is_ours "$name" "$pid" || return 1
@@ -240,7 +268,7 @@ stop_engines() {
         fi
     done
     for name in "$@"; do
-        rm -f "$(engine_dir "$name")/$name.pid"
+        rm -f "$(pid_file "$name")"
     done
     if [[ $reap -eq 1 ]]; then
         deadline=$(($(now) + 3))
@@ -323,12 +351,15 @@ init_state_dir() {
     STATE_DIR=$(cd "$STATE_DIR_RAW" && pwd) # absolute: it ends up in configs and ownership checks
     REDIS_DIR=$STATE_DIR/redis
     KAFKA_DIR=$STATE_DIR/kafka
+    RX_DIR=$STATE_DIR/rx
+    TLS_DIR=$STATE_DIR/tls
 }
 
 engine_dir() {
     case $1 in
     redis) printf '%s\n' "$REDIS_DIR" ;;
     kafka) printf '%s\n' "$KAFKA_DIR" ;;
+    rx/*) printf '%s\n' "$STATE_DIR/$1" ;;
     esac
 }
 
@@ -356,6 +387,29 @@ write_env_file() {
     fi
     if port=$(recorded_port kafka); then
         printf 'export HERALD_TEST_KAFKA_BROKERS=127.0.0.1:%s\n' "$port" >>"$tmp"
+        port=$(recorded_port kafka sasl_port)
+        printf 'export HERALD_TEST_KAFKA_SASL_BROKERS=127.0.0.1:%s\n' "$port" >>"$tmp"
+        port=$(recorded_port kafka ssl_port)
+        printf 'export HERALD_TEST_KAFKA_SSL_BROKERS=127.0.0.1:%s\n' "$port" >>"$tmp"
+        printf 'export HERALD_TEST_KAFKA_USER=%s HERALD_TEST_KAFKA_PASSWORD=%s\n' \
+            "$SECRET_USER" "$KAFKA_SECRET" >>"$tmp"
+    fi
+    if [[ -f $TLS_DIR/ca.pem ]]; then
+        printf 'export HERALD_TEST_TLS_CA=%s HERALD_TEST_TLS_CLIENT_CERT=%s HERALD_TEST_TLS_CLIENT_KEY=%s\n' \
+            "$TLS_DIR/ca.pem" "$TLS_DIR/client.pem" "$TLS_DIR/client.key" >>"$tmp"
+    fi
+    if port=$(rx_port tls 2>/dev/null); then
+        printf 'export HERALD_TEST_REDIS_TLS_URL=rediss://%s:%s@127.0.0.1:%s\n' \
+            "$SECRET_USER" "$REDIS_SECRET" "$port" >>"$tmp"
+    fi
+    if [[ -f $RX_DIR/sentinel-1/port ]]; then
+        printf 'export HERALD_TEST_REDIS_SENTINEL_URL=redis+sentinel://%s:%s@127.0.0.1:%s,127.0.0.1:%s/%s\n' \
+            "$SECRET_USER" "$REDIS_SECRET" "$(rx_port sentinel-1)" "$(rx_port sentinel-2)" \
+            "$SENTINEL_MASTER" >>"$tmp"
+    fi
+    if [[ -f $RX_DIR/c1/port ]]; then
+        printf 'export HERALD_TEST_REDIS_CLUSTER_URL=redis://:%s@127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s\n' \
+            "$REDIS_SECRET" "$(rx_port c1)" "$(rx_port c2)" "$(rx_port c3)" >>"$tmp"
     fi
     mv -f "$tmp" "$STATE_DIR/env"
 }
@@ -407,6 +461,244 @@ redis_launch() {
         fi
         sleep 0.05
     done
+}
+
+# ----------------------------------------------------------------------------- TLS material
+
+# Test-only credentials of the engines started here (loopback only, thrown away on stop).
+SECRET_USER=herald
+REDIS_SECRET=herald-redis-secret
+KAFKA_SECRET=herald-kafka-secret
+STORE_PASS=herald-store-secret
+SENTINEL_MASTER=herald-master
+
+# A CA, a server certificate for 127.0.0.1/localhost and a client certificate, made with
+# openssl; the Kafka broker's keystore and truststore made from them with the JDK's keytool.
+make_tls_material() {
+    [[ -f $TLS_DIR/.complete ]] && return 0
+    command -v openssl >/dev/null 2>&1 || apt_install openssl
+    rm -rf "$TLS_DIR"
+    mkdir -p "$TLS_DIR"
+    log "making test certificates in $TLS_DIR"
+    (
+        set -e
+        cd "$TLS_DIR"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3 -subj "/CN=Herald test CA" \
+            -keyout ca.key -out ca.pem
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >server.ext
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3 \
+            -extfile server.ext -out server.pem
+        printf 'extendedKeyUsage=clientAuth\n' >client.ext
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=herald-client" -keyout client.key -out client.csr
+        openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3 \
+            -extfile client.ext -out client.pem
+        if command -v keytool >/dev/null 2>&1; then
+            openssl pkcs12 -export -in server.pem -inkey server.key -certfile ca.pem -name broker \
+                -passout "pass:$STORE_PASS" -out broker-openssl.p12
+            keytool -importkeystore -noprompt -srckeystore broker-openssl.p12 -srcstoretype PKCS12 \
+                -srcstorepass "$STORE_PASS" -destkeystore broker.p12 -deststoretype PKCS12 \
+                -deststorepass "$STORE_PASS"
+            keytool -importcert -noprompt -alias herald-ca -file ca.pem -keystore truststore.p12 \
+                -storetype PKCS12 -storepass "$STORE_PASS"
+        fi
+        touch .complete
+    ) >"$STATE_DIR/tls.log" 2>&1 || {
+        tail_log "$STATE_DIR/tls.log"
+        die "could not make the test certificates"
+    }
+}
+
+# ----------------------------------------------------------------------------- extra redis
+
+# Extra Redis processes (rx/NAME): a TLS-only Redis, a sentinel set, cluster nodes. Each has a
+# dir $RX_DIR/NAME with `port`, `args` (redis-server arguments, one a line) or `sentinel.conf`,
+# and `cli` (redis-cli arguments to reach it, one a line).
+
+rx_port() { recorded_port "rx/$1"; }
+
+rx_prepare() { # NAME: a fresh dir and a free port
+    local dir=$RX_DIR/$1
+    rm -rf "$dir"
+    mkdir -p "$dir/data"
+    pick_port >"$dir/port"
+    : >"$dir/cli"
+}
+
+rx_cli() { # NAME ARGS...: redis-cli against an extra node
+    local dir=$RX_DIR/$1 cli=()
+    mapfile -t cli <"$dir/cli"
+    timeout 5 redis-cli -h 127.0.0.1 -p "$(rx_port "$1")" "${cli[@]}" "${@:2}"
+}
+
+rx_launch() { # NAME
+    local name=$1 dir=$RX_DIR/$1 port pid deadline args=()
+    port=$(rx_port "$name") || die "no $name recorded in $RX_DIR; run '$0 start' first"
+    if pid=$(running_pid "rx/$name"); then
+        log "$name already runs (pid $pid, port $port)"
+        return 0
+    fi
+    wait_port_free "$port" 10 || die "port $port ($name) is in use by another process"
+    if [[ -f $dir/sentinel.conf ]]; then
+        redis-sentinel "$dir/sentinel.conf" </dev/null >"$dir/launch.log" 2>&1 9>&- ||
+            { tail_log "$dir/launch.log"; die "redis-sentinel $name failed to start"; }
+    else
+        mapfile -t args <"$dir/args"
+        redis-server --bind 127.0.0.1 --protected-mode yes --save "" --appendonly no \
+            "${args[@]}" --daemonize yes --pidfile "$dir/redis.pid" \
+            --dir "$dir/data" --logfile "$dir/redis.log" \
+            </dev/null >"$dir/launch.log" 2>&1 9>&- ||
+            {
+                tail_log "$dir/launch.log"
+                tail_log "$dir/redis.log"
+                die "redis-server $name failed to start on port $port"
+            }
+    fi
+    deadline=$(($(now) + REDIS_START_TIMEOUT))
+    until running_pid "rx/$name" >/dev/null && [[ $(rx_cli "$name" ping 2>/dev/null) == PONG ]]; do
+        if [[ $(now) -ge $deadline ]]; then
+            tail_log "$dir/launch.log"
+            tail_log "$dir/redis.log"
+            die "$name did not answer PING on port $port within ${REDIS_START_TIMEOUT}s"
+        fi
+        sleep 0.05
+    done
+    log "$name ready (port $port)"
+}
+
+rx_names() { [[ -d $RX_DIR ]] && find "$RX_DIR" -mindepth 1 -maxdepth 1 -type d -printf 'rx/%f\n' | sort; }
+
+rx_stop_all() { # MODE REAP
+    local names=()
+    mapfile -t names < <(rx_names)
+    [[ ${#names[@]} -gt 0 ]] && stop_engines "$1" "$2" "${names[@]}"
+    return 0
+}
+
+# Wait up to SECONDS for the command after it to succeed.
+wait_for() {
+    local seconds=$1 what=$2 deadline
+    shift 2
+    deadline=$(($(now) + seconds))
+    until "$@" >/dev/null 2>&1; do
+        [[ $(now) -lt $deadline ]] || die "timed out after ${seconds}s waiting for $what"
+        sleep 0.2
+    done
+}
+
+# A Redis with TLS only (no plaintext port), client certificates required, and an ACL user;
+# the default user is off.
+start_redis_tls() {
+    local dir=$RX_DIR/tls port
+    rx_prepare tls
+    port=$(rx_port tls)
+    printf '%s\n' --port 0 --tls-port "$port" --tls-cert-file "$TLS_DIR/server.pem" \
+        --tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.pem" \
+        --tls-auth-clients yes --user default off \
+        --user "$SECRET_USER" on ">$REDIS_SECRET" '~*' '&*' '+@all' >"$dir/args"
+    printf '%s\n' --tls --cacert "$TLS_DIR/ca.pem" --cert "$TLS_DIR/client.pem" \
+        --key "$TLS_DIR/client.key" --user "$SECRET_USER" --pass "$REDIS_SECRET" \
+        --no-auth-warning >"$dir/cli"
+    rx_launch tls
+}
+
+replica_linked() { rx_cli "$1" info replication | tr -d '\r' | grep -qx 'master_link_status:up'; }
+
+sentinel_knows_replica() {
+    rx_cli "$1" sentinel replicas "$SENTINEL_MASTER" | grep -qx "$(rx_port s-replica)" &&
+        [[ $(rx_cli "$1" sentinel ckquorum "$SENTINEL_MASTER" | head -c 2) == OK ]]
+}
+
+# A master and a replica with an ACL user (the default user off), watched by two sentinels
+# (quorum 1, a master is down after 1 s).
+start_sentinel_set() {
+    local name sdir
+    rx_prepare s-master
+    rx_prepare s-replica
+    local acl=(--user default off --user "$SECRET_USER" on ">$REDIS_SECRET" '~*' '&*' '+@all'
+        --masteruser "$SECRET_USER" --masterauth "$REDIS_SECRET")
+    printf '%s\n' --port "$(rx_port s-master)" "${acl[@]}" >"$RX_DIR/s-master/args"
+    printf '%s\n' --port "$(rx_port s-replica)" --replicaof 127.0.0.1 "$(rx_port s-master)" \
+        "${acl[@]}" >"$RX_DIR/s-replica/args"
+    for name in s-master s-replica; do
+        printf '%s\n' --user "$SECRET_USER" --pass "$REDIS_SECRET" --no-auth-warning >"$RX_DIR/$name/cli"
+        rx_launch "$name"
+    done
+    wait_for 20 "the replica to sync" replica_linked s-replica
+    for name in sentinel-1 sentinel-2; do
+        rx_prepare "$name"
+        sdir=$RX_DIR/$name
+        cat >"$sdir/sentinel.conf" <<EOF
+# Generated by herald deploy/engines.sh (redis-sentinel rewrites it as it learns).
+port $(rx_port "$name")
+bind 127.0.0.1
+daemonize yes
+pidfile $sdir/redis.pid
+logfile $sdir/redis.log
+dir $sdir/data
+sentinel monitor $SENTINEL_MASTER 127.0.0.1 $(rx_port s-master) 1
+sentinel auth-user $SENTINEL_MASTER $SECRET_USER
+sentinel auth-pass $SENTINEL_MASTER $REDIS_SECRET
+sentinel down-after-milliseconds $SENTINEL_MASTER 1000
+sentinel failover-timeout $SENTINEL_MASTER 10000
+EOF
+        rx_launch "$name"
+    done
+    for name in sentinel-1 sentinel-2; do
+        wait_for 30 "$name to see the replica" sentinel_knows_replica "$name"
+    done
+}
+
+cluster_ok() {
+    local name
+    for name in c1 c2 c3 c4 c5 c6; do
+        rx_cli "$name" cluster info | tr -d '\r' | grep -qx 'cluster_state:ok' || return 1
+    done
+    [[ $(rx_cli c1 cluster nodes | grep -c ' slave ') -eq 3 ]]
+}
+
+# Redis Cluster: 3 masters and 3 replicas with a password, created with redis-cli.
+start_redis_cluster() {
+    local name seeds=()
+    for name in c1 c2 c3 c4 c5 c6; do
+        rx_prepare "$name"
+        pick_port >"$RX_DIR/$name/bus_port"
+        printf '%s\n' --port "$(rx_port "$name")" --cluster-enabled yes \
+            --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+            --cluster-port "$(recorded_port "rx/$name" bus_port)" \
+            --requirepass "$REDIS_SECRET" --masterauth "$REDIS_SECRET" >"$RX_DIR/$name/args"
+        printf '%s\n' -a "$REDIS_SECRET" --no-auth-warning >"$RX_DIR/$name/cli"
+        rx_launch "$name"
+        seeds+=("127.0.0.1:$(rx_port "$name")")
+    done
+    log "creating the Redis Cluster"
+    timeout 60 redis-cli -a "$REDIS_SECRET" --no-auth-warning --cluster create "${seeds[@]}" \
+        --cluster-replicas 1 --cluster-yes </dev/null >"$RX_DIR/create.log" 2>&1 ||
+        { tail_log "$RX_DIR/create.log"; die "redis-cli --cluster create failed"; }
+    wait_for 30 "the Redis Cluster to be ok" cluster_ok
+    log "redis cluster ready"
+}
+
+# Print the name (c1..c6) of the cluster master serving KEY's slot.
+cmd_cluster_master_of() {
+    local key=$1 slot name port line
+    slot=$(rx_cli c1 cluster keyslot "$key" | tr -dc '0-9')
+    for name in c1 c2 c3 c4 c5 c6; do
+        running_pid "rx/$name" >/dev/null || continue
+        line=$(rx_cli "$name" cluster nodes | grep 'myself' | grep 'master') || continue
+        port=$(rx_port "$name")
+        # Slot ranges are the fields after the 8th: "a-b" or "a".
+        if awk -v slot="$slot" '{
+                for (i = 9; i <= NF; i++) {
+                    n = split($i, r, "-"); lo = r[1]; hi = (n == 2 ? r[2] : r[1]);
+                    if (slot + 0 >= lo + 0 && slot + 0 <= hi + 0) found = 1
+                }
+            } END { exit !found }' <<<"$line"; then
+            printf '%s\n' "$name"
+            return 0
+        fi
+    done
+    die "no running master serves slot $slot (key $key)"
 }
 
 # ----------------------------------------------------------------------------- kafka
@@ -521,15 +813,29 @@ EOF
 
 # Write server.properties for a single-node KRaft broker+controller with a static quorum.
 write_kafka_config() {
-    local port=$1 cport=$2
+    local port=$1 cport=$2 sport=$3 tport=$4
     cat >"$KAFKA_DIR/server.properties" <<EOF
 # Generated by herald deploy/engines.sh: single-node KRaft (broker + controller), for tests.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$tport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$tport
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+# SASL_SSL: PLAIN and SCRAM (credentials added when the storage is formatted). SSL: a client
+# certificate signed by the test CA is required.
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SECRET_USER="$KAFKA_SECRET";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.ssl.ssl.client.auth=required
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$TLS_DIR/broker.p12
+ssl.keystore.password=$STORE_PASS
+ssl.key.password=$STORE_PASS
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$TLS_DIR/truststore.p12
+ssl.truststore.password=$STORE_PASS
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$KAFKA_DIR/data
@@ -584,6 +890,8 @@ kafka_format_if_needed() {
     fi
     log "formatting Kafka storage (cluster id $cluster_id)"
     kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_DIR/server.properties" \
+        --add-scram "SCRAM-SHA-256=[name=$SECRET_USER,password=$KAFKA_SECRET]" \
+        --add-scram "SCRAM-SHA-512=[name=$SECRET_USER,password=$KAFKA_SECRET]" \
         </dev/null >>"$KAFKA_DIR/format.log" 2>&1 ||
         { tail_log "$KAFKA_DIR/format.log"; die "kafka StorageTool format failed"; }
 }
@@ -642,7 +950,8 @@ kafka_launch() {
 # Stop everything this state dir runs and remove the engines' data (logs are kept).
 cmd_stop() { # [REAP]
     stop_engines term "${1:-1}" redis kafka
-    rm -rf "$REDIS_DIR/data" "$KAFKA_DIR/data" "$KAFKA_DIR/cluster.id" "$STATE_DIR/env"
+    rx_stop_all term "${1:-1}"
+    rm -rf "$REDIS_DIR/data" "$KAFKA_DIR/data" "$KAFKA_DIR/cluster.id" "$STATE_DIR/env" "$RX_DIR"
 }
 
 START_IN_PROGRESS=0
@@ -652,35 +961,44 @@ on_exit() {
         log "start failed; stopping what was started"
         START_IN_PROGRESS=0
         stop_engines kill 0 redis kafka || true
+        rx_stop_all kill 0 || true
+        rm -rf "$RX_DIR"
         # Forget the ports too, so start-redis/start-kafka do not revive a half-made setup.
         rm -f "$REDIS_DIR/port" "$KAFKA_DIR/port" "$KAFKA_DIR/controller_port" "$STATE_DIR/env"
     fi
 }
 
 cmd_start() {
-    local want_redis=0 want_kafka=0 arg
+    local want_redis=0 want_kafka=0 want_tls=0 want_sentinel=0 want_cluster=0 arg
     for arg in "$@"; do
         case $arg in
         --redis) want_redis=1 ;;
         --kafka) want_kafka=1 ;;
-        *) die "start: unknown option '$arg' (expected --redis and/or --kafka)" ;;
+        --redis-tls) want_tls=1 ;;
+        --sentinel) want_sentinel=1 ;;
+        --redis-cluster) want_cluster=1 ;;
+        *) die "start: unknown option '$arg' (expected --redis, --kafka, --redis-tls, --sentinel, --redis-cluster)" ;;
         esac
     done
-    if [[ $want_redis -eq 0 && $want_kafka -eq 0 ]]; then
-        want_redis=1
-        want_kafka=1
+    if [[ $((want_redis + want_kafka + want_tls + want_sentinel + want_cluster)) -eq 0 ]]; then
+        want_redis=1 want_kafka=1 want_tls=1 want_sentinel=1 want_cluster=1
     fi
 
     # Anything left from a previous run in this state dir goes first.
     cmd_stop 0
-    rm -rf "$REDIS_DIR" "$KAFKA_DIR"
+    rm -rf "$REDIS_DIR" "$KAFKA_DIR" "$RX_DIR" "$TLS_DIR"
 
     # Install / download before picking ports, so the ports stay free for as short as possible.
-    [[ $want_redis -eq 1 ]] && ensure_redis
+    [[ $((want_redis + want_tls + want_sentinel + want_cluster)) -gt 0 ]] && ensure_redis
+    if [[ $want_sentinel -eq 1 ]] && ! command -v redis-sentinel >/dev/null 2>&1; then
+        apt_install redis-sentinel
+        disable_system_redis
+    fi
     if [[ $want_kafka -eq 1 ]]; then
         ensure_java
         ensure_kafka_jars
     fi
+    [[ $((want_kafka + want_tls)) -gt 0 ]] && make_tls_material
 
     START_IN_PROGRESS=1
     trap on_exit EXIT
@@ -693,9 +1011,15 @@ cmd_start() {
         mkdir -p "$KAFKA_DIR"
         pick_port >"$KAFKA_DIR/port"
         pick_port >"$KAFKA_DIR/controller_port"
-        write_kafka_config "$(recorded_port kafka)" "$(recorded_port kafka controller_port)"
+        pick_port >"$KAFKA_DIR/sasl_port"
+        pick_port >"$KAFKA_DIR/ssl_port"
+        write_kafka_config "$(recorded_port kafka)" "$(recorded_port kafka controller_port)" \
+            "$(recorded_port kafka sasl_port)" "$(recorded_port kafka ssl_port)"
         kafka_launch
     fi
+    [[ $want_tls -eq 1 ]] && start_redis_tls
+    [[ $want_sentinel -eq 1 ]] && start_sentinel_set
+    [[ $want_cluster -eq 1 ]] && start_redis_cluster
     START_IN_PROGRESS=0
 
     write_env_file
@@ -704,7 +1028,7 @@ cmd_start() {
 
 cmd_status() {
     local name pid port
-    for name in redis kafka; do
+    for name in redis kafka $(rx_names); do
         if ! port=$(recorded_port "$name"); then
             printf '%s: not started\n' "$name"
         elif pid=$(running_pid "$name"); then
@@ -772,6 +1096,20 @@ main() {
     kill-redis | kill-kafka)
         lock_state
         cmd_kill "${cmd#kill-}" "$@"
+        ;;
+    kill-node)
+        [[ $# -ge 1 ]] || die "kill-node: name a node, e.g. s-master or c1"
+        lock_state
+        cmd_kill "rx/$1" "${@:2}"
+        ;;
+    start-node)
+        [[ $# -ge 1 ]] || die "start-node: name a node, e.g. s-master or c1"
+        lock_state
+        rx_launch "$1"
+        ;;
+    cluster-master-of)
+        [[ $# -eq 1 ]] || die "cluster-master-of: give one key"
+        cmd_cluster_master_of "$1"
         ;;
     start-redis | start-kafka)
         lock_state

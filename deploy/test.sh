@@ -6,8 +6,10 @@
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
 #
 # The cluster tests run against a real Redis and a real Kafka broker, which
-# deploy/engines.sh installs (Debian's redis-server; Kafka's jars from Maven Central, cached)
-# and starts on free ports for the length of the run.
+# deploy/engines.sh installs (Debian's redis-server and redis-sentinel; Kafka's jars from Maven
+# Central, cached) and starts on free ports for the length of the run, with the production
+# modes beside them: a TLS-only Redis with an ACL user, a Sentinel set, a Redis Cluster, and
+# SASL_SSL and SSL listeners on the broker (tests/engines.rs).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"

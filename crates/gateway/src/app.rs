@@ -147,6 +147,19 @@ impl AppState {
             && self.0.bridges.iter().all(|b| b.is_ready())
     }
 
+    /// Each bridge that is not ready, with why.
+    pub fn bridges_not_ready(&self) -> Vec<(&'static str, String)> {
+        self.0
+            .bridges
+            .iter()
+            .filter(|b| !b.is_ready())
+            .map(|b| {
+                let why = b.not_ready_reason();
+                (b.name(), why.unwrap_or_else(|| "not connected".into()))
+            })
+            .collect()
+    }
+
     /// Sends client events to `upstream` (set once, before serving).
     pub fn with_upstream(
         mut self,

@@ -105,9 +105,25 @@ pub struct AuthConfig {
 pub struct ClusterConfig {
     /// This node's id, unique in the cluster (logs, stream entries). Default: random.
     pub node_id: String,
-    /// Redis URL (`redis://host:port/db`): enables the Redis bridge, which fans messages out
-    /// between nodes through Redis Streams and gives them shared positions.
+    /// Redis URL: enables the Redis bridge, which fans messages out between nodes through
+    /// Redis Streams and gives them shared positions. `redis://[user:password@]host:port[/db]`,
+    /// `rediss://…` for TLS; with `redis_mode = "sentinel"`,
+    /// `redis+sentinel://[user:password@]host:port,host:port/<master-name>`; with
+    /// `redis_mode = "cluster"`, seed nodes, comma-separated. The password is never printed.
+    #[serde(serialize_with = "crate::bridge::redis_conn::serialize_redacted_url")]
     pub redis_url: Option<String>,
+    /// How Redis is deployed: `single` (one server, or a managed endpoint), `sentinel`
+    /// (a master found through its sentinels, followed across failovers) or `cluster`
+    /// (Redis Cluster: streams spread over the masters by hash slot).
+    pub redis_mode: RedisMode,
+    /// PEM file of the CA that signed the Redis server's certificate (`rediss://`), instead
+    /// of the system's roots.
+    pub redis_ca_file: Option<PathBuf>,
+    /// PEM file of a client certificate presented to Redis (TLS client authentication);
+    /// needs `redis_key_file`.
+    pub redis_cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    pub redis_key_file: Option<PathBuf>,
     /// Prefix of every Redis key the bridge uses (several clusters can share one Redis).
     pub redis_prefix: String,
     /// Number of Redis streams messages are spread over, by a stable hash of the topic.
@@ -130,6 +146,27 @@ pub struct ClusterConfig {
     /// Kafka topic that client events are produced to (connects, disconnects, WebSocket
     /// publishes), for backend services. Needs `kafka_brokers`. Default: none.
     pub kafka_upstream_topic: Option<String>,
+    /// librdkafka properties applied to every Kafka client Herald makes (consumer, producer,
+    /// upstream producer), e.g. `"security.protocol" = "SASL_SSL"`, `"sasl.mechanisms" =
+    /// "SCRAM-SHA-256"`, `"sasl.username"`, `"sasl.password"`, `"ssl.ca.location"`. Each has
+    /// an environment twin: `HERALD_KAFKA_PROPERTIES_SASL_PASSWORD` sets `sasl.password`
+    /// (`_` becomes `.`, `__` a literal `_`), which wins over the file. Values of secret
+    /// properties (passwords, keys, JAAS configs) are never printed.
+    #[serde(serialize_with = "crate::bridge::kafka_props::serialize_redacted")]
+    pub kafka_properties: std::collections::BTreeMap<String, String>,
+}
+
+/// How Redis is deployed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum RedisMode {
+    /// One server (or a managed endpoint that hides its replicas).
+    #[default]
+    Single,
+    /// A master and replicas watched by Redis Sentinel.
+    Sentinel,
+    /// Redis Cluster.
+    Cluster,
 }
 
 impl Default for ClusterConfig {
@@ -137,6 +174,10 @@ impl Default for ClusterConfig {
         Self {
             node_id: format!("{:08x}", rand::random::<u32>()),
             redis_url: None,
+            redis_mode: RedisMode::Single,
+            redis_ca_file: None,
+            redis_cert_file: None,
+            redis_key_file: None,
             redis_prefix: "herald".into(),
             redis_shards: 16,
             redis_stream_maxlen: 100_000,
@@ -145,6 +186,7 @@ impl Default for ClusterConfig {
             kafka_topics: vec!["herald".into()],
             kafka_group_prefix: "herald".into(),
             kafka_upstream_topic: None,
+            kafka_properties: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -571,11 +613,12 @@ impl Config {
                 "cluster.kafka_topics entries must be 1 to 249 characters"
             );
         }
-        if let Some(url) = &c.redis_url
-            && let Err(e) = redis::Client::open(url.as_str())
-        {
-            bail!("cluster.redis_url {url:?} is invalid: {e}");
+        if c.redis_url.is_some() {
+            crate::bridge::redis_conn::RedisTarget::from_config(c)?;
+        } else if c.redis_ca_file.is_some() || c.redis_cert_file.is_some() {
+            bail!("cluster.redis_ca_file / redis_cert_file need cluster.redis_url");
         }
+        crate::bridge::kafka_props::validate(&c.kafka_properties)?;
         if let Err(e) = crate::auth::Auth::from_config(&self.auth) {
             bail!("auth: {e:#}");
         }
@@ -653,8 +696,16 @@ pub struct Cli {
     #[arg(long, env = "HERALD_LAG_POLICY", value_parser = parse_lag_policy, value_name = "POLICY")]
     pub lag_policy: Option<LagPolicy>,
     /// Redis URL enabling the Redis cluster bridge, e.g. `redis://127.0.0.1:6379`.
-    #[arg(long, env = "HERALD_REDIS_URL", value_name = "URL")]
+    #[arg(
+        long,
+        env = "HERALD_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub redis_url: Option<String>,
+    /// How Redis is deployed: single, sentinel or cluster [default: single].
+    #[arg(long, env = "HERALD_REDIS_MODE", value_name = "MODE")]
+    pub redis_mode: Option<RedisMode>,
     /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
     #[arg(long, env = "HERALD_KAFKA_BROKERS", value_name = "HOSTS")]
     pub kafka_brokers: Option<String>,
@@ -750,6 +801,9 @@ impl Cli {
         if let Some(v) = &self.redis_url {
             config.cluster.redis_url = Some(v.clone());
         }
+        if let Some(v) = self.redis_mode {
+            config.cluster.redis_mode = v;
+        }
         if let Some(v) = &self.node_id {
             config.cluster.node_id = v.clone();
         }
@@ -774,6 +828,10 @@ impl Cli {
         if let Some(v) = &self.kafka_topics {
             config.cluster.kafka_topics = v.clone();
         }
+        config
+            .cluster
+            .kafka_properties
+            .extend(crate::bridge::kafka_props::from_env(std::env::vars()));
         Ok(config)
     }
 }
@@ -820,8 +878,19 @@ mod tests {
         let mut config = Config::default();
         config.auth.hs256_secret = Some("s3cret-s3cret-s3cret-s3cret-s3cret".into());
         config.auth.api_keys = vec!["key-s3cret".into()];
+        config.cluster.redis_url = Some("rediss://app:s3cret@127.0.0.1:6380".into());
+        config.cluster.kafka_properties = [
+            ("sasl.username", "app"),
+            ("sasl.password", "s3cret"),
+            ("ssl.key.password", "s3cret"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        config.validate().unwrap();
         let text = toml::to_string(&config).unwrap();
         assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("rediss://app:***@127.0.0.1:6380"), "{text}");
+        assert!(text.contains("sasl.username"), "{text}");
         assert!(
             !format!(
                 "{:?}",

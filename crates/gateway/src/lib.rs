@@ -46,7 +46,7 @@ pub async fn run(
     let metrics = telemetry::metrics::install();
     let tracker = TaskTracker::new();
     let redis = match &config.cluster.redis_url {
-        Some(url) => Some(bridge::redis::RedisBridge::new(&config.cluster, url).await?),
+        Some(_) => Some(bridge::redis::RedisBridge::new(&config.cluster).await?),
         None => None,
     };
     let kafka = match &config.cluster.kafka_brokers {
@@ -78,12 +78,16 @@ pub async fn run(
                 brokers,
                 topic,
                 &config.cluster.node_id,
+                &config.cluster.kafka_properties,
             )?)),
             _ => None,
         },
     );
-    let presence = match &config.cluster.redis_url {
-        Some(url) => Some(bridge::presence::Presence::new(&config.cluster, url)?),
+    let presence = match &redis {
+        Some(b) => Some(bridge::presence::Presence::new(
+            &config.cluster,
+            b.target(),
+        )?),
         None => None,
     };
     let state = match &presence {

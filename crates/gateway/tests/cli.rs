@@ -246,3 +246,87 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     assert!(exit.success(), "{exit:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn engine_settings_are_checked_and_their_secrets_never_printed() {
+    let dir = std::env::temp_dir().join(format!("herald-cli-engines-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let good = file(
+        "good.toml",
+        "[cluster]\nredis_mode = \"sentinel\"\n[cluster.kafka_properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n",
+    );
+    let out = herald()
+        .args(["--print-config", "--config", &good])
+        .env(
+            "HERALD_REDIS_URL",
+            "redis://app:s3cret-pw@127.0.0.1:7001,127.0.0.1:7002",
+        )
+        .env("HERALD_REDIS_MODE", "cluster")
+        .env("HERALD_KAFKA_BROKERS", "127.0.0.1:9093")
+        .env("HERALD_KAFKA_PROPERTIES_SASL_USERNAME", "app")
+        .env("HERALD_KAFKA_PROPERTIES_SASL_PASSWORD", "s3cret-pw")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(
+        text.contains("redis_url = \"redis://app:***@127.0.0.1:7001,127.0.0.1:7002\""),
+        "{text}"
+    );
+    assert!(text.contains("redis_mode = \"cluster\""), "{text}");
+    assert!(
+        text.contains("\"sasl.password\" = \"<redacted>\""),
+        "{text}"
+    );
+    assert!(text.contains("\"sasl.username\" = \"app\""), "{text}");
+    assert!(
+        text.contains("\"sasl.mechanisms\" = \"SCRAM-SHA-512\""),
+        "{text}"
+    );
+
+    let cases = [
+        (
+            file("mode.toml", "[cluster]\nredis_mode = \"clustr\"\n"),
+            "redis_mode",
+        ),
+        (
+            file(
+                "sentinel.toml",
+                "[cluster]\nredis_mode = \"sentinel\"\nredis_url = \"redis://u:s3cret-pw@127.0.0.1:1\"\n",
+            ),
+            "redis+sentinel://",
+        ),
+        (
+            file(
+                "ca.toml",
+                "[cluster]\nredis_url = \"rediss://u:s3cret-pw@127.0.0.1:1\"\nredis_ca_file = \"/nonexistent/ca.pem\"\n",
+            ),
+            "cluster.redis_ca_file",
+        ),
+        (
+            file(
+                "kafka.toml",
+                "[cluster.kafka_properties]\n\"securty.protocol\" = \"SSL\"\n",
+            ),
+            "securty.protocol",
+        ),
+    ];
+    for (path, reason) in cases {
+        let out = herald().args(["--config", &path]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{path}: {err}");
+        assert!(err.contains(reason), "{path}: {err}");
+        assert!(!err.contains("s3cret"), "{path}: {err}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

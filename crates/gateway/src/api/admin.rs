@@ -64,13 +64,22 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: 200 while accepting clients, 503 while draining.
+/// `GET /readyz`: 200 while accepting clients and following every bridge; 503 while
+/// draining, or with one line per bridge that is not ready and why.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+        return (StatusCode::OK, "ready\n").into_response();
     }
+    let bridges = state.bridges_not_ready();
+    let body = if state.shutdown().is_cancelled() || bridges.is_empty() {
+        "draining\n".to_string()
+    } else {
+        bridges
+            .iter()
+            .map(|(name, why)| format!("{name}: not ready: {why}\n"))
+            .collect()
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
 }
 
 /// `GET /metrics`: Prometheus text exposition.

@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
-use rdkafka::ClientConfig;
 use rdkafka::Message as _;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
@@ -32,6 +31,7 @@ use rdkafka::message::{Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
+use super::kafka_props::{self, KafkaContext};
 use super::{BoxFuture, Bridge, BridgeError};
 use crate::app::AppState;
 use crate::config::ClusterConfig;
@@ -45,7 +45,12 @@ pub struct KafkaBridge {
     topics: Vec<String>,
     group: String,
     node_id: String,
-    producer: FutureProducer,
+    properties: std::collections::BTreeMap<String, String>,
+    producer: FutureProducer<KafkaContext>,
+    /// The consumer's librdkafka errors (a refused login, an untrusted certificate).
+    context: KafkaContext,
+    /// Why the last consuming session ended.
+    last_error: parking_lot::Mutex<Option<String>>,
     ready: AtomicBool,
     /// Whether this node has read what the log held when it (re)started consuming: until
     /// then it is not ready, so clients are not sent to a node that would tell them messages
@@ -76,18 +81,24 @@ pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
 impl KafkaBridge {
     /// Creates the producer (connections are made lazily by librdkafka).
     pub fn new(config: &ClusterConfig, brokers: &str) -> anyhow::Result<Arc<Self>> {
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("message.timeout.ms", "5000")
+        let mut producer = kafka_props::client_config(brokers, &std::collections::BTreeMap::new());
+        producer.set("message.timeout.ms", "5000");
+        for (key, value) in &config.kafka_properties {
+            producer.set(key, value);
+        }
+        let producer: FutureProducer<KafkaContext> = producer
             .set("enable.idempotence", "true")
-            .create()
+            .create_with_context(KafkaContext::new("kafka_producer"))
             .map_err(|e| anyhow::anyhow!("kafka producer: {e}"))?;
         Ok(Arc::new(Self {
             brokers: brokers.to_string(),
             topics: config.kafka_topics.clone(),
             group: format!("{}-{}", config.kafka_group_prefix, config.node_id),
             node_id: config.node_id.clone(),
+            properties: config.kafka_properties.clone(),
             producer,
+            context: KafkaContext::new("kafka_consumer"),
+            last_error: parking_lot::Mutex::new(None),
             ready: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),
         }))
@@ -104,7 +115,12 @@ impl KafkaBridge {
             };
             self.set_ready(false);
             if let Err(e) = result {
+                let e = match self.context.last_error() {
+                    Some(cause) => format!("{e:#} ({cause})"),
+                    None => format!("{e:#}"),
+                };
                 tracing::warn!(error = %e, retry_in = ?backoff, "kafka bridge restarting");
+                *self.last_error.lock() = Some(e);
             }
             metrics::bridge_reconnect(NAME);
             tokio::select! {
@@ -122,15 +138,15 @@ impl KafkaBridge {
     }
 
     async fn consume(&self, state: &AppState) -> anyhow::Result<()> {
-        let consumer: StreamConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .set("group.id", &self.group)
-            .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "500")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
-            .create()?;
+        let consumer: StreamConsumer<KafkaContext> =
+            kafka_props::client_config(&self.brokers, &self.properties)
+                .set("group.id", &self.group)
+                .set("enable.auto.commit", "true")
+                .set("auto.commit.interval.ms", "500")
+                .set("enable.auto.offset.store", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("enable.partition.eof", "false")
+                .create_with_context(self.context.clone())?;
         let consumer = Arc::new(consumer);
         let history_ms = state.config().topics.history_ttl.as_millis() as i64;
         let (topics, c) = (self.topics.clone(), consumer.clone());
@@ -157,6 +173,8 @@ impl KafkaBridge {
             })
             .await??;
         self.caught_up.store(behind.is_empty(), Ordering::Relaxed);
+        self.context.clear();
+        self.last_error.lock().take();
         self.set_ready(true);
         tracing::info!(partitions = assignment.count(), group = %self.group, "kafka bridge consuming");
         // librdkafka reconnects by itself and resumes from its position; a probe tells
@@ -269,7 +287,7 @@ impl KafkaBridge {
 /// Every partition of `topics`, each from its committed offset, or from `history_ms` ago
 /// when nothing is committed yet.
 fn assignment(
-    consumer: &StreamConsumer,
+    consumer: &StreamConsumer<KafkaContext>,
     topics: &[String],
     history_ms: i64,
 ) -> anyhow::Result<TopicPartitionList> {
@@ -363,5 +381,23 @@ impl Bridge for KafkaBridge {
 
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed) && self.caught_up.load(Ordering::Relaxed)
+    }
+
+    fn not_ready_reason(&self) -> Option<String> {
+        if self.is_ready() {
+            return None;
+        }
+        // What librdkafka says now (a refused login) is more telling than how the last
+        // session ended (a metadata request that timed out because of it).
+        if let Some(error) = self.context.last_error() {
+            return Some(error);
+        }
+        if let Some(error) = self.last_error.lock().clone() {
+            return Some(error);
+        }
+        if self.ready.load(Ordering::Relaxed) {
+            return Some("catching up with the log".into());
+        }
+        Some("connecting to the brokers".into())
     }
 }

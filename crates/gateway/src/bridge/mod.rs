@@ -3,8 +3,10 @@
 //! and feeds every node's registry from that log.
 
 pub mod kafka;
+pub mod kafka_props;
 pub mod presence;
 pub mod redis;
+pub mod redis_conn;
 pub mod upstream;
 
 use std::future::Future;
@@ -47,6 +49,12 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 
     /// Whether the engine is reachable and the node is following the log.
     fn is_ready(&self) -> bool;
+
+    /// Why the bridge is not ready (the engine's last error, say a refused login), for
+    /// `/readyz`; `None` when ready or when there is nothing more to say.
+    fn not_ready_reason(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Something told about every client connection's life (upstream events, the cluster's

@@ -14,17 +14,18 @@
 //!
 //! A node that dies stops refreshing: its keys expire after `3 × presence_interval` and it
 //! drops out of the live set, so its connections and subscribers stop being counted. After a
-//! Redis outage the node rewrites everything it holds.
+//! Redis outage the node rewrites everything it holds. On a Redis Cluster the prefix is a hash
+//! tag (`{<prefix>}`), so these keys share a slot and a flush stays one pipeline.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ConnectionObserver;
+use super::redis_conn::{RedisTarget, SharedConn};
 use crate::app::AppState;
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
@@ -52,22 +53,22 @@ pub struct Presence {
     tx: mpsc::Sender<Change>,
     rx: parking_lot::Mutex<Option<mpsc::Receiver<Change>>>,
     lost: std::sync::atomic::AtomicBool,
-    client: redis::Client,
+    conn: SharedConn,
     prefix: String,
     node_id: String,
     interval: Duration,
 }
 
 impl Presence {
-    /// For the Redis at `url`.
-    pub fn new(config: &ClusterConfig, url: &str) -> anyhow::Result<Arc<Self>> {
+    /// For the Redis at `target` (the bridge's).
+    pub fn new(config: &ClusterConfig, target: Arc<RedisTarget>) -> anyhow::Result<Arc<Self>> {
         let (tx, rx) = mpsc::channel(QUEUE);
         Ok(Arc::new(Self {
             tx,
             rx: parking_lot::Mutex::new(Some(rx)),
             lost: std::sync::atomic::AtomicBool::new(false),
-            client: redis::Client::open(url)?,
-            prefix: config.redis_prefix.clone(),
+            prefix: target.presence_prefix(),
+            conn: SharedConn::new(target),
             node_id: config.node_id.clone(),
             interval: config.presence_interval,
         }))
@@ -95,12 +96,11 @@ impl Presence {
         user: &str,
     ) -> redis::RedisResult<Vec<(String, Vec<String>)>> {
         let nodes = self.live_nodes().await?;
-        let mut conn = self.client.get_multiplexed_async_connection().await?;
         let mut pipe = redis::pipe();
         for node in &nodes {
             pipe.hget(self.users_key(node), user);
         }
-        let ids: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+        let ids: Vec<Option<String>> = self.query(&pipe).await?;
         Ok(nodes
             .into_iter()
             .zip(ids)
@@ -117,14 +117,6 @@ impl Presence {
     /// Flushes changes every interval until `stop`.
     pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
         let Some(mut rx) = self.rx.lock().take() else {
-            return;
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(1);
-        let Ok(mut conn) = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-        else {
             return;
         };
         let mut conns: HashMap<String, String> = HashMap::new();
@@ -248,7 +240,7 @@ impl Presence {
             pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
             pipe.expire(&uk, ttl).ignore();
             pipe.expire(self.nodes_key(), ttl * 20).ignore();
-            match pipe.query_async::<()>(&mut conn).await {
+            match self.query::<()>(&pipe).await {
                 Ok(()) => {
                     rewrite = false;
                     changed_users.clear();
@@ -270,31 +262,42 @@ impl Presence {
         pipe.del(self.presence_key(&self.node_id)).ignore();
         pipe.del(self.users_key(&self.node_id)).ignore();
         pipe.zrem(self.nodes_key(), &self.node_id).ignore();
-        let _ =
-            tokio::time::timeout(Duration::from_secs(1), pipe.query_async::<()>(&mut conn)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.query::<()>(&pipe)).await;
     }
 
     /// Live nodes (refreshed within the TTL).
     pub async fn live_nodes(&self) -> redis::RedisResult<Vec<String>> {
-        let mut conn = self.client.get_multiplexed_async_connection().await?;
         let since = now_ms().saturating_sub(self.ttl().as_millis() as u64);
-        redis::cmd("ZRANGEBYSCORE")
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZRANGEBYSCORE")
             .arg(self.nodes_key())
             .arg(since)
-            .arg("+inf")
-            .query_async(&mut conn)
-            .await
+            .arg("+inf");
+        let (nodes,): (Vec<String>,) = self.query(&pipe).await?;
+        Ok(nodes)
+    }
+
+    /// Runs `pipe` on the shared connection, made again after it broke.
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> redis::RedisResult<T> {
+        let mut conn = self.conn.get().await?;
+        let result = pipe.query_async(&mut conn).await;
+        if let Err(e) = &result {
+            self.conn.failed(e);
+        }
+        result
     }
 
     /// Subscribers of `topic` on each live node.
     pub async fn topic_presence(&self, topic: &str) -> redis::RedisResult<Vec<(String, u64)>> {
         let nodes = self.live_nodes().await?;
-        let mut conn = self.client.get_multiplexed_async_connection().await?;
         let mut pipe = redis::pipe();
         for node in &nodes {
             pipe.hget(self.presence_key(node), topic);
         }
-        let counts: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
+        let counts: Vec<Option<u64>> = self.query(&pipe).await?;
         Ok(nodes
             .into_iter()
             .zip(counts)
@@ -305,12 +308,11 @@ impl Presence {
     /// Open connections on each live node.
     pub async fn connections(&self) -> redis::RedisResult<Vec<(String, u64)>> {
         let nodes = self.live_nodes().await?;
-        let mut conn = self.client.get_multiplexed_async_connection().await?;
         let mut pipe = redis::pipe();
         for node in &nodes {
             pipe.hlen(self.conns_key(node));
         }
-        let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
+        let counts: Vec<u64> = self.query(&pipe).await?;
         Ok(nodes.into_iter().zip(counts).collect())
     }
 

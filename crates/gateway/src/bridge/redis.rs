@@ -17,6 +17,12 @@
 //! node that just started resumes too. The streams are capped (`MAXLEN ~`) at
 //! `cluster.redis_stream_maxlen` entries per shard.
 //!
+//! Deployments (see [`super::redis_conn`]): one Redis or a Sentinel-watched master is read
+//! with one `XREAD` over all shard streams. On a Redis Cluster one command cannot read streams
+//! of different slots, so each shard has its own reader, and each stream shares a hash tag with
+//! its epoch key; the shards spread over the masters. Readiness is per shard: a node is ready
+//! when every shard is followed and caught up, and a publish needs its own shard's reader.
+//!
 //! Why not Redis pub/sub per topic (which would let a node receive only the topics it has
 //! subscribers for): pub/sub has no positions and no history, so resume across nodes and
 //! catching up after a reconnect would be impossible. Streams cost every node the reading of
@@ -27,12 +33,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use redis::AsyncCommands as _;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::streams::{StreamMaxlen, StreamReadOptions, StreamReadReply};
 use tokio_util::sync::CancellationToken;
 
+use super::redis_conn::{Purpose, RedisTarget, SharedConn};
 use super::{BoxFuture, Bridge, BridgeError};
 use crate::app::AppState;
 use crate::config::ClusterConfig;
@@ -47,50 +53,45 @@ const SEQ_BITS: u32 = 21;
 /// The Redis bridge.
 #[derive(Debug)]
 pub struct RedisBridge {
-    client: redis::Client,
-    publisher: ConnectionManager,
-    prefix: String,
+    target: Arc<RedisTarget>,
+    publisher: SharedConn,
     shards: u32,
     maxlen: usize,
     node_id: String,
     /// Each shard's epoch, once known.
-    epochs: RwLock<Option<Vec<u64>>>,
-    ready: AtomicBool,
+    epochs: RwLock<Vec<Option<u64>>>,
+    /// Per shard: followed and caught up. Publishing to a shard needs it.
+    ready: Vec<AtomicBool>,
+    /// Why the last session of a follower ended, for `/readyz`.
+    last_error: Mutex<Option<String>>,
 }
 
 impl RedisBridge {
-    /// Connects (lazily: a Redis that is down at start only makes the node not ready).
-    pub async fn new(config: &ClusterConfig, url: &str) -> anyhow::Result<Arc<Self>> {
-        let client = redis::Client::open(url)
-            .map_err(|e| anyhow::anyhow!("invalid cluster.redis_url: {e}"))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(2);
-        let publisher = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-            .map_err(|e| anyhow::anyhow!("redis: {e}"))?;
+    /// Prepares the bridge (connections are made when it runs: a Redis that is down at start
+    /// only makes the node not ready).
+    pub async fn new(config: &ClusterConfig) -> anyhow::Result<Arc<Self>> {
+        let target = Arc::new(RedisTarget::from_config(config)?);
         Ok(Arc::new(Self {
-            client,
-            publisher,
-            prefix: config.redis_prefix.clone(),
+            publisher: SharedConn::new(target.clone()),
+            target,
             shards: config.redis_shards,
             maxlen: config.redis_stream_maxlen,
             node_id: config.node_id.clone(),
-            epochs: RwLock::new(None),
-            ready: AtomicBool::new(false),
+            epochs: RwLock::new(vec![None; config.redis_shards as usize]),
+            ready: (0..config.redis_shards)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            last_error: Mutex::new(None),
         }))
     }
 
-    fn shard_of(&self, topic: &str) -> u32 {
-        use std::hash::Hasher as _;
-        let mut h = fnv::FnvHasher::default();
-        h.write(topic.as_bytes());
-        (h.finish() % u64::from(self.shards)) as u32
+    /// The Redis connection settings (shared with presence).
+    pub fn target(&self) -> Arc<RedisTarget> {
+        self.target.clone()
     }
 
-    fn stream_key(&self, shard: u32) -> String {
-        format!("{}:stream:{shard}", self.prefix)
+    fn shard_of(&self, topic: &str) -> u32 {
+        shard_of(topic, self.shards)
     }
 
     fn unavailable(reason: impl ToString) -> BridgeError {
@@ -100,22 +101,55 @@ impl RedisBridge {
         }
     }
 
-    /// Follows every shard stream until `stop`, reconnecting with backoff.
+    fn set_ready(&self, shards: &[u32], ready: bool) {
+        for &shard in shards {
+            self.ready[shard as usize].store(ready, Ordering::Relaxed);
+        }
+        if ready && self.is_ready() {
+            self.last_error.lock().take();
+        }
+        metrics::bridge_up(NAME, self.is_ready());
+    }
+
+    /// Follows every shard stream until `stop`, reconnecting with backoff. One reader follows
+    /// all shards with one `XREAD` on a single Redis; on a Redis Cluster, where one command
+    /// cannot read streams of different slots, each shard has its own reader.
     pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
+        let groups: Vec<Vec<u32>> = if self.target.is_cluster() {
+            (0..self.shards).map(|s| vec![s]).collect()
+        } else {
+            vec![(0..self.shards).collect()]
+        };
+        let followers: Vec<_> = groups
+            .into_iter()
+            .map(|group| tokio::spawn(self.clone().run_group(state.clone(), group, stop.clone())))
+            .collect();
+        for follower in followers {
+            let _ = follower.await;
+        }
+        metrics::bridge_up(NAME, false);
+    }
+
+    async fn run_group(
+        self: Arc<Self>,
+        state: AppState,
+        shards: Vec<u32>,
+        stop: CancellationToken,
+    ) {
         let ttl_ms = state.config().topics.history_ttl.as_millis() as u64;
         let start = format!("{}-0", now_ms().saturating_sub(ttl_ms));
-        let mut last_ids: Vec<String> = vec![start; self.shards as usize];
+        let mut last_ids: Vec<String> = vec![start; shards.len()];
         let mut backoff = Duration::from_millis(100);
         loop {
-            let session = self.follow(&state, &mut last_ids, &stop);
+            let session = self.follow(&state, &shards, &mut last_ids);
             let result = tokio::select! {
                 _ = stop.cancelled() => break,
                 result = session => result,
             };
-            self.ready.store(false, Ordering::Relaxed);
-            metrics::bridge_up(NAME, false);
+            self.set_ready(&shards, false);
             if let Err(e) = result {
-                tracing::warn!(error = %e, retry_in = ?backoff, "redis bridge disconnected");
+                tracing::warn!(error = %e, shards = ?shards, retry_in = ?backoff, "redis bridge disconnected");
+                *self.last_error.lock() = Some(e.to_string());
             }
             metrics::bridge_reconnect(NAME);
             tokio::select! {
@@ -124,26 +158,21 @@ impl RedisBridge {
             }
             backoff = (backoff * 2).min(Duration::from_secs(5));
         }
-        self.ready.store(false, Ordering::Relaxed);
+        self.set_ready(&shards, false);
     }
 
-    /// One connected session: learn the epochs, then read and ingest until an error.
+    /// One connected session of the reader of `shards`: learn their epochs, then read and
+    /// ingest until an error.
     async fn follow(
         &self,
         state: &AppState,
+        shards: &[u32],
         last_ids: &mut [String],
-        _stop: &CancellationToken,
     ) -> redis::RedisResult<()> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(None);
-        let mut conn: MultiplexedConnection = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
-        let mut epochs = Vec::with_capacity(self.shards as usize);
-        for shard in 0..self.shards {
-            let key = format!("{}:epoch:{shard}", self.prefix);
+        let mut conn = self.target.connect(Purpose::BlockingReads).await?;
+        let mut epochs = Vec::with_capacity(shards.len());
+        for (i, &shard) in shards.iter().enumerate() {
+            let key = self.target.epoch_key(shard);
             let fresh = format!("{:x}", rand::random::<u64>() | 1);
             let _: Option<String> = redis::cmd("SET")
                 .arg(&key)
@@ -152,28 +181,24 @@ impl RedisBridge {
                 .query_async(&mut conn)
                 .await?;
             let epoch: String = conn.get(&key).await?;
-            epochs.push(u64::from_str_radix(&epoch, 16).unwrap_or(1));
-        }
-        let previous = self.epochs.write().replace(epochs.clone());
-        if let Some(previous) = previous {
-            for (shard, (old, new)) in previous.iter().zip(&epochs).enumerate() {
-                if old != new {
-                    // The stream was lost with Redis's data: read the new one from its start.
-                    tracing::warn!(
-                        shard,
-                        "redis lost its streams; clients will be told messages may be lost"
-                    );
-                    last_ids[shard] = "0-0".into();
-                }
+            let epoch = u64::from_str_radix(&epoch, 16).unwrap_or(1);
+            let previous = self.epochs.write()[shard as usize].replace(epoch);
+            if previous.is_some_and(|old| old != epoch) {
+                // The stream was lost with Redis's data: read the new one from its start.
+                tracing::warn!(
+                    shard,
+                    "redis lost its streams; clients will be told messages may be lost"
+                );
+                last_ids[i] = "0-0".into();
             }
+            epochs.push(epoch);
         }
-        metrics::bridge_up(NAME, true);
-        tracing::info!(shards = self.shards, "redis bridge following the streams");
+        tracing::info!(shards = shards.len(), "redis bridge following the streams");
         // Ready once a read comes back short: the node has caught up with the streams
         // (backfill after a start, or what it missed while disconnected), so clients sent to
         // it resume instead of being told messages were lost.
         let mut caught_up = false;
-        let keys: Vec<String> = (0..self.shards).map(|s| self.stream_key(s)).collect();
+        let keys: Vec<String> = shards.iter().map(|&s| self.target.stream_key(s)).collect();
         let options = StreamReadOptions::default().block(2_000).count(READ_COUNT);
         // While catching up, read without blocking: an empty answer means caught up.
         let catch_up = StreamReadOptions::default().count(READ_COUNT);
@@ -188,23 +213,23 @@ impl RedisBridge {
             let Some(reply) = reply else {
                 if !caught_up {
                     caught_up = true;
-                    self.ready.store(true, Ordering::Relaxed);
+                    self.set_ready(shards, true);
                 }
                 continue;
             };
             let full = reply.keys.iter().any(|k| k.ids.len() >= READ_COUNT);
             for stream in reply.keys {
-                let Some(shard) = keys.iter().position(|k| *k == stream.key) else {
+                let Some(i) = keys.iter().position(|k| *k == stream.key) else {
                     continue;
                 };
                 for entry in stream.ids {
-                    last_ids[shard] = entry.id.clone();
-                    self.ingest(state, epochs[shard], &entry);
+                    last_ids[i] = entry.id.clone();
+                    self.ingest(state, epochs[i], &entry);
                 }
             }
             if !caught_up && !full {
                 caught_up = true;
-                self.ready.store(true, Ordering::Relaxed);
+                self.set_ready(shards, true);
             }
         }
     }
@@ -254,8 +279,8 @@ impl Bridge for RedisBridge {
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
             let shard = self.shard_of(topic.as_str());
-            let epoch = match self.epochs.read().as_ref() {
-                Some(epochs) if self.ready.load(Ordering::Relaxed) => epochs[shard as usize],
+            let epoch = match self.epochs.read()[shard as usize] {
+                Some(epoch) if self.ready[shard as usize].load(Ordering::Relaxed) => epoch,
                 _ => return Err(Self::unavailable("not connected")),
             };
             let data = std::str::from_utf8(data.as_bytes()).map_err(Self::unavailable)?;
@@ -269,19 +294,22 @@ impl Bridge for RedisBridge {
             if let Some(event) = event {
                 fields.push(("e", event.as_str()));
             }
-            let key = self.stream_key(shard);
-            let mut conn = self.publisher.clone();
-            // The connection manager reconnects after a failed command: a connection that
-            // broke while idle (Redis restarted) costs one retry, not a failed publish.
+            let key = self.target.stream_key(shard);
+            // A connection that broke while idle (Redis restarted, a sentinel failover) is
+            // made again: it costs a retry, not a failed publish.
             let mut attempt = 0;
             let id: Option<String> = loop {
                 attempt += 1;
-                match conn
-                    .xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
-                    .await
-                {
+                let result = match self.publisher.get().await {
+                    Ok(mut conn) => {
+                        conn.xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match result {
                     Ok(id) => break id,
-                    Err(e) if attempt < 3 && (e.is_io_error() || e.is_connection_dropped()) => {
+                    Err(e) if self.publisher.failed(&e) && attempt < 3 => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     Err(e) => return Err(Self::unavailable(e)),
@@ -296,8 +324,32 @@ impl Bridge for RedisBridge {
     }
 
     fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.iter().all(|r| r.load(Ordering::Relaxed))
     }
+
+    fn not_ready_reason(&self) -> Option<String> {
+        if self.is_ready() {
+            return None;
+        }
+        let waiting = self
+            .ready
+            .iter()
+            .filter(|r| !r.load(Ordering::Relaxed))
+            .count();
+        Some(match self.last_error.lock().as_deref() {
+            Some(error) => format!("{waiting} of {} streams not followed: {error}", self.shards),
+            None => format!("{waiting} of {} streams not caught up yet", self.shards),
+        })
+    }
+}
+
+/// The shard stream (of `shards`) that carries `topic`: a stable hash of its name, the same
+/// on every node.
+pub fn shard_of(topic: &str, shards: u32) -> u32 {
+    use std::hash::Hasher as _;
+    let mut h = fnv::FnvHasher::default();
+    h.write(topic.as_bytes());
+    (h.finish() % u64::from(shards)) as u32
 }
 
 /// `<ms>-<n>` → `ms << 21 | n`.

@@ -15,18 +15,18 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use herald_core::{EventName, Payload, TopicName};
-use rdkafka::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::ConnectionObserver;
+use super::kafka_props::{self, KafkaContext};
 use crate::telemetry::metrics;
 
 const NAME: &str = "kafka_upstream";
 
 /// Produces client events to one Kafka topic.
 pub struct Upstream {
-    producer: FutureProducer,
+    producer: FutureProducer<KafkaContext>,
     topic: String,
     node_id: String,
 }
@@ -40,14 +40,24 @@ impl std::fmt::Debug for Upstream {
 }
 
 impl Upstream {
-    /// A producer for `topic` on `brokers`.
-    pub fn new(brokers: &str, topic: &str, node_id: &str) -> anyhow::Result<Self> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+    /// A producer for `topic` on `brokers`, with `properties` (`cluster.kafka_properties`)
+    /// applied over Herald's defaults.
+    pub fn new(
+        brokers: &str,
+        topic: &str,
+        node_id: &str,
+        properties: &std::collections::BTreeMap<String, String>,
+    ) -> anyhow::Result<Self> {
+        let mut config = kafka_props::client_config(brokers, &std::collections::BTreeMap::new());
+        config
             .set("linger.ms", "5")
             .set("queue.buffering.max.messages", "100000")
-            .set("message.timeout.ms", "300000")
-            .create()
+            .set("message.timeout.ms", "300000");
+        for (key, value) in properties {
+            config.set(key, value);
+        }
+        let producer = config
+            .create_with_context(KafkaContext::new("kafka_upstream"))
             .map_err(|e| anyhow::anyhow!("kafka upstream producer: {e}"))?;
         Ok(Self {
             producer,

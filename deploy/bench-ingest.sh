@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# deploy/bench-ingest.sh: what it costs one node to ingest the cluster's messages (Redis
+# bridge → registry, no subscribers), measured two ways on loopback:
+#
+#   1. steady: herald-loadgen publishes to node P as fast as --concurrency allows; node I
+#      (no subscribers) reads every message back from the streams. Node I's CPU per message
+#      comes from the loadgen's /proc sampling (--server-pid).
+#   2. catch-up: N messages are appended straight into the streams (redis-benchmark XADD, the
+#      same fields Herald writes), then node I starts and reads them flat out. The rate it
+#      ingests at is the most one node's bridge reader can take; CPU per message is its
+#      process CPU over the messages.
+#
+#   deploy/bench-ingest.sh [MESSAGES] [TOPICS]      (defaults 400000, 1000)
+#
+# Needs release binaries (cargo build --release -p herald-gateway -p herald-loadgen) and
+# redis-server / redis-benchmark. Everything runs on 127.0.0.1 free ports and is stopped at
+# the end. Results are printed and the loadgen's JSON report is kept in $OUT.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+herald=$target/release/herald
+loadgen=$target/release/herald-loadgen
+MESSAGES=${1:-400000}
+TOPICS=${2:-1000}
+SHARDS=4
+OUT=${OUT:-$(mktemp -d /tmp/herald-bench-ingest.XXXXXX)}
+[[ -x $herald && -x $loadgen ]] || {
+    echo "build first: cargo build --release -p herald-gateway -p herald-loadgen" >&2
+    exit 1
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+rport=$(free_port)
+mkdir -p "$OUT/redis"
+redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no --dir "$OUT/redis" \
+    --logfile "$OUT/redis/redis.log" &
+pids+=($!)
+until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
+
+printf '[cluster]\nredis_shards = %s\nredis_prefix = "bench"\n' "$SHARDS" >"$OUT/herald.toml"
+node() { # ID → starts a node, prints "PID PUBLIC ADMIN"
+    local public admin
+    public=$(free_port)
+    admin=$(free_port)
+    "$herald" --config "$OUT/herald.toml" --listen "127.0.0.1:$public" \
+        --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
+        --node-id "$1" --log-filter warn >"$OUT/$1.log" 2>&1 &
+    echo "$! $public $admin"
+}
+ready() { until [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/readyz") == 200 ]]; do sleep 0.05; done; }
+ingested() { # ADMIN → messages the node read from Redis
+    curl -s "http://127.0.0.1:$1/metrics" |
+        awk '/^herald_bridge_messages_total\{/ && /bridge="redis"/ && /direction="in"/ { n += $2 } END { printf "%d\n", n }'
+}
+cpu_seconds() { # PID → user+system CPU seconds
+    awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+# ---- 1. steady
+read -r ppid _ padmin < <(node publisher)
+pids+=("$ppid")
+read -r ipid _ iadmin < <(node ingest)
+pids+=("$ipid")
+ready "$padmin"
+ready "$iadmin"
+echo "== steady: loadgen → node P (HTTP publish) → Redis → node I (no subscribers)"
+"$loadgen" publish --url "http://127.0.0.1:$padmin" --rate 0 --concurrency 64 \
+    --topics "$TOPICS" --duration 20s --server-pid "$ipid" --server-pid "$ppid" \
+    --json "$OUT/steady.json" | tee "$OUT/steady.txt"
+echo "node I ingested $(ingested "$iadmin") messages"
+kill "$ipid" "$ppid"
+wait "$ipid" "$ppid" 2>/dev/null || true
+
+# ---- 2. catch-up
+redis-cli -p "$rport" flushall >/dev/null
+per_shard=$((MESSAGES / SHARDS))
+pad=$(printf 'x%.0s' $(seq 1 64))
+echo "== catch-up: $MESSAGES messages over $TOPICS topics appended with redis-benchmark"
+for ((s = 0; s < SHARDS; s++)); do
+    redis-benchmark -p "$rport" -q -n "$per_shard" -r "$TOPICS" -P 64 -c 4 \
+        XADD "bench:stream:$s" '*' t "t__rand_int__" d "{\"n\":__rand_int__,\"pad\":\"$pad\"}" \
+        n bench ts 0 >/dev/null
+done
+total=0
+for ((s = 0; s < SHARDS; s++)); do
+    total=$((total + $(redis-cli -p "$rport" xlen "bench:stream:$s")))
+done
+read -r ipid _ iadmin < <(node catchup)
+pids+=("$ipid")
+until curl -s -o /dev/null "http://127.0.0.1:$iadmin/healthz"; do sleep 0.01; done
+start_cpu=$(cpu_seconds "$ipid")
+start_ns=$(date +%s%N)
+while [[ $(ingested "$iadmin") -lt $total ]]; do sleep 0.05; done
+end_ns=$(date +%s%N)
+end_cpu=$(cpu_seconds "$ipid")
+rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$ipid/status")
+awk -v n="$total" -v t0="$start_ns" -v t1="$end_ns" -v c0="$start_cpu" -v c1="$end_cpu" -v rss="$rss_kb" 'BEGIN {
+    secs = (t1 - t0) / 1e9; cpu = c1 - c0;
+    printf "catch-up: %d messages in %.2f s = %.0f msg/s; node CPU %.2f s = %.2f µs per message (%.0f%% of one core); RSS %.0f MiB\n",
+        n, secs, n / secs, cpu, cpu * 1e6 / n, 100 * cpu / secs, rss / 1024
+}' | tee "$OUT/catchup.txt"
+echo "reports in $OUT"
