@@ -64,18 +64,30 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: 200 while accepting clients, 503 while draining.
+/// `GET /readyz`: 200 while accepting clients; 503 while draining or while a bridge is
+/// disconnected, with the reason in the body.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+        return (StatusCode::OK, "ready\n").into_response();
     }
+    let down: Vec<&str> = state
+        .bridges()
+        .iter()
+        .filter(|b| !b.is_ready())
+        .map(|b| b.name())
+        .collect();
+    let reason = if state.shutdown().is_cancelled() || down.is_empty() {
+        "draining\n".to_string()
+    } else {
+        format!("not ready: bridge down: {}\n", down.join(", "))
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, reason).into_response()
 }
 
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     metrics::topics(state.registry().len());
+    crate::telemetry::process::collect();
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -48,6 +48,8 @@ pub const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
 pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
 /// TLS certificate reloads (SIGHUP), by `result` (`ok`, `error`).
 pub const TLS_RELOADS: &str = "herald_tls_reloads_total";
+/// Always 1, labelled with the running `version` (gauge).
+pub const BUILD_INFO: &str = "herald_build_info";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -100,6 +102,9 @@ fn describe() {
     describe_counter!(BRIDGE_MESSAGES, "Messages through a bridge, by direction.");
     describe_counter!(CLIENT_ERRORS, "Client errors answered, by reason.");
     describe_counter!(TLS_RELOADS, "TLS certificate reloads (SIGHUP), by result.");
+    describe_gauge!(BUILD_INFO, "Always 1, labelled with the running version.");
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    super::process::describe();
 }
 
 /// A client transport.

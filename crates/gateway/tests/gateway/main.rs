@@ -3,6 +3,7 @@
 
 mod common;
 
+mod admin_auth;
 mod api;
 mod auth;
 mod cluster;
