@@ -184,7 +184,7 @@ async fn keys_on_a_loopback_listener_are_enforced_as_well() {
 }
 
 #[tokio::test]
-async fn metrics_carry_process_figures_and_build_info() {
+async fn metrics_carry_process_figures_build_info_and_node_state() {
     let gw = spawn_gateway(test_config()).await;
     // Spend some CPU time (the kernel counts it in 10 ms ticks) so the counter moves.
     let busy = std::time::Instant::now();
@@ -206,6 +206,13 @@ async fn metrics_carry_process_figures_and_build_info() {
             .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"));
         let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
         assert!(value > 0.0, "{line}");
+    }
+    for line in [
+        "herald_ready 1",
+        "herald_draining 0",
+        "herald_connections_max 100000",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
     let version = env!("CARGO_PKG_VERSION");
     assert!(
