@@ -4,6 +4,9 @@
 # fresh Debian machine first. Extra arguments are passed to `cargo test`.
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
+#   HERALD_SHIP_TESTS=1    then run deploy/deploy-test.sh and deploy/image-test.sh too
+#                          (Helm, compose, rules, dashboard, container image; CI runs them
+#                          as steps of their own)
 #
 # The cluster tests run against a real Redis and a real Kafka broker, which
 # deploy/engines.sh installs (Debian's redis-server and redis-sentinel; Kafka's jars from Maven
@@ -34,3 +37,8 @@ trap '"$repo/deploy/engines.sh" stop >&2 || true' EXIT
 eval "$("$repo/deploy/engines.sh" start)"
 
 cargo test --workspace "$@"
+
+if [ "${HERALD_SHIP_TESTS:-}" = 1 ]; then
+  "$repo/deploy/deploy-test.sh"
+  "$repo/deploy/image-test.sh"
+fi

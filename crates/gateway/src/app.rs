@@ -285,7 +285,8 @@ pub fn public_router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The admin router: publishing, topic stats, health, readiness and metrics.
+/// The admin router: publishing, topic stats, health, readiness and metrics, behind the
+/// admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
 pub fn admin_router(state: AppState) -> Router {
     Router::new()
         .route("/v1/publish", post(api::publish::publish))
@@ -302,6 +303,10 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::admin_auth::require,
+        ))
         .layer(DefaultBodyLimit::max(api::publish::body_limit(
             state.config(),
         )))

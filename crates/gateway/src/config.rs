@@ -11,6 +11,9 @@ use clap::Parser;
 use herald_core::{LagPolicy, RegistryConfig, TopicConfig};
 use serde::{Deserialize, Serialize};
 
+pub mod admin;
+pub use admin::AdminConfig;
+
 /// Herald's whole configuration. Every field has a default; `herald --print-config` prints
 /// them all as TOML.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,6 +54,8 @@ pub struct Config {
     pub auth: AuthConfig,
     /// TLS on the public listener.
     pub tls: TlsConfig,
+    /// Access to the admin listener.
+    pub admin: AdminConfig,
 }
 
 /// TLS (rustls) on the public listener: HTTP/1.1 and HTTP/2 (ALPN), SSE, WebSocket and
@@ -371,6 +376,7 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             auth: AuthConfig::default(),
             tls: TlsConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 }
@@ -635,6 +641,7 @@ impl Config {
         {
             bail!("tls: {e:#}");
         }
+        self.admin.validate(self.admin_listen)?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
         }
@@ -751,9 +758,15 @@ pub struct Cli {
     /// TLS private key (PEM) for the public listener.
     #[arg(long, env = "HERALD_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// Admin listener access (keys, open /metrics, insecure).
+    #[command(flatten)]
+    pub admin: admin::AdminArgs,
     /// Print the effective configuration as TOML (secrets left out) and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// A subcommand instead of serving.
+    #[command(subcommand)]
+    pub command: Option<crate::health::Command>,
 }
 
 fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
@@ -832,6 +845,7 @@ impl Cli {
             .cluster
             .kafka_properties
             .extend(crate::bridge::kafka_props::from_env(std::env::vars()));
+        self.admin.apply(&mut config.admin);
         Ok(config)
     }
 }

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod bridge;
 pub mod config;
 pub mod error;
+pub mod health;
 pub mod limits;
 pub mod server;
 pub mod shutdown;

@@ -24,6 +24,9 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Some(command) = &cli.command {
+        return herald_gateway::health::main(&cli, command);
+    }
     let config = match cli.load().and_then(|c| c.validate().map(|()| c)) {
         Ok(config) => config,
         Err(e) => {

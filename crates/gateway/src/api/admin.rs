@@ -85,6 +85,12 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     metrics::topics(state.registry().len());
+    crate::telemetry::process::collect();
+    metrics::node_state(
+        state.is_ready(),
+        state.shutdown().is_cancelled(),
+        state.config().limits.max_connections,
+    );
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -50,6 +50,14 @@ pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
 pub const TLS_RELOADS: &str = "herald_tls_reloads_total";
 /// Connection tasks that panicked (caught, logged, the connection closed), by `task`.
 pub const TASK_PANICS: &str = "herald_task_panics_total";
+/// Always 1, labelled with the running `version` (gauge).
+pub const BUILD_INFO: &str = "herald_build_info";
+/// Whether `/readyz` answers 200 (gauge, 1 or 0), as of the last scrape.
+pub const READY: &str = "herald_ready";
+/// Whether the node is draining after SIGTERM (gauge, 1 or 0), as of the last scrape.
+pub const DRAINING: &str = "herald_draining";
+/// `limits.max_connections`: open connections the public listener takes (gauge).
+pub const CONNECTIONS_MAX: &str = "herald_connections_max";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -106,6 +114,18 @@ fn describe() {
         TASK_PANICS,
         "Connection tasks that panicked (caught and logged), by task."
     );
+    describe_gauge!(BUILD_INFO, "Always 1, labelled with the running version.");
+    describe_gauge!(READY, "Whether /readyz answers 200 (1) or not (0).");
+    describe_gauge!(
+        DRAINING,
+        "Whether the node is draining after SIGTERM (1) or not (0)."
+    );
+    describe_gauge!(
+        CONNECTIONS_MAX,
+        "Open connections the public listener takes (limits.max_connections)."
+    );
+    gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    super::process::describe();
 }
 
 /// A client transport.
@@ -297,6 +317,13 @@ pub fn task_panic(task: &'static str) {
 /// Counts a TLS certificate reload.
 pub fn tls_reload(result: &'static str) {
     counter!(TLS_RELOADS, "result" => result).increment(1);
+}
+
+/// Sets the node's readiness, drain and connection-limit gauges (on each scrape).
+pub fn node_state(ready: bool, draining: bool, max_connections: usize) {
+    gauge!(READY).set(f64::from(u8::from(ready)));
+    gauge!(DRAINING).set(f64::from(u8::from(draining)));
+    gauge!(CONNECTIONS_MAX).set(max_connections as f64);
 }
 
 /// Counts a client error answered.

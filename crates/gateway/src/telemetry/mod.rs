@@ -1,6 +1,7 @@
 //! Logs (`tracing`) and metrics (`metrics` with the Prometheus exporter).
 
 pub mod metrics;
+pub mod process;
 
 use tracing_subscriber::EnvFilter;
 

@@ -4,6 +4,7 @@
 #[macro_use]
 mod common;
 
+mod admin_auth;
 mod api;
 mod auth;
 mod cluster;
