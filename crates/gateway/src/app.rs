@@ -248,7 +248,7 @@ pub fn public_router(state: AppState) -> Router {
         .route(transport::sse::PATH, get(transport::sse::handler))
         .route(transport::ws::PATH, get(transport::ws::handler))
         .route("/v1/poll", get(transport::poll::handler));
-    if state.config().dev || state.auth().has_api_keys() || state.auth().enabled() {
+    if public_publish(&state) {
         router = router
             .route("/v1/publish", post(api::publish::publish_public))
             .route(
@@ -258,10 +258,20 @@ pub fn public_router(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::cors::layer,
+        ))
         .layer(DefaultBodyLimit::max(api::publish::body_limit(
             state.config(),
         )))
         .with_state(state)
+}
+
+/// Whether the public listener serves the publish API: in dev mode, or to API keys or
+/// tokens allowed to publish.
+pub fn public_publish(state: &AppState) -> bool {
+    state.config().dev || state.auth().has_api_keys() || state.auth().enabled()
 }
 
 /// The admin router: publishing, topic stats, health, readiness and metrics.

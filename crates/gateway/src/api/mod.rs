@@ -1,4 +1,5 @@
 //! The publish API and the admin endpoints.
 
 pub mod admin;
+pub mod cors;
 pub mod publish;

@@ -182,6 +182,10 @@ async fn serve_connection(
                 Head::Other(prefix) => prefix,
                 Head::Sse { query, headers } => {
                     let opened = sse::open(state, &headers, query.as_deref());
+                    let cors = match &opened {
+                        Ok(_) => Vec::new(),
+                        Err(_) => crate::api::cors::raw_headers(state, &headers),
+                    };
                     drop((headers, query));
                     match opened {
                         Ok(sse) => {
@@ -194,9 +198,16 @@ async fn serve_connection(
                             });
                         }
                         Err(e) => {
-                            let _ =
-                                head::write_response(&mut stream, e.status(), &[], &e.json_body())
-                                    .await;
+                            // With CORS headers, so that a page can read why.
+                            let extra: Vec<(&str, &str)> =
+                                cors.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                            let _ = head::write_response(
+                                &mut stream,
+                                e.status(),
+                                &extra,
+                                &e.json_body(),
+                            )
+                            .await;
                         }
                     }
                     return;

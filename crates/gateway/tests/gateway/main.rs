@@ -5,6 +5,7 @@ mod common;
 
 mod api;
 mod auth;
+mod clients;
 mod cluster;
 mod fanout;
 mod kafka;
