@@ -274,7 +274,7 @@ pub fn public_publish(state: &AppState) -> bool {
     state.config().dev || state.auth().has_api_keys() || state.auth().enabled()
 }
 
-/// The admin router: publishing, topic stats, health, readiness and metrics.
+/// The admin router: publishing, topic stats, health, readiness, metrics and the console.
 pub fn admin_router(state: AppState) -> Router {
     Router::new()
         .route("/v1/publish", post(api::publish::publish))
@@ -290,6 +290,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))
+        .merge(api::console::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(api::publish::body_limit(
             state.config(),

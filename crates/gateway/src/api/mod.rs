@@ -1,5 +1,6 @@
 //! The publish API and the admin endpoints.
 
 pub mod admin;
+pub mod console;
 pub mod cors;
 pub mod publish;

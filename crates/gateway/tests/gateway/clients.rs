@@ -234,3 +234,73 @@ async fn cors_credentials_when_configured() {
     config.auth.allowed_origins = vec!["*".into()];
     assert!(config.validate().is_err());
 }
+
+#[tokio::test]
+async fn the_admin_console_is_served_from_the_binary_and_tails_a_topic() {
+    let gw = spawn_gateway(test_config()).await;
+    let admin = format!("http://{}", gw.admin_addr);
+    for (path, kind) in [
+        ("/console", "text/html"),
+        ("/console/console.js", "text/javascript"),
+        ("/console/console.css", "text/css"),
+    ] {
+        let resp = http().get(format!("{admin}{path}")).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let h = resp.headers();
+        assert!(
+            h["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}"
+        );
+        assert!(
+            h["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("default-src 'self'"),
+            "{path}: nothing from a CDN"
+        );
+        let body = resp.text().await.unwrap();
+        assert!(
+            !body.contains("http://") && !body.contains("https://"),
+            "{path} loads nothing from elsewhere"
+        );
+    }
+    // Not on the public listener.
+    let resp = http()
+        .get(format!("http://{}/console", gw.public_addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+
+    // The tail: the topic's messages in the JSON form, counted as a subscriber.
+    let resp = http()
+        .get(format!("{admin}/v1/tail/bad%20topic"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let resp = http()
+        .get(format!("{admin}/v1/tail/tailed"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut tail = SseClient::from_response(resp);
+    tail.next_block().await.unwrap();
+    eventually(WAIT, || async {
+        topic_subscribers(&gw, "tailed").await == 1
+    })
+    .await;
+    let id = publish_event(&gw, "tailed", json!({"x": 1}), Some("e")).await;
+    let e = tail.next_event().await.unwrap();
+    let m: Value = serde_json::from_str(e.data.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        m,
+        json!({"type": "message", "topic": "tailed", "id": id, "event": "e", "data": {"x": 1}})
+    );
+    // Topic stats count the messages (the console's rates come from it).
+    let stats = get_json(format!("{admin}/v1/topics/tailed")).await;
+    assert_eq!(stats["messages"], 1);
+    gw.stop().await.unwrap();
+}
