@@ -3,9 +3,13 @@
 //  (c) WebSocket upgrades are refused by a proxy in front of Herald → SSE,
 //  (d) SSE is cut off as well → long-poll, and back to WebSocket when both are allowed again;
 //  (a) the node drains and restarts (a Redis cluster, so positions survive it);
-//  (b) a node of a 3-node Redis cluster is killed and the client moves to another node.
+//  (b) a node of a 3-node Redis cluster is killed and the client moves to another node;
+//  (e) SSE from another origin with credentials, resuming through CORS preflights;
+//  (f) tokens that expire every few seconds are refreshed without a cut, publishing over the
+//      WebSocket follows the token's claim, and a refused subscription closes with the reason.
 // Usage: HERALD_BIN=... HERALD_CLIENT_DIST=... HERALD_TEST_REDIS_URL=... node client.mjs
 // (exit code 0 = pass; prints the reason otherwise)
+import { createHmac } from "node:crypto";
 import { Node, Proxy, assert, until, launchChromium } from "./harness.mjs";
 
 const dist = process.env.HERALD_CLIENT_DIST;
@@ -21,20 +25,22 @@ const proxies = [];
 const browser = await launchChromium();
 
 /** A page of `proxy` running a Herald client on `urls`, subscribed to topic `t`. */
-async function openClient(proxy, urls, extra = {}) {
+async function openClient(proxy, urls, extra = {}, setup = async () => {}, topic = "t") {
   const page = await browser.newPage();
   page.on("pageerror", (e) => console.error("page error:", e));
+  await setup(page);
   await page.goto(`${proxy.url}/__client/page.html`);
-  await page.evaluate(async ({ urls, options }) => {
+  await page.evaluate(async ({ urls, options, topic }) => {
     const { Herald } = await import("/__client/herald.js");
     Object.assign(window, { got: [], ids: [], states: [], transports: [], lost: [], errors: [] });
+    if (options.tokenFromTest) options.token = () => window.mintToken();
     const h = new Herald(urls, options);
     h.on("state", (s) => window.states.push(s));
     h.on("transport", (t) => window.transports.push(t));
     h.on("error", (e) => window.errors.push(e.message));
-    h.subscribe("t", (m) => { window.got.push(m.data); window.ids.push(m.id); }, { onLost: (i) => window.lost.push(i) });
+    h.subscribe(topic, (m) => { window.got.push(m.data); window.ids.push(m.id); }, { onLost: (i) => window.lost.push(i) });
     window.herald = h;
-  }, { urls, options: { ...OPTIONS, ...extra } });
+  }, { urls, options: { ...OPTIONS, ...extra }, topic });
   const client = {
     page,
     state: () => page.evaluate(() => ({
@@ -46,7 +52,8 @@ async function openClient(proxy, urls, extra = {}) {
         throw new Error(`${e.message}; client: ${JSON.stringify(await client.state())}`);
       });
     },
-    publish: (data) => page.evaluate((d) => window.herald.publish("t", d).then((r) => r.id), data),
+    publish: (data, to = topic) => page.evaluate(([d, t]) => window.herald.publish(t, d).then((r) => r.id,
+      (e) => `refused: ${e.code} ${e.reason}`), [data, to]),
   };
   return client;
 }
@@ -195,6 +202,59 @@ try {
     expectExactly(s, n, "SSE cross-origin");
     assert(s.errors.every((e) => !/403|origin/.test(e)), `errors ${JSON.stringify(s.errors)}`);
     console.log(`(e) SSE cross-origin with credentials, ${reconnects} resumes with Last-Event-ID: 1..${n} once, in order`);
+    await c.page.close();
+  }
+
+  // (f) Tokens: HS256, valid for 6 s, refreshed 4 s before they expire (every ~2 s).
+  {
+    const secret = "browser-test-secret-of-at-least-32-bytes";
+    const node = await Node.start({ id: "jwt", extraToml: `[auth]\nhs256_secret = "${secret}"\n` });
+    nodes.push(node);
+    const pages = await Proxy.start({ dist });
+    proxies.push(pages);
+    let minted = 0;
+    const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+    const mint = () => {
+      minted++;
+      const head = b64({ alg: "HS256", typ: "JWT" });
+      const body = b64({ sub: "alice", exp: Math.floor(Date.now() / 1000) + 6, topics: ["private.*"], publish: ["private.t"] });
+      const sig = createHmac("sha256", secret).update(`${head}.${body}`).digest("base64url");
+      return `${head}.${body}.${sig}`;
+    };
+    for (const transports of [["websocket"], ["sse"]]) {
+      minted = 0;
+      const c = await openClient(pages, node.public, { transports, tokenFromTest: true, tokenRefreshMargin: 4000 },
+        (page) => page.exposeFunction("mintToken", mint), "private.t");
+      await c.waitFor(`${transports[0]} open with a token`, (s) => s.now === "open");
+      let n = 0;
+      const started = Date.now();
+      // Longer than a token's life and its leeway: without refreshes the gateway would cut.
+      while (Date.now() - started < 13000) {
+        await node.publish("private.t", ++n);
+        await c.waitFor(`message ${n}`, (s) => s.got.length >= n);
+        await new Promise((r) => setTimeout(r, 250)); // a steady publisher, not a wait for readiness
+      }
+      const s = await c.state();
+      expectExactly(s, n, `tokens refreshed on ${transports[0]}`);
+      assert(!s.states.includes("reconnecting"), `${transports[0]}: the connection was cut: ${JSON.stringify(s.states)} ${JSON.stringify(s.errors)}`);
+      assert(minted >= 5, `only ${minted} tokens minted in 13 s`);
+      if (transports[0] === "websocket") {
+        const id = await c.publish("over ws");
+        assert(/^[0-9a-f]+-\d+$/.test(id), `publish over the WebSocket: ${id}`);
+        await c.waitFor("own message", (s) => s.got.at(-1) === "over ws");
+        const refused = await c.publish("nope", "private.other");
+        assert(refused.startsWith("refused: forbidden"), `publish outside the claim: ${refused}`);
+      }
+      console.log(`(f) ${transports[0]}: ${minted} tokens of 6 s over 13 s, no cut, ${n} messages once, in order`);
+      await c.page.close();
+    }
+
+    // A topic the client may not read: refused with the reason, closed, not retried.
+    const c = await openClient(pages, node.public, { transports: ["sse", "poll"] }, async () => {}, "user:bob");
+    await c.waitFor("closed", (s) => s.now === "closed");
+    const s = await c.state();
+    assert(/forbidden/.test(s.errors.at(-1)) && /user:bob/.test(s.errors.at(-1)), `errors ${JSON.stringify(s.errors)}`);
+    console.log(`(f) a forbidden topic: closed with "${s.errors.at(-1)}"`);
     await c.page.close();
   }
 } finally {

@@ -19,7 +19,8 @@ export async function until(what, cond, ms = 15000) {
   for (;;) {
     try {
       if (await cond()) return;
-    } catch {
+    } catch (e) {
+      if (e instanceof Error && e.message.startsWith("herald ")) throw e; // a node died
       /* not yet */
     }
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
@@ -75,7 +76,12 @@ export class Node {
       stdio: ["ignore", "inherit", "inherit"],
     });
     this.exited = new Promise((resolve) => this.child.once("exit", (code, signal) => resolve({ code, signal })));
-    await until(`${this.id} ready`, async () => (await fetch(`${this.admin}/readyz`)).status === 200);
+    let exit;
+    this.exited.then((e) => { exit = e; });
+    await until(`${this.id} ready`, async () => {
+      if (exit) throw new Error(`herald ${this.id} exited before it was ready: ${JSON.stringify(exit)}`);
+      return (await fetch(`${this.admin}/readyz`)).status === 200;
+    });
   }
 
   /** SIGTERM: the node drains, then exits. */
