@@ -6,7 +6,9 @@
 //  (b) a node of a 3-node Redis cluster is killed and the client moves to another node;
 //  (e) SSE from another origin with credentials, resuming through CORS preflights;
 //  (f) tokens that expire every few seconds are refreshed without a cut, publishing over the
-//      WebSocket follows the token's claim, and a refused subscription closes with the reason.
+//      WebSocket follows the token's claim, and a refused subscription closes with the reason;
+//  (g) the same module under Node (no browser, no global WebSocket on Node 20): SSE through
+//      fetch, publishing with an API key.
 // Usage: HERALD_BIN=... HERALD_CLIENT_DIST=... HERALD_TEST_REDIS_URL=... node client.mjs
 // (exit code 0 = pass; prints the reason otherwise)
 import { createHmac } from "node:crypto";
@@ -256,6 +258,28 @@ try {
     assert(/forbidden/.test(s.errors.at(-1)) && /user:bob/.test(s.errors.at(-1)), `errors ${JSON.stringify(s.errors)}`);
     console.log(`(f) a forbidden topic: closed with "${s.errors.at(-1)}"`);
     await c.page.close();
+  }
+
+  // (g) Under Node: this very process imports the built client.
+  {
+    const node = await Node.start({ id: "node-client", extraToml: `[auth]\napi_keys = ["node-key"]\n` });
+    nodes.push(node);
+    const { Herald } = await import(new URL(`file://${dist}/herald.js`));
+    const got = [];
+    const transports = [];
+    const herald = new Herald(node.public, { ...OPTIONS, apiKey: "node-key" });
+    herald.on("transport", (t) => transports.push(t));
+    herald.subscribe("t", (m) => got.push(m.data));
+    await until("open under Node", () => herald.state === "open");
+    const expected = globalThis.WebSocket ? "websocket" : "sse";
+    assert(herald.transport === expected, `under Node ${process.version}: ${herald.transport}, expected ${expected}`);
+    for (const n of [1, 2]) await herald.publish("t", n);
+    await node.publish("t", 3);
+    await until("1..3 under Node", () => got.length >= 3);
+    assert(JSON.stringify(got) === "[1,2,3]", `under Node got ${JSON.stringify(got)}`);
+    herald.close();
+    assert(herald.state === "closed", herald.state);
+    console.log(`(g) Node ${process.version}: on ${herald.transport}, published with an API key, got ${JSON.stringify(got)}`);
   }
 } finally {
   await browser.close();
