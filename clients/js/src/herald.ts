@@ -151,6 +151,8 @@ export class Herald {
   private tokenTimer: ReturnType<typeof setTimeout> | undefined;
   private tokenPromise: Promise<void> | undefined;
   private authRetried = false;
+  /** A connection attempt waits for its token. */
+  private starting = false;
 
   constructor(url: string | string[], private readonly options: HeraldOptions = {}) {
     this.urls = (Array.isArray(url) ? url : [url]).map((u) => new URL(u).toString());
@@ -297,7 +299,7 @@ export class Herald {
         this.conn.update();
         this.probe?.update();
       } else if (this.retryTimer === undefined) {
-        this.connect();
+        void this.connect();
       }
     });
   }
@@ -341,16 +343,19 @@ export class Herald {
 
   private async connect(): Promise<void> {
     this.retryTimer = undefined;
-    if (this.closed || this.conn || this.subs.size === 0 && !this.isWs(this.ti)) return;
+    if (this.closed || this.conn || this.starting || (this.subs.size === 0 && !this.isWs(this.ti))) return;
     if (this.options.token !== undefined && this.token === undefined) {
+      this.starting = true;
       try {
         await this.refreshToken();
       } catch (e) {
         this.emit("error", e instanceof Error ? e : new Error(String(e)));
         this.schedule(fullJitter(this.failures++, this.backoff, this.random));
         return;
+      } finally {
+        this.starting = false;
       }
-      if (this.closed || this.conn) return;
+      if (this.closed || this.conn || this.retryTimer !== undefined) return;
     }
     this.setState(this.everOpen ? "reconnecting" : "connecting");
     const ti = this.ti;

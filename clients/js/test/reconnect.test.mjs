@@ -284,3 +284,21 @@ test("subscriptions share one connection; the last unsubscribe drops the topic a
   assert.throws(() => herald.subscribe("bad topic", () => {}), /bad topic name/);
   herald.close();
 });
+
+test("subscriptions made while the first token is fetched open one connection", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
+  let release;
+  const { herald, conns } = setup({ transports: ["sse"], token: () => new Promise((r) => { release = r; }) });
+  herald.subscribe("a", () => {});
+  await flush();
+  herald.subscribe("b", () => {});
+  await flush();
+  assert.equal(conns.length, 0, "waiting for the token");
+  release("tok");
+  await flush();
+  await flush();
+  assert.equal(conns.length, 1);
+  assert.deepEqual([...conns[0].topicsAtStart.keys()], ["a", "b"]);
+  assert.equal(conns[0].ctx.token(), "tok");
+  herald.close();
+});
