@@ -251,13 +251,17 @@ try {
       await c.page.close();
     }
 
-    // A topic the client may not read: refused with the reason, closed, not retried.
-    const c = await openClient(pages, node.public, { transports: ["sse", "poll"] }, async () => {}, "user:bob");
-    await c.waitFor("closed", (s) => s.now === "closed");
-    const s = await c.state();
-    assert(/forbidden/.test(s.errors.at(-1)) && /user:bob/.test(s.errors.at(-1)), `errors ${JSON.stringify(s.errors)}`);
-    console.log(`(f) a forbidden topic: closed with "${s.errors.at(-1)}"`);
-    await c.page.close();
+    // A topic the client may not read: refused with the reason (an HTTP 403, or a WebSocket
+    // error frame), closed, not retried.
+    for (const transports of [["sse", "poll"], ["websocket"]]) {
+      const c = await openClient(pages, node.public, { transports }, async () => {}, "user:bob");
+      await c.waitFor("closed", (s) => s.now === "closed");
+      const s = await c.state();
+      assert(/forbidden/.test(s.errors.at(-1)) && /user:bob/.test(s.errors.at(-1)), `errors ${JSON.stringify(s.errors)}`);
+      assert(s.errors.length === 1, `one attempt, no retry loop: ${JSON.stringify(s.errors)}`);
+      console.log(`(f) a forbidden topic on ${transports[0]}: closed with "${s.errors.at(-1)}"`);
+      await c.page.close();
+    }
   }
 
   // (g) Under Node: this very process imports the built client.
