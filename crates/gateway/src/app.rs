@@ -240,11 +240,12 @@ impl AppState {
     }
 }
 
-/// The public router: SSE, WebSocket, long-poll, the demo page and, in dev mode only,
-/// unauthenticated publishing.
+/// The public router: SSE, WebSocket, long-poll, the demo page and the client library it
+/// uses, and the publish API where it is served (with CORS for pages on other origins).
 pub fn public_router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/", get(demo_page))
+        .route("/herald-client.js", get(client_script))
         .route(transport::sse::PATH, get(transport::sse::handler))
         .route(transport::ws::PATH, get(transport::ws::handler))
         .route("/v1/poll", get(transport::poll::handler));
@@ -300,6 +301,21 @@ pub fn admin_router(state: AppState) -> Router {
 
 async fn demo_page() -> impl IntoResponse {
     Html(include_str!("demo.html"))
+}
+
+/// herald-client (clients/js) as one ES module, for the demo page and for pages that load it
+/// from the gateway (bundled by `npm run bundle` there, kept current by its tests).
+async fn client_script() -> impl IntoResponse {
+    (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/javascript; charset=utf-8",
+            ),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("herald-client.js"),
+    )
 }
 
 async fn not_found() -> ApiError {
