@@ -1,7 +1,8 @@
 // herald-client (clients/js/dist) in headless Chromium against real `herald` processes:
 // every message arrives once and in order, and the state events and `transport` follow, when
 //  (c) WebSocket upgrades are refused by a proxy in front of Herald → SSE,
-//  (d) SSE is cut off as well → long-poll, and back to WebSocket when both are allowed again;
+//  (d) SSE is cut off as well → long-poll, and back to WebSocket when both are allowed again,
+//      then (d') SSE buffered by the proxy → long-poll again after openTimeout;
 //  (a) the node drains and restarts (a Redis cluster, so positions survive it);
 //  (b) a node of a 3-node Redis cluster is killed and the client moves to another node;
 //  (e) SSE from another origin with credentials, resuming through CORS preflights;
@@ -120,6 +121,20 @@ try {
       `transport events ${JSON.stringify(s.transports)}`);
     assert(s.states[0] === "open" && s.states.at(-1) === "open", `states ${JSON.stringify(s.states)}`);
     console.log(`(c+d) back to WebSocket: transports ${JSON.stringify(s.transports)}, 14 messages once, in order`);
+
+    // (d') Upgrades refused again and SSE buffered (the stream starts, nothing comes): the
+    // client gives SSE up after openTimeout and polls.
+    proxy.ws = "refuse";
+    proxy.sse = "buffer";
+    proxy.cutOpen("ws");
+    for (const n of [15, 16]) await node.publish("t", n);
+    await c.waitFor("long-poll past a buffering proxy", (s) => s.transport === "poll" && s.now === "open");
+    await node.publish("t", 17);
+    await c.waitFor("1..17", (s) => s.got.length >= 17);
+    s = await c.state();
+    expectExactly(s, 17, "past a buffering proxy");
+    assert(s.errors.some((e) => /no opening block/.test(e)), `errors ${JSON.stringify(s.errors)}`);
+    console.log(`(d') SSE buffered by the proxy → long-poll after openTimeout: 1..17 once, in order`);
     await c.page.close();
   }
 

@@ -120,9 +120,9 @@ export class Node {
 /**
  * A test proxy on a port of its own: serves the built client and a blank page under
  * `/__client/`, and forwards everything else to `target` (a Herald public listener), unless
- * told to refuse WebSocket upgrades (`ws = "refuse"`: 403) or to cut SSE streams
- * (`sse = "cut"`: a 200 event stream that ends at once), as proxies that do not let them
- * through do. `cutOpen()` ends the streams and sockets already forwarded.
+ * told to refuse WebSocket upgrades (`ws = "refuse"`: 403), to cut SSE streams
+ * (`sse = "cut"`: a 200 event stream that ends at once) or to buffer them (`sse = "buffer"`:
+ * a 200 event stream of which nothing arrives), as proxies that do not let them through do. `cutOpen()` ends the streams and sockets already forwarded.
  */
 export class Proxy {
   static async start({ target, dist }) {
@@ -169,6 +169,16 @@ export class Proxy {
       this.refused.sse++;
       res.writeHead(200, { "content-type": "text/event-stream" });
       res.end();
+      return;
+    }
+    if (req.url.startsWith("/v1/sse") && this.sse === "buffer") {
+      // A buffering proxy: the response starts, and nothing of the stream ever comes through.
+      this.refused.sse++;
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.flushHeaders();
+      const entry = { kind: "sse", end: () => res.destroy() };
+      this.open.add(entry);
+      res.on("close", () => this.open.delete(entry));
       return;
     }
     const upstream = http.request({
