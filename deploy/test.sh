@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Herald's whole test suite: unit tests, in-process integration tests against a real
-# gateway, the CLI tests and the headless-browser test. Installs what the tests need on a
+# gateway, the CLI tests, the TypeScript client's build and unit tests, and the
+# headless-browser tests (the demo page, the client, the admin console). Installs what the tests need on a
 # fresh Debian machine first. Extra arguments are passed to `cargo test`.
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
@@ -30,6 +31,10 @@ if [ "${HERALD_SKIP_BROWSER:-}" != 1 ]; then
   fi
   npm ci --prefix crates/gateway/tests/browser --no-audit --no-fund --loglevel=error
 fi
+
+# The TypeScript client: its build (which the browser tests load) and its unit tests.
+npm ci --prefix clients/js --no-audit --no-fund --loglevel=error
+npm test --prefix clients/js
 
 # Real engines for the cluster tests, stopped again however the run ends.
 export HERALD_ENGINES_DIR="${HERALD_ENGINES_DIR:-$repo/target/engines}"

@@ -75,6 +75,7 @@ pub struct Message {
     published_unix_ms: u64,
     published_at: Instant,
     sse: OnceLock<Bytes>,
+    sse_json: OnceLock<Bytes>,
     ws: OnceLock<Bytes>,
 }
 
@@ -93,6 +94,7 @@ impl Message {
             published_unix_ms,
             published_at: Instant::now(),
             sse: OnceLock::new(),
+            sse_json: OnceLock::new(),
             ws: OnceLock::new(),
         }
     }
@@ -138,6 +140,30 @@ impl Message {
     /// id. A zero-copy slice of [`Self::sse_frame`].
     pub fn sse_body(&self) -> Bytes {
         let frame = self.sse_frame();
+        let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+        frame.slice(id_end..)
+    }
+
+    /// The SSE event of the JSON form (`format=json`): `id: topic=cursor`, then one `data:`
+    /// line holding the WebSocket frame, `{"type":"message","topic":..,"id":..,"event":..,
+    /// "data":..}`, and no `event:` line, so that every message names its topic and id, a JSON
+    /// string payload stays JSON, and a browser's `EventSource` delivers named events to
+    /// `onmessage` like any other. Compact JSON has no line break, so one line always holds it.
+    pub fn sse_json_frame(&self) -> &Bytes {
+        self.sse_json.get_or_init(|| {
+            let frame = self.ws_frame();
+            let mut out = BytesMut::with_capacity(frame.len() + 48);
+            let _ = write!(out, "id: {}={}\ndata: ", self.topic, self.cursor);
+            out.put_slice(frame);
+            out.put_slice(b"\n\n");
+            out.freeze()
+        })
+    }
+
+    /// [`Self::sse_json_frame`] without its `id:` line, for multi-topic streams: a zero-copy
+    /// slice.
+    pub fn sse_json_body(&self) -> Bytes {
+        let frame = self.sse_json_frame();
         let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
         frame.slice(id_end..)
     }
@@ -283,6 +309,26 @@ mod tests {
         let m = msg(None, json!(1));
         assert_eq!(m.sse_frame().as_ptr(), m.sse_frame().as_ptr());
         assert_eq!(m.ws_frame().as_ptr(), m.ws_frame().as_ptr());
+        assert_eq!(m.sse_json_frame().as_ptr(), m.sse_json_frame().as_ptr());
+    }
+
+    #[test]
+    fn sse_json_form_names_topic_id_and_event_in_one_data_line() {
+        let m = msg(Some("created"), json!("two\nlines"));
+        assert_eq!(
+            &m.sse_json_frame()[..],
+            b"id: news=ab-7\ndata: {\"type\":\"message\",\"topic\":\"news\",\"id\":\"ab-7\",\"event\":\"created\",\"data\":\"two\\nlines\"}\n\n"
+        );
+        let body = m.sse_json_body();
+        assert!(body.starts_with(b"data: {"), "{body:?}");
+        assert_eq!(body.iter().filter(|&&b| b == b'\n').count(), 2);
+        let json: serde_json::Value = serde_json::from_slice(&body[6..body.len() - 2]).unwrap();
+        assert_eq!(json["data"], json!("two\nlines"));
+        let m = msg(None, json!({"k": 1}));
+        assert_eq!(
+            &m.sse_json_body()[..],
+            b"data: {\"type\":\"message\",\"topic\":\"news\",\"id\":\"ab-7\",\"data\":{\"k\":1}}\n\n"
+        );
     }
 
     #[test]

@@ -65,12 +65,17 @@ pub struct TopicStats {
     pub head: Cursor,
     /// Messages in history.
     pub history_len: usize,
+    /// Messages this node has delivered on the topic since it created it (the admin console
+    /// derives message rates from it).
+    pub messages: u64,
 }
 
 #[derive(Debug)]
 struct State {
     epoch: u64,
     head: u64,
+    /// Messages appended, for [`TopicStats::messages`].
+    messages: u64,
     history: History,
     /// Last publish, subscribe or unsubscribe.
     last_active: Instant,
@@ -109,6 +114,7 @@ impl Topic {
             state: Mutex::new(State {
                 epoch,
                 head: 0,
+                messages: 0,
                 history: History::new(config.history_len, config.history_ttl),
                 last_active: Instant::now(),
                 keep_idle: config.history_ttl,
@@ -180,6 +186,7 @@ impl Topic {
             count.fetch_sub(1, Ordering::Relaxed);
         }
         state.head = message.cursor().seq;
+        state.messages += 1;
         let now = Instant::now();
         state.last_active = now;
         state.history.evict_expired(now);
@@ -264,6 +271,7 @@ impl Topic {
             subscribers: self.sender.receiver_count(),
             head: Cursor::new(state.epoch, state.head),
             history_len: state.history.len(),
+            messages: state.messages,
         }
     }
 

@@ -261,15 +261,16 @@ impl AppState {
     }
 }
 
-/// The public router: SSE, WebSocket, long-poll, the demo page and, in dev mode only,
-/// unauthenticated publishing.
+/// The public router: SSE, WebSocket, long-poll, the demo page and the client library it
+/// uses, and the publish API where it is served (with CORS for pages on other origins).
 pub fn public_router(state: AppState) -> Router {
     let mut router = Router::new()
         .route("/", get(demo_page))
+        .route("/herald-client.js", get(client_script))
         .route(transport::sse::PATH, get(transport::sse::handler))
         .route(transport::ws::PATH, get(transport::ws::handler))
         .route("/v1/poll", get(transport::poll::handler));
-    if state.config().dev || state.auth().has_api_keys() || state.auth().enabled() {
+    if public_publish(&state) {
         router = router
             .route("/v1/publish", post(api::publish::publish_public))
             .route(
@@ -279,14 +280,24 @@ pub fn public_router(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::cors::layer,
+        ))
         .layer(DefaultBodyLimit::max(api::publish::body_limit(
             state.config(),
         )))
         .with_state(state)
 }
 
-/// The admin router: publishing, topic stats, health, readiness and metrics, behind the
-/// admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
+/// Whether the public listener serves the publish API: in dev mode, or to API keys or
+/// tokens allowed to publish.
+pub fn public_publish(state: &AppState) -> bool {
+    state.config().dev || state.auth().has_api_keys() || state.auth().enabled()
+}
+
+/// The admin router: publishing, topic stats, health, readiness, metrics and the console,
+/// behind the admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
 pub fn admin_router(state: AppState) -> Router {
     Router::new()
         .route("/v1/publish", post(api::publish::publish))
@@ -302,6 +313,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))
+        .merge(api::console::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -315,6 +327,21 @@ pub fn admin_router(state: AppState) -> Router {
 
 async fn demo_page() -> impl IntoResponse {
     Html(include_str!("demo.html"))
+}
+
+/// herald-client (clients/js) as one ES module, for the demo page and for pages that load it
+/// from the gateway (bundled by `npm run bundle` there, kept current by its tests).
+async fn client_script() -> impl IntoResponse {
+    (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/javascript; charset=utf-8",
+            ),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("herald-client.js"),
+    )
 }
 
 async fn not_found() -> ApiError {

@@ -101,6 +101,10 @@ pub struct AuthConfig {
     /// Browser origins (`https://app.example.com`) allowed to open WebSockets and to read
     /// SSE/long-poll responses (CORS). Empty: any origin.
     pub allowed_origins: Vec<String>,
+    /// Let browsers send credentials (cookies) on cross-origin SSE, long-poll and publish
+    /// requests (`access-control-allow-credentials: true`). Needs an explicit
+    /// `allowed_origins` list without `*`.
+    pub cors_credentials: bool,
 }
 
 /// Cluster: node identity and the bridges that join nodes. With no bridge configured, the
@@ -530,6 +534,12 @@ impl Config {
         ensure!(
             self.poll.max_batch >= 1,
             "poll.max_batch must be at least 1"
+        );
+        ensure!(
+            !self.auth.cors_credentials
+                || (!self.auth.allowed_origins.is_empty()
+                    && !self.auth.allowed_origins.iter().any(|o| o == "*")),
+            "auth.cors_credentials needs auth.allowed_origins to list the origins (and not `*`)"
         );
         let l = &self.limits;
         ensure!(

@@ -17,6 +17,7 @@ fn stats_json(s: &TopicStats) -> serde_json::Value {
         "subscribers": s.subscribers,
         "head": s.head.to_string(),
         "history": s.history_len,
+        "messages": s.messages,
     })
 }
 

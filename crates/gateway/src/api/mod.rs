@@ -2,4 +2,6 @@
 
 pub mod admin;
 pub mod admin_auth;
+pub mod console;
+pub mod cors;
 pub mod publish;

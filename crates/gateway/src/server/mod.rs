@@ -230,6 +230,10 @@ async fn serve_connection(
         }
         (Head::Sse { query, headers }, Some(state)) => {
             let opened = sse::open(state, &headers, query.as_deref(), peer.ip());
+            let cors = match &opened {
+                Ok(_) => Vec::new(),
+                Err(_) => crate::api::cors::raw_headers(state, &headers),
+            };
             drop((headers, query));
             match opened {
                 Ok(sse) => {
@@ -242,8 +246,11 @@ async fn serve_connection(
                     });
                 }
                 Err(e) => {
+                    // With CORS headers, so that a page can read why.
+                    let extra: Vec<(&str, &str)> =
+                        cors.iter().map(|(n, v)| (*n, v.as_str())).collect();
                     let _ =
-                        head::write_response(&mut stream, e.status(), &[], &e.json_body()).await;
+                        head::write_response(&mut stream, e.status(), &extra, &e.json_body()).await;
                 }
             }
             return;

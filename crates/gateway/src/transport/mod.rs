@@ -12,8 +12,20 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::QuotaCharge;
 
+/// The form of an SSE stream's messages (`format` query parameter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Format {
+    /// `format=text` (the default): `event:` when named, the payload as `data:` lines, as a
+    /// browser's `EventSource` expects it.
+    #[default]
+    Text,
+    /// `format=json`: one `data:` line per message holding `{"type":"message","topic":..,
+    /// "id":..,"event":..,"data":..}` (the WebSocket frame); long-poll always answers in it.
+    Json,
+}
+
 /// A subscribe request given as a URL query (SSE and long-poll):
-/// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...`.
+/// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...&format=...`.
 #[derive(Debug, Default)]
 pub struct SubscribeQuery {
     /// The topics, in order, without duplicates.
@@ -26,6 +38,8 @@ pub struct SubscribeQuery {
     pub timeout: Option<String>,
     /// `token`: a JWT, for clients that cannot set `Authorization`.
     pub token: Option<String>,
+    /// `format`: `text` or `json`.
+    pub format: Format,
 }
 
 impl SubscribeQuery {
@@ -50,6 +64,18 @@ impl SubscribeQuery {
                 "cursor" => parsed.cursor = Some(value.into_owned()),
                 "timeout" => parsed.timeout = Some(value.into_owned()),
                 "token" => parsed.token = Some(value.into_owned()),
+                "format" => {
+                    parsed.format = match &*value {
+                        "text" => Format::Text,
+                        "json" => Format::Json,
+                        other => {
+                            return Err(ApiError::bad_request(
+                                "bad_format",
+                                format!("format must be `text` or `json`, not {other:?}"),
+                            ));
+                        }
+                    }
+                }
                 _ => {}
             }
         }

@@ -182,7 +182,15 @@ pub async fn serve_raw(mut socket: ClientStream, mut sse: SseStream, write_timeo
         Some(origin) => {
             let mut head = RESPONSE_HEAD[..RESPONSE_HEAD.len() - 2].to_vec();
             head.extend_from_slice(
-                format!("access-control-allow-origin: {origin}\r\nvary: origin\r\n\r\n").as_bytes(),
+                format!(
+                    "access-control-allow-origin: {origin}\r\nvary: origin\r\n{}\r\n",
+                    if sse.credentials {
+                        "access-control-allow-credentials: true\r\n"
+                    } else {
+                        ""
+                    }
+                )
+                .as_bytes(),
             );
             std::borrow::Cow::Owned(head)
         }
@@ -310,6 +318,8 @@ fn try_open(
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1,
+        json: query.format == super::Format::Json,
+        credentials: config.auth.cors_credentials,
         feed,
         metrics,
         guard: state.open_connection(Transport::Sse, who.sub.as_deref()),
@@ -339,6 +349,10 @@ fn try_open(
 pub struct SseStream {
     feed: Feed,
     multi: bool,
+    /// `format=json`: messages in their JSON form.
+    json: bool,
+    /// `auth.cors_credentials`: a cross-origin page may send cookies.
+    credentials: bool,
     metrics: &'static TransportMetrics,
     guard: ConnectionGuard,
     heartbeat: Duration,
@@ -457,12 +471,21 @@ impl SseStream {
                 let since = message.published_at().elapsed();
                 let frame = if self.multi {
                     self.id_line();
-                    let body = message.sse_body();
+                    let body = if self.json {
+                        message.sse_json_body()
+                    } else {
+                        message.sse_body()
+                    };
                     self.metrics.delivered(self.id.len() + body.len(), since);
                     self.queued = Some(body);
                     Bytes::from(self.id.clone())
                 } else {
-                    let frame = message.sse_frame().clone();
+                    let frame = if self.json {
+                        message.sse_json_frame()
+                    } else {
+                        message.sse_frame()
+                    }
+                    .clone();
                     self.metrics.delivered(frame.len(), since);
                     frame
                 };

@@ -1,6 +1,7 @@
 // Drives headless Chromium (Debian's package) against a running Herald gateway:
-//  1. the demo page: a person clicks Connect for SSE and WebSocket and sees a published message
-//     arrive in both lists;
+//  1. the demo page: a person clicks Connect for herald-client (the library, served by the
+//     gateway at /herald-client.js), SSE and WebSocket and sees a published message arrive in
+//     all three lists;
 //  2. the browser's native EventSource: messages arrive; when the stream ends (sse.max_lifetime)
 //     the browser reconnects by itself with Last-Event-ID and gets exactly the messages published
 //     while it was away, then live ones.
@@ -39,18 +40,21 @@ try {
   const demo = await browser.newPage();
   await demo.goto(`${base}/`);
   await demo.fill("#topic", "demo-page");
+  await demo.click("#client-open");
   await demo.click("#sse-open");
   await demo.click("#ws-open");
   await demo.waitForFunction(() =>
+    document.getElementById("client-status").textContent === "open (websocket)" &&
     document.getElementById("sse-status").textContent === "open" &&
     document.getElementById("ws-status").textContent === "open" &&
     document.getElementById("ws-log").textContent.includes("subscribed"));
   await publish("demo-page", { text: "hello from the test" });
   await demo.waitForFunction(() =>
+    document.getElementById("client-log").textContent.includes("hello from the test") &&
     document.getElementById("sse-log").textContent.includes("hello from the test") &&
     document.getElementById("ws-log").textContent.includes("hello from the test"), null, { timeout: 10000 });
   await demo.screenshot({ path: process.env.HERALD_SCREENSHOT || "/tmp/herald-demo.png" });
-  console.log("demo page: SSE and WebSocket panes show the published message");
+  console.log("demo page: herald-client, SSE and WebSocket panes show the published message");
 
   // 2. Native EventSource with an automatic reconnect.
   const page = await browser.newPage();

@@ -7,6 +7,7 @@ mod common;
 mod admin_auth;
 mod api;
 mod auth;
+mod clients;
 mod cluster;
 mod fanout;
 mod hostile;

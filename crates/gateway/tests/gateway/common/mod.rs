@@ -15,6 +15,7 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// Ends the test early, saying why, when an engine variable is not set: a plain `cargo test`
 /// runs without Redis and Kafka, while `deploy/test.sh` (the README's test command) starts
 /// them and sets the variables, so the engine tests always run there.
+#[allow(unused_macros)]
 macro_rules! skip_without {
     ($($var:literal),+) => {
         $(

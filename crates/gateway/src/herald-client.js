@@ -1,0 +1,1070 @@
+// herald-client, bundled from clients/js/src by `npm run bundle` there. Do not edit:
+// edit the sources and run it again (`npm test` checks this copy is current).
+
+// src/types.ts
+var HeraldError = class extends Error {
+  constructor(status, code, reason) {
+    super(`${code}: ${reason}${status ? ` (HTTP ${status})` : ""}`);
+    this.status = status;
+    this.code = code;
+    this.reason = reason;
+    this.name = "HeraldError";
+  }
+  status;
+  code;
+  reason;
+};
+
+// src/cursor.ts
+var CURSOR = /^([0-9a-f]{1,16})-([0-9]{1,20})$/;
+var TOPIC = /^[A-Za-z0-9_.:@-]{1,128}$/;
+function isTopicName(name) {
+  return TOPIC.test(name);
+}
+function parseCursor(text) {
+  const m = CURSOR.exec(text);
+  if (!m) return void 0;
+  return { epoch: m[1].replace(/^0+(?=.)/, ""), seq: m[2].replace(/^0+(?=.)/, "") };
+}
+function compareSeq(a, b) {
+  if (a.length !== b.length) return a.length < b.length ? -1 : 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+function isAfter(id, cursor) {
+  if (cursor === void 0) return true;
+  const a = parseCursor(id);
+  const b = parseCursor(cursor);
+  if (!a || !b || a.epoch !== b.epoch) return true;
+  return compareSeq(a.seq, b.seq) > 0;
+}
+function parseResumeList(text) {
+  const out = /* @__PURE__ */ new Map();
+  for (const entry of text.split(",")) {
+    const eq = entry.indexOf("=");
+    if (eq <= 0) continue;
+    const topic = entry.slice(0, eq).trim();
+    const cursor = entry.slice(eq + 1).trim();
+    if (isTopicName(topic) && parseCursor(cursor)) out.set(topic, cursor);
+  }
+  return out;
+}
+function formatResumeList(cursors) {
+  const parts = [];
+  for (const [topic, cursor] of cursors) {
+    if (cursor !== void 0) parts.push(`${topic}=${cursor}`);
+  }
+  return parts.join(",");
+}
+
+// src/backoff.ts
+function fullJitter(attempt, options = {}, random = Math.random) {
+  const base = options.base ?? 500;
+  const max = options.max ?? 3e4;
+  const bound = Math.min(max, base * 2 ** Math.min(Math.max(attempt, 0), 30));
+  return Math.floor(random() * bound);
+}
+
+// src/websocket.ts
+var MAX_PENDING = 1024;
+var FATAL_SUBSCRIBE = /* @__PURE__ */ new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
+function wsUrl(base, token) {
+  const u = new URL("/v1/ws", base);
+  u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
+  if (token) u.searchParams.set("token", token);
+  return u.toString();
+}
+var WsConnection = class {
+  constructor(ctx, handlers) {
+    this.ctx = ctx;
+    this.handlers = handlers;
+    const WS = ctx.WebSocket;
+    if (!WS) throw new Error("no WebSocket implementation");
+    this.socket = new WS(wsUrl(ctx.url, ctx.token()));
+    this.openTimer = setTimeout(
+      () => this.fail({ reason: `WebSocket not open after ${ctx.openTimeout} ms` }),
+      ctx.openTimeout
+    );
+    this.socket.onopen = () => {
+      if (this.closed) return;
+      if (this.ctx.topics().size === 0) this.markOpen();
+      else this.update();
+    };
+    this.socket.onmessage = (ev) => this.onFrame(ev.data);
+    this.socket.onclose = (ev) => this.onClose(ev.code, ev.reason);
+    this.socket.onerror = () => {
+    };
+  }
+  ctx;
+  handlers;
+  transport = "websocket";
+  socket;
+  closed = false;
+  opened = false;
+  /** Topics subscribed or asked for. */
+  requested = /* @__PURE__ */ new Set();
+  pending = [];
+  openTimer;
+  update() {
+    if (this.closed || this.socket.readyState !== 1) return;
+    const wanted = this.ctx.topics();
+    const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t));
+    const unsubscribe = [...this.requested].filter((t) => !wanted.has(t));
+    if (subscribe.length > 0) {
+      const cursors = {};
+      for (const t of subscribe) {
+        const c = wanted.get(t);
+        if (c !== void 0) cursors[t] = c;
+        this.requested.add(t);
+      }
+      this.send({ type: "subscribe", topics: subscribe, cursors }, { kind: "subscribe", topics: subscribe });
+    }
+    if (unsubscribe.length > 0) {
+      for (const t of unsubscribe) this.requested.delete(t);
+      this.send({ type: "unsubscribe", topics: unsubscribe }, { kind: "unsubscribe", topics: unsubscribe });
+    }
+  }
+  refreshToken(token) {
+    if (this.closed || this.socket.readyState !== 1) return;
+    this.send({ type: "auth", token }, { kind: "auth" });
+  }
+  publish(topic, data, event) {
+    return new Promise((resolve, reject) => {
+      if (this.closed || this.socket.readyState !== 1) {
+        reject(new Error("the WebSocket is not open"));
+        return;
+      }
+      if (this.pending.length >= MAX_PENDING) {
+        reject(new HeraldError(0, "too_many_pending", `more than ${MAX_PENDING} commands await a reply`));
+        return;
+      }
+      const frame = { type: "publish", topic, data };
+      if (event !== void 0) frame.event = event;
+      this.send(frame, { kind: "publish", resolve, reject });
+    });
+  }
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.cleanup("the connection was closed");
+    try {
+      this.socket.close(1e3);
+    } catch {
+    }
+  }
+  send(frame, pending) {
+    this.pending.push(pending);
+    this.socket.send(JSON.stringify(frame));
+  }
+  markOpen() {
+    if (this.opened) return;
+    this.opened = true;
+    clearTimeout(this.openTimer);
+    this.handlers.open();
+  }
+  onFrame(raw) {
+    if (this.closed || typeof raw !== "string") return;
+    let f;
+    try {
+      f = JSON.parse(raw);
+    } catch {
+      return;
+    }
+    switch (f.type) {
+      case "message": {
+        const m = {
+          topic: String(f.topic),
+          id: String(f.id),
+          data: f.data
+        };
+        if (typeof f.event === "string") m.event = f.event;
+        this.handlers.message(m);
+        break;
+      }
+      case "lost":
+        this.handlers.lost({ topic: String(f.topic), reason: String(f.reason) });
+        break;
+      case "subscribed": {
+        this.pending.shift();
+        const cursors = f.cursors ?? {};
+        for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+        this.markOpen();
+        break;
+      }
+      case "published": {
+        const p = this.pending.shift();
+        p?.resolve?.({ id: String(f.id), topic: String(f.topic) });
+        break;
+      }
+      case "unsubscribed":
+      case "authenticated":
+      case "pong":
+        this.pending.shift();
+        break;
+      case "error": {
+        const p = this.pending.shift();
+        const err = new HeraldError(0, String(f.code), String(f.reason));
+        if (p?.kind === "publish") {
+          p.reject?.(err);
+        } else if (p?.kind === "subscribe" || p?.kind === "auth") {
+          if (FATAL_SUBSCRIBE.has(err.code) || p.kind === "auth") this.fail({ reason: err.message, fatal: err });
+          else this.fail({ reason: err.message });
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  onClose(code, reason) {
+    if (this.closed) return;
+    const info = { reason: `WebSocket closed: ${code}${reason ? ` ${reason}` : ""}` };
+    if (code === 1012) info.shutdown = true;
+    if (code === 1008 && reason === "token expired") info.tokenExpired = true;
+    this.fail(info);
+  }
+  fail(info) {
+    if (this.closed) return;
+    this.closed = true;
+    this.cleanup(info.reason);
+    try {
+      this.socket.close(1e3);
+    } catch {
+    }
+    this.handlers.close(info);
+  }
+  cleanup(reason) {
+    clearTimeout(this.openTimer);
+    const pending = this.pending;
+    this.pending = [];
+    for (const p of pending) p.reject?.(new Error(reason));
+  }
+};
+
+// src/sse.ts
+var SseLineTooLong = class extends Error {
+};
+var SseParser = class {
+  /** `maxLine`: the longest line accepted, in UTF-16 code units (bounds the buffer). */
+  constructor(handlers, maxLine = 1 << 22) {
+    this.handlers = handlers;
+    this.maxLine = maxLine;
+  }
+  handlers;
+  maxLine;
+  buffer = "";
+  data = [];
+  size = 0;
+  event = "";
+  id;
+  sawCr = false;
+  push(chunk) {
+    let text = chunk;
+    if (this.sawCr && text.startsWith("\n")) text = text.slice(1);
+    this.sawCr = false;
+    let start = 0;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 10 || c === 13) {
+        this.line(this.buffer + text.slice(start, i));
+        this.buffer = "";
+        if (c === 13) {
+          if (i + 1 < text.length) {
+            if (text.charCodeAt(i + 1) === 10) i++;
+          } else {
+            this.sawCr = true;
+          }
+        }
+        start = i + 1;
+      }
+    }
+    this.buffer += text.slice(start);
+    if (this.buffer.length > this.maxLine) {
+      throw new SseLineTooLong(`an event-stream line is longer than ${this.maxLine} characters`);
+    }
+  }
+  line(line) {
+    if (line === "") {
+      this.dispatch();
+      return;
+    }
+    if (line.startsWith(":")) return;
+    const colon = line.indexOf(":");
+    let field = line;
+    let value = "";
+    if (colon >= 0) {
+      field = line.slice(0, colon);
+      value = line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+    }
+    switch (field) {
+      case "data":
+        this.size += value.length + 1;
+        if (this.size > this.maxLine) {
+          throw new SseLineTooLong(`an event is longer than ${this.maxLine} characters`);
+        }
+        this.data.push(value);
+        break;
+      case "event":
+        this.event = value;
+        break;
+      case "id":
+        if (!value.includes("\0")) this.id = value;
+        break;
+      case "retry":
+        if (/^[0-9]+$/.test(value)) this.handlers.retry?.(Number(value));
+        break;
+      default:
+        break;
+    }
+  }
+  dispatch() {
+    const id = this.id;
+    const data = this.data;
+    const event = this.event;
+    this.id = void 0;
+    this.data = [];
+    this.size = 0;
+    this.event = "";
+    if (data.length === 0) {
+      if (id !== void 0) this.handlers.id?.(id);
+      return;
+    }
+    const e = { event: event || "message", data: data.join("\n") };
+    if (id !== void 0) e.id = id;
+    this.handlers.event(e);
+  }
+};
+
+// src/http.ts
+async function refusal(res, what) {
+  let code = `http_${res.status}`;
+  let reason = `${what} answered ${res.status}`;
+  try {
+    const body = await res.json();
+    if (typeof body.code === "string") code = body.code;
+    if (typeof body.reason === "string") reason = body.reason;
+  } catch {
+  }
+  const info = { reason: `${what}: ${res.status} ${code}: ${reason}` };
+  const after = Number(res.headers.get("retry-after"));
+  if (Number.isFinite(after) && after > 0) info.retryMs = after * 1e3;
+  if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
+    info.fatal = new HeraldError(res.status, code, reason);
+  }
+  return info;
+}
+function headers(ctx, extra = {}) {
+  const h = { ...extra };
+  const token = ctx.token();
+  if (token) h.authorization = `Bearer ${token}`;
+  return h;
+}
+function topicQuery(topics) {
+  const q = new URLSearchParams();
+  for (const t of topics) q.append("topic", t);
+  q.set("format", "json");
+  return q;
+}
+function toMessage(f) {
+  if (typeof f !== "object" || f === null) return void 0;
+  const o = f;
+  if (o.type !== "message" || typeof o.topic !== "string" || typeof o.id !== "string") return void 0;
+  const m = { topic: o.topic, id: o.id, data: o.data };
+  if (typeof o.event === "string") m.event = o.event;
+  return m;
+}
+var HttpConnection = class {
+  constructor(ctx, handlers) {
+    this.ctx = ctx;
+    this.handlers = handlers;
+    queueMicrotask(() => this.restart());
+  }
+  ctx;
+  handlers;
+  closed = false;
+  opened = false;
+  abort;
+  /** Bumped on every (re)start; a request of an older generation reports nothing. */
+  generation = 0;
+  update() {
+    if (!this.closed) this.restart();
+  }
+  refreshToken(_token) {
+  }
+  close() {
+    this.closed = true;
+    this.abort?.abort();
+  }
+  restart() {
+    if (this.closed) return;
+    this.abort?.abort();
+    const abort = new AbortController();
+    this.abort = abort;
+    const gen = ++this.generation;
+    this.run(gen, abort.signal).catch((e) => {
+      if (this.current(gen)) this.fail({ reason: `${this.transport}: ${e instanceof Error ? e.message : String(e)}` });
+    });
+  }
+  current(gen) {
+    return !this.closed && gen === this.generation;
+  }
+  markOpen() {
+    if (this.opened) return;
+    this.opened = true;
+    this.handlers.open();
+  }
+  fail(info) {
+    if (this.closed) return;
+    this.closed = true;
+    this.abort?.abort();
+    this.handlers.close(info);
+  }
+};
+var SseConnection = class extends HttpConnection {
+  transport = "sse";
+  refreshToken(_token) {
+    this.update();
+  }
+  async run(gen, signal) {
+    const topics = this.ctx.topics();
+    const url = new URL(`/v1/sse?${topicQuery(topics.keys())}`, this.ctx.url);
+    const resume = formatResumeList(topics);
+    let openTimer = setTimeout(() => {
+      if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
+    }, this.ctx.openTimeout);
+    const stopTimer = () => {
+      clearTimeout(openTimer);
+      openTimer = void 0;
+    };
+    try {
+      const res = await this.ctx.fetch(url, {
+        headers: headers(this.ctx, resume ? { accept: "text/event-stream", "last-event-id": resume } : { accept: "text/event-stream" }),
+        cache: "no-store",
+        credentials: this.ctx.credentials,
+        signal
+      });
+      if (!this.current(gen)) return;
+      if (!res.ok || !res.body) {
+        stopTimer();
+        this.fail(await refusal(res, "sse"));
+        return;
+      }
+      let retryMs;
+      let sawOpening = false;
+      let ending;
+      const parser = new SseParser({
+        id: (id) => {
+          for (const [t, c] of parseResumeList(id)) this.handlers.position(t, c);
+          if (!sawOpening) {
+            sawOpening = true;
+            stopTimer();
+            this.markOpen();
+          }
+        },
+        retry: (ms) => {
+          if (sawOpening) retryMs = ms;
+        },
+        event: (e) => {
+          if (!this.current(gen)) return;
+          switch (e.event) {
+            case "message": {
+              let f;
+              try {
+                f = JSON.parse(e.data);
+              } catch {
+                return;
+              }
+              const m = toMessage(f);
+              if (m) this.handlers.message(m);
+              break;
+            }
+            case "herald.lost": {
+              const lost = JSON.parse(e.data);
+              const positions = e.id !== void 0 ? parseResumeList(e.id) : /* @__PURE__ */ new Map();
+              this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
+              for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.shutdown": {
+              const s = JSON.parse(e.data);
+              ending = { reason: "sse: the node is draining", shutdown: true };
+              if (typeof s.retry_ms === "number") ending.retryMs = s.retry_ms;
+              break;
+            }
+            case "herald.disconnect": {
+              const d = JSON.parse(e.data);
+              ending = { reason: `sse: disconnected: ${d.reason ?? "unknown"}` };
+              if (d.reason === "token expired") ending.tokenExpired = true;
+              break;
+            }
+            default:
+              break;
+          }
+        }
+      });
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      for (; ; ) {
+        const { done, value } = await reader.read();
+        if (!this.current(gen)) {
+          await reader.cancel().catch(() => {
+          });
+          return;
+        }
+        if (done) break;
+        parser.push(decoder.decode(value, { stream: true }));
+      }
+      stopTimer();
+      if (!this.current(gen)) return;
+      const info = ending ?? { reason: "sse: the stream ended" };
+      if (info.retryMs === void 0 && retryMs !== void 0) info.retryMs = retryMs;
+      this.fail(info);
+    } finally {
+      stopTimer();
+    }
+  }
+};
+var PollConnection = class extends HttpConnection {
+  transport = "poll";
+  async run(gen, signal) {
+    let first = true;
+    while (this.current(gen)) {
+      const topics = this.ctx.topics();
+      const q = topicQuery(topics.keys());
+      q.set("timeout", first ? "0" : String(this.ctx.pollTimeout));
+      const resume = formatResumeList(topics);
+      if (resume) q.set("cursor", resume);
+      const url = new URL(`/v1/poll?${q}`, this.ctx.url);
+      const limit = (first ? 0 : this.ctx.pollTimeout * 1e3) + this.ctx.openTimeout;
+      const timer = setTimeout(() => {
+        if (this.current(gen)) this.fail({ reason: `poll: no answer within ${limit} ms` });
+      }, limit);
+      let res;
+      let body;
+      try {
+        res = await this.ctx.fetch(url, {
+          headers: headers(this.ctx, { accept: "application/json" }),
+          cache: "no-store",
+          credentials: this.ctx.credentials,
+          signal
+        });
+        if (!this.current(gen)) return;
+        if (!res.ok) {
+          this.fail(await refusal(res, "poll"));
+          return;
+        }
+        body = await res.json();
+      } finally {
+        clearTimeout(timer);
+      }
+      if (!this.current(gen)) return;
+      const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : /* @__PURE__ */ new Map();
+      const messages = (body.messages ?? []).map(toMessage).filter((m) => m !== void 0);
+      const withMessages = new Set(messages.map((m) => m.topic));
+      for (const l of body.lost ?? []) {
+        this.handlers.lost({ topic: l.topic, reason: l.reason }, withMessages.has(l.topic) ? void 0 : positions.get(l.topic));
+      }
+      for (const m of messages) {
+        this.handlers.message(m);
+        if (!this.current(gen)) return;
+      }
+      for (const [t, c] of positions) this.handlers.position(t, c);
+      first = false;
+      this.markOpen();
+    }
+  }
+};
+
+// src/herald.ts
+var ALL = ["websocket", "sse", "poll"];
+function tokenExpiry(token) {
+  const part = token.split(".")[1];
+  if (!part) return void 0;
+  try {
+    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
+    const claims = JSON.parse(atob(b64));
+    return typeof claims.exp === "number" ? claims.exp : void 0;
+  } catch {
+    return void 0;
+  }
+}
+var Herald = class {
+  constructor(url, options = {}) {
+    this.options = options;
+    this.urls = (Array.isArray(url) ? url : [url]).map((u) => new URL(u).toString());
+    if (this.urls.length === 0) throw new TypeError("Herald: give at least one gateway URL");
+    const wanted = options.transports ?? ALL;
+    for (const t of wanted) {
+      if (!ALL.includes(t)) throw new TypeError(`Herald: unknown transport ${JSON.stringify(t)}`);
+    }
+    const hasWs = !!(options.WebSocket ?? globalThis.WebSocket) || !!options.connect;
+    this.transports = wanted.filter((t) => t !== "websocket" || hasWs);
+    if (this.transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
+    this.opts = {
+      tokenRefreshMargin: options.tokenRefreshMargin ?? 3e4,
+      upgradeInterval: options.upgradeInterval ?? 3e4,
+      openTimeout: options.openTimeout ?? 1e4,
+      stableAfter: options.stableAfter ?? 5e3,
+      pollTimeout: options.pollTimeout ?? 25,
+      maxTopics: options.maxTopics ?? 64,
+      credentials: options.credentials ?? "same-origin"
+    };
+    this.backoff = options.backoff ?? {};
+    this.random = options.random ?? Math.random;
+    if (typeof options.token === "string") this.setToken(options.token);
+  }
+  options;
+  urls;
+  transports;
+  opts;
+  backoff;
+  random;
+  subs = /* @__PURE__ */ new Map();
+  cursors = /* @__PURE__ */ new Map();
+  /** Starting positions a connection reported in another epoch than the cursor's: where
+   *  delivery goes on once that connection's loss signal arrives. */
+  hints = /* @__PURE__ */ new Map();
+  listeners = {
+    state: /* @__PURE__ */ new Set(),
+    transport: /* @__PURE__ */ new Set(),
+    error: /* @__PURE__ */ new Set(),
+    lost: /* @__PURE__ */ new Set()
+  };
+  _state = "connecting";
+  _transport;
+  conn;
+  connTransport = 0;
+  connOpenedAt;
+  probe;
+  ti = 0;
+  ui = 0;
+  failsHere = 0;
+  failures = 0;
+  everOpen = false;
+  closed = false;
+  retryTimer;
+  probeTimer;
+  updateQueued = false;
+  token;
+  tokenTimer;
+  tokenPromise;
+  authRetried = false;
+  /** A connection attempt waits for its token. */
+  starting = false;
+  /** The connection's state. */
+  get state() {
+    return this._state;
+  }
+  /** The transport in use now (the last one that opened), if any. */
+  get transport() {
+    return this._transport;
+  }
+  /** A topic's cursor: the id of the last message delivered, or its starting position. */
+  cursor(topic) {
+    return this.cursors.get(topic);
+  }
+  /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt) or `lost` (loss
+   *  signals of subscriptions without `onLost`). Returns a function that stops listening. */
+  on(event, fn) {
+    this.listeners[event].add(fn);
+    return () => this.off(event, fn);
+  }
+  off(event, fn) {
+    this.listeners[event].delete(fn);
+  }
+  /** Subscribes `onMessage` to `topic`. Many subscriptions share one connection. */
+  subscribe(topic, onMessage, options = {}) {
+    if (this.closed) throw new Error("Herald: subscribe after close()");
+    if (!isTopicName(topic)) {
+      throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}: 1-128 characters of A-Z a-z 0-9 _ . : @ -`);
+    }
+    let set = this.subs.get(topic);
+    if (!set) {
+      if (this.subs.size >= this.opts.maxTopics) {
+        throw new RangeError(`Herald: at most ${this.opts.maxTopics} topics per connection`);
+      }
+      set = /* @__PURE__ */ new Set();
+      this.subs.set(topic, set);
+      this.topicsChanged();
+    }
+    const sub = { topic, onMessage, onLost: options.onLost, active: true };
+    set.add(sub);
+    return {
+      topic,
+      unsubscribe: () => {
+        if (!sub.active) return;
+        sub.active = false;
+        const s = this.subs.get(topic);
+        s?.delete(sub);
+        if (s && s.size === 0) {
+          this.subs.delete(topic);
+          this.cursors.delete(topic);
+          this.hints.delete(topic);
+          this.topicsChanged();
+        }
+      }
+    };
+  }
+  /** Publishes: over the WebSocket when it is open (the token's `publish` claim must allow
+   *  the topic), else with `POST /v1/publish` on the gateway (a token or `apiKey`). */
+  async publish(topic, data, options = {}) {
+    if (!isTopicName(topic)) throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}`);
+    if (this.options.token !== void 0 && this.token === void 0) await this.refreshToken();
+    const conn = this.conn;
+    if (conn?.publish && this._state === "open") return conn.publish(topic, data, options.event);
+    const body = { topic, data };
+    if (options.event !== void 0) body.event = options.event;
+    const headers2 = { "content-type": "application/json" };
+    if (this.token) headers2.authorization = `Bearer ${this.token}`;
+    if (this.options.apiKey) headers2["x-api-key"] = this.options.apiKey;
+    const f = this.options.fetch ?? globalThis.fetch.bind(globalThis);
+    const res = await f(new URL("/v1/publish", this.urls[this.ui]), {
+      method: "POST",
+      headers: headers2,
+      body: JSON.stringify(body),
+      credentials: this.opts.credentials
+    });
+    if (!res.ok) {
+      const info = await refusal(res, "publish");
+      throw info.fatal ?? new HeraldError(res.status, `http_${res.status}`, info.reason);
+    }
+    return await res.json();
+  }
+  /** Closes the connection for good. */
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    clearTimeout(this.probeTimer);
+    clearTimeout(this.tokenTimer);
+    this.probe?.close();
+    this.probe = void 0;
+    this.conn?.close();
+    this.conn = void 0;
+    this.setState("closed");
+  }
+  // ---- connection life ----
+  topicsChanged() {
+    if (this.closed || this.updateQueued) return;
+    this.updateQueued = true;
+    queueMicrotask(() => {
+      this.updateQueued = false;
+      if (this.closed) return;
+      if (this.subs.size === 0) {
+        if (this.conn && this.conn.transport !== "websocket") this.drop();
+        this.probe?.close();
+        this.probe = void 0;
+        if (this.conn) this.conn.update();
+        return;
+      }
+      if (this.conn) {
+        this.conn.update();
+        this.probe?.update();
+      } else if (this.retryTimer === void 0) {
+        void this.connect();
+      }
+    });
+  }
+  drop() {
+    this.conn?.close();
+    this.conn = void 0;
+    clearTimeout(this.probeTimer);
+    if (this._state !== "closed") this.setState("connecting");
+  }
+  context(url) {
+    return {
+      url,
+      topics: () => {
+        const m = /* @__PURE__ */ new Map();
+        for (const t of this.subs.keys()) m.set(t, this.cursors.get(t));
+        return m;
+      },
+      token: () => this.token,
+      fetch: this.options.fetch ?? globalThis.fetch.bind(globalThis),
+      WebSocket: this.options.WebSocket ?? globalThis.WebSocket,
+      credentials: this.opts.credentials,
+      openTimeout: this.opts.openTimeout,
+      pollTimeout: this.opts.pollTimeout
+    };
+  }
+  make(transport, url, handlers) {
+    const ctx = this.context(url);
+    if (this.options.connect) return this.options.connect(transport, ctx, handlers);
+    switch (transport) {
+      case "websocket":
+        return new WsConnection(ctx, handlers);
+      case "sse":
+        return new SseConnection(ctx, handlers);
+      case "poll":
+        return new PollConnection(ctx, handlers);
+    }
+  }
+  async connect() {
+    this.retryTimer = void 0;
+    if (this.closed || this.conn || this.starting || this.subs.size === 0 && !this.isWs(this.ti)) return;
+    if (this.options.token !== void 0 && this.token === void 0) {
+      this.starting = true;
+      try {
+        await this.refreshToken();
+      } catch (e) {
+        this.emit("error", e instanceof Error ? e : new Error(String(e)));
+        this.schedule(fullJitter(this.failures++, this.backoff, this.random));
+        return;
+      } finally {
+        this.starting = false;
+      }
+      if (this.closed || this.conn || this.retryTimer !== void 0) return;
+    }
+    this.setState(this.everOpen ? "reconnecting" : "connecting");
+    const ti = this.ti;
+    const conn = this.spawn(ti, this.urls[this.ui]);
+    if (!conn) return;
+    this.conn = conn;
+    this.connTransport = ti;
+    this.connOpenedAt = void 0;
+  }
+  /** A connection of transport `ti` whose reports count while it is the connection, or the
+   *  probe (which becomes the connection when it opens). */
+  spawn(ti, url) {
+    const transport = this.transports[ti];
+    let conn;
+    const main = () => conn !== void 0 && this.conn === conn;
+    const probing = () => conn !== void 0 && this.probe === conn;
+    const handlers = {
+      open: () => {
+        if (probing()) this.promote(conn, ti);
+        else if (main()) this.onOpen(ti, transport);
+      },
+      message: (m) => {
+        if (main() || probing()) this.deliver(m);
+      },
+      lost: (info, cursor) => {
+        if (main() || probing()) this.onLostSignal(info, cursor);
+      },
+      position: (topic, cursor) => {
+        if (main() || probing()) this.position(topic, cursor);
+      },
+      close: (info) => {
+        if (main()) {
+          this.conn = void 0;
+          this.onClose(info, ti);
+        } else if (probing()) {
+          this.probe = void 0;
+          if (ti + 1 < this.connTransport) this.startProbe(ti + 1);
+          else this.scheduleProbe();
+        }
+      }
+    };
+    try {
+      conn = this.make(transport, url, handlers);
+      return conn;
+    } catch (e) {
+      if (this.probe === void 0 && this.conn === void 0) {
+        this.onClose({ reason: `${transport}: ${e instanceof Error ? e.message : String(e)}` }, ti);
+      }
+      return void 0;
+    }
+  }
+  /** The probe of a preferred transport opened: it becomes the connection. It subscribed
+   *  with the cursors of the moment, and what the old connection delivered meanwhile is not
+   *  delivered twice (cursors only move forward). */
+  promote(probe, ti) {
+    const old = this.conn;
+    this.probe = void 0;
+    this.conn = probe;
+    old?.close();
+    this.ti = ti;
+    this.failsHere = 0;
+    this.onOpen(ti, this.transports[ti]);
+  }
+  isWs(ti) {
+    return this.transports[ti] === "websocket";
+  }
+  onOpen(ti, transport) {
+    this.connOpenedAt = Date.now();
+    this.everOpen = true;
+    this.authRetried = false;
+    this.connTransport = ti;
+    this.setState("open");
+    if (this._transport !== transport) {
+      this._transport = transport;
+      this.emit("transport", transport);
+    }
+    this.scheduleProbe();
+  }
+  onClose(info, ti) {
+    clearTimeout(this.probeTimer);
+    this.probe?.close();
+    this.probe = void 0;
+    this.hints.clear();
+    if (this.closed) return;
+    const openedAt = this.connOpenedAt;
+    this.connOpenedAt = void 0;
+    if (info.fatal) {
+      const invalidToken = info.fatal.code === "invalid_token" || info.fatal.status === 401;
+      if (invalidToken && typeof this.options.token === "function" && !this.authRetried) {
+        this.authRetried = true;
+        this.token = void 0;
+        this.setState("reconnecting");
+        this.schedule(0);
+        return;
+      }
+      this.emit("error", info.fatal);
+      this.close();
+      return;
+    }
+    this.emit("error", new Error(info.reason));
+    if (info.tokenExpired) this.token = void 0;
+    const stable = openedAt !== void 0 && Date.now() - openedAt >= this.opts.stableAfter;
+    let delay;
+    if (info.shutdown) {
+      delay = info.retryMs ?? fullJitter(3, this.backoff, this.random);
+    } else if (stable) {
+      this.failures = 0;
+      this.failsHere = 0;
+      delay = info.retryMs ?? fullJitter(0, this.backoff, this.random);
+    } else {
+      this.ui = (this.ui + 1) % this.urls.length;
+      this.failsHere++;
+      if (this.failsHere >= this.urls.length && ti === this.ti) {
+        this.failsHere = 0;
+        this.ti = (this.ti + 1) % this.transports.length;
+      }
+      delay = Math.max(info.retryMs ?? 0, fullJitter(this.failures++, this.backoff, this.random));
+    }
+    this.setState(this.everOpen ? "reconnecting" : "connecting");
+    this.schedule(delay);
+  }
+  schedule(delay) {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => void this.connect(), delay);
+  }
+  /** While on a fallback, tries the transports before it every `upgradeInterval`. */
+  scheduleProbe() {
+    clearTimeout(this.probeTimer);
+    if (this.connTransport === 0 || this.closed) return;
+    this.probeTimer = setTimeout(() => this.startProbe(0), this.opts.upgradeInterval);
+  }
+  startProbe(pi) {
+    this.probeTimer = void 0;
+    if (this.closed || !this.conn || this.probe || pi >= this.connTransport) return;
+    if (this.subs.size === 0 && !this.isWs(pi)) {
+      this.scheduleProbe();
+      return;
+    }
+    const probe = this.spawn(pi, this.urls[this.ui]);
+    if (probe) this.probe = probe;
+    else this.scheduleProbe();
+  }
+  // ---- delivery ----
+  deliver(m) {
+    const set = this.subs.get(m.topic);
+    if (!set) return;
+    if (!isAfter(m.id, this.cursors.get(m.topic))) return;
+    this.cursors.set(m.topic, m.id);
+    this.hints.delete(m.topic);
+    for (const sub of [...set]) {
+      if (!sub.active) continue;
+      try {
+        sub.onMessage(m);
+      } catch (e) {
+        this.emit("error", e instanceof Error ? e : new Error(String(e)));
+      }
+    }
+  }
+  position(topic, cursor) {
+    if (!this.subs.has(topic) || !parseCursor(cursor)) return;
+    const current = this.cursors.get(topic);
+    if (current === void 0) {
+      this.cursors.set(topic, cursor);
+      return;
+    }
+    const a = parseCursor(current);
+    const b = parseCursor(cursor);
+    if (a && a.epoch !== b.epoch) {
+      this.hints.set(topic, cursor);
+    } else if (isAfter(cursor, current)) {
+      this.cursors.set(topic, cursor);
+    }
+  }
+  onLostSignal(info, cursor) {
+    const set = this.subs.get(info.topic);
+    if (!set) return;
+    const next = cursor ?? this.hints.get(info.topic);
+    if (next !== void 0) this.cursors.set(info.topic, next);
+    else this.cursors.delete(info.topic);
+    this.hints.delete(info.topic);
+    let handled = false;
+    for (const sub of [...set]) {
+      if (sub.active && sub.onLost) {
+        handled = true;
+        try {
+          sub.onLost(info);
+        } catch (e) {
+          this.emit("error", e instanceof Error ? e : new Error(String(e)));
+        }
+      }
+    }
+    if (!handled) this.emit("lost", info);
+  }
+  // ---- tokens ----
+  setToken(token) {
+    this.token = token;
+    clearTimeout(this.tokenTimer);
+    const exp = tokenExpiry(token);
+    if (exp === void 0 || typeof this.options.token !== "function") return;
+    const wait = Math.max(0, exp * 1e3 - Date.now() - this.opts.tokenRefreshMargin);
+    this.tokenTimer = setTimeout(() => {
+      this.refreshToken().then(() => {
+        if (this.token) {
+          this.conn?.refreshToken(this.token);
+        }
+      }).catch((e) => this.emit("error", e instanceof Error ? e : new Error(String(e))));
+    }, Math.min(wait, 2 ** 31 - 1));
+  }
+  refreshToken() {
+    const source = this.options.token;
+    if (typeof source !== "function") {
+      if (typeof source === "string") this.token = source;
+      return Promise.resolve();
+    }
+    this.tokenPromise ??= (async () => {
+      try {
+        const t = await source();
+        if (typeof t !== "string" || t === "") throw new TypeError("Herald: the token function gave no token");
+        this.setToken(t);
+      } finally {
+        this.tokenPromise = void 0;
+      }
+    })();
+    return this.tokenPromise;
+  }
+  // ---- events ----
+  setState(s) {
+    if (this._state === s) return;
+    this._state = s;
+    this.emit("state", s);
+  }
+  emit(event, value) {
+    for (const fn of [...this.listeners[event]]) {
+      try {
+        fn(value);
+      } catch {
+      }
+    }
+  }
+};
+var herald_default = Herald;
+export {
+  Herald,
+  HeraldError,
+  SseParser,
+  herald_default as default,
+  formatResumeList,
+  fullJitter,
+  isAfter,
+  isTopicName,
+  parseCursor,
+  parseResumeList,
+  tokenExpiry
+};

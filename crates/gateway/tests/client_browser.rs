@@ -1,0 +1,94 @@
+//! Headless Chromium against real `herald` processes, driven by node and playwright-core:
+//!
+//! - herald-client (clients/js), built: transport fallback through a test proxy and back, a
+//!   drain and restart, a node killed in a 3-node Redis cluster, SSE from another origin with
+//!   credentials (`tests/browser/client.mjs` says what is checked);
+//! - the admin console as an operator uses it (`tests/browser/console.mjs`).
+//!
+//! Needs Debian's `chromium`, the npm packages of `tests/browser`, the built client
+//! (`npm ci && npm run build` in clients/js), and a Redis (`HERALD_TEST_REDIS_URL`);
+//! `deploy/test.sh` provides all of them. Set `HERALD_SKIP_BROWSER=1` to skip on a machine
+//! without a browser; otherwise anything missing is a failure, not a silent pass.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One browser and its herald processes at a time: the machine may have two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn skip() -> bool {
+    let skip = std::env::var("HERALD_SKIP_BROWSER").as_deref() == Ok("1");
+    if skip {
+        eprintln!("HERALD_SKIP_BROWSER=1: browser test skipped");
+    }
+    skip
+}
+
+fn browser_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let chromium = std::env::var("HERALD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists(),
+        "{chromium} is missing: run deploy/test.sh (installs Debian's chromium) or set HERALD_SKIP_BROWSER=1"
+    );
+    assert!(
+        dir.join("node_modules/playwright-core").exists(),
+        "run `npm ci` in {} (deploy/test.sh does) or set HERALD_SKIP_BROWSER=1",
+        dir.display()
+    );
+    dir
+}
+
+fn redis_url() -> String {
+    std::env::var("HERALD_TEST_REDIS_URL").expect(
+        "HERALD_TEST_REDIS_URL is not set: run the suite with deploy/test.sh, which starts a real Redis",
+    )
+}
+
+/// Runs `node <script>` in tests/browser with `env`; fails with its output unless it passes.
+fn run(script: &str, env: &[(&str, &std::ffi::OsStr)]) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut command = Command::new("node");
+    command
+        .arg(script)
+        .current_dir(browser_dir())
+        .env("HERALD_BIN", env!("CARGO_BIN_EXE_herald"));
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    println!("{stdout}");
+}
+
+#[test]
+fn client_resumes_exactly_across_fallbacks_drains_and_node_loss() {
+    if skip() {
+        return;
+    }
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/js/dist");
+    assert!(
+        dist.join("herald.js").exists(),
+        "the client is not built: run `npm ci && npm run build` in clients/js (deploy/test.sh does)"
+    );
+    let redis = redis_url();
+    run(
+        "client.mjs",
+        &[
+            ("HERALD_CLIENT_DIST", dist.as_os_str()),
+            ("HERALD_TEST_REDIS_URL", redis.as_ref()),
+        ],
+    );
+}
+
+#[test]
+fn admin_console_shows_nodes_connections_and_a_published_message() {
+    if skip() {
+        return;
+    }
+    let redis = redis_url();
+    run("console.mjs", &[("HERALD_TEST_REDIS_URL", redis.as_ref())]);
+}
