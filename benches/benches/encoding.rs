@@ -1,5 +1,5 @@
-//! Encoding one message into its SSE and WebSocket frames (done once per message, whatever
-//! the number of subscribers).
+//! Encoding one message into its SSE (text and JSON form) and WebSocket frames (done once per
+//! message and form, whatever the number of subscribers).
 
 use std::hint::black_box;
 
@@ -32,6 +32,15 @@ fn encoding(c: &mut Criterion) {
             b.iter_batched(
                 || message(payload.clone()),
                 |m| black_box(m.ws_frame().len()),
+                BatchSize::SmallInput,
+            )
+        });
+        // The JSON form of SSE (`format=json`): the WebSocket frame, then the SSE event
+        // around it.
+        group.bench_function(format!("sse_json/{name}"), |b| {
+            b.iter_batched(
+                || message(payload.clone()),
+                |m| black_box(m.sse_json_frame().len()),
                 BatchSize::SmallInput,
             )
         });
