@@ -68,6 +68,46 @@ struct Sub {
     position: Cursor,
 }
 
+/// What a subscription's live receiver yields.
+enum Live {
+    Message(Arc<Message>),
+    Lagged(u64),
+    /// The topic replaced its channel (its first message gave it the full one): subscribe
+    /// again from the position reached.
+    Closed,
+}
+
+/// A topic's live receiver as a stream that says when its channel closed, rather than
+/// ending silently inside the `StreamMap`.
+struct LiveStream(Option<BroadcastStream<Arc<Message>>>);
+
+impl std::fmt::Debug for LiveStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveStream")
+    }
+}
+
+impl tokio_stream::Stream for LiveStream {
+    type Item = Live;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Live>> {
+        let Some(stream) = self.0.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match std::pin::Pin::new(stream).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(message))) => Poll::Ready(Some(Live::Message(message))),
+            Poll::Ready(Some(Err(BroadcastStreamRecvError::Lagged(n)))) => {
+                Poll::Ready(Some(Live::Lagged(n)))
+            }
+            Poll::Ready(None) => {
+                self.0 = None;
+                Poll::Ready(Some(Live::Closed))
+            }
+        }
+    }
+}
+
 /// The topics of one connection.
 ///
 /// Every message passes a per-topic position check, so replayed and live messages join
@@ -76,7 +116,7 @@ struct Sub {
 #[derive(Debug)]
 pub struct Feed {
     subs: Vec<Sub>,
-    streams: StreamMap<TopicName, BroadcastStream<Arc<Message>>>,
+    streams: StreamMap<TopicName, LiveStream>,
     pending: VecDeque<FeedEvent>,
     policy: LagPolicy,
     max_subscriptions: usize,
@@ -121,7 +161,7 @@ impl Feed {
         self.pending
             .extend(sub.replay.into_iter().map(FeedEvent::Message));
         self.streams
-            .insert(name, BroadcastStream::new(sub.receiver));
+            .insert(name, LiveStream(Some(BroadcastStream::new(sub.receiver))));
         self.subs.push(Sub {
             topic,
             position: sub.start,
@@ -173,12 +213,13 @@ impl Feed {
                 return std::future::pending().await;
             };
             match item {
-                Ok(message) => {
+                Live::Message(message) => {
                     if let Some(event) = self.accept(message) {
                         return event;
                     }
                 }
-                Err(BroadcastStreamRecvError::Lagged(missed)) => self.on_lag(name, missed),
+                Live::Lagged(missed) => self.on_lag(name, missed),
+                Live::Closed => self.reopen(name),
             }
         }
     }
@@ -237,6 +278,37 @@ impl Feed {
         }
         sub.position = cursor;
         Some(FeedEvent::Message(message))
+    }
+
+    /// The topic's channel was replaced: a new receiver, and what it missed meanwhile from
+    /// history (the position check drops anything already delivered).
+    fn reopen(&mut self, topic: TopicName) {
+        let Some(sub) = self.subs.iter_mut().find(|s| *s.topic.name() == topic) else {
+            return;
+        };
+        // A subscriber that has seen nothing takes everything the topic holds, in the epoch
+        // its first message set (on a log-fed node that is the log's, learned from this very
+        // message), as `accept` follows an epoch for it.
+        let again = if sub.position.seq == 0 {
+            let again = sub.topic.subscribe_all();
+            sub.position = again.start;
+            again
+        } else {
+            sub.topic.subscribe(Some(sub.position))
+        };
+        if let Some(reason) = again.lost {
+            sub.position = again.start;
+            self.pending.push_back(FeedEvent::Lost {
+                topic: topic.clone(),
+                reason,
+            });
+        }
+        self.pending
+            .extend(again.replay.into_iter().map(FeedEvent::Message));
+        self.streams.insert(
+            topic,
+            LiveStream(Some(BroadcastStream::new(again.receiver))),
+        );
     }
 
     fn on_lag(&mut self, topic: TopicName, missed: u64) {
@@ -458,6 +530,61 @@ mod tests {
             ["a:6", "a:7"],
             "no loss signal, no duplicate"
         );
+    }
+
+    #[tokio::test]
+    async fn a_topic_created_by_a_subscriber_grows_its_channel_without_losing_a_message() {
+        let registry = crate::Registry::new(crate::RegistryConfig {
+            shards: 1,
+            max_topics: 8,
+            max_unpublished: 8,
+            topic: TopicConfig {
+                channel_capacity: 8,
+                ..TopicConfig::default()
+            },
+        });
+        let name = TopicName::new("lazy").unwrap();
+        let (a, created) = registry.get_or_create_for_subscriber(&name).unwrap();
+        assert!(created);
+        let mut early = Feed::new(LagPolicy::default(), 4);
+        early.subscribe(a.clone(), None).unwrap();
+        // The first message swaps the one-slot channel for the full one: the early subscriber
+        // gets it from history, then the rest live, each once; no lag at 5 < 8.
+        publish(&a, 1);
+        let mut late = Feed::new(LagPolicy::default(), 4);
+        late.subscribe(a.clone(), None).unwrap();
+        publish(&a, 5);
+        assert_eq!(
+            drain(&mut early),
+            ["lazy:1", "lazy:2", "lazy:3", "lazy:4", "lazy:5", "lazy:6"]
+        );
+        assert_eq!(
+            drain(&mut late),
+            ["lazy:2", "lazy:3", "lazy:4", "lazy:5", "lazy:6"]
+        );
+        assert_eq!(a.subscriber_count(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_log_fed_topic_created_by_a_subscriber_follows_the_log_s_epoch() {
+        let registry = crate::Registry::new(crate::RegistryConfig {
+            shards: 1,
+            max_topics: 8,
+            max_unpublished: 8,
+            topic: TopicConfig {
+                log_fed: true,
+                ..TopicConfig::default()
+            },
+        });
+        let (a, _) = registry
+            .get_or_create_for_subscriber(&TopicName::new("fed").unwrap())
+            .unwrap();
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe(a.clone(), None).unwrap();
+        let data = || Payload::from_value(&serde_json::json!(0));
+        a.ingest(Cursor::new(77, 10), None, data());
+        a.ingest(Cursor::new(77, 11), None, data());
+        assert_eq!(drain(&mut feed), ["fed:10", "fed:11"], "no loss signal");
     }
 
     #[tokio::test]

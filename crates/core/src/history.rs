@@ -92,6 +92,15 @@ impl History {
         Ok(self.messages.range(start..).cloned().collect())
     }
 
+    /// Every kept message, oldest first, and the sequence number just before the first of
+    /// them that can be resumed from without a loss.
+    pub fn all(&self) -> (u64, Vec<Arc<Message>>) {
+        (
+            self.evicted_through,
+            self.messages.iter().cloned().collect(),
+        )
+    }
+
     /// Starts over for a new epoch of which nothing at or before `seq` is held (a node
     /// that joins a shared log part-way has not seen its earlier messages).
     pub fn reset(&mut self, seq: u64) {

@@ -184,10 +184,11 @@ impl Registry {
                 max: self.config.max_topics,
             });
         }
-        let topic = Arc::new(Topic::new(name.clone(), &self.config.topic));
-        if unpublished {
-            topic.mark_unpublished(self.unpublished.clone());
-        }
+        let topic = Arc::new(if unpublished {
+            Topic::for_subscriber(name.clone(), &self.config.topic, self.unpublished.clone())
+        } else {
+            Topic::new(name.clone(), &self.config.topic)
+        });
         shard.insert(name.clone(), topic.clone());
         Ok((topic, true))
     }

@@ -85,17 +85,25 @@ struct State {
     /// topic once the log delivered a message.
     anchored: bool,
     /// The registry's count of topics a subscription created and no message reached yet,
-    /// while this is one of them.
+    /// while this is one of them (its channel then has one slot).
     unpublished: Option<Arc<AtomicUsize>>,
+    /// The live channel.
+    sender: broadcast::Sender<Arc<Message>>,
+    /// The full channel's capacity, `channel_capacity`.
+    capacity: usize,
 }
 
 /// One topic. Publishing assigns the next position, stores the message in history and sends it
 /// on the broadcast channel under one short mutex, so that a subscriber that joins under the
 /// same mutex sees every message exactly once: in its replay or on its receiver.
+///
+/// A topic that a subscription created costs memory in proportion to its use: until its first
+/// message its live channel has one slot, not `channel_capacity` (128 slots, ~4 KB). The first
+/// message gives it the full channel; receivers of the small one see it closed and subscribe
+/// again from their position ([`crate::Feed`] does), replaying that message from history.
 #[derive(Debug)]
 pub struct Topic {
     name: TopicName,
-    sender: broadcast::Sender<Arc<Message>>,
     state: Mutex<State>,
 }
 
@@ -107,10 +115,29 @@ impl Topic {
 
     /// A new, empty topic in the given epoch.
     pub fn with_epoch(name: TopicName, config: &TopicConfig, epoch: u64) -> Self {
-        let (sender, _) = broadcast::channel(config.channel_capacity.max(1));
+        Self::create(name, config, epoch, None)
+    }
+
+    /// A new topic created by a subscription: counted in `unpublished` and given a one-slot
+    /// channel until its first message.
+    pub(crate) fn for_subscriber(
+        name: TopicName,
+        config: &TopicConfig,
+        unpublished: Arc<AtomicUsize>,
+    ) -> Self {
+        Self::create(name, config, rand::random::<u64>() | 1, Some(unpublished))
+    }
+
+    fn create(
+        name: TopicName,
+        config: &TopicConfig,
+        epoch: u64,
+        unpublished: Option<Arc<AtomicUsize>>,
+    ) -> Self {
+        let capacity = config.channel_capacity.max(1);
+        let (sender, _) = broadcast::channel(if unpublished.is_some() { 1 } else { capacity });
         Self {
             name,
-            sender,
             state: Mutex::new(State {
                 epoch,
                 head: 0,
@@ -119,7 +146,9 @@ impl Topic {
                 last_active: Instant::now(),
                 keep_idle: config.history_ttl,
                 anchored: !config.log_fed,
-                unpublished: None,
+                unpublished,
+                sender,
+                capacity,
             }),
         }
     }
@@ -140,7 +169,6 @@ impl Topic {
         let mut state = self.state.lock();
         let cursor = Cursor::new(state.epoch, state.head + 1);
         Self::append(
-            &self.sender,
             &mut state,
             Message::new(self.name.clone(), cursor, event, data),
         )
@@ -170,20 +198,18 @@ impl Topic {
             state.history.reset(position.seq.saturating_sub(1));
         }
         Some(Self::append(
-            &self.sender,
             &mut state,
             Message::new(self.name.clone(), position, event, data),
         ))
     }
 
-    fn append(
-        sender: &broadcast::Sender<Arc<Message>>,
-        state: &mut State,
-        message: Message,
-    ) -> Arc<Message> {
+    fn append(state: &mut State, message: Message) -> Arc<Message> {
         let message = Arc::new(message);
         if let Some(count) = state.unpublished.take() {
             count.fetch_sub(1, Ordering::Relaxed);
+            // In use now: the full channel. Dropping the one-slot sender closes it for its
+            // receivers, which subscribe again from their position.
+            state.sender = broadcast::channel(state.capacity).0;
         }
         state.head = message.cursor().seq;
         state.messages += 1;
@@ -192,7 +218,7 @@ impl Topic {
         state.history.evict_expired(now);
         state.history.push(message.clone());
         // No receiver is not an error: the message stays in history.
-        let _ = sender.send(message.clone());
+        let _ = state.sender.send(message.clone());
         message
     }
 
@@ -201,7 +227,7 @@ impl Topic {
         let mut state = self.state.lock();
         state.last_active = Instant::now();
         let head = Cursor::new(state.epoch, state.head);
-        let receiver = self.sender.subscribe();
+        let receiver = state.sender.subscribe();
         let Some(from) = from else {
             return Subscription {
                 receiver,
@@ -249,6 +275,21 @@ impl Topic {
         }
     }
 
+    /// Subscribes live with everything history holds replayed first: for a subscriber that
+    /// has seen nothing of the topic yet and must not miss what arrived since it joined.
+    pub(crate) fn subscribe_all(&self) -> Subscription {
+        let mut state = self.state.lock();
+        state.history.evict_expired(Instant::now());
+        let receiver = state.sender.subscribe();
+        let (before, replay) = state.history.all();
+        Subscription {
+            receiver,
+            start: Cursor::new(state.epoch, before),
+            replay,
+            lost: None,
+        }
+    }
+
     /// The history after `after`, for a subscriber that lagged behind the live channel.
     pub fn since(&self, after: Cursor) -> Result<Vec<Arc<Message>>, LossReason> {
         let state = self.state.lock();
@@ -260,7 +301,7 @@ impl Topic {
 
     /// Live subscribers on this node.
     pub fn subscriber_count(&self) -> usize {
-        self.sender.receiver_count()
+        self.state.lock().sender.receiver_count()
     }
 
     /// A snapshot of the topic's counts.
@@ -268,17 +309,11 @@ impl Topic {
         let state = self.state.lock();
         TopicStats {
             name: self.name.clone(),
-            subscribers: self.sender.receiver_count(),
+            subscribers: state.sender.receiver_count(),
             head: Cursor::new(state.epoch, state.head),
             history_len: state.history.len(),
             messages: state.messages,
         }
-    }
-
-    /// Counts the topic in `count` until its first message (or until it is dropped from the
-    /// registry, which calls [`Self::release_unpublished`]).
-    pub(crate) fn mark_unpublished(&self, count: Arc<AtomicUsize>) {
-        self.state.lock().unpublished = Some(count);
     }
 
     /// Stops counting the topic as unpublished, if it still was.
@@ -300,10 +335,10 @@ impl Topic {
     /// (the registry is full) the quiet window is not waited for: a topic with no subscriber
     /// and no history goes at once (a client resuming it later starts a new epoch).
     pub(crate) fn is_idle(&self, now: Instant, pressure: bool) -> bool {
-        if self.sender.receiver_count() > 0 {
+        let mut state = self.state.lock();
+        if state.sender.receiver_count() > 0 {
             return false;
         }
-        let mut state = self.state.lock();
         state.history.evict_expired(now);
         state.history.is_empty()
             && (pressure || now.saturating_duration_since(state.last_active) >= state.keep_idle)
