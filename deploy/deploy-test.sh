@@ -40,7 +40,7 @@ if [ -z "$helm" ]; then
 fi
 if ! command -v kubernetes-validate >/dev/null || ! command -v podman-compose >/dev/null; then
   log "installing kubernetes-validate and podman-compose with pip"
-  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 podman-compose==1.5.0
+  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 podman-compose==1.6.0
   hash -r
 fi
 if ! command -v docker-compose >/dev/null; then
