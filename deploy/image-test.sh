@@ -141,7 +141,7 @@ ok "image metadata: user 10001:10001, HEALTHCHECK herald health, STOPSIGNAL SIGT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cleanup() {
   [ -n "${sse_pid:-}" ] && kill "$sse_pid" 2>/dev/null || true
-  if [ "${HERALD_IMAGE_KEEP:-}" != 1 ]; then podman rm -f "$container" "$container-refused" >/dev/null 2>&1 || true; fi
+  if [ "${HERALD_IMAGE_KEEP:-}" != 1 ]; then podman rm -f --ignore "$container" "$container-refused" >/dev/null 2>&1 || true; fi
   rm -rf "$ctx"
 }
 trap cleanup EXIT
