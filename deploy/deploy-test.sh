@@ -38,10 +38,10 @@ if [ -z "$helm" ]; then
     (cd /tmp && go install "helm.sh/helm/v3/cmd/helm@${helm_version}")
   fi
 fi
-if ! command -v kubernetes-validate >/dev/null || ! command -v podman-compose >/dev/null; then
+# Run as modules of this python3, whatever its scripts directory and PATH are.
+if ! python3 -c 'import kubernetes_validate, podman_compose' 2>/dev/null; then
   log "installing kubernetes-validate and podman-compose with pip"
-  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 podman-compose==1.5.0
-  hash -r
+  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 podman-compose==1.6.0
 fi
 if ! command -v docker-compose >/dev/null; then
   log "installing Debian's docker-compose"
@@ -63,7 +63,7 @@ for values in default production; do
   ok "helm lint --strict ($values values)"
   "$helm" template herald "$chart" --namespace herald --kube-version "$kube" "${args[@]}" >"$work/$values.yaml"
   kinds=$(grep -c '^kind:' "$work/$values.yaml")
-  kubernetes-validate --strict --quiet -k "$kube" "$work/$values.yaml" ||
+  python3 -m kubernetes_validate --strict --quiet -k "$kube" "$work/$values.yaml" ||
     die "kubernetes-validate --strict rejected the $values manifests"
   ok "helm template ($values values): $kinds manifests valid against Kubernetes $kube (strict)"
 
@@ -100,7 +100,7 @@ done
 sed 's/^      automountServiceAccountToken: false$/      automountServiceAccountToken: false\n      notAField: true/' \
   "$work/default.yaml" >"$work/broken.yaml"
 grep -q notAField "$work/broken.yaml" || die "could not make the broken manifest"
-if kubernetes-validate --strict --quiet -k "$kube" "$work/broken.yaml" >/dev/null 2>&1; then
+if python3 -m kubernetes_validate --strict --quiet -k "$kube" "$work/broken.yaml" >/dev/null 2>&1; then
   die "kubernetes-validate --strict accepted an unknown field"
 fi
 ok "kubernetes-validate --strict rejects an unknown field (negative control)"
@@ -112,7 +112,7 @@ ok "the default values give the admin listener a random key"
 # ------------------------------------------------------------------ Compose
 docker-compose -f deploy/compose.yaml config -q || die "docker-compose config rejected deploy/compose.yaml"
 ok "docker-compose config (Compose schema) accepts deploy/compose.yaml"
-podman-compose -f deploy/compose.yaml config >"$work/compose.txt" 2>&1 || { cat "$work/compose.txt" >&2; die "podman-compose config"; }
+python3 -m podman_compose -f deploy/compose.yaml config >"$work/compose.txt" 2>&1 || { cat "$work/compose.txt" >&2; die "podman-compose config"; }
 for node in herald-1 herald-2 herald-3; do
   grep -q "^  $node:" "$work/compose.txt" || die "podman-compose config lost $node"
 done

@@ -5,7 +5,8 @@
 #   1. the image's defaults obey the admin rule: with the admin listener on 0.0.0.0 and no
 #      credentials the container exits 64 and says why, before binding anything;
 #   2. the container runs as a non-root user;
-#   3. its HEALTHCHECK (`herald health`) answers healthy;
+#   3. its HEALTHCHECK (`herald health`) answers healthy, and fails with the reason on a node
+#      that is alive but not ready (a Redis bridge with no Redis);
 #   4. the admin API refuses a publish without the key and takes one with it, and an SSE
 #      client outside the container receives the published message;
 #   5. `podman stop` drains (the SSE client is told to reconnect) and the container exits 0
@@ -141,7 +142,7 @@ ok "image metadata: user 10001:10001, HEALTHCHECK herald health, STOPSIGNAL SIGT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 cleanup() {
   [ -n "${sse_pid:-}" ] && kill "$sse_pid" 2>/dev/null || true
-  if [ "${HERALD_IMAGE_KEEP:-}" != 1 ]; then podman rm -f "$container" "$container-refused" >/dev/null 2>&1 || true; fi
+  if [ "${HERALD_IMAGE_KEEP:-}" != 1 ]; then podman rm -f --ignore "$container" "$container-refused" "$container-unready" >/dev/null 2>&1 || true; fi
   rm -rf "$ctx"
 }
 trap cleanup EXIT
@@ -205,6 +206,24 @@ until grep -q 'from the image test' "$sse_out"; do
   sleep 0.1
 done
 ok "the admin API wants the key; an SSE client received the published message"
+
+# The health check fails when the node is alive but not ready (its Redis is not there).
+unready_admin=$(free_port)
+"${run[@]}" -d --name "$container-unready" -e HERALD_LISTEN="127.0.0.1:$(free_port)" \
+  -e HERALD_ADMIN_LISTEN="127.0.0.1:$unready_admin" -e HERALD_ADMIN_API_KEYS="$key" \
+  -e HERALD_REDIS_URL="redis://127.0.0.1:$(free_port)" "$tag" >/dev/null
+deadline=$(($(seconds) + 30))
+until curl -fsS "http://127.0.0.1:$unready_admin/healthz" >/dev/null 2>&1; do
+  [ "$(seconds)" -lt "$deadline" ] || { podman logs "$container-unready" >&2; die "the unready container never came up"; }
+  sleep 0.2
+done
+if podman healthcheck run "$container-unready" >/dev/null 2>&1; then
+  die "the HEALTHCHECK passed on a node whose bridge is down"
+fi
+reason=$(podman exec "$container-unready" /usr/local/bin/herald health 2>&1 || true)
+grep -q 'bridge down: redis' <<<"$reason" || die "herald health gave no reason: $reason"
+podman rm -f --ignore "$container-unready" >/dev/null 2>&1
+ok "HEALTHCHECK fails on a node that is alive but not ready: $reason"
 
 t0=$(date +%s.%N)
 podman stop -t "$stop_timeout" "$container" >/dev/null

@@ -33,20 +33,34 @@ impl Drop for Running {
     }
 }
 
-/// Starts `herald ARGS` and returns once it logs that it is listening.
+/// Starts `herald ARGS` and returns once it logs that it is listening (other lines, such as
+/// a bridge's first connection error, may come before).
 fn start(args: &[&str]) -> Running {
     let mut child = herald()
         .args(args)
         .args(["--log-format", "json"])
+        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    assert!(first.contains("herald listening"), "{first}");
+    let stderr = child.stderr.take().unwrap();
+    let running = Running(child);
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("herald exited before listening: {seen:?}"))
+            .unwrap();
+        if line.contains("herald listening") {
+            break;
+        }
+        seen.push(line);
+        assert!(seen.len() < 50, "herald did not say it listens: {seen:?}");
+    }
     // Keep reading so the child never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    Running(child)
+    running
 }
 
 fn health(args: &[&str]) -> Output {
