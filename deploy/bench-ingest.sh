@@ -13,7 +13,7 @@
 #   deploy/bench-ingest.sh [MESSAGES] [TOPICS]      (defaults 400000, 1000)
 #
 # Needs release binaries (cargo build --release -p herald-gateway -p herald-loadgen) and
-# redis-server / redis-benchmark. Everything runs on 127.0.0.1 free ports and is stopped at
+# redis-server / redis-benchmark (and curl, python3). Everything runs on 127.0.0.1 free ports and is stopped at
 # the end. Results are printed and the loadgen's JSON report is kept in $OUT.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -86,7 +86,7 @@ pad=$(printf 'x%.0s' $(seq 1 64))
 echo "== catch-up: $MESSAGES messages over $TOPICS topics appended with redis-benchmark"
 for ((s = 0; s < SHARDS; s++)); do
     redis-benchmark -p "$rport" -q -n "$per_shard" -r "$TOPICS" -P 64 -c 4 \
-        XADD "bench:stream:$s" '*' t "t__rand_int__" d "{\"n\":__rand_int__,\"pad\":\"$pad\"}" \
+        XADD "bench:stream:$s" '*' t "t__rand_int__" d "{\"n\":\"__rand_int__\",\"pad\":\"$pad\"}" \
         n bench ts 0 >/dev/null
 done
 total=0
@@ -98,7 +98,11 @@ pids+=("$ipid")
 until curl -s -o /dev/null "http://127.0.0.1:$iadmin/healthz"; do sleep 0.01; done
 start_cpu=$(cpu_seconds "$ipid")
 start_ns=$(date +%s%N)
-while [[ $(ingested "$iadmin") -lt $total ]]; do sleep 0.05; done
+deadline=$(($(date +%s) + 600))
+while [[ $(ingested "$iadmin") -lt $total ]]; do
+    [[ $(date +%s) -lt $deadline ]] || { echo "node I ingested only $(ingested "$iadmin") of $total" >&2; exit 1; }
+    sleep 0.05
+done
 end_ns=$(date +%s%N)
 end_cpu=$(cpu_seconds "$ipid")
 rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$ipid/status")
