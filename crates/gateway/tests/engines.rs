@@ -1,6 +1,6 @@
 //! Production engine modes against real servers that `deploy/engines.sh` starts: Redis over
 //! TLS with an ACL user and a client certificate, Redis Sentinel (master + replica) with a
-//! failover, Redis Cluster (3 masters + 3 replicas) with a master failover, and Kafka over
+//! failover, Redis Cluster (3 masters + 3 replicas, over TLS) with a master failover, and Kafka over
 //! SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and SSL with a client certificate.
 //!
 //! A test binary of its own, because the failover tests kill engines. A test whose engine is
@@ -343,9 +343,12 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     let _serial = SERIAL.lock().await;
     let p = unique("rc");
     let shards = 16;
+    let ca = engine("HERALD_TEST_TLS_CA").unwrap();
     let node = |id: &str| {
         let mut c = redis_node(RedisMode::Cluster, &url, &p, id);
         c.cluster.redis_shards = shards;
+        // The test cluster speaks TLS only, like ElastiCache with in-transit encryption.
+        c.cluster.redis_ca_file = Some(ca.clone().into());
         c
     };
     let nodes = start_three([node("c1"), node("c2"), node("c3")]).await;
@@ -401,7 +404,7 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     );
     // Let the replica receive the last write before its master dies.
     let seed = url.split(',').next().unwrap().to_string();
-    wait_replicated(&seed).await;
+    wait_replicated(&seed, &ca).await;
     engines(&["kill-node", &victim]);
     for node in &nodes {
         wait_status(node, 503, FAILOVER).await;
@@ -428,9 +431,15 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
 }
 
 /// Waits until every master's replicas have acknowledged its writes (`WAIT 1` on each).
-async fn wait_replicated(seed: &str) {
+async fn wait_replicated(seed: &str, ca: &str) {
     use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-    let client = redis::cluster::ClusterClient::new(vec![seed]).unwrap();
+    let client = redis::cluster::ClusterClient::builder(vec![seed])
+        .certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(ca).unwrap()),
+        })
+        .build()
+        .unwrap();
     let mut conn = client.get_async_connection().await.unwrap();
     conn.route_command(
         redis::cmd("WAIT").arg(1).arg(2000).clone(),
