@@ -687,8 +687,12 @@ start_redis_cluster() {
 
 # Print the name (c1..c6) of the cluster master serving KEY's slot.
 cmd_cluster_master_of() {
-    local key=$1 slot name port line
-    slot=$(rx_cli c1 cluster keyslot "$key" | tr -dc '0-9')
+    local key=$1 slot="" name port line
+    for name in c1 c2 c3 c4 c5 c6; do # ask any node that runs
+        running_pid "rx/$name" >/dev/null || continue
+        slot=$(rx_cli "$name" cluster keyslot "$key" | tr -dc '0-9') && [[ -n $slot ]] && break
+    done
+    [[ -n $slot ]] || die "no cluster node answers"
     for name in c1 c2 c3 c4 c5 c6; do
         running_pid "rx/$name" >/dev/null || continue
         line=$(rx_cli "$name" cluster nodes | grep 'myself' | grep 'master') || continue
