@@ -42,7 +42,8 @@ rport=$(free_port)
 mkdir -p "$OUT/redis"
 redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no --dir "$OUT/redis" \
     --logfile "$OUT/redis/redis.log" &
-pids+=($!)
+rpid=$!
+pids+=("$rpid")
 until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
 
 printf '[cluster]\nredis_shards = %s\nredis_prefix = "bench"\n' "$SHARDS" >"$OUT/herald.toml"
@@ -97,6 +98,7 @@ read -r ipid _ iadmin < <(node catchup)
 pids+=("$ipid")
 until curl -s -o /dev/null "http://127.0.0.1:$iadmin/healthz"; do sleep 0.01; done
 start_cpu=$(cpu_seconds "$ipid")
+start_rcpu=$(cpu_seconds "$rpid")
 start_ns=$(date +%s%N)
 deadline=$(($(date +%s) + 600))
 while [[ $(ingested "$iadmin") -lt $total ]]; do
@@ -105,10 +107,12 @@ while [[ $(ingested "$iadmin") -lt $total ]]; do
 done
 end_ns=$(date +%s%N)
 end_cpu=$(cpu_seconds "$ipid")
+end_rcpu=$(cpu_seconds "$rpid")
 rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$ipid/status")
-awk -v n="$total" -v t0="$start_ns" -v t1="$end_ns" -v c0="$start_cpu" -v c1="$end_cpu" -v rss="$rss_kb" 'BEGIN {
-    secs = (t1 - t0) / 1e9; cpu = c1 - c0;
-    printf "catch-up: %d messages in %.2f s = %.0f msg/s; node CPU %.2f s = %.2f µs per message (%.0f%% of one core); RSS %.0f MiB\n",
-        n, secs, n / secs, cpu, cpu * 1e6 / n, 100 * cpu / secs, rss / 1024
+awk -v n="$total" -v t0="$start_ns" -v t1="$end_ns" -v c0="$start_cpu" -v c1="$end_cpu" -v rss="$rss_kb" \
+    -v r0="$start_rcpu" -v r1="$end_rcpu" 'BEGIN {
+    secs = (t1 - t0) / 1e9; cpu = c1 - c0; rcpu = r1 - r0;
+    printf "catch-up: %d messages in %.2f s = %.0f msg/s; node CPU %.2f s = %.2f µs per message (%.0f%% of one core); RSS %.0f MiB; redis CPU %.2f s (%.0f%% of one core)\n",
+        n, secs, n / secs, cpu, cpu * 1e6 / n, 100 * cpu / secs, rss / 1024, rcpu, 100 * rcpu / secs
 }' | tee "$OUT/catchup.txt"
 echo "reports in $OUT"
