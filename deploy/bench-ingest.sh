@@ -13,7 +13,7 @@
 #   deploy/bench-ingest.sh [MESSAGES] [TOPICS]      (defaults 400000, 1000)
 #
 # Needs release binaries (cargo build --release -p herald-gateway -p herald-loadgen) and
-# redis-server / redis-benchmark. Everything runs on 127.0.0.1 free ports and is stopped at
+# redis-server / redis-benchmark (and curl, python3). Everything runs on 127.0.0.1 free ports and is stopped at
 # the end. Results are printed and the loadgen's JSON report is kept in $OUT.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,7 +42,8 @@ rport=$(free_port)
 mkdir -p "$OUT/redis"
 redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no --dir "$OUT/redis" \
     --logfile "$OUT/redis/redis.log" &
-pids+=($!)
+rpid=$!
+pids+=("$rpid")
 until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
 
 printf '[cluster]\nredis_shards = %s\nredis_prefix = "bench"\n' "$SHARDS" >"$OUT/herald.toml"
@@ -86,7 +87,7 @@ pad=$(printf 'x%.0s' $(seq 1 64))
 echo "== catch-up: $MESSAGES messages over $TOPICS topics appended with redis-benchmark"
 for ((s = 0; s < SHARDS; s++)); do
     redis-benchmark -p "$rport" -q -n "$per_shard" -r "$TOPICS" -P 64 -c 4 \
-        XADD "bench:stream:$s" '*' t "t__rand_int__" d "{\"n\":__rand_int__,\"pad\":\"$pad\"}" \
+        XADD "bench:stream:$s" '*' t "t__rand_int__" d "{\"n\":\"__rand_int__\",\"pad\":\"$pad\"}" \
         n bench ts 0 >/dev/null
 done
 total=0
@@ -97,14 +98,21 @@ read -r ipid _ iadmin < <(node catchup)
 pids+=("$ipid")
 until curl -s -o /dev/null "http://127.0.0.1:$iadmin/healthz"; do sleep 0.01; done
 start_cpu=$(cpu_seconds "$ipid")
+start_rcpu=$(cpu_seconds "$rpid")
 start_ns=$(date +%s%N)
-while [[ $(ingested "$iadmin") -lt $total ]]; do sleep 0.05; done
+deadline=$(($(date +%s) + 600))
+while [[ $(ingested "$iadmin") -lt $total ]]; do
+    [[ $(date +%s) -lt $deadline ]] || { echo "node I ingested only $(ingested "$iadmin") of $total" >&2; exit 1; }
+    sleep 0.05
+done
 end_ns=$(date +%s%N)
 end_cpu=$(cpu_seconds "$ipid")
+end_rcpu=$(cpu_seconds "$rpid")
 rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$ipid/status")
-awk -v n="$total" -v t0="$start_ns" -v t1="$end_ns" -v c0="$start_cpu" -v c1="$end_cpu" -v rss="$rss_kb" 'BEGIN {
-    secs = (t1 - t0) / 1e9; cpu = c1 - c0;
-    printf "catch-up: %d messages in %.2f s = %.0f msg/s; node CPU %.2f s = %.2f µs per message (%.0f%% of one core); RSS %.0f MiB\n",
-        n, secs, n / secs, cpu, cpu * 1e6 / n, 100 * cpu / secs, rss / 1024
+awk -v n="$total" -v t0="$start_ns" -v t1="$end_ns" -v c0="$start_cpu" -v c1="$end_cpu" -v rss="$rss_kb" \
+    -v r0="$start_rcpu" -v r1="$end_rcpu" 'BEGIN {
+    secs = (t1 - t0) / 1e9; cpu = c1 - c0; rcpu = r1 - r0;
+    printf "catch-up: %d messages in %.2f s = %.0f msg/s; node CPU %.2f s = %.2f µs per message (%.0f%% of one core); RSS %.0f MiB; redis CPU %.2f s (%.0f%% of one core)\n",
+        n, secs, n / secs, cpu, cpu * 1e6 / n, 100 * cpu / secs, rss / 1024, rcpu, 100 * rcpu / secs
 }' | tee "$OUT/catchup.txt"
 echo "reports in $OUT"

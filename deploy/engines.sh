@@ -10,8 +10,8 @@
 #                                                  certificates required) and an ACL user;
 #                                                  --sentinel: master + replica (ACL user) and
 #                                                  two redis-sentinel; --redis-cluster: 3
-#                                                  masters + 3 replicas (redis-cli --cluster
-#                                                  create). Kafka always has a SASL_SSL
+#                                                  masters + 3 replicas over TLS with a
+#                                                  password (redis-cli --cluster create). Kafka always has a SASL_SSL
 #                                                  listener (PLAIN, SCRAM-SHA-256/512) and an
 #                                                  SSL listener that requires a client
 #                                                  certificate, beside PLAINTEXT; certificates
@@ -408,7 +408,7 @@ write_env_file() {
             "$SENTINEL_MASTER" >>"$tmp"
     fi
     if [[ -f $RX_DIR/c1/port ]]; then
-        printf 'export HERALD_TEST_REDIS_CLUSTER_URL=redis://:%s@127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s\n' \
+        printf 'export HERALD_TEST_REDIS_CLUSTER_URL=rediss://:%s@127.0.0.1:%s,127.0.0.1:%s,127.0.0.1:%s\n' \
             "$REDIS_SECRET" "$(rx_port c1)" "$(rx_port c2)" "$(rx_port c3)" >>"$tmp"
     fi
     mv -f "$tmp" "$STATE_DIR/env"
@@ -657,22 +657,28 @@ cluster_ok() {
     [[ $(rx_cli c1 cluster nodes | grep -c ' slave ') -eq 3 ]]
 }
 
-# Redis Cluster: 3 masters and 3 replicas with a password, created with redis-cli.
+# Redis Cluster over TLS (clients, replication and the cluster bus): 3 masters and 3
+# replicas with a password, created with redis-cli.
 start_redis_cluster() {
     local name seeds=()
     for name in c1 c2 c3 c4 c5 c6; do
         rx_prepare "$name"
         pick_port >"$RX_DIR/$name/bus_port"
-        printf '%s\n' --port "$(rx_port "$name")" --cluster-enabled yes \
+        printf '%s\n' --port 0 --tls-port "$(rx_port "$name")" --tls-cluster yes \
+            --tls-replication yes --tls-cert-file "$TLS_DIR/server.pem" \
+            --tls-key-file "$TLS_DIR/server.key" --tls-ca-cert-file "$TLS_DIR/ca.pem" \
+            --tls-auth-clients optional --cluster-enabled yes \
             --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
             --cluster-port "$(recorded_port "rx/$name" bus_port)" \
             --requirepass "$REDIS_SECRET" --masterauth "$REDIS_SECRET" >"$RX_DIR/$name/args"
-        printf '%s\n' -a "$REDIS_SECRET" --no-auth-warning >"$RX_DIR/$name/cli"
+        printf '%s\n' --tls --cacert "$TLS_DIR/ca.pem" -a "$REDIS_SECRET" --no-auth-warning \
+            >"$RX_DIR/$name/cli"
         rx_launch "$name"
         seeds+=("127.0.0.1:$(rx_port "$name")")
     done
     log "creating the Redis Cluster"
-    timeout 60 redis-cli -a "$REDIS_SECRET" --no-auth-warning --cluster create "${seeds[@]}" \
+    timeout 60 redis-cli --tls --cacert "$TLS_DIR/ca.pem" -a "$REDIS_SECRET" --no-auth-warning \
+        --cluster create "${seeds[@]}" \
         --cluster-replicas 1 --cluster-yes </dev/null >"$RX_DIR/create.log" 2>&1 ||
         { tail_log "$RX_DIR/create.log"; die "redis-cli --cluster create failed"; }
     wait_for 30 "the Redis Cluster to be ok" cluster_ok
@@ -681,8 +687,12 @@ start_redis_cluster() {
 
 # Print the name (c1..c6) of the cluster master serving KEY's slot.
 cmd_cluster_master_of() {
-    local key=$1 slot name port line
-    slot=$(rx_cli c1 cluster keyslot "$key" | tr -dc '0-9')
+    local key=$1 slot="" name port line
+    for name in c1 c2 c3 c4 c5 c6; do # ask any node that runs
+        running_pid "rx/$name" >/dev/null || continue
+        slot=$(rx_cli "$name" cluster keyslot "$key" | tr -dc '0-9') && [[ -n $slot ]] && break
+    done
+    [[ -n $slot ]] || die "no cluster node answers"
     for name in c1 c2 c3 c4 c5 c6; do
         running_pid "rx/$name" >/dev/null || continue
         line=$(rx_cli "$name" cluster nodes | grep 'myself' | grep 'master') || continue
@@ -998,7 +1008,7 @@ cmd_start() {
         ensure_java
         ensure_kafka_jars
     fi
-    [[ $((want_kafka + want_tls)) -gt 0 ]] && make_tls_material
+    [[ $((want_kafka + want_tls + want_cluster)) -gt 0 ]] && make_tls_material
 
     START_IN_PROGRESS=1
     trap on_exit EXIT

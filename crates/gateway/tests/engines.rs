@@ -1,6 +1,6 @@
 //! Production engine modes against real servers that `deploy/engines.sh` starts: Redis over
 //! TLS with an ACL user and a client certificate, Redis Sentinel (master + replica) with a
-//! failover, Redis Cluster (3 masters + 3 replicas) with a master failover, and Kafka over
+//! failover, Redis Cluster (3 masters + 3 replicas, over TLS) with a master failover, and Kafka over
 //! SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and SSL with a client certificate.
 //!
 //! A test binary of its own, because the failover tests kill engines. A test whose engine is
@@ -49,6 +49,17 @@ fn engines(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Starts an engine node killed by a test again when dropped, even if the test failed, so
+/// that the tests after it find the whole topology.
+struct Revive(String);
+
+impl Drop for Revive {
+    fn drop(&mut self) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/engines.sh");
+        let _ = Command::new(script).args(["start-node", &self.0]).output();
+    }
 }
 
 fn unique(name: &str) -> String {
@@ -146,6 +157,28 @@ async fn three_nodes_fan_out_and_resume(nodes: &[Gateway; 3], topic: &str) {
     }
 }
 
+/// The cluster's view kept in Redis by presence: each node sees a topic's subscribers on all
+/// three.
+async fn presence_sees_three_nodes(nodes: &[Gateway; 3]) {
+    let mut subscribers = Vec::new();
+    for node in nodes {
+        let mut sse = SseClient::connect(node, "topic=present", None).await;
+        sse.next_block().await.unwrap();
+        subscribers.push(sse);
+    }
+    for node in nodes {
+        let url = format!("http://{}/v1/presence/present", node.admin_addr);
+        eventually(WAIT, || {
+            let url = url.clone();
+            async move {
+                let v = get_json(url).await;
+                v["subscribers"] == 3 && v["nodes"].as_object().is_some_and(|n| n.len() == 3)
+            }
+        })
+        .await;
+    }
+}
+
 async fn start_three(configs: [Config; 3]) -> [Gateway; 3] {
     let [a, b, c] = configs;
     let nodes = [
@@ -181,17 +214,8 @@ async fn redis_over_tls_with_an_acl_user_and_a_client_certificate() {
     };
     let nodes = start_three([node("t1"), node("t2"), node("t3")]).await;
     three_nodes_fan_out_and_resume(&nodes, "secure").await;
-    // Presence goes over the same TLS connection settings: the cluster sees all three nodes.
-    let url_nodes = format!("http://{}/v1/cluster/nodes", nodes[0].admin_addr);
-    eventually(WAIT, || {
-        let url = url_nodes.clone();
-        async move {
-            get_json(url).await["nodes"]
-                .as_array()
-                .is_some_and(|n| n.len() == 3)
-        }
-    })
-    .await;
+    // Presence goes over the same TLS connection settings.
+    presence_sees_three_nodes(&nodes).await;
     stop_all(nodes).await;
 }
 
@@ -257,6 +281,7 @@ async fn sentinel_three_nodes_and_a_failover_lose_nothing_redis_kept() {
     let node = |id: &str| redis_node(RedisMode::Sentinel, &url, &p, id);
     let nodes = start_three([node("s1"), node("s2"), node("s3")]).await;
     three_nodes_fan_out_and_resume(&nodes, "watched").await;
+    presence_sees_three_nodes(&nodes).await;
 
     let [a, b, c] = &nodes;
     let mut sse = SseClient::connect(a, "topic=fo", None).await;
@@ -281,6 +306,7 @@ async fn sentinel_three_nodes_and_a_failover_lose_nothing_redis_kept() {
         ("s-replica", "s-master")
     };
     engines(&["kill-node", dead]);
+    let revive = Revive(dead.to_string());
     for node in &nodes {
         wait_status(node, 503, FAILOVER).await;
     }
@@ -302,7 +328,7 @@ async fn sentinel_three_nodes_and_a_failover_lose_nothing_redis_kept() {
         assert_eq!(e.data.as_deref(), Some(want));
     }
     // The old master comes back (as a replica of the new one) for the tests after this one.
-    engines(&["start-node", dead]);
+    drop(revive);
     stop_all(nodes).await;
 }
 
@@ -341,26 +367,37 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
         return;
     };
     let _serial = SERIAL.lock().await;
-    let p = unique("rc");
-    let shards = 16;
+    let shards = 8;
+    // Every shard stream and its epoch share a slot. Which masters the shards land on is the
+    // hash's business: take a prefix whose shards cover all three masters, so that the nodes
+    // below read from every master.
+    let p = loop {
+        let p = unique("rc");
+        let mut masters = std::collections::BTreeSet::new();
+        for shard in 0..shards {
+            let stream = format!("{{{p}:{shard}}}:stream");
+            let epoch = format!("{{{p}:{shard}}}:epoch");
+            let owner = engines(&["cluster-master-of", &stream]);
+            assert_eq!(engines(&["cluster-master-of", &epoch]), owner);
+            masters.insert(owner);
+        }
+        if masters.len() == 3 {
+            break p;
+        }
+    };
+    let ca = engine("HERALD_TEST_TLS_CA").unwrap();
     let node = |id: &str| {
         let mut c = redis_node(RedisMode::Cluster, &url, &p, id);
         c.cluster.redis_shards = shards;
+        // The test cluster speaks TLS only, like ElastiCache with in-transit encryption.
+        c.cluster.redis_ca_file = Some(ca.clone().into());
         c
     };
     let nodes = start_three([node("c1"), node("c2"), node("c3")]).await;
     three_nodes_fan_out_and_resume(&nodes, "sharded").await;
+    // Presence keys share one hash tag: its pipelines work on a Redis Cluster.
+    presence_sees_three_nodes(&nodes).await;
 
-    // Every shard stream and its epoch share a slot, and the shards spread over all masters.
-    let mut masters = std::collections::BTreeSet::new();
-    for shard in 0..shards {
-        let stream = format!("{{{p}:{shard}}}:stream");
-        let epoch = format!("{{{p}:{shard}}}:epoch");
-        let owner = engines(&["cluster-master-of", &stream]);
-        assert_eq!(engines(&["cluster-master-of", &epoch]), owner);
-        masters.insert(owner);
-    }
-    assert_eq!(masters.len(), 3, "shards on {masters:?}");
     // A message on each of many topics: every node delivers each, whichever master holds it.
     let [a, b, c] = &nodes;
     let topics: Vec<String> = (0..12).map(|i| format!("spread{i}")).collect();
@@ -401,8 +438,9 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     );
     // Let the replica receive the last write before its master dies.
     let seed = url.split(',').next().unwrap().to_string();
-    wait_replicated(&seed).await;
+    wait_replicated(&seed, &ca).await;
     engines(&["kill-node", &victim]);
+    let revive = Revive(victim.clone());
     for node in &nodes {
         wait_status(node, 503, FAILOVER).await;
     }
@@ -423,14 +461,20 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
         assert_eq!(e.data.as_deref(), Some(want));
     }
     // The old master rejoins as a replica.
-    engines(&["start-node", &victim]);
+    drop(revive);
     stop_all(nodes).await;
 }
 
 /// Waits until every master's replicas have acknowledged its writes (`WAIT 1` on each).
-async fn wait_replicated(seed: &str) {
+async fn wait_replicated(seed: &str, ca: &str) {
     use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-    let client = redis::cluster::ClusterClient::new(vec![seed]).unwrap();
+    let client = redis::cluster::ClusterClient::builder(vec![seed])
+        .certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(ca).unwrap()),
+        })
+        .build()
+        .unwrap();
     let mut conn = client.get_async_connection().await.unwrap();
     conn.route_command(
         redis::cmd("WAIT").arg(1).arg(2000).clone(),

@@ -81,15 +81,14 @@ pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
 impl KafkaBridge {
     /// Creates the producer (connections are made lazily by librdkafka).
     pub fn new(config: &ClusterConfig, brokers: &str) -> anyhow::Result<Arc<Self>> {
-        let mut producer = kafka_props::client_config(brokers, &std::collections::BTreeMap::new());
-        producer.set("message.timeout.ms", "5000");
-        for (key, value) in &config.kafka_properties {
-            producer.set(key, value);
-        }
-        let producer: FutureProducer<KafkaContext> = producer
-            .set("enable.idempotence", "true")
-            .create_with_context(KafkaContext::new("kafka_producer"))
-            .map_err(|e| anyhow::anyhow!("kafka producer: {e}"))?;
+        let producer: FutureProducer<KafkaContext> = kafka_props::client_config(
+            brokers,
+            &[("message.timeout.ms", "5000")],
+            &config.kafka_properties,
+            &[("enable.idempotence", "true")],
+        )
+        .create_with_context(KafkaContext::new("kafka_producer"))
+        .map_err(|e| anyhow::anyhow!("kafka producer: {e}"))?;
         Ok(Arc::new(Self {
             brokers: brokers.to_string(),
             topics: config.kafka_topics.clone(),
@@ -138,15 +137,21 @@ impl KafkaBridge {
     }
 
     async fn consume(&self, state: &AppState) -> anyhow::Result<()> {
-        let consumer: StreamConsumer<KafkaContext> =
-            kafka_props::client_config(&self.brokers, &self.properties)
-                .set("group.id", &self.group)
-                .set("enable.auto.commit", "true")
-                .set("auto.commit.interval.ms", "500")
-                .set("enable.auto.offset.store", "false")
-                .set("auto.offset.reset", "earliest")
-                .set("enable.partition.eof", "false")
-                .create_with_context(self.context.clone())?;
+        let consumer: StreamConsumer<KafkaContext> = kafka_props::client_config(
+            &self.brokers,
+            &[
+                ("auto.commit.interval.ms", "500"),
+                ("auto.offset.reset", "earliest"),
+            ],
+            &self.properties,
+            &[
+                ("group.id", &self.group),
+                ("enable.auto.commit", "true"),
+                ("enable.auto.offset.store", "false"),
+                ("enable.partition.eof", "false"),
+            ],
+        )
+        .create_with_context(self.context.clone())?;
         let consumer = Arc::new(consumer);
         let history_ms = state.config().topics.history_ttl.as_millis() as i64;
         let (topics, c) = (self.topics.clone(), consumer.clone());
@@ -191,6 +196,7 @@ impl KafkaBridge {
                 .unwrap_or(false);
                 if ok != self.ready.load(Ordering::Relaxed) {
                     if ok {
+                        self.context.clear();
                         tracing::info!("kafka broker reachable again");
                     } else {
                         tracing::warn!(

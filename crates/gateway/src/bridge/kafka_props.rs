@@ -100,12 +100,24 @@ pub fn validate(properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A client config for `brokers` with the user's `properties` applied.
-pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> ClientConfig {
+/// A client config for `brokers`: Herald's `defaults`, then the user's `properties` (which
+/// may override them), then the `fixed` settings Herald's correctness depends on.
+pub fn client_config(
+    brokers: &str,
+    defaults: &[(&str, &str)],
+    properties: &BTreeMap<String, String>,
+    fixed: &[(&str, &str)],
+) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", brokers);
+    for (key, value) in defaults {
+        config.set(*key, *value);
+    }
     for (key, value) in properties {
         config.set(key, value);
+    }
+    for (key, value) in fixed {
+        config.set(*key, *value);
     }
     config
 }
@@ -236,6 +248,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn user_properties_go_between_defaults_and_fixed_settings() {
+        let props = BTreeMap::from([
+            ("linger.ms".to_string(), "50".to_string()),
+            ("enable.idempotence".to_string(), "false".to_string()),
+        ]);
+        let c = client_config(
+            "h:1",
+            &[("linger.ms", "5"), ("acks", "all")],
+            &props,
+            &[("enable.idempotence", "true")],
+        );
+        assert_eq!(c.get("bootstrap.servers"), Some("h:1"));
+        assert_eq!(c.get("linger.ms"), Some("50"));
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
     }
 
     #[test]

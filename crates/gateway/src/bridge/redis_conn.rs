@@ -36,6 +36,11 @@ use redis::{
 
 use crate::config::{ClusterConfig, RedisMode};
 
+/// Time to connect to one node of a Redis Cluster. Longer than for one server: each reader
+/// connects to every master at once, and a node starting its readers makes many TLS
+/// handshakes together.
+const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Where and how to reach Redis, parsed and checked from the configuration (certificate files
 /// read) before anything connects.
 pub struct RedisTarget {
@@ -140,7 +145,7 @@ impl RedisTarget {
                 );
                 let settings = seeds[0].redis_settings().clone();
                 let mut builder = redis::cluster::ClusterClient::builder(seeds)
-                    .connection_timeout(Duration::from_secs(2))
+                    .connection_timeout(CLUSTER_CONNECT_TIMEOUT)
                     .retries(3)
                     .min_retry_wait(50)
                     .max_retry_wait(1_000);
@@ -240,7 +245,7 @@ impl RedisTarget {
                 // Blocking reads wait up to 2 s on the server; leave them room.
                 let timeout = response_timeout.unwrap_or(Duration::from_secs(10));
                 let config = redis::cluster::ClusterConfig::new()
-                    .set_connection_timeout(Duration::from_secs(2))
+                    .set_connection_timeout(CLUSTER_CONNECT_TIMEOUT)
                     .set_response_timeout(timeout);
                 Ok(RedisConn::Cluster(
                     client.get_async_connection_with_config(config).await?,

@@ -48,17 +48,18 @@ impl Upstream {
         node_id: &str,
         properties: &std::collections::BTreeMap<String, String>,
     ) -> anyhow::Result<Self> {
-        let mut config = kafka_props::client_config(brokers, &std::collections::BTreeMap::new());
-        config
-            .set("linger.ms", "5")
-            .set("queue.buffering.max.messages", "100000")
-            .set("message.timeout.ms", "300000");
-        for (key, value) in properties {
-            config.set(key, value);
-        }
-        let producer = config
-            .create_with_context(KafkaContext::new("kafka_upstream"))
-            .map_err(|e| anyhow::anyhow!("kafka upstream producer: {e}"))?;
+        let producer = kafka_props::client_config(
+            brokers,
+            &[
+                ("linger.ms", "5"),
+                ("queue.buffering.max.messages", "100000"),
+                ("message.timeout.ms", "300000"),
+            ],
+            properties,
+            &[],
+        )
+        .create_with_context(KafkaContext::new("kafka_upstream"))
+        .map_err(|e| anyhow::anyhow!("kafka upstream producer: {e}"))?;
         Ok(Self {
             producer,
             topic: topic.to_string(),
