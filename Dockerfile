@@ -17,8 +17,8 @@
 # `terminationGracePeriodSeconds`).
 #
 # Base images are build arguments, so the image builds without a registry too:
-#   BUILDER_IMAGE  Debian-based, Rust >= 1.88 with cargo on PATH, a C compiler and make
-#                  (librdkafka is built from source)
+#   BUILDER_IMAGE  Debian-based, Rust >= 1.88 with cargo on PATH, a C compiler, make, cmake,
+#                  pkg-config and libssl-dev (librdkafka is built from source, with SSL)
 #   RUNTIME_IMAGE  Debian bookworm (glibc 2.36) or newer
 ARG BUILDER_IMAGE=rust:1-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
@@ -55,6 +55,11 @@ RUN find crates/core/src crates/gateway/src -name '*.rs' -exec touch {} + \
  && /usr/local/bin/herald --version
 
 FROM ${RUNTIME_IMAGE}
+# OpenSSL for librdkafka's SSL/SASL_SSL (Kafka over TLS), and the CA certificates that TLS to
+# managed Redis and Kafka verifies against.
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libssl3 ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
 # Listeners on every interface (a container's own network namespace); the admin listener
 # then needs HERALD_ADMIN_API_KEYS (see above). The drain fits in docker stop's default 10 s.

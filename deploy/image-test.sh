@@ -113,7 +113,7 @@ FROM $base_full
 COPY ca/ /usr/local/share/ca-certificates/
 RUN apt-get update -qq \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
-      rustc-web cargo-web gcc g++ make cmake pkg-config libc6-dev binutils ca-certificates \\
+      rustc-web cargo-web gcc g++ make cmake pkg-config libssl-dev libc6-dev binutils ca-certificates \\
  && update-ca-certificates \\
  && rm -rf /var/lib/apt/lists/* \\
  && cargo --version && rustc --version
