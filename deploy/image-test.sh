@@ -221,7 +221,7 @@ if podman healthcheck run "$container-unready" >/dev/null 2>&1; then
   die "the HEALTHCHECK passed on a node whose bridge is down"
 fi
 reason=$(podman exec "$container-unready" /usr/local/bin/herald health 2>&1 || true)
-grep -q 'bridge down: redis' <<<"$reason" || die "herald health gave no reason: $reason"
+grep -q 'redis: not ready' <<<"$reason" || die "herald health gave no reason: $reason"
 podman rm -f --ignore "$container-unready" >/dev/null 2>&1
 ok "HEALTHCHECK fails on a node that is alive but not ready: $reason"
 
