@@ -59,7 +59,7 @@ FROM ${RUNTIME_IMAGE}
 # managed Redis and Kafka verifies against.
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libssl3 ca-certificates \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=build /usr/local/bin/herald /usr/local/bin/herald
 # Listeners on every interface (a container's own network namespace); the admin listener
 # then needs HERALD_ADMIN_API_KEYS (see above). The drain fits in docker stop's default 10 s.
