@@ -288,16 +288,21 @@ impl Feed {
         };
         // A subscriber that has seen nothing takes everything the topic holds, in the epoch
         // its first message set (on a log-fed node that is the log's, learned from this very
-        // message), as `accept` follows an epoch for it.
-        let again = if sub.position.seq == 0 {
-            let again = sub.topic.subscribe_all();
-            sub.position = again.start;
-            again
+        // message), as `accept` follows an epoch for it. One whose position the topic can no
+        // longer continue from is told so, then gets everything held, as `accept` would.
+        let (lost, again) = if sub.position.seq == 0 {
+            (None, sub.topic.subscribe_all())
         } else {
-            sub.topic.subscribe(Some(sub.position))
+            let again = sub.topic.subscribe(Some(sub.position));
+            match again.lost {
+                None => (None, again),
+                Some(reason) => (Some(reason), sub.topic.subscribe_all()),
+            }
         };
-        if let Some(reason) = again.lost {
+        if lost.is_some() || sub.position.seq == 0 {
             sub.position = again.start;
+        }
+        if let Some(reason) = lost {
             self.pending.push_back(FeedEvent::Lost {
                 topic: topic.clone(),
                 reason,
@@ -585,6 +590,17 @@ mod tests {
         a.ingest(Cursor::new(77, 10), None, data());
         a.ingest(Cursor::new(77, 11), None, data());
         assert_eq!(drain(&mut feed), ["fed:10", "fed:11"], "no loss signal");
+        // A cursor from another epoch, kept until the log spoke, is then reported lost; the
+        // log's messages follow.
+        let (b, _) = registry
+            .get_or_create_for_subscriber(&TopicName::new("fed-b").unwrap())
+            .unwrap();
+        let mut resumed = Feed::new(LagPolicy::default(), 4);
+        resumed
+            .subscribe(b.clone(), Some(Cursor::new(5, 9)))
+            .unwrap();
+        b.ingest(Cursor::new(77, 3), None, data());
+        assert_eq!(drain(&mut resumed), ["lost fed-b epoch", "fed-b:3"]);
     }
 
     #[tokio::test]

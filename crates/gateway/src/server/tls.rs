@@ -156,7 +156,6 @@ impl ClientStream {
     /// so a client that keeps sending cannot hold the thread: the caller decides how much it
     /// tolerates) and dropped. Cancel-safe.
     pub async fn peer_input(&mut self) -> PeerInput {
-        let mut scratch = [0u8; 1024];
         match self {
             Self::Plain(tcp) => {
                 // `poll_read_ready` keeps one waker slot on the socket; `readable()` would
@@ -168,7 +167,9 @@ impl ClientStream {
                 {
                     return PeerInput::Gone;
                 }
-                // No buffer is held across the wait: idle streams cost nothing.
+                // No buffer is held across the wait (it would be part of every idle
+                // stream's task): declared after it.
+                let mut scratch = [0u8; 1024];
                 match tcp.try_read(&mut scratch) {
                     Ok(0) => PeerInput::Gone,
                     Ok(n) => PeerInput::Sent(n),
@@ -176,7 +177,7 @@ impl ClientStream {
                     Err(_) => PeerInput::Gone,
                 }
             }
-            Self::Tls(tls) => match tls.read(&mut scratch).await {
+            Self::Tls(tls) => match tls.read(&mut [0u8; 256]).await {
                 Ok(0) | Err(_) => PeerInput::Gone,
                 Ok(n) => PeerInput::Sent(n),
             },
