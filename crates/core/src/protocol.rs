@@ -130,12 +130,9 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
         "ping" => {
             // Echoed data obeys the payload rules (nesting depth), like published data.
             if let Some(data) = frame.data.0 {
-                crate::message::Payload::from_json(data.get().as_bytes()).map_err(|e| {
-                    CommandError {
-                        code: "bad_json",
-                        reason: e.to_string(),
-                    }
-                })?;
+                // `bad_frame`: the text is JSON, the command is not acceptable.
+                crate::message::Payload::from_json(data.get().as_bytes())
+                    .map_err(|e| CommandError::frame(e.to_string()))?;
             }
             Command::Ping { data: frame.data.0 }
         }
@@ -225,7 +222,7 @@ mod tests {
         assert!(parse(&deep(crate::message::MAX_PAYLOAD_DEPTH)).is_ok());
         assert_eq!(
             code(&deep(crate::message::MAX_PAYLOAD_DEPTH + 1)),
-            "bad_json"
+            "bad_frame"
         );
         let missing = parse(r#"{"type":"auth"}"#).unwrap_err();
         assert_eq!(missing.reason, "auth needs \"token\"");

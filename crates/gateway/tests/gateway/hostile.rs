@@ -593,7 +593,7 @@ async fn smaller_findings() {
     ))
     .await
     .unwrap();
-    assert_eq!(ws_next(&mut ws).await["code"], "bad_json");
+    assert_eq!(ws_next(&mut ws).await["code"], "bad_frame");
     gw.stop().await.unwrap();
 }
 
