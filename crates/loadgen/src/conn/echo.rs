@@ -4,20 +4,22 @@
 //! `{"type":"pong","data":<same>}`; raw mode sends the data object as plain text and expects
 //! the same text back (any echo server). The round trip is `now - ts` of the answer.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio_tungstenite::tungstenite::Message;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
-use super::ws::{handshake, ws_err};
+use super::lifecycle::{Client, Session};
+use super::ws::{Data, Ws, close, data, handshake, ws_err};
 use super::{ConnCtx, ConnOutcome};
 use crate::clock::unix_micros;
 use crate::error::{ConnError, ErrorKind};
 use crate::payload::{self, echo_frame};
 use crate::proto::herald_ws::{ServerFrame, classify};
 use crate::seq::SeqTracker;
+use crate::target::Target;
 
 /// Spreads the clients' send times evenly over one period.
 fn phase(conn: u64) -> f64 {
@@ -52,106 +54,131 @@ fn answer(bytes: &[u8], raw: bool, ctx: &ConnCtx, hint: usize, now: u64, tracker
     }
 }
 
-/// Runs one echo client.
-pub async fn run(ctx: Arc<ConnCtx>, conn: u64, raw: bool, size: usize, rate: f64) -> ConnOutcome {
-    let spec = &ctx.spec;
-    let stats = &ctx.stats;
-    stats.attempts.fetch_add(1, Relaxed);
-    let permit = tokio::select! {
-        p = ctx.pending.acquire() => p.ok(),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let t0 = Instant::now();
-    let limit = Duration::from_millis(spec.connect_timeout_ms);
-    let opened = tokio::select! {
-        r = tokio::time::timeout(limit, handshake(&ctx, conn)) => r.unwrap_or(Err(ConnError::ConnectTimeout)),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let mut ws = match opened {
-        Ok(ws) => ws,
-        Err(e) => {
-            stats.error(e.kind());
-            stats.failed.fetch_add(1, Relaxed);
-            return ConnOutcome::default();
+/// An echo client before it is connected.
+pub struct Echo {
+    conn: u64,
+    raw: bool,
+    size: usize,
+    period: Duration,
+}
+
+impl Echo {
+    /// Client `conn`: `raw` text frames of `size` bytes, `rate` requests per second.
+    pub fn new(conn: u64, raw: bool, size: usize, rate: f64) -> Self {
+        let period = if rate > 0.0 && rate.is_finite() {
+            Duration::from_secs_f64((1.0 / rate).min(3600.0))
+        } else {
+            Duration::from_secs(3600)
+        };
+        Self {
+            conn,
+            raw,
+            size,
+            period,
         }
-    };
-    drop(permit);
-    let hint = conn as usize;
-    stats.connect.record(hint, t0.elapsed().as_micros() as u64);
-    stats.connected.fetch_add(1, Relaxed);
-    stats.opened();
-    let cohort = !ctx.started.load(SeqCst);
-    let period = if rate > 0.0 && rate.is_finite() {
-        Duration::from_secs_f64((1.0 / rate).min(3600.0))
-    } else {
-        Duration::from_secs(3600)
-    };
-    let mut tracker = SeqTracker::new();
-    let mut sent: u64 = 0;
-    let mut sending = false;
-    let mut next = tokio::time::Instant::now();
-    let mut stopped = false;
-    let mut result: Result<(), ConnError> = Ok(());
-    while result.is_ok() {
+    }
+}
+
+impl Client for Echo {
+    type Session = EchoSession;
+
+    async fn open(
+        self,
+        ctx: &ConnCtx,
+        target: &Target,
+        stream: TcpStream,
+    ) -> Result<EchoSession, ConnError> {
+        Ok(EchoSession {
+            ws: handshake(&ctx.spec, target, stream).await?,
+            client: self,
+            tracker: SeqTracker::new(),
+            sent: 0,
+            sending: false,
+            next: tokio::time::Instant::now(),
+        })
+    }
+}
+
+/// A ready echo client: sends from the start of the measured phase until quiesce.
+pub struct EchoSession {
+    ws: Ws,
+    client: Echo,
+    tracker: SeqTracker,
+    sent: u64,
+    sending: bool,
+    next: tokio::time::Instant,
+}
+
+/// What an echo client reacts to.
+pub enum EchoEvent {
+    /// The measured phase began.
+    Start,
+    /// Sending must stop.
+    Quiesce,
+    /// Time for the next request.
+    Send,
+    /// Something arrived.
+    Frame(Option<Result<Message, WsError>>),
+}
+
+impl Session for EchoSession {
+    type Event = EchoEvent;
+
+    async fn next(&mut self, ctx: &ConnCtx) -> EchoEvent {
         tokio::select! {
             biased;
-            _ = ctx.stop.cancelled() => { stopped = true; break; }
-            _ = ctx.start.cancelled(), if !sending && !ctx.quiesce.is_cancelled() && sent == 0 => {
-                sending = true;
-                next = tokio::time::Instant::now() + period.mul_f64(phase(conn));
+            _ = ctx.start.cancelled(), if !self.sending && !ctx.quiesce.is_cancelled() && self.sent == 0 => EchoEvent::Start,
+            _ = ctx.quiesce.cancelled(), if self.sending => EchoEvent::Quiesce,
+            _ = tokio::time::sleep_until(self.next), if self.sending => EchoEvent::Send,
+            msg = self.ws.next() => EchoEvent::Frame(msg),
+        }
+    }
+
+    async fn handle(&mut self, ctx: &ConnCtx, event: EchoEvent) -> Result<(), ConnError> {
+        let period = self.client.period;
+        match event {
+            EchoEvent::Start => {
+                self.sending = true;
+                self.next = tokio::time::Instant::now() + period.mul_f64(phase(self.client.conn));
             }
-            _ = ctx.quiesce.cancelled(), if sending => { sending = false; }
-            _ = tokio::time::sleep_until(next), if sending => {
-                let frame = echo_frame(unix_micros(), sent, size, !raw);
-                match ws.send(Message::Text(frame.into())).await {
-                    Ok(()) => {
-                        sent += 1;
-                        stats.echo_sent.fetch_add(1, Relaxed);
-                    }
-                    Err(e) => result = Err(ws_err(e)),
-                }
-                next += period;
+            EchoEvent::Quiesce => self.sending = false,
+            EchoEvent::Send => {
+                let frame =
+                    echo_frame(unix_micros(), self.sent, self.client.size, !self.client.raw);
+                self.ws
+                    .send(Message::Text(frame.into()))
+                    .await
+                    .map_err(ws_err)?;
+                self.sent += 1;
+                ctx.stats.echo_sent.fetch_add(1, Relaxed);
+                self.next += period;
                 let now = tokio::time::Instant::now();
-                if next + period * 10 < now {
+                if self.next + period * 10 < now {
                     // far behind schedule (the server is slow): do not burst to catch up
-                    next = now;
+                    self.next = now;
                 }
             }
-            msg = ws.next() => {
+            EchoEvent::Frame(msg) => {
                 let now = unix_micros();
-                match msg {
-                    Some(Ok(Message::Text(t))) => answer(t.as_bytes(), raw, &ctx, hint, now, &mut tracker),
-                    Some(Ok(Message::Binary(b))) => answer(&b, raw, &ctx, hint, now, &mut tracker),
-                    Some(Ok(Message::Ping(_))) => {
-                        if let Err(e) = ws.flush().await {
-                            result = Err(ws_err(e));
-                        }
+                let hint = self.client.conn as usize;
+                let raw = self.client.raw;
+                match data(&mut self.ws, msg).await? {
+                    Some(Data::Text(t)) => {
+                        answer(t.as_bytes(), raw, ctx, hint, now, &mut self.tracker)
                     }
-                    Some(Ok(Message::Close(frame))) => result = Err(super::ws::close_error(frame.as_ref())),
-                    None => result = Err(ConnError::ClosedByServer),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => result = Err(ws_err(e)),
+                    Some(Data::Binary(b)) => answer(&b, raw, ctx, hint, now, &mut self.tracker),
+                    None => {}
                 }
             }
         }
+        Ok(())
     }
-    if let Err(e) = &result {
-        if ctx.stop.is_cancelled() {
-            stopped = true;
-        } else {
-            stats.error(e.kind());
-            stats.dropped.fetch_add(1, Relaxed);
-        }
+
+    async fn close(&mut self) {
+        close(&mut self.ws).await;
     }
-    if stopped {
-        let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
-    }
-    stats.closed();
-    ConnOutcome {
-        ready: true,
-        cohort,
-        stayed: stopped,
-        topics: Vec::new(),
-        echo: Some((sent, tracker)),
+
+    fn finish(self, _churn: bool, outcome: &mut ConnOutcome) {
+        outcome.echo = Some((self.sent, self.tracker));
     }
 }

@@ -1,7 +1,9 @@
-//! Client connections: dialing, and one task type per client kind.
+//! Client connections: dialing, one connection lifecycle ([`lifecycle::run`]), and the
+//! per-protocol part of each client kind (`sse`, `ws`, `echo`).
 
 pub mod dial;
 pub mod echo;
+pub mod lifecycle;
 pub mod receiver;
 pub mod sse;
 pub mod ws;
@@ -61,6 +63,15 @@ pub struct ConnOutcome {
     pub topics: Vec<(u32, SeqTracker, u64)>,
     /// Echo requests sent, and the tracker of answers (echo clients).
     pub echo: Option<(u64, SeqTracker)>,
+}
+
+/// Topics of connection `conn` as (index, name).
+pub fn topics_of(spec: &WorkerSpec, conn: u64) -> Vec<(u32, String)> {
+    spec.topics
+        .topics_for(conn)
+        .into_iter()
+        .map(|i| (i, spec.topics.name(i)))
+        .collect()
 }
 
 /// Sleeps for `hold` for churn clients; never completes for main clients.

@@ -5,20 +5,17 @@
 //! buffer of `read_buffer` bytes per connection is the only per-connection allocation besides
 //! the parser's partial-line buffer.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant};
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::lifecycle::{Client, Session};
 use super::receiver::Receiver;
-use super::{ConnCtx, ConnOutcome, Role, dial::dial, hold_timer};
+use super::{ConnCtx, ConnOutcome, Role, topics_of};
 use crate::clock::unix_micros;
 use crate::error::ConnError;
 use crate::payload;
 use crate::proto::chunked::ChunkedDecoder;
-use crate::proto::http_head::{Framing, MAX_HEAD, ResponseHead, parse_head};
+use crate::proto::http_head::{Framing, MAX_HEAD, parse_head};
 use crate::proto::sse::{SseError, SseItem, SseParser};
 use crate::target::Target;
 
@@ -38,48 +35,149 @@ pub fn request(target: &Target, param: &str, topics: &[String]) -> String {
     )
 }
 
-async fn open(
-    ctx: &ConnCtx,
-    conn: u64,
-    topics: &[String],
-) -> Result<(TcpStream, ResponseHead, Vec<u8>), ConnError> {
-    let spec = &ctx.spec;
-    let target = spec.target_for(conn);
-    let timeout = Duration::from_millis(spec.connect_timeout_ms);
-    let mut stream = dial(target.addr, spec.source_for(conn), timeout).await?;
-    let req = request(target, &spec.topics.param, topics);
-    stream
-        .write_all(req.as_bytes())
-        .await
-        .map_err(ConnError::Io)?;
-    let mut buf = Vec::with_capacity(spec.read_buffer.max(1024));
-    loop {
-        if buf.len() >= MAX_HEAD {
-            return Err(ConnError::BadResponse("response head too large"));
+/// An SSE subscriber before it is connected.
+pub struct Sse {
+    topics: Vec<(u32, String)>,
+    hint: usize,
+    churn: bool,
+}
+
+impl Sse {
+    /// Subscriber `conn` of the worker.
+    pub fn new(ctx: &ConnCtx, conn: u64, role: Role) -> Self {
+        Self {
+            topics: topics_of(&ctx.spec, conn),
+            hint: conn as usize,
+            churn: matches!(role, Role::Churn { .. }),
         }
-        let n = stream.read_buf(&mut buf).await.map_err(ConnError::Io)?;
-        if n == 0 {
-            return Err(ConnError::ClosedByServer);
-        }
-        match parse_head(&buf) {
-            Ok(Some(head)) => {
-                if !(200..300).contains(&head.status) {
-                    return Err(ConnError::Status(head.status));
-                }
-                if !head
-                    .content_type
-                    .as_deref()
-                    .is_some_and(|c| c.contains("text/event-stream"))
-                {
-                    return Err(ConnError::BadResponse(
-                        "content-type is not text/event-stream",
-                    ));
-                }
-                let rest = buf.split_off(head.head_len);
-                return Ok((stream, head, rest));
+    }
+}
+
+impl Client for Sse {
+    type Session = SseSession;
+
+    /// Writes the request and reads the response head (bounded).
+    async fn open(
+        self,
+        ctx: &ConnCtx,
+        target: &Target,
+        mut stream: TcpStream,
+    ) -> Result<SseSession, ConnError> {
+        let spec = &ctx.spec;
+        let names: Vec<String> = self.topics.iter().map(|(_, n)| n.clone()).collect();
+        let req = request(target, &spec.topics.param, &names);
+        stream
+            .write_all(req.as_bytes())
+            .await
+            .map_err(ConnError::Io)?;
+        let mut buf = Vec::with_capacity(spec.read_buffer.max(1024));
+        let head = loop {
+            if buf.len() >= MAX_HEAD {
+                return Err(ConnError::BadResponse("response head too large"));
             }
-            Ok(None) => {}
-            Err(_) => return Err(ConnError::BadResponse("invalid HTTP response head")),
+            let n = stream.read_buf(&mut buf).await.map_err(ConnError::Io)?;
+            if n == 0 {
+                return Err(ConnError::ClosedByServer);
+            }
+            match parse_head(&buf) {
+                Ok(Some(head)) => break head,
+                Ok(None) => {}
+                Err(_) => return Err(ConnError::BadResponse("invalid HTTP response head")),
+            }
+        };
+        if !(200..300).contains(&head.status) {
+            return Err(ConnError::Status(head.status));
+        }
+        if !head
+            .content_type
+            .as_deref()
+            .is_some_and(|c| c.contains("text/event-stream"))
+        {
+            return Err(ConnError::BadResponse(
+                "content-type is not text/event-stream",
+            ));
+        }
+        let leftover = buf.split_off(head.head_len);
+        Ok(SseSession {
+            stream,
+            leftover,
+            buf: Vec::new(),
+            read_buffer: spec.read_buffer.max(256),
+            events: Events {
+                body: match head.framing {
+                    Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
+                    Framing::Length(n) => Body::Length(n),
+                    Framing::UntilClose => Body::UntilClose,
+                },
+                parser: SseParser::new(spec.max_line, spec.max_event),
+                rx: Receiver::new(ctx.stats.clone(), self.hint, self.topics, self.churn, false),
+            },
+        })
+    }
+}
+
+/// A ready SSE subscriber.
+pub struct SseSession {
+    stream: TcpStream,
+    /// Body bytes that came with the response head.
+    leftover: Vec<u8>,
+    buf: Vec<u8>,
+    read_buffer: usize,
+    events: Events,
+}
+
+/// The body decoder feeding the event parser, and what the events count towards.
+struct Events {
+    body: Body,
+    parser: SseParser,
+    rx: Receiver,
+}
+
+impl Events {
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), ConnError> {
+        let result = process(
+            bytes,
+            &mut self.body,
+            &mut self.parser,
+            &mut self.rx,
+            unix_micros(),
+        )
+        .and_then(Signals::into_result);
+        self.rx.flush();
+        result
+    }
+}
+
+impl Session for SseSession {
+    type Event = std::io::Result<usize>;
+
+    fn on_ready(&mut self) -> Result<(), ConnError> {
+        let result = self.events.feed(&self.leftover);
+        self.leftover = Vec::new();
+        self.buf = Vec::with_capacity(self.read_buffer);
+        result
+    }
+
+    async fn next(&mut self, _ctx: &ConnCtx) -> std::io::Result<usize> {
+        self.buf.clear();
+        self.stream.read_buf(&mut self.buf).await
+    }
+
+    async fn handle(
+        &mut self,
+        _ctx: &ConnCtx,
+        read: std::io::Result<usize>,
+    ) -> Result<(), ConnError> {
+        match read {
+            Ok(0) => Err(ConnError::ClosedByServer),
+            Ok(_) => self.events.feed(&self.buf),
+            Err(e) => Err(ConnError::Io(e)),
+        }
+    }
+
+    fn finish(self, churn: bool, outcome: &mut ConnOutcome) {
+        if !churn {
+            outcome.topics = self.events.rx.into_topics();
         }
     }
 }
@@ -154,116 +252,6 @@ fn process(
         Body::UntilClose => parser.feed(bytes, &mut on_item).map_err(sse_err)?,
     }
     Ok(sig)
-}
-
-/// Runs one SSE subscriber until the run stops it, its hold time ends (churn), or it fails.
-pub async fn run(ctx: Arc<ConnCtx>, conn: u64, role: Role) -> ConnOutcome {
-    let spec = &ctx.spec;
-    let stats = &ctx.stats;
-    let churn = matches!(role, Role::Churn { .. });
-    if churn {
-        stats.churn_attempts.fetch_add(1, Relaxed);
-    } else {
-        stats.attempts.fetch_add(1, Relaxed);
-    }
-    let topics: Vec<(u32, String)> = spec
-        .topics
-        .topics_for(conn)
-        .into_iter()
-        .map(|i| (i, spec.topics.name(i)))
-        .collect();
-    let names: Vec<String> = topics.iter().map(|(_, n)| n.clone()).collect();
-    let permit = tokio::select! {
-        p = ctx.pending.acquire() => p.ok(),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let t0 = Instant::now();
-    let limit = Duration::from_millis(spec.connect_timeout_ms);
-    let opened = tokio::select! {
-        r = tokio::time::timeout(limit, open(&ctx, conn, &names)) => r.unwrap_or(Err(ConnError::ConnectTimeout)),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let (mut stream, head, leftover) = match opened {
-        Ok(v) => v,
-        Err(e) => {
-            stats.error(e.kind());
-            if churn {
-                stats.churn_failed.fetch_add(1, Relaxed);
-            } else {
-                stats.failed.fetch_add(1, Relaxed);
-            }
-            return ConnOutcome::default();
-        }
-    };
-    drop(permit);
-    let connect_us = t0.elapsed().as_micros() as u64;
-    let hint = conn as usize;
-    if churn {
-        stats.churn_connect.record(hint, connect_us);
-        stats.churn_connected.fetch_add(1, Relaxed);
-    } else {
-        stats.connect.record(hint, connect_us);
-        stats.connected.fetch_add(1, Relaxed);
-        stats.opened();
-    }
-    let cohort = !churn && !ctx.started.load(SeqCst);
-    let mut rx = Receiver::new(stats.clone(), hint, topics, churn, false);
-    let mut parser = SseParser::new(spec.max_line, spec.max_event);
-    let mut body = match head.framing {
-        Framing::Chunked => Body::Chunked(ChunkedDecoder::new()),
-        Framing::Length(n) => Body::Length(n),
-        Framing::UntilClose => Body::UntilClose,
-    };
-    let mut result: Result<(), ConnError> =
-        process(&leftover, &mut body, &mut parser, &mut rx, unix_micros())
-            .and_then(Signals::into_result);
-    drop(leftover);
-    rx.flush();
-    let mut buf = Vec::with_capacity(spec.read_buffer.max(256));
-    let hold = hold_timer(role);
-    tokio::pin!(hold);
-    let mut stopped = false;
-    while result.is_ok() {
-        buf.clear();
-        tokio::select! {
-            biased;
-            _ = ctx.stop.cancelled() => { stopped = true; break; }
-            _ = &mut hold => { stopped = true; break; }
-            r = stream.read_buf(&mut buf) => match r {
-                Ok(0) => result = Err(ConnError::ClosedByServer),
-                Ok(_) => {
-                    result = process(&buf, &mut body, &mut parser, &mut rx, unix_micros()).and_then(Signals::into_result);
-                    rx.flush();
-                }
-                Err(e) => result = Err(ConnError::Io(e)),
-            }
-        }
-    }
-    // A shutdown event that arrives once the run is stopping is not an error.
-    if let Err(e) = &result {
-        if !ctx.stop.is_cancelled() {
-            stats.error(e.kind());
-            if !churn {
-                stats.dropped.fetch_add(1, Relaxed);
-            }
-        } else {
-            stopped = true;
-        }
-    }
-    if churn {
-        if stopped {
-            stats.churn_closed.fetch_add(1, Relaxed);
-        }
-    } else {
-        stats.closed();
-    }
-    ConnOutcome {
-        ready: true,
-        cohort,
-        stayed: stopped,
-        topics: if churn { Vec::new() } else { rx.into_topics() },
-        echo: None,
-    }
 }
 
 #[cfg(test)]

@@ -1,21 +1,23 @@
 //! WebSocket subscriber: Herald's JSON protocol, or raw mode (count any frame).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
+use super::lifecycle::{Client, Session};
 use super::receiver::Receiver;
-use super::{ConnCtx, ConnOutcome, Role, dial::dial, hold_timer};
+use super::{ConnCtx, ConnOutcome, Role, topics_of};
 use crate::clock::unix_micros;
 use crate::error::{ConnError, ErrorKind};
 use crate::proto::herald_ws::{ServerFrame, classify, subscribe_frame};
+use crate::target::Target;
+use crate::worker::spec::WorkerSpec;
 
 /// A WebSocket client stream.
 pub type Ws = WebSocketStream<TcpStream>;
@@ -31,12 +33,12 @@ pub fn ws_config(read_buffer: usize, max_message: usize) -> WebSocketConfig {
         .max_frame_size(Some(max_message.max(1024)))
 }
 
-/// Dials and completes the WebSocket handshake for connection `conn`.
-pub async fn handshake(ctx: &ConnCtx, conn: u64) -> Result<Ws, ConnError> {
-    let spec = &ctx.spec;
-    let target = spec.target_for(conn);
-    let timeout = Duration::from_millis(spec.connect_timeout_ms);
-    let stream = dial(target.addr, spec.source_for(conn), timeout).await?;
+/// Completes the WebSocket handshake over a connected socket.
+pub async fn handshake(
+    spec: &WorkerSpec,
+    target: &Target,
+    stream: TcpStream,
+) -> Result<Ws, ConnError> {
     let request = target
         .ws_url()
         .into_client_request()
@@ -76,191 +78,184 @@ pub fn close_error(
     }
 }
 
-async fn open(
-    ctx: &ConnCtx,
-    conn: u64,
-    raw: bool,
-    init: Option<&str>,
-    topics: &[String],
-) -> Result<Ws, ConnError> {
-    let mut ws = handshake(ctx, conn).await?;
-    if raw {
-        if let Some(frame) = init {
-            ws.send(Message::Text(frame.to_owned().into()))
-                .await
-                .map_err(ws_err)?;
-        }
-        return Ok(ws);
-    }
-    if topics.is_empty() {
-        return Ok(ws);
-    }
-    ws.send(Message::Text(subscribe_frame(topics).into()))
-        .await
-        .map_err(ws_err)?;
-    let wait = Duration::from_millis(ctx.spec.subscribe_timeout_ms);
-    let acked = tokio::time::timeout(wait, async {
-        while let Some(msg) = ws.next().await {
-            match msg.map_err(ws_err)? {
-                Message::Text(t) => match classify(&t) {
-                    ServerFrame::Subscribed => return Ok(()),
-                    ServerFrame::Error => {
-                        return Err(ConnError::WsHandshake(
-                            "server refused the subscription".into(),
-                        ));
-                    }
-                    _ => {}
-                },
-                Message::Close(_) => return Err(ConnError::ClosedByServer),
-                _ => {}
-            }
-        }
-        Err(ConnError::ClosedByServer)
-    })
-    .await;
-    match acked {
-        Ok(Ok(())) => Ok(ws),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(ConnError::SubscribeTimeout),
+/// A data frame, once control frames and ends are dealt with.
+pub enum Data {
+    /// A text frame.
+    Text(Utf8Bytes),
+    /// A binary frame.
+    Binary(Bytes),
+}
+
+/// Reads what `ws.next()` gave: a data frame, nothing to do (a ping is answered here), or
+/// the end of the connection.
+pub async fn data(
+    ws: &mut Ws,
+    msg: Option<Result<Message, WsError>>,
+) -> Result<Option<Data>, ConnError> {
+    match msg {
+        Some(Ok(Message::Text(t))) => Ok(Some(Data::Text(t))),
+        Some(Ok(Message::Binary(b))) => Ok(Some(Data::Binary(b))),
+        // tungstenite queued the pong; push it out now
+        Some(Ok(Message::Ping(_))) => ws.flush().await.map(|()| None).map_err(ws_err),
+        Some(Ok(Message::Close(frame))) => Err(close_error(frame.as_ref())),
+        Some(Ok(_)) => Ok(None),
+        Some(Err(e)) => Err(ws_err(e)),
+        None => Err(ConnError::ClosedByServer),
     }
 }
 
-/// Runs one WebSocket subscriber.
-pub async fn run(
-    ctx: Arc<ConnCtx>,
-    conn: u64,
-    role: Role,
+/// Sends a close frame, waiting briefly for it to go out.
+pub async fn close(ws: &mut Ws) {
+    let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
+}
+
+/// A WebSocket subscriber before it is connected.
+pub struct WsClient {
+    /// Raw mode: no subscription; every frame counts.
     raw: bool,
-    init: Option<String>,
-) -> ConnOutcome {
-    let spec = &ctx.spec;
-    let stats = &ctx.stats;
-    let churn = matches!(role, Role::Churn { .. });
-    if churn {
-        stats.churn_attempts.fetch_add(1, Relaxed);
-    } else {
-        stats.attempts.fetch_add(1, Relaxed);
-    }
-    let topics: Vec<(u32, String)> = if raw {
-        Vec::new()
-    } else {
-        spec.topics
-            .topics_for(conn)
-            .into_iter()
-            .map(|i| (i, spec.topics.name(i)))
-            .collect()
-    };
-    let names: Vec<String> = topics.iter().map(|(_, n)| n.clone()).collect();
-    let permit = tokio::select! {
-        p = ctx.pending.acquire() => p.ok(),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let t0 = Instant::now();
-    let limit = Duration::from_millis(
-        spec.connect_timeout_ms + if raw { 0 } else { spec.subscribe_timeout_ms },
-    );
-    let opened = tokio::select! {
-        r = tokio::time::timeout(limit, open(&ctx, conn, raw, init.as_deref(), &names)) => r.unwrap_or(Err(ConnError::ConnectTimeout)),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let mut ws = match opened {
-        Ok(ws) => ws,
-        Err(e) => {
-            stats.error(e.kind());
-            if churn {
-                stats.churn_failed.fetch_add(1, Relaxed);
+    init_frame: Option<String>,
+    topics: Vec<(u32, String)>,
+    hint: usize,
+    churn: bool,
+}
+
+impl WsClient {
+    /// Subscriber `conn` of the worker; `raw` mode sends `init_frame` instead of subscribing.
+    pub fn new(
+        ctx: &ConnCtx,
+        conn: u64,
+        role: Role,
+        raw: bool,
+        init_frame: Option<String>,
+    ) -> Self {
+        Self {
+            raw,
+            init_frame,
+            topics: if raw {
+                Vec::new()
             } else {
-                stats.failed.fetch_add(1, Relaxed);
-            }
-            return ConnOutcome::default();
+                topics_of(&ctx.spec, conn)
+            },
+            hint: conn as usize,
+            churn: matches!(role, Role::Churn { .. }),
         }
-    };
-    drop(permit);
-    let connect_us = t0.elapsed().as_micros() as u64;
-    let hint = conn as usize;
-    if churn {
-        stats.churn_connect.record(hint, connect_us);
-        stats.churn_connected.fetch_add(1, Relaxed);
-    } else {
-        stats.connect.record(hint, connect_us);
-        stats.connected.fetch_add(1, Relaxed);
-        stats.opened();
     }
-    let cohort = !churn && !ctx.started.load(SeqCst);
-    let mut rx = Receiver::new(stats.clone(), hint, topics, churn, raw);
-    let hold = hold_timer(role);
-    tokio::pin!(hold);
-    let mut stopped = false;
-    let mut result: Result<(), ConnError> = Ok(());
-    while result.is_ok() {
-        tokio::select! {
-            biased;
-            _ = ctx.stop.cancelled() => { stopped = true; break; }
-            _ = &mut hold => { stopped = true; break; }
-            msg = ws.next() => {
-                let now = unix_micros();
-                match msg {
-                    Some(Ok(Message::Text(t))) => {
-                        if raw {
-                            rx.on_message(None, t.as_bytes(), now);
-                        } else {
-                            match classify(&t) {
-                                ServerFrame::Message { topic, .. } => rx.on_message(topic, t.as_bytes(), now),
-                                ServerFrame::Lost { topic } => rx.on_lost(topic),
-                                ServerFrame::Error => stats.error(ErrorKind::ServerErrorFrame),
-                                ServerFrame::Subscribed | ServerFrame::Pong(_) => {}
-                                ServerFrame::Unknown => stats.error(ErrorKind::BadFrame),
-                            }
+
+    /// Subscribes and waits for the acknowledgement.
+    async fn subscribe(&self, ws: &mut Ws, spec: &WorkerSpec) -> Result<(), ConnError> {
+        let names: Vec<String> = self.topics.iter().map(|(_, n)| n.clone()).collect();
+        ws.send(Message::Text(subscribe_frame(&names).into()))
+            .await
+            .map_err(ws_err)?;
+        let wait = Duration::from_millis(spec.subscribe_timeout_ms);
+        let acked = tokio::time::timeout(wait, async {
+            while let Some(msg) = ws.next().await {
+                match msg.map_err(ws_err)? {
+                    Message::Text(t) => match classify(&t) {
+                        ServerFrame::Subscribed => return Ok(()),
+                        ServerFrame::Error => {
+                            return Err(ConnError::WsHandshake(
+                                "server refused the subscription".into(),
+                            ));
                         }
-                        rx.flush();
-                    }
-                    Some(Ok(Message::Binary(b))) => {
-                        if raw {
-                            rx.on_message(None, &b, now);
-                            rx.flush();
-                        } else {
-                            stats.error(ErrorKind::BadFrame);
-                        }
-                    }
-                    Some(Ok(Message::Ping(_))) => {
-                        // tungstenite queued the pong; push it out now
-                        if let Err(e) = ws.flush().await {
-                            result = Err(ws_err(e));
-                        }
-                    }
-                    Some(Ok(Message::Close(frame))) => result = Err(close_error(frame.as_ref())),
-                    None => result = Err(ConnError::ClosedByServer),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => result = Err(ws_err(e)),
+                        _ => {}
+                    },
+                    Message::Close(_) => return Err(ConnError::ClosedByServer),
+                    _ => {}
                 }
             }
-        }
+            Err(ConnError::ClosedByServer)
+        })
+        .await;
+        acked.unwrap_or(Err(ConnError::SubscribeTimeout))
     }
-    if let Err(e) = &result {
-        if ctx.stop.is_cancelled() {
-            stopped = true;
+}
+
+impl Client for WsClient {
+    type Session = WsSession;
+
+    fn handshake_allowance(&self, spec: &WorkerSpec) -> Duration {
+        if self.raw {
+            Duration::ZERO
         } else {
-            stats.error(e.kind());
-            if !churn {
-                stats.dropped.fetch_add(1, Relaxed);
+            Duration::from_millis(spec.subscribe_timeout_ms)
+        }
+    }
+
+    async fn open(
+        self,
+        ctx: &ConnCtx,
+        target: &Target,
+        stream: TcpStream,
+    ) -> Result<WsSession, ConnError> {
+        let mut ws = handshake(&ctx.spec, target, stream).await?;
+        if self.raw {
+            if let Some(frame) = &self.init_frame {
+                ws.send(Message::Text(frame.clone().into()))
+                    .await
+                    .map_err(ws_err)?;
             }
+        } else if !self.topics.is_empty() {
+            self.subscribe(&mut ws, &ctx.spec).await?;
         }
+        Ok(WsSession {
+            ws,
+            raw: self.raw,
+            rx: Receiver::new(
+                ctx.stats.clone(),
+                self.hint,
+                self.topics,
+                self.churn,
+                self.raw,
+            ),
+        })
     }
-    if stopped {
-        let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
+}
+
+/// A ready WebSocket subscriber.
+pub struct WsSession {
+    ws: Ws,
+    raw: bool,
+    rx: Receiver,
+}
+
+impl Session for WsSession {
+    type Event = Option<Result<Message, WsError>>;
+
+    async fn next(&mut self, _ctx: &ConnCtx) -> Self::Event {
+        self.ws.next().await
     }
-    if churn {
-        if stopped {
-            stats.churn_closed.fetch_add(1, Relaxed);
+
+    async fn handle(&mut self, ctx: &ConnCtx, msg: Self::Event) -> Result<(), ConnError> {
+        let now = unix_micros();
+        let stats = &ctx.stats;
+        match data(&mut self.ws, msg).await? {
+            Some(Data::Text(t)) if self.raw => self.rx.on_message(None, t.as_bytes(), now),
+            Some(Data::Text(t)) => match classify(&t) {
+                ServerFrame::Message { topic, .. } => self.rx.on_message(topic, t.as_bytes(), now),
+                ServerFrame::Lost { topic } => self.rx.on_lost(topic),
+                ServerFrame::Error => stats.error(ErrorKind::ServerErrorFrame),
+                ServerFrame::Subscribed | ServerFrame::Pong(_) => {}
+                ServerFrame::Unknown => stats.error(ErrorKind::BadFrame),
+            },
+            Some(Data::Binary(b)) if self.raw => self.rx.on_message(None, &b, now),
+            Some(Data::Binary(_)) => {
+                stats.error(ErrorKind::BadFrame);
+                return Ok(());
+            }
+            None => return Ok(()),
         }
-    } else {
-        stats.closed();
+        self.rx.flush();
+        Ok(())
     }
-    ConnOutcome {
-        ready: true,
-        cohort,
-        stayed: stopped,
-        topics: if churn { Vec::new() } else { rx.into_topics() },
-        echo: None,
+
+    async fn close(&mut self) {
+        close(&mut self.ws).await;
+    }
+
+    fn finish(self, churn: bool, outcome: &mut ConnOutcome) {
+        if !churn {
+            outcome.topics = self.rx.into_topics();
+        }
     }
 }

@@ -12,7 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::protocol::{Control, PublishSummary, Snapshot, TopicTally, WorkerFinal, WorkerMsg};
 use super::spec::{ClientKind, WorkerSpec};
-use crate::conn::{self, ConnCtx, ConnOutcome, Role};
+use crate::conn::echo::Echo;
+use crate::conn::lifecycle::run;
+use crate::conn::sse::Sse;
+use crate::conn::ws::WsClient;
+use crate::conn::{ConnCtx, ConnOutcome, Role};
 use crate::histogram::{self, Hist};
 use crate::rate::Pacer;
 use crate::seq::SeqOutcome;
@@ -25,17 +29,23 @@ fn churn_index(worker: usize, k: u64) -> u64 {
 }
 
 fn spawn_conn(set: &mut JoinSet<ConnOutcome>, ctx: &Arc<ConnCtx>, conn: u64, role: Role) {
-    let ctx = ctx.clone();
-    match ctx.spec.kind.clone() {
-        ClientKind::Sse => set.spawn(conn::sse::run(ctx, conn, role)),
+    let task = ctx.clone();
+    match &ctx.spec.kind {
+        ClientKind::Sse => set.spawn(run(task, conn, role, Sse::new(ctx, conn, role))),
         ClientKind::Ws { raw, init_frame } => {
-            set.spawn(conn::ws::run(ctx, conn, role, raw, init_frame))
+            let client = WsClient::new(ctx, conn, role, *raw, init_frame.clone());
+            set.spawn(run(task, conn, role, client))
         }
-        ClientKind::Echo {
+        &ClientKind::Echo {
             raw,
             size,
             rate_per_conn,
-        } => set.spawn(conn::echo::run(ctx, conn, raw, size, rate_per_conn)),
+        } => set.spawn(run(
+            task,
+            conn,
+            role,
+            Echo::new(conn, raw, size, rate_per_conn),
+        )),
     };
 }
 
