@@ -92,18 +92,18 @@ pub fn attach(r: &mut Report, result: HostileResult, cfg: &HostileConfig, w: Win
     let good_clients = r.connections.as_ref().filter(|c| c.target > 0).map(|c| {
         let d = r.delivery.as_ref();
         let accounted = d.is_some_and(|d| d.accounted);
-        let missing = d.map_or(0, |d| d.missing);
+        let missing = d.map_or(0, |d| d.outcome.missing);
         GoodClients {
             connected: c.connected,
             failed: c.failed,
             dropped: c.dropped,
-            expected: d.map_or(0, |d| d.expected),
-            delivered: d.map_or(0, |d| d.delivered),
+            expected: d.map_or(0, |d| d.outcome.expected),
+            delivered: d.map_or(0, |d| d.outcome.delivered),
             missing,
             delivery_ratio: d.and_then(|d| d.delivery_ratio),
             unharmed: c.failed == 0
                 && c.dropped == 0
-                && (!accounted || (missing == 0 && d.is_some_and(|d| d.expected > 0))),
+                && (!accounted || (missing == 0 && d.is_some_and(|d| d.outcome.expected > 0))),
         }
     });
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::histogram::Percentiles;
+use crate::seq::SeqOutcome;
 
 /// A complete run report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -147,22 +148,11 @@ pub struct Delivery {
     pub published: u64,
     /// Of those, messages with a failed publish request (not expected).
     pub publish_failed: u64,
-    /// Σ over topics of (messages published OK × cohort subscribers of the topic).
-    pub expected: u64,
-    /// Expected messages received, each counted once per subscriber.
-    pub delivered: u64,
-    /// expected − delivered.
-    pub missing: u64,
-    /// Receipts of a message a subscriber already had.
-    pub duplicates: u64,
-    /// Received although the publish request reported failure.
-    pub unconfirmed: u64,
-    /// Received sequence numbers that were never published.
-    pub unexpected: u64,
-    /// Receipts too old to classify (hole-range cap hit).
-    pub stale: u64,
-    /// Accounting is approximate (hole-range cap hit somewhere).
-    pub approximate: bool,
+    /// Sequence accounting summed over the cohort's subscriptions: `expected` is Σ over topics
+    /// of (messages published OK × cohort subscribers of the topic); without a publisher
+    /// `delivered` counts distinct receipts. Its fields stand at this level of the JSON.
+    #[serde(flatten)]
+    pub outcome: SeqOutcome,
     /// delivered / expected.
     pub delivery_ratio: Option<f64>,
     /// Every message receipt by main clients (duplicates and late joiners included).

@@ -19,6 +19,11 @@ fn row(out: &mut String, k: &str, v: impl std::fmt::Display) {
     let _ = writeln!(out, "  {k:<30} {v}");
 }
 
+/// A row of two figures, `a / b`.
+fn pair(out: &mut String, k: &str, a: impl std::fmt::Display, b: impl std::fmt::Display) {
+    row(out, k, format!("{a} / {b}"));
+}
+
 fn kb(v: u64) -> String {
     format!("{:.1} MiB", v as f64 / 1024.0)
 }
@@ -151,21 +156,9 @@ pub fn render(r: &Report) -> String {
     );
     if let Some(c) = &r.connections {
         let _ = writeln!(o, "connections");
-        row(
-            &mut o,
-            "connected / target",
-            format!("{} / {}", c.connected, c.target),
-        );
-        row(
-            &mut o,
-            "failed / dropped",
-            format!("{} / {}", c.failed, c.dropped),
-        );
-        row(
-            &mut o,
-            "cohort / late joiners",
-            format!("{} / {}", c.cohort, c.late_joiners),
-        );
+        pair(&mut o, "connected / target", c.connected, c.target);
+        pair(&mut o, "failed / dropped", c.failed, c.dropped);
+        pair(&mut o, "cohort / late joiners", c.cohort, c.late_joiners);
         row(
             &mut o,
             "connect rate",
@@ -181,25 +174,30 @@ pub fn render(r: &Report) -> String {
                 "published (failed)",
                 format!("{} ({})", d.published, d.publish_failed),
             );
-            row(
+            pair(
                 &mut o,
                 "delivered / expected",
-                format!("{} / {}", d.delivered, d.expected),
+                d.outcome.delivered,
+                d.outcome.expected,
             );
-            row(
+            pair(
                 &mut o,
                 "missing / duplicates",
-                format!("{} / {}", d.missing, d.duplicates),
+                d.outcome.missing,
+                d.outcome.duplicates,
             );
-            if d.unconfirmed + d.unexpected + d.stale > 0 {
+            if d.outcome.unconfirmed + d.outcome.unexpected + d.outcome.stale > 0 {
                 row(
                     &mut o,
                     "unconfirmed/unexpected/stale",
-                    format!("{} / {} / {}", d.unconfirmed, d.unexpected, d.stale),
+                    format!(
+                        "{} / {} / {}",
+                        d.outcome.unconfirmed, d.outcome.unexpected, d.outcome.stale
+                    ),
                 );
             }
-        } else if d.delivered > 0 {
-            row(&mut o, "received (distinct seq)", d.delivered);
+        } else if d.outcome.delivered > 0 {
+            row(&mut o, "received (distinct seq)", d.outcome.delivered);
         }
         row(
             &mut o,
@@ -212,15 +210,12 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(e) = &r.echo {
         let _ = writeln!(o, "echo");
-        row(
-            &mut o,
-            "sent / answered",
-            format!("{} / {}", e.sent, e.answered),
-        );
-        row(
+        pair(&mut o, "sent / answered", e.sent, e.answered);
+        pair(
             &mut o,
             "unanswered / duplicates",
-            format!("{} / {}", e.unanswered, e.duplicates),
+            e.unanswered,
+            e.duplicates,
         );
         row(
             &mut o,
@@ -231,16 +226,8 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(c) = &r.churn {
         let _ = writeln!(o, "churn");
-        row(
-            &mut o,
-            "started / connected",
-            format!("{} / {}", c.attempted, c.connected),
-        );
-        row(
-            &mut o,
-            "failed / closed",
-            format!("{} / {}", c.failed, c.closed),
-        );
+        pair(&mut o, "started / connected", c.attempted, c.connected);
+        pair(&mut o, "failed / closed", c.failed, c.closed);
         row(
             &mut o,
             "rate target / achieved",
@@ -250,11 +237,7 @@ pub fn render(r: &Report) -> String {
     }
     if let Some(p) = &r.publish {
         let _ = writeln!(o, "publish");
-        row(
-            &mut o,
-            "requests ok / failed",
-            format!("{} / {}", p.ok, p.failed),
-        );
+        pair(&mut o, "requests ok / failed", p.ok, p.failed);
         row(
             &mut o,
             "messages/s target/achieved",

@@ -389,20 +389,16 @@ fn delivery_report(
         accounted,
         published,
         publish_failed,
-        expected: sum.expected,
-        delivered: if accounted {
-            sum.delivered
-        } else {
-            tallies.iter().map(|t| t.received).sum()
-        },
-        missing: sum.missing,
-        duplicates: sum.duplicates,
-        unconfirmed: sum.unconfirmed,
-        unexpected: sum.unexpected,
-        stale: sum.stale,
-        approximate: sum.approximate,
         delivery_ratio: (accounted && sum.expected > 0)
             .then(|| sum.delivered as f64 / sum.expected as f64),
+        outcome: SeqOutcome {
+            delivered: if accounted {
+                sum.delivered
+            } else {
+                tallies.iter().map(|t| t.received).sum()
+            },
+            ..sum
+        },
         receipts: total.deliveries,
         untracked: total.untracked,
         churn_receipts: total.churn_deliveries,
