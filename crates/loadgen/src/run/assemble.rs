@@ -103,11 +103,7 @@ pub fn assemble(i: Inputs<'_>) -> Report {
         peak_open: total.peak_open,
         cohort,
         late_joiners: late,
-        connect_rate_per_sec: if worker_ramp > 0.0 {
-            total.connected as f64 / worker_ramp
-        } else {
-            0.0
-        },
+        connect_rate_per_sec: per_sec(total.connected, worker_ramp),
         connect_ms: histogram::summarize(&connect),
     };
     if total.failed > 0 {
@@ -169,11 +165,7 @@ pub fn assemble(i: Inputs<'_>) -> Report {
             answered: o.delivered,
             unanswered: o.missing,
             duplicates: o.duplicates,
-            achieved_rate: if i.measured_secs > 0.0 {
-                o.delivered as f64 / i.measured_secs
-            } else {
-                0.0
-            },
+            achieved_rate: per_sec(o.delivered, i.measured_secs),
             rtt_ms: histogram::summarize(&latency),
         }
     });
@@ -186,11 +178,7 @@ pub fn assemble(i: Inputs<'_>) -> Report {
             connected: total.churn_connected,
             failed: total.churn_failed,
             closed: total.churn_closed,
-            achieved_rate: if i.measured_secs > 0.0 {
-                total.churn_connected as f64 / i.measured_secs
-            } else {
-                0.0
-            },
+            achieved_rate: per_sec(total.churn_connected, i.measured_secs),
             connect_ms: histogram::summarize(&h),
             receipts: total.churn_deliveries,
         }
@@ -308,6 +296,11 @@ fn settings(plan: &RunPlan) -> Settings {
     }
 }
 
+/// `n` per second of `secs` (0 for an empty window).
+fn per_sec(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
 fn delivery_report(
     i: &Inputs<'_>,
     finals: &[&WorkerFinal],
@@ -403,11 +396,7 @@ fn delivery_report(
         untracked: total.untracked,
         churn_receipts: total.churn_deliveries,
         lost_events: total.lost_events,
-        receipts_per_sec: if i.window_secs > 0.0 {
-            units as f64 / i.window_secs
-        } else {
-            0.0
-        },
+        receipts_per_sec: per_sec(units, i.window_secs),
         latency_ms: histogram::summarize(latency),
         per_topic,
     }
@@ -424,12 +413,8 @@ pub fn publish_report(p: &PublishStats, target_rate: f64, secs: f64) -> PublishR
         requests: p.requests.load(Relaxed),
         ok,
         failed: p.failed.load(Relaxed),
-        achieved_qps: if secs > 0.0 { ok as f64 / secs } else { 0.0 },
-        achieved_message_rate: if secs > 0.0 {
-            p.messages.load(Relaxed) as f64 / secs
-        } else {
-            0.0
-        },
+        achieved_qps: per_sec(ok, secs),
+        achieved_message_rate: per_sec(p.messages.load(Relaxed), secs),
         statuses: p
             .statuses()
             .into_iter()

@@ -231,37 +231,65 @@ fn base_plan(
     let sockets = a.conn.conns + churn_sockets;
     let source_ips = source_ips(&a.conn, &targets, sockets)?;
     let publisher = publisher(a, &topics, source_ips.first().copied())?;
-    let (workers, processes) = worker_layout(&a.run, sockets);
-    Ok(RunPlan {
-        command: command.to_owned(),
+    let client = Clients {
+        command,
         kind,
         targets,
-        conns: a.conn.conns,
-        ramp: a.conn.ramp,
-        duration: a.run.duration,
-        drain: a.run.drain,
         topics,
-        churn: None,
-        publisher,
-        workers,
-        processes,
         source_ips,
-        connect_timeout: a.conn.connect_timeout,
-        subscribe_timeout: Duration::from_secs(10),
-        read_buffer: a.conn.read_buffer,
-        max_event: a.run.max_event.max(1024),
-        max_pending: a.conn.max_pending.max(1),
-        tick: a.run.tick,
-        server_pids: a.run.server_pids.clone(),
-        outputs: Outputs {
-            json: a.run.json.clone(),
-            html: a.run.html.clone(),
-            floor_us: a.run.floor_us,
-            strict: a.run.strict,
-        },
-        echo: None,
-        hostile: None,
+        sockets,
+    };
+    Ok(RunPlan {
+        publisher,
+        ..client.plan(&a.conn, &a.run)
     })
+}
+
+/// The clients of a run, once checked, and the plan that runs them (no publisher, no echo).
+struct Clients<'a> {
+    command: &'a str,
+    kind: ClientKind,
+    targets: Vec<Target>,
+    topics: TopicPlan,
+    source_ips: Vec<IpAddr>,
+    /// Sockets open at once, for the worker layout.
+    sockets: u64,
+}
+
+impl Clients<'_> {
+    fn plan(self, conn: &ConnArgs, run: &RunArgs) -> RunPlan {
+        let (workers, processes) = worker_layout(run, self.sockets);
+        RunPlan {
+            command: self.command.to_owned(),
+            kind: self.kind,
+            targets: self.targets,
+            conns: conn.conns,
+            ramp: conn.ramp,
+            duration: run.duration,
+            drain: run.drain,
+            topics: self.topics,
+            churn: None,
+            publisher: None,
+            workers,
+            processes,
+            source_ips: self.source_ips,
+            connect_timeout: conn.connect_timeout,
+            subscribe_timeout: Duration::from_secs(10),
+            read_buffer: conn.read_buffer,
+            max_event: run.max_event.max(1024),
+            max_pending: conn.max_pending.max(1),
+            tick: run.tick,
+            server_pids: run.server_pids.clone(),
+            outputs: Outputs {
+                json: run.json.clone(),
+                html: run.html.clone(),
+                floor_us: run.floor_us,
+                strict: run.strict,
+            },
+            echo: None,
+            hostile: None,
+        }
+    }
 }
 
 /// Plan for `sse`.
@@ -328,45 +356,26 @@ pub fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
     }
     let targets = targets(&a.target.urls, "/v1/ws", a.target.allow_non_loopback)?;
     let source_ips = source_ips(&a.conn, &targets, a.conn.conns)?;
-    let (workers, processes) = worker_layout(&a.run, a.conn.conns);
-    Ok(RunPlan {
-        command: "echo".into(),
+    let client = Clients {
+        command: "echo",
         kind: ClientKind::Echo {
             raw: a.raw,
             size: a.size,
             rate_per_conn: a.rate / a.conn.conns as f64,
         },
         targets,
-        conns: a.conn.conns,
-        ramp: a.conn.ramp,
-        duration: a.run.duration,
-        drain: a.run.drain,
         topics: TopicPlan {
             count: 0,
             per_conn: 1,
             prefix: String::new(),
             param: String::new(),
         },
-        churn: None,
-        publisher: None,
-        workers,
-        processes,
         source_ips,
-        connect_timeout: a.conn.connect_timeout,
-        subscribe_timeout: Duration::from_secs(10),
-        read_buffer: a.conn.read_buffer,
-        max_event: a.run.max_event.max(1024),
-        max_pending: a.conn.max_pending.max(1),
-        tick: a.run.tick,
-        server_pids: a.run.server_pids.clone(),
-        outputs: Outputs {
-            json: a.run.json.clone(),
-            html: a.run.html.clone(),
-            floor_us: a.run.floor_us,
-            strict: a.run.strict,
-        },
+        sockets: a.conn.conns,
+    };
+    Ok(RunPlan {
         echo: Some((a.rate, a.size)),
-        hostile: None,
+        ..client.plan(&a.conn, &a.run)
     })
 }
 
