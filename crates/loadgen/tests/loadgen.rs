@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{args, run_loadgen, run_report, spawn_faulty_server, spawn_server, temp_path};
+use common::{args, cmd, run_loadgen, run_report, spawn_faulty_server, spawn_server, temp_path};
 use serde_json::Value;
 
 fn u(v: &Value) -> u64 {
@@ -73,26 +73,11 @@ fn assert_report_fields(r: &Value) {
 #[test]
 fn sse_subscribers_receive_every_message() {
     let srv = spawn_server();
-    let pid = std::process::id().to_string();
-    let a = args(&[
-        "sse",
-        "--url",
-        &format!("http://{}", srv.addr),
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--conns",
-        "60",
-        "--topics",
-        "4",
-        "--publish-rate",
-        "200",
-        "--duration",
-        "2s",
-        "--drain",
-        "2s",
-        "--server-pid",
-        &pid,
-    ]);
+    let a = srv.cmd(
+        "sse --url http://{addr} --publish-url http://{admin} --conns 60 --topics 4 \
+         --publish-rate 200 --duration 2s --drain 2s --server-pid {pid}",
+        &[],
+    );
     let (r, out) = run_report(&a, "sse");
     assert_complete_delivery(&r, 60, 4);
     assert_report_fields(&r);
@@ -104,27 +89,11 @@ fn sse_subscribers_receive_every_message() {
 #[test]
 fn ws_subscribers_receive_every_message() {
     let srv = spawn_server();
-    let a = args(&[
-        "ws",
-        "--url",
-        &format!("ws://{}", srv.addr),
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--conns",
-        "40",
-        "--topics",
-        "3",
-        "--topics-per-conn",
-        "2",
-        "--publish-rate",
-        "150",
-        "--duration",
-        "2s",
-        "--drain",
-        "2s",
-        "--server-pid",
-        &std::process::id().to_string(),
-    ]);
+    let a = srv.cmd(
+        "ws --url ws://{addr} --publish-url http://{admin} --conns 40 --topics 3 \
+         --topics-per-conn 2 --publish-rate 150 --duration 2s --drain 2s --server-pid {pid}",
+        &[],
+    );
     let (r, _) = run_report(&a, "ws");
     assert_complete_delivery(&r, 40, 3);
     // two topics per connection: 40 × 2 subscriptions over 3 topics
@@ -140,27 +109,11 @@ fn ws_subscribers_receive_every_message() {
 #[test]
 fn worker_processes_merge_counts_and_histograms() {
     let srv = spawn_server();
-    let a = args(&[
-        "sse",
-        "--url",
-        &format!("http://{}", srv.addr),
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--conns",
-        "50",
-        "--topics",
-        "5",
-        "--publish-rate",
-        "100",
-        "--duration",
-        "2s",
-        "--drain",
-        "2s",
-        "--workers",
-        "2",
-        "--server-pid",
-        &std::process::id().to_string(),
-    ]);
+    let a = srv.cmd(
+        "sse --url http://{addr} --publish-url http://{admin} --conns 50 --topics 5 \
+         --publish-rate 100 --duration 2s --drain 2s --workers 2 --server-pid {pid}",
+        &[],
+    );
     let (r, _) = run_report(&a, "workers");
     assert_eq!(r["settings"]["worker_processes"], 2);
     assert_complete_delivery(&r, 50, 5);
@@ -173,21 +126,10 @@ fn worker_processes_merge_counts_and_histograms() {
 #[test]
 fn echo_round_trips_are_all_answered() {
     let srv = spawn_server();
-    let a = args(&[
-        "echo",
-        "--url",
-        &format!("ws://{}", srv.addr),
-        "--conns",
-        "20",
-        "--rate",
-        "200",
-        "--size",
-        "256",
-        "--duration",
-        "2s",
-        "--drain",
-        "2s",
-    ]);
+    let a = srv.cmd(
+        "echo --url ws://{addr} --conns 20 --rate 200 --size 256 --duration 2s --drain 2s",
+        &[],
+    );
     let (r, _) = run_report(&a, "echo");
     let e = &r["echo"];
     assert!(u(&e["sent"]) >= 300, "{e}");
@@ -198,20 +140,10 @@ fn echo_round_trips_are_all_answered() {
     assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
 
     // raw mode against a generic echo endpoint
-    let a = args(&[
-        "echo",
-        "--raw",
-        "--url",
-        &format!("ws://{}/echo", srv.addr),
-        "--conns",
-        "10",
-        "--rate",
-        "100",
-        "--duration",
-        "1s",
-        "--drain",
-        "2s",
-    ]);
+    let a = srv.cmd(
+        "echo --raw --url ws://{addr}/echo --conns 10 --rate 100 --duration 1s --drain 2s",
+        &[],
+    );
     let (r, _) = run_report(&a, "echo-raw");
     let e = &r["echo"];
     assert!(u(&e["sent"]) > 50, "{e}");
@@ -221,27 +153,11 @@ fn echo_round_trips_are_all_answered() {
 #[test]
 fn churn_keeps_the_cohort_complete() {
     let srv = spawn_server();
-    let a = args(&[
-        "churn",
-        "--url",
-        &format!("http://{}", srv.addr),
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--conns",
-        "20",
-        "--topics",
-        "2",
-        "--publish-rate",
-        "100",
-        "--churn-rate",
-        "20",
-        "--churn-hold",
-        "300ms",
-        "--duration",
-        "2s",
-        "--drain",
-        "2s",
-    ]);
+    let a = srv.cmd(
+        "churn --url http://{addr} --publish-url http://{admin} --conns 20 --topics 2 \
+         --publish-rate 100 --churn-rate 20 --churn-hold 300ms --duration 2s --drain 2s",
+        &[],
+    );
     let (r, _) = run_report(&a, "churn");
     assert_complete_delivery(&r, 20, 2);
     let c = &r["churn"];
@@ -254,19 +170,10 @@ fn churn_keeps_the_cohort_complete() {
 fn publish_reports_achieved_rate() {
     let srv = spawn_server();
     let html = temp_path("publish.html");
-    let a = args(&[
-        "publish",
-        "--url",
-        &format!("http://{}", srv.admin),
-        "--rate",
-        "200",
-        "--duration",
-        "2s",
-        "--topics",
-        "3",
-        "--html",
-        &html.display().to_string(),
-    ]);
+    let a = srv.cmd(
+        "publish --url http://{admin} --rate 200 --duration 2s --topics 3 --html",
+        &[&html],
+    );
     let (r, _) = run_report(&a, "publish");
     let p = &r["publish"];
     let ok = u(&p["ok"]);
@@ -287,21 +194,11 @@ fn publish_reports_achieved_rate() {
 fn html_report_has_inline_charts() {
     let srv = spawn_server();
     let html = temp_path("sse.html");
-    let a = args(&[
-        "ws",
-        "--url",
-        &format!("http://{}", srv.addr),
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--conns",
-        "5",
-        "--duration",
-        "1s",
-        "--drain",
-        "500ms",
-        "--html",
-        &html.display().to_string(),
-    ]);
+    let a = srv.cmd(
+        "ws --url http://{addr} --publish-url http://{admin} --conns 5 --duration 1s --drain \
+         500ms --html",
+        &[&html],
+    );
     let (r, _) = run_report(&a, "html");
     assert_eq!(r["verdict"]["ok"], true, "{}", r["verdict"]);
     let page = std::fs::read_to_string(&html).unwrap();
@@ -312,13 +209,7 @@ fn html_report_has_inline_charts() {
 
 #[test]
 fn refuses_non_loopback_targets() {
-    let out = run_loadgen(&args(&[
-        "sse",
-        "--url",
-        "http://10.1.2.3:8080",
-        "--duration",
-        "1s",
-    ]));
+    let out = run_loadgen(&cmd("sse --url http://10.1.2.3:8080 --duration 1s", &[]));
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("non-loopback"), "{err}");
@@ -327,15 +218,7 @@ fn refuses_non_loopback_targets() {
 #[test]
 fn floor_measures_cpu_per_write() {
     let path = temp_path("floor.json");
-    let out = run_loadgen(&args(&[
-        "floor",
-        "--conns",
-        "20",
-        "--duration",
-        "300ms",
-        "--json",
-        &path.display().to_string(),
-    ]));
+    let out = run_loadgen(&cmd("floor --conns 20 --duration 300ms --json", &[&path]));
     assert!(out.status.success());
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let _ = std::fs::remove_file(&path);
@@ -348,26 +231,11 @@ fn lost_and_duplicated_messages_are_reported() {
     // the server drops every 7th and duplicates every 5th message on SSE streams
     let srv = spawn_faulty_server(7, 5);
     let json = temp_path("faulty.json");
-    let a = args(&[
-        "sse",
-        "--url",
-        &format!("http://{}", srv.addr),
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--conns",
-        "10",
-        "--topics",
-        "2",
-        "--publish-rate",
-        "100",
-        "--duration",
-        "1s",
-        "--drain",
-        "500ms",
-        "--strict",
-        "--json",
-        &json.display().to_string(),
-    ]);
+    let a = srv.cmd(
+        "sse --url http://{addr} --publish-url http://{admin} --conns 10 --topics 2 \
+         --publish-rate 100 --duration 1s --drain 500ms --strict --json",
+        &[&json],
+    );
     let out = run_loadgen(&a);
     assert_eq!(
         out.status.code(),
@@ -394,20 +262,11 @@ fn lost_and_duplicated_messages_are_reported() {
 fn ws_raw_counts_any_frame() {
     let srv = spawn_server();
     // the echo endpoint sends the init frame back: one frame per connection
-    let a = args(&[
-        "ws",
-        "--raw",
-        "--url",
-        &format!("ws://{}/echo", srv.addr),
-        "--init-frame",
-        "hello",
-        "--conns",
-        "15",
-        "--duration",
-        "1s",
-        "--drain",
-        "200ms",
-    ]);
+    let a = srv.cmd(
+        "ws --raw --url ws://{addr}/echo --init-frame hello --conns 15 --duration 1s --drain \
+         200ms",
+        &[],
+    );
     let (r, _) = run_report(&a, "ws-raw");
     assert_eq!(u(&r["connections"]["connected"]), 15);
     let d = &r["delivery"];
@@ -422,43 +281,14 @@ fn hostile_counts_add_up_while_good_clients_receive() {
     let srv = spawn_server();
     // The stand-in gives every topic a 65,536-slot channel: the attacks naming thousands of
     // topics (refused by Herald) would only measure that.
-    let a = args(&[
-        "hostile",
-        "--url",
-        &format!("http://{}", srv.addr),
-        "--attacks",
-        "default,-ws_subscribe_10k,-too_many_topics",
-        "--conns",
-        "24",
-        "--good-conns",
-        "10",
-        "--topics",
-        "2",
-        "--publish-url",
-        &format!("http://{}", srv.admin),
-        "--publish-rate",
-        "50",
-        "--duration",
-        "2s",
-        "--drain",
-        "500ms",
-        "--attack-timeout",
-        "1s",
-        "--slowloris-every",
-        "100ms",
-        "--slowloris-max",
-        "1s",
-        "--ping-flood",
-        "200",
-        "--huge-bytes",
-        "262144",
-        "--warmup",
-        "0s",
-        "--health-url",
-        &format!("http://{}/healthz", srv.admin),
-        "--server-pid",
-        &std::process::id().to_string(),
-    ]);
+    let a = srv.cmd(
+        "hostile --url http://{addr} --attacks default,-ws_subscribe_10k,-too_many_topics --conns \
+         24 --good-conns 10 --topics 2 --publish-url http://{admin} --publish-rate 50 --duration \
+         2s --drain 500ms --attack-timeout 1s --slowloris-every 100ms --slowloris-max 1s \
+         --ping-flood 200 --huge-bytes 262144 --warmup 0s --health-url http://{admin}/healthz \
+         --server-pid {pid}",
+        &[],
+    );
     let started = std::time::Instant::now();
     let (r, out) = run_report(&a, "hostile");
     assert!(

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -297,7 +297,8 @@ pub fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("herald-loadgen-test-{}-{name}", std::process::id()))
 }
 
-/// Runs the loadgen binary with `args`, bounded in time.
+/// Runs the loadgen binary with `args`, bounded in time. Its output is read while it runs, so
+/// that a full pipe never blocks it.
 pub fn run_loadgen(args: &[String]) -> Output {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herald-loadgen"))
         .args(args)
@@ -305,18 +306,31 @@ pub fn run_loadgen(args: &[String]) -> Output {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start herald-loadgen");
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = pipe.read_to_end(&mut all);
+            all
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             panic!("herald-loadgen did not finish in 90 s");
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
     }
-    child.wait_with_output().unwrap()
 }
 
 /// Runs the loadgen and parses its JSON report.
@@ -342,4 +356,24 @@ pub fn run_report(args: &[String], name: &str) -> (Value, Output) {
 /// Strings from &str.
 pub fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A command line: `line` split at white space, then `paths` as they are.
+pub fn cmd(line: &str, paths: &[&Path]) -> Vec<String> {
+    line.split_whitespace()
+        .map(str::to_owned)
+        .chain(paths.iter().map(|p| p.display().to_string()))
+        .collect()
+}
+
+impl TestServer {
+    /// [`cmd`] with `{addr}`, `{admin}` (this server's addresses) and `{pid}` (this process)
+    /// filled in.
+    pub fn cmd(&self, line: &str, paths: &[&Path]) -> Vec<String> {
+        let line = line
+            .replace("{addr}", &self.addr.to_string())
+            .replace("{admin}", &self.admin.to_string())
+            .replace("{pid}", &std::process::id().to_string());
+        cmd(&line, paths)
+    }
 }
