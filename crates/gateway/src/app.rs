@@ -14,57 +14,62 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api;
-use crate::bridge::Bridge;
+use crate::bridge::Logs;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::transport;
 
-/// Shared state of one gateway; cloning is a reference-count bump.
+/// Shared state of one gateway, built once and complete; cloning is a reference-count bump.
 #[derive(Clone, Debug)]
 pub struct AppState(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
     config: Config,
-    registry: Registry,
+    registry: Arc<Registry>,
     shutdown: CancellationToken,
     drain: crate::shutdown::Drain,
     tracker: TaskTracker,
     ready: AtomicBool,
     metrics: PrometheusHandle,
-    bridge: Option<Arc<dyn Bridge>>,
-    bridges: Vec<Arc<dyn Bridge>>,
-    upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
-    observers: Arc<Vec<Arc<dyn crate::bridge::ConnectionObserver>>>,
-    presence: Option<Arc<crate::bridge::presence::Presence>>,
+    logs: Arc<Logs>,
+    cluster: Cluster,
     auth: crate::auth::Auth,
     publish_limits: crate::limits::PublishLimits,
     topic_quota: Arc<crate::limits::TopicQuota>,
-    connection_ids: std::sync::atomic::AtomicU64,
 }
 
 impl AppState {
-    /// State for a gateway with `config`, stopping on `shutdown`; connection tasks are
-    /// tracked by `tracker`.
+    /// State for a lone gateway (no log, no cluster observer) with `config`, stopping on
+    /// `shutdown`; connection tasks are tracked by `tracker`.
     pub fn new(
         config: Config,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
     ) -> Self {
-        Self::with_bridge(config, shutdown, tracker, metrics, Vec::new())
+        Self::clustered(
+            config,
+            shutdown,
+            tracker,
+            metrics,
+            Arc::new(Logs::none()),
+            Cluster::alone(),
+        )
     }
 
-    /// Like [`Self::new`], with cluster bridges: publishes go through the first, and every
-    /// one must be connected for the node to be ready.
-    pub fn with_bridge(
+    /// Like [`Self::new`], in a cluster: `logs` carry and position every publish (each topic
+    /// through the one log that feeds it), and must all be connected for the node to be ready;
+    /// `cluster` observes the client connections.
+    pub fn clustered(
         config: Config,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
-        bridges: Vec<Arc<dyn Bridge>>,
+        logs: Arc<Logs>,
+        cluster: Cluster,
     ) -> Self {
-        let bridge = bridges.first().cloned();
         // Validated before anything binds (Config::validate); an unreadable key file here
         // means it changed since, and no access rule is better than a wrong one.
         let auth = crate::auth::Auth::from_config(&config.auth).unwrap_or_else(|e| {
@@ -75,7 +80,7 @@ impl AppState {
             })
             .expect("empty auth config")
         });
-        let registry = Registry::new(config.registry());
+        let registry = Arc::new(Registry::new(config.registry()));
         let publish_limits = crate::limits::PublishLimits::new(
             crate::limits::Rate::new(
                 config.limits.publish_rate_per_key,
@@ -92,15 +97,11 @@ impl AppState {
             tracker,
             ready: AtomicBool::new(true),
             metrics,
-            bridge,
-            bridges,
-            upstream: None,
-            observers: Arc::new(Vec::new()),
-            presence: None,
+            logs,
+            cluster,
             auth,
             publish_limits,
             topic_quota,
-            connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -110,7 +111,7 @@ impl AppState {
     }
 
     /// The topic registry.
-    pub fn registry(&self) -> &Registry {
+    pub fn registry(&self) -> &Arc<Registry> {
         &self.0.registry
     }
 
@@ -140,47 +141,21 @@ impl AppState {
         &self.0.tracker
     }
 
-    /// Whether `/readyz` answers 200: serving, not draining, and every bridge connected.
+    /// Whether `/readyz` answers 200: serving, not draining, and every log followed.
     pub fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::Relaxed)
             && !self.0.shutdown.is_cancelled()
-            && self.0.bridges.iter().all(|b| b.is_ready())
+            && self.0.logs.is_ready()
     }
 
-    /// Each bridge that is not ready, with why.
-    pub fn bridges_not_ready(&self) -> Vec<(&'static str, String)> {
-        self.0
-            .bridges
-            .iter()
-            .filter(|b| !b.is_ready())
-            .map(|b| {
-                let why = b.not_ready_reason();
-                (b.name(), why.unwrap_or_else(|| "not connected".into()))
-            })
-            .collect()
+    /// The logs that carry messages between nodes, and which topics each feeds.
+    pub fn logs(&self) -> &Arc<Logs> {
+        &self.0.logs
     }
 
-    /// Sends client events to `upstream` (set once, before serving).
-    pub fn with_upstream(
-        mut self,
-        upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
-    ) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            if let Some(u) = &upstream {
-                Arc::make_mut(&mut inner.observers).push(u.clone());
-            }
-            inner.upstream = upstream;
-        }
-        self
-    }
-
-    /// Keeps the cluster's connection registry and presence in Redis (set before serving).
-    pub fn with_presence(mut self, presence: Arc<crate::bridge::presence::Presence>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            Arc::make_mut(&mut inner.observers).push(presence.clone());
-            inner.presence = Some(presence);
-        }
-        self
+    /// This node's connection observers (presence, upstream events).
+    pub fn cluster(&self) -> &Cluster {
+        &self.0.cluster
     }
 
     /// The access rules.
@@ -189,65 +164,48 @@ impl AppState {
     }
 
     /// The cluster presence, when Redis is configured.
-    pub fn presence(&self) -> Option<&Arc<crate::bridge::presence::Presence>> {
-        self.0.presence.as_ref()
-    }
-
-    /// Tells `observer` about every client connection (set before serving).
-    pub fn with_observer(mut self, observer: Arc<dyn crate::bridge::ConnectionObserver>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            Arc::make_mut(&mut inner.observers).push(observer);
-        }
-        self
+    pub fn presence(&self) -> Option<&Arc<crate::cluster::presence::Presence>> {
+        self.0.cluster.presence()
     }
 
     /// The upstream event producer, if configured.
-    pub fn upstream(&self) -> Option<&Arc<crate::bridge::upstream::Upstream>> {
-        self.0.upstream.as_ref()
+    pub fn upstream(&self) -> Option<&Arc<crate::cluster::upstream::Upstream>> {
+        self.0.cluster.upstream()
     }
 
-    /// Counts a new client connection of `transport` (and reports it upstream when
-    /// configured, with an id unique in the cluster: `<node_id>-<n>`).
+    /// Opens a client connection of `transport` for `user` (counted, and reported to the
+    /// cluster's observers with an id unique in the cluster).
     pub fn open_connection(
         &self,
         transport: crate::telemetry::metrics::Transport,
         user: Option<&str>,
-    ) -> crate::telemetry::metrics::ConnectionGuard {
-        let mut guard = crate::telemetry::metrics::transport(transport).open();
-        if !self.0.observers.is_empty() {
-            let n = self.0.connection_ids.fetch_add(1, Ordering::Relaxed);
-            let id = format!("{}-{n}", self.0.config.cluster.node_id);
-            guard.observe(id, user, self.0.observers.clone());
-        }
-        guard
+    ) -> crate::cluster::Connection {
+        self.0.cluster.open(transport, user)
     }
 
-    /// The cluster bridges, the publishing one first.
-    pub fn bridges(&self) -> &[Arc<dyn Bridge>] {
-        &self.0.bridges
-    }
-
-    /// Publishes: through the bridge when there is one (the message then reaches this node's
-    /// subscribers through the shared log, like every other node's), else locally.
+    /// Publishes: through the log that feeds the topic when the node is in a cluster (the
+    /// message then reaches this node's subscribers through the log, like every other
+    /// node's), else locally.
     pub async fn publish(
         &self,
         topic: &herald_core::TopicName,
         event: Option<herald_core::EventName>,
         data: herald_core::Payload,
     ) -> Result<herald_core::Cursor, ApiError> {
-        match &self.0.bridge {
-            Some(bridge) => bridge
-                .publish(topic, event.as_ref(), &data)
-                .await
-                .map_err(|e| {
-                    ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "bridge_unavailable",
-                        e.to_string(),
-                    )
-                }),
-            None => Ok(self.registry().publish(topic, event, data)?.cursor()),
+        if self.0.logs.is_empty() {
+            return Ok(self.registry().publish(topic, event, data)?.cursor());
         }
+        self.0
+            .logs
+            .publish(topic, event.as_ref(), &data)
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "bridge_unavailable",
+                    e.to_string(),
+                )
+            })
     }
 
     /// Sets readiness.

@@ -147,9 +147,16 @@ pub struct ClusterConfig {
     /// Kafka bootstrap servers (`host:port,host:port`): enables the Kafka bridge, which
     /// delivers the records of `kafka_topics` to subscribers on every node.
     pub kafka_brokers: Option<String>,
-    /// Kafka topics to consume (every partition, on every node). Without Redis, publishes
-    /// through the HTTP API are produced to the first one.
+    /// Kafka topics to consume (every partition, on every node). Publishes through the HTTP
+    /// API to a topic Kafka feeds are produced to the first one.
     pub kafka_topics: Vec<String>,
+    /// With both Redis and Kafka configured, the Herald topics Kafka feeds, by name prefix
+    /// (`""` for all); Redis feeds every other topic. Each topic is fed by exactly one log:
+    /// publishes go to it, and a record for the topic read from the other log is refused
+    /// (`herald_bridge_messages_total{direction="refused"}` and a log line). Required (not
+    /// empty) when both are configured; unused otherwise, since one log feeds every topic.
+    /// Default: none.
+    pub kafka_feeds: Vec<String>,
     /// Each node commits its consumed position under the group `<prefix>-<node_id>`.
     pub kafka_group_prefix: String,
     /// Kafka topic that client events are produced to (connects, disconnects, WebSocket
@@ -193,6 +200,7 @@ impl Default for ClusterConfig {
             presence_interval: Duration::from_secs(2),
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],
+            kafka_feeds: Vec::new(),
             kafka_group_prefix: "herald".into(),
             kafka_upstream_topic: None,
             kafka_properties: std::collections::BTreeMap::new(),
@@ -629,6 +637,11 @@ impl Config {
                 "cluster.kafka_topics entries must be 1 to 249 characters"
             );
         }
+        ensure!(
+            c.redis_url.is_none() || c.kafka_brokers.is_none() || !c.kafka_feeds.is_empty(),
+            "with both cluster.redis_url and cluster.kafka_brokers, cluster.kafka_feeds must name \
+             the topic prefixes Kafka feeds (\"\" for all); Redis feeds the rest"
+        );
         if c.redis_url.is_some() {
             crate::bridge::redis_conn::RedisTarget::from_config(c)?;
         } else if c.redis_ca_file.is_some() || c.redis_cert_file.is_some() {
@@ -734,6 +747,15 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub kafka_topics: Option<Vec<String>>,
+    /// With Redis and Kafka both configured, the Herald topic prefixes Kafka feeds,
+    /// comma-separated ("" for all); Redis feeds the rest [default: none].
+    #[arg(
+        long,
+        env = "HERALD_KAFKA_FEEDS",
+        value_name = "PREFIXES",
+        value_delimiter = ','
+    )]
+    pub kafka_feeds: Option<Vec<String>>,
     /// This node's id in the cluster [default: random].
     #[arg(long, env = "HERALD_NODE_ID", value_name = "ID")]
     pub node_id: Option<String>,
@@ -850,6 +872,9 @@ impl Cli {
         }
         if let Some(v) = &self.kafka_topics {
             config.cluster.kafka_topics = v.clone();
+        }
+        if let Some(v) = &self.kafka_feeds {
+            config.cluster.kafka_feeds = v.clone();
         }
         config
             .cluster

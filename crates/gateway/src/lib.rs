@@ -9,6 +9,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bridge;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod health;
@@ -46,55 +47,15 @@ pub async fn run(
     config.validate()?;
     let metrics = telemetry::metrics::install();
     let tracker = TaskTracker::new();
-    let redis = match &config.cluster.redis_url {
-        Some(_) => Some(bridge::redis::RedisBridge::new(&config.cluster).await?),
-        None => None,
-    };
-    let kafka = match &config.cluster.kafka_brokers {
-        Some(brokers) => Some(bridge::kafka::KafkaBridge::new(&config.cluster, brokers)?),
-        None => None,
-    };
-    // Redis carries node-to-node fan-out of this node's publishes when configured; Kafka
-    // otherwise.
-    let mut bridges: Vec<Arc<dyn bridge::Bridge>> = Vec::new();
-    if let Some(b) = &redis {
-        bridges.push(b.clone());
-    }
-    if let Some(b) = &kafka {
-        bridges.push(b.clone());
-    }
-    let state = AppState::with_bridge(
+    let (logs, cluster) = cluster_parts(&config)?;
+    let state = AppState::clustered(
         config.clone(),
         shutdown.clone(),
         tracker.clone(),
         metrics.clone(),
-        bridges,
-    )
-    .with_upstream(
-        match (
-            &config.cluster.kafka_brokers,
-            &config.cluster.kafka_upstream_topic,
-        ) {
-            (Some(brokers), Some(topic)) => Some(Arc::new(bridge::upstream::Upstream::new(
-                brokers,
-                topic,
-                &config.cluster.node_id,
-                &config.cluster.kafka_properties,
-            )?)),
-            _ => None,
-        },
+        logs,
+        cluster,
     );
-    let presence = match &redis {
-        Some(b) => Some(bridge::presence::Presence::new(
-            &config.cluster,
-            b.target(),
-        )?),
-        None => None,
-    };
-    let state = match &presence {
-        Some(p) => state.with_presence(p.clone()),
-        None => state,
-    };
     let admin_stop = CancellationToken::new();
     let admin_tracker = TaskTracker::new();
     let public_addr = public.local_addr().ok();
@@ -160,16 +121,12 @@ pub async fn run(
         metrics,
         [per_address, admin_per_address],
     ));
-    // Bridges stop last, after the connections have drained.
-    let mut bridge_tasks = Vec::new();
-    if let Some(b) = redis {
-        bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
-    }
-    if let Some(b) = kafka {
-        bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
-    }
-    if let Some(p) = presence {
-        bridge_tasks.push(tokio::spawn(p.run(state.clone(), admin_stop.clone())));
+    // The logs and presence stop last, after the connections have drained.
+    let mut bridge_tasks = state.logs().spawn(state.registry(), &admin_stop);
+    if let Some(p) = state.presence() {
+        bridge_tasks.push(tokio::spawn(
+            p.clone().run(state.registry().clone(), admin_stop.clone()),
+        ));
     }
     tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
     if config.dev {
@@ -203,6 +160,44 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The node's logs (Redis, Kafka; which topics each feeds) and its connection observers
+/// (Redis presence, Kafka upstream events), as configured.
+fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster::Cluster)> {
+    let c = &config.cluster;
+    let history = config.topics.history_ttl;
+    let redis = match &c.redis_url {
+        Some(_) => Some(bridge::redis::RedisBridge::new(c, history)?),
+        None => None,
+    };
+    let mut logs = bridge::Logs::none();
+    if let Some(b) = &redis {
+        logs = logs.with(b.clone(), bridge::Feeds::Rest);
+    }
+    if let Some(brokers) = &c.kafka_brokers {
+        // Alone, Kafka feeds every topic; beside Redis, the prefixes configured for it.
+        let feeds = match redis {
+            Some(_) => bridge::Feeds::Prefixes(c.kafka_feeds.clone()),
+            None => bridge::Feeds::Rest,
+        };
+        logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, feeds);
+    }
+    let presence = match &redis {
+        Some(b) => Some(cluster::presence::Presence::new(c, b.target())?),
+        None => None,
+    };
+    let upstream = match (&c.kafka_brokers, &c.kafka_upstream_topic) {
+        (Some(brokers), Some(topic)) => Some(Arc::new(cluster::upstream::Upstream::new(
+            brokers,
+            topic,
+            &c.node_id,
+            &c.kafka_properties,
+        )?)),
+        _ => None,
+    };
+    let cluster = cluster::Cluster::new(&c.node_id, presence, upstream, Vec::new());
+    Ok((Arc::new(logs), cluster))
 }
 
 /// Reads the TLS certificate and key again on every `SIGHUP` (certificate rotation without a

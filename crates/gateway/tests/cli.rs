@@ -268,6 +268,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
         )
         .env("HERALD_REDIS_MODE", "cluster")
         .env("HERALD_KAFKA_BROKERS", "127.0.0.1:9093")
+        .env("HERALD_KAFKA_FEEDS", "svc.,prices")
         .env("HERALD_KAFKA_PROPERTIES_SASL_USERNAME", "app")
         .env("HERALD_KAFKA_PROPERTIES_SASL_PASSWORD", "s3cret-pw")
         .output()
@@ -284,6 +285,10 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
         "{text}"
     );
     assert!(text.contains("redis_mode = \"cluster\""), "{text}");
+    assert!(
+        text.contains("kafka_feeds = [\"svc.\", \"prices\"]"),
+        "{text}"
+    );
     assert!(
         text.contains("\"sasl.password\" = \"<redacted>\""),
         "{text}"

@@ -32,8 +32,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::kafka_props::{self, KafkaContext};
-use super::{BoxFuture, Bridge, BridgeError};
-use crate::app::AppState;
+use super::{BoxFuture, Bridge, BridgeError, Ingest};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -46,6 +45,8 @@ pub struct KafkaBridge {
     group: String,
     node_id: String,
     properties: std::collections::BTreeMap<String, String>,
+    /// How far back a node with no committed position starts (`topics.history_ttl`).
+    history: Duration,
     producer: FutureProducer<KafkaContext>,
     /// The consumer's librdkafka errors (a refused login, an untrusted certificate).
     context: KafkaContext,
@@ -79,8 +80,13 @@ pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
 }
 
 impl KafkaBridge {
-    /// Creates the producer (connections are made lazily by librdkafka).
-    pub fn new(config: &ClusterConfig, brokers: &str) -> anyhow::Result<Arc<Self>> {
+    /// Creates the producer (connections are made lazily by librdkafka); a node with no
+    /// committed position starts `history` back.
+    pub fn new(
+        config: &ClusterConfig,
+        brokers: &str,
+        history: Duration,
+    ) -> anyhow::Result<Arc<Self>> {
         let producer: FutureProducer<KafkaContext> = kafka_props::client_config(
             brokers,
             &[("message.timeout.ms", "5000")],
@@ -95,6 +101,7 @@ impl KafkaBridge {
             group: format!("{}-{}", config.kafka_group_prefix, config.node_id),
             node_id: config.node_id.clone(),
             properties: config.kafka_properties.clone(),
+            history,
             producer,
             context: KafkaContext::new("kafka_consumer"),
             last_error: parking_lot::Mutex::new(None),
@@ -103,40 +110,12 @@ impl KafkaBridge {
         }))
     }
 
-    /// Consumes every partition of the configured topics until `stop`, restarting with
-    /// backoff after errors.
-    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let result = tokio::select! {
-                _ = stop.cancelled() => break,
-                result = self.consume(&state) => result,
-            };
-            self.set_ready(false);
-            if let Err(e) = result {
-                let e = match self.context.last_error() {
-                    Some(cause) => format!("{e:#} ({cause})"),
-                    None => format!("{e:#}"),
-                };
-                tracing::warn!(error = %e, retry_in = ?backoff, "kafka bridge restarting");
-                *self.last_error.lock() = Some(e);
-            }
-            metrics::bridge_reconnect(NAME);
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-        self.set_ready(false);
-    }
-
     fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
         metrics::bridge_up(NAME, ready);
     }
 
-    async fn consume(&self, state: &AppState) -> anyhow::Result<()> {
+    async fn consume(&self, ingest: &Ingest) -> anyhow::Result<()> {
         let consumer: StreamConsumer<KafkaContext> = kafka_props::client_config(
             &self.brokers,
             &[
@@ -153,7 +132,7 @@ impl KafkaBridge {
         )
         .create_with_context(self.context.clone())?;
         let consumer = Arc::new(consumer);
-        let history_ms = state.config().topics.history_ttl.as_millis() as i64;
+        let history_ms = self.history.as_millis() as i64;
         let (topics, c) = (self.topics.clone(), consumer.clone());
         let assignment =
             tokio::task::spawn_blocking(move || assignment(&c, &topics, history_ms)).await??;
@@ -211,7 +190,7 @@ impl KafkaBridge {
             loop {
                 match consumer.recv().await {
                     Ok(message) => {
-                        self.ingest(state, &message);
+                        self.ingest(ingest, &message);
                         consumer.store_offset_from_message(&message)?;
                         if !behind.is_empty() {
                             let key = (message.topic().to_string(), message.partition());
@@ -241,7 +220,7 @@ impl KafkaBridge {
         }
     }
 
-    fn ingest(&self, state: &AppState, message: &rdkafka::message::BorrowedMessage<'_>) {
+    fn ingest(&self, ingest: &Ingest, message: &rdkafka::message::BorrowedMessage<'_>) {
         let mut topic: Option<&[u8]> = message.key();
         let mut event: Option<&[u8]> = None;
         if let Some(headers) = message.headers() {
@@ -286,7 +265,7 @@ impl KafkaBridge {
             .timestamp()
             .to_millis()
             .map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
-        super::deliver(state, NAME, topic, position, event, payload, age_ms);
+        ingest.deliver(topic, position, event, payload, age_ms);
     }
 }
 
@@ -382,6 +361,33 @@ impl Bridge for KafkaBridge {
                 partition_epoch(&self.topics[0], delivery.partition),
                 delivery.offset as u64 + 1,
             ))
+        })
+    }
+
+    /// Consumes every partition of the configured topics until `stop`, restarting with
+    /// backoff after errors.
+    fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            super::follow(
+                NAME,
+                &stop,
+                Duration::from_millis(200),
+                || async {
+                    self.consume(&ingest)
+                        .await
+                        .map_err(|e| match self.context.last_error() {
+                            Some(cause) => format!("{e:#} ({cause})"),
+                            None => format!("{e:#}"),
+                        })
+                },
+                |error| {
+                    self.set_ready(false);
+                    if let Some(e) = error {
+                        *self.last_error.lock() = Some(e);
+                    }
+                },
+            )
+            .await;
         })
     }
 

@@ -4,7 +4,7 @@
 //! Per-delivery handles are resolved once per process and transport ([`transport`]), so the
 //! hot path touches no registry and each connection holds no handle of its own.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{
@@ -12,8 +12,6 @@ use metrics::{
     gauge, histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::bridge::ConnectionObserver;
 
 /// Open client connections (gauge), by `transport`.
 pub const CONNECTIONS: &str = "herald_connections";
@@ -198,7 +196,6 @@ impl TransportMetrics {
         ConnectionGuard {
             metrics: self,
             reason: CloseReason::Client,
-            observed: None,
         }
     }
 }
@@ -223,7 +220,8 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
-    fn as_str(self) -> &'static str {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Client => "client",
             Self::Shutdown => "shutdown",
@@ -241,8 +239,6 @@ impl CloseReason {
 pub struct ConnectionGuard {
     metrics: &'static TransportMetrics,
     reason: CloseReason,
-    /// The connection's id and who is told about its life (boxed: none on a lone node).
-    observed: Option<Box<Observed>>,
 }
 
 impl ConnectionGuard {
@@ -251,38 +247,19 @@ impl ConnectionGuard {
         self.reason = reason;
     }
 
-    /// Tells `observers` that connection `id` opened now, and later that it closed.
-    pub fn observe(
-        &mut self,
-        id: String,
-        user: Option<&str>,
-        observers: Arc<Vec<Arc<dyn ConnectionObserver>>>,
-    ) {
-        for o in observers.iter() {
-            o.opened(&id, self.metrics.transport.as_str(), user);
-        }
-        self.observed = Some(Box::new(Observed { id, observers }));
+    /// The reason it will be counted closed for.
+    pub fn reason(&self) -> CloseReason {
+        self.reason
     }
 
-    /// The connection's id, when it has one.
-    pub fn id(&self) -> Option<&str> {
-        self.observed.as_ref().map(|o| o.id.as_str())
+    /// The connection's transport.
+    pub fn transport(&self) -> Transport {
+        self.metrics.transport
     }
-}
-
-#[derive(Debug)]
-struct Observed {
-    id: String,
-    observers: Arc<Vec<Arc<dyn ConnectionObserver>>>,
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        if let Some(o) = &self.observed {
-            for observer in o.observers.iter() {
-                observer.closed(&o.id, self.metrics.transport.as_str(), self.reason.as_str());
-            }
-        }
         self.metrics.connections.decrement(1.0);
         counter!(CONNECTIONS_CLOSED, "transport" => self.metrics.transport.as_str(), "reason" => self.reason.as_str())
             .increment(1);

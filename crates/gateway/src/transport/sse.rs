@@ -32,7 +32,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::server::tls::{ClientStream, PeerInput};
 use crate::shutdown::DrainWait;
-use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
+use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
@@ -354,7 +354,7 @@ pub struct SseStream {
     /// `auth.cors_credentials`: a cross-origin page may send cookies.
     credentials: bool,
     metrics: &'static TransportMetrics,
-    guard: ConnectionGuard,
+    guard: crate::cluster::Connection,
     heartbeat: Duration,
     /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
     /// the timer wheel's lock on every delivery): when it fires early it is moved to

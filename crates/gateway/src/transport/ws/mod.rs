@@ -38,7 +38,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
 use crate::server::tls::ClientStream;
-use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
+use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
 /// WebSocket close codes used by Herald.
 pub mod close_code {
@@ -235,7 +235,7 @@ struct Connection {
     socket: Socket,
     feed: Feed,
     metrics: &'static TransportMetrics,
-    guard: ConnectionGuard,
+    guard: crate::cluster::Connection,
     who: crate::auth::Identity,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,

@@ -24,9 +24,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use herald_core::Registry;
+
 use super::ConnectionObserver;
-use super::redis_conn::{RedisTarget, SharedConn};
-use crate::app::AppState;
+use crate::bridge::redis_conn::{RedisTarget, SharedConn};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -114,8 +115,8 @@ impl Presence {
         format!("{}:node:{node}:presence", self.prefix)
     }
 
-    /// Flushes changes every interval until `stop`.
-    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
+    /// Flushes changes, and `registry`'s subscriber counts, every interval until `stop`.
+    pub async fn run(self: Arc<Self>, registry: Arc<Registry>, stop: CancellationToken) {
         let Some(mut rx) = self.rx.lock().take() else {
             return;
         };
@@ -169,8 +170,7 @@ impl Presence {
             if self.lost.swap(false, std::sync::atomic::Ordering::Relaxed) {
                 rewrite = true;
             }
-            let now: HashMap<String, usize> = state
-                .registry()
+            let now: HashMap<String, usize> = registry
                 .stats(usize::MAX)
                 .into_iter()
                 .filter(|s| s.subscribers > 0)

@@ -19,7 +19,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::ConnectionObserver;
-use super::kafka_props::{self, KafkaContext};
+use crate::bridge::kafka_props::{self, KafkaContext};
 use crate::telemetry::metrics;
 
 const NAME: &str = "kafka_upstream";
