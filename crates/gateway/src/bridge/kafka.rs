@@ -221,21 +221,11 @@ impl KafkaBridge {
     }
 
     fn ingest(&self, ingest: &Ingest, message: &rdkafka::message::BorrowedMessage<'_>) {
-        let mut topic: Option<&[u8]> = message.key();
-        let mut event: Option<&[u8]> = None;
-        if let Some(headers) = message.headers() {
-            for header in headers.iter() {
-                match header.key {
-                    "herald-topic" => topic = header.value,
-                    "herald-event" => event = header.value,
-                    _ => {}
-                }
-            }
-        }
-        let Some(topic) = topic
-            .and_then(|t| std::str::from_utf8(t).ok())
-            .and_then(|t| TopicName::new(t).ok())
-        else {
+        let headers = message
+            .headers()
+            .into_iter()
+            .flat_map(|h| h.iter().map(|h| (h.key, h.value)));
+        let Some((topic, event)) = route(message.key(), headers) else {
             tracing::warn!(
                 partition = message.partition(),
                 offset = message.offset(),
@@ -243,9 +233,6 @@ impl KafkaBridge {
             );
             return;
         };
-        let event = event
-            .and_then(|e| std::str::from_utf8(e).ok())
-            .and_then(|e| EventName::new(e).ok());
         let Some(payload) = message.payload().and_then(|p| Payload::from_json(p).ok()) else {
             tracing::warn!(
                 partition = message.partition(),
@@ -267,6 +254,28 @@ impl KafkaBridge {
             .map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
         ingest.deliver(topic, position, event, payload, age_ms);
     }
+}
+
+/// The Herald topic and event of a record, from its headers (`herald-topic`, `herald-event`;
+/// the last of each wins) and, without a `herald-topic`, its key; never from the value. `None`
+/// when neither names a valid topic. An invalid event name is dropped, not the record.
+fn route<'a>(
+    key: Option<&'a [u8]>,
+    headers: impl Iterator<Item = (&'a str, Option<&'a [u8]>)>,
+) -> Option<(TopicName, Option<EventName>)> {
+    let (mut topic, mut event) = (key, None);
+    for (name, value) in headers {
+        match name {
+            "herald-topic" => topic = value,
+            "herald-event" => event = value,
+            _ => {}
+        }
+    }
+    let topic = TopicName::new(std::str::from_utf8(topic?).ok()?).ok()?;
+    let event = event
+        .and_then(|e| std::str::from_utf8(e).ok())
+        .and_then(|e| EventName::new(e).ok());
+    Some((topic, event))
 }
 
 /// Every partition of `topics`, each from its committed offset, or from `history_ms` ago
@@ -411,5 +420,55 @@ impl Bridge for KafkaBridge {
             return Some("catching up with the log".into());
         }
         Some("connecting to the brokers".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routed(key: Option<&str>, headers: &[(&str, &str)]) -> Option<(String, Option<String>)> {
+        route(
+            key.map(str::as_bytes),
+            headers.iter().map(|(k, v)| (*k, Some(v.as_bytes()))),
+        )
+        .map(|(t, e)| (t.to_string(), e.map(|e| e.as_str().to_string())))
+    }
+
+    #[test]
+    fn records_are_routed_by_header_then_key_never_the_value() {
+        let t = |t: &str, e: Option<&str>| Some((t.to_string(), e.map(str::to_string)));
+        assert_eq!(routed(Some("orders"), &[]), t("orders", None));
+        assert_eq!(
+            routed(
+                Some("key"),
+                &[
+                    ("herald-topic", "orders"),
+                    ("trace-id", "x"),
+                    ("herald-event", "created")
+                ]
+            ),
+            t("orders", Some("created"))
+        );
+        assert_eq!(
+            routed(None, &[("herald-topic", "a"), ("herald-topic", "b")]),
+            t("b", None)
+        );
+        assert_eq!(
+            routed(Some("orders"), &[("herald-event", "bad event")]),
+            t("orders", None)
+        );
+        assert_eq!(routed(None, &[]), None);
+        assert_eq!(routed(Some("no spaces allowed"), &[]), None);
+        assert_eq!(routed(Some("ok"), &[("herald-topic", "not valid")]), None);
+        assert_eq!(route(Some(&[0xff, 0xfe][..]), std::iter::empty()), None);
+    }
+
+    #[test]
+    fn a_partition_s_epoch_is_stable_and_its_own() {
+        assert_eq!(partition_epoch("herald", 0), partition_epoch("herald", 0));
+        assert_ne!(partition_epoch("herald", 0), partition_epoch("herald", 1));
+        assert_ne!(partition_epoch("herald", 0), partition_epoch("other", 0));
+        assert_eq!(partition_epoch("herald", 3) & 1, 1, "an epoch is never 0");
     }
 }

@@ -17,7 +17,7 @@
 //! Redis outage the node rewrites everything it holds. On a Redis Cluster the prefix is a hash
 //! tag (`{<prefix>}`), so these keys share a slot and a flush stays one pipeline.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -120,14 +120,7 @@ impl Presence {
         let Some(mut rx) = self.rx.lock().take() else {
             return;
         };
-        let mut conns: HashMap<String, String> = HashMap::new();
-        let mut added: Vec<String> = Vec::new();
-        let mut removed: Vec<String> = Vec::new();
-        let mut presence: HashMap<String, usize> = HashMap::new();
-        let mut users: HashMap<String, std::collections::BTreeSet<String>> = HashMap::new();
-        let mut conn_user: HashMap<String, String> = HashMap::new();
-        let mut changed_users: std::collections::HashSet<String> = std::collections::HashSet::new();
-        let mut rewrite = true;
+        let mut held = Held::default();
         let mut tick = tokio::time::interval(self.interval);
         loop {
             tokio::select! {
@@ -135,105 +128,27 @@ impl Presence {
                 _ = tick.tick() => {}
             }
             while let Ok(change) = rx.try_recv() {
-                match change {
-                    Change::Opened {
-                        id,
-                        transport,
-                        user,
-                    } => {
-                        let mut entry =
-                            serde_json::json!({ "transport": transport, "since": now_ms() });
-                        if let Some(user) = &user {
-                            entry["user"] = user.as_str().into();
-                            users.entry(user.clone()).or_default().insert(id.clone());
-                            conn_user.insert(id.clone(), user.clone());
-                            changed_users.insert(user.clone());
-                        }
-                        conns.insert(id.clone(), entry.to_string());
-                        added.push(id);
-                    }
-                    Change::Closed { id } => {
-                        conns.remove(&id);
-                        if let Some(user) = conn_user.remove(&id) {
-                            if let Some(ids) = users.get_mut(&user) {
-                                ids.remove(&id);
-                                if ids.is_empty() {
-                                    users.remove(&user);
-                                }
-                            }
-                            changed_users.insert(user);
-                        }
-                        removed.push(id);
-                    }
-                }
+                held.apply(change, now_ms());
             }
             if self.lost.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                rewrite = true;
+                held.rewrite = true;
             }
-            let now: HashMap<String, usize> = registry
+            let subscribers: HashMap<String, usize> = registry
                 .stats(usize::MAX)
                 .into_iter()
                 .filter(|s| s.subscribers > 0)
                 .map(|s| (s.name.to_string(), s.subscribers))
                 .collect();
+            let writes = held.writes(&subscribers);
             let mut pipe = redis::pipe();
-            let (ck, pk) = (
+            let (ck, pk, uk) = (
                 self.conns_key(&self.node_id),
                 self.presence_key(&self.node_id),
+                self.users_key(&self.node_id),
             );
-            let uk = self.users_key(&self.node_id);
-            let joined = |ids: &std::collections::BTreeSet<String>| {
-                ids.iter().map(String::as_str).collect::<Vec<_>>().join(",")
-            };
-            if rewrite {
-                pipe.del(&uk).ignore();
-                for (user, ids) in &users {
-                    pipe.hset(&uk, user, joined(ids)).ignore();
-                }
-            } else {
-                for user in &changed_users {
-                    match users.get(user) {
-                        Some(ids) => pipe.hset(&uk, user, joined(ids)).ignore(),
-                        None => pipe.hdel(&uk, user).ignore(),
-                    };
-                }
-            }
-            if rewrite {
-                pipe.del(&ck).ignore().del(&pk).ignore();
-                for chunk in conns.iter().collect::<Vec<_>>().chunks(1000) {
-                    pipe.hset_multiple(&ck, chunk).ignore();
-                }
-                for chunk in now.iter().collect::<Vec<_>>().chunks(1000) {
-                    pipe.hset_multiple(&pk, chunk).ignore();
-                }
-            } else {
-                let fresh: Vec<(&String, &String)> = added
-                    .iter()
-                    .filter_map(|id| conns.get_key_value(id))
-                    .collect();
-                for chunk in fresh.chunks(1000) {
-                    pipe.hset_multiple(&ck, chunk).ignore();
-                }
-                let gone: Vec<&String> = removed
-                    .iter()
-                    .filter(|id| !conns.contains_key(*id))
-                    .collect();
-                for chunk in gone.chunks(1000) {
-                    pipe.hdel(&ck, chunk).ignore();
-                }
-                let changed: Vec<(&String, &usize)> = now
-                    .iter()
-                    .filter(|(t, n)| presence.get(*t) != Some(n))
-                    .collect();
-                for chunk in changed.chunks(1000) {
-                    pipe.hset_multiple(&pk, chunk).ignore();
-                }
-                let zeroed: Vec<&String> =
-                    presence.keys().filter(|t| !now.contains_key(*t)).collect();
-                for chunk in zeroed.chunks(1000) {
-                    pipe.hdel(&pk, chunk).ignore();
-                }
-            }
+            writes.hash(&mut pipe, &uk, &writes.users);
+            writes.hash(&mut pipe, &ck, &writes.conns);
+            writes.hash(&mut pipe, &pk, &writes.presence);
             let ttl = self.ttl().as_secs().max(1) as i64;
             pipe.zadd(self.nodes_key(), &self.node_id, now_ms())
                 .ignore();
@@ -241,18 +156,10 @@ impl Presence {
             pipe.expire(&uk, ttl).ignore();
             pipe.expire(self.nodes_key(), ttl * 20).ignore();
             match self.query::<()>(&pipe).await {
-                Ok(()) => {
-                    rewrite = false;
-                    changed_users.clear();
-                    added.clear();
-                    removed.clear();
-                    presence = now;
-                }
+                Ok(()) => held.flushed(subscribers),
                 Err(e) => {
                     tracing::debug!(error = %e, "presence flush failed; will rewrite");
-                    rewrite = true;
-                    added.clear();
-                    removed.clear();
+                    held.failed();
                 }
             }
         }
@@ -339,8 +246,305 @@ impl ConnectionObserver for Presence {
     }
 }
 
+/// What a node holds and what changed since its last flush to Redis.
+#[derive(Debug)]
+struct Held {
+    /// Connection id → its entry (JSON).
+    conns: HashMap<String, String>,
+    /// User → the ids of its connections.
+    users: HashMap<String, BTreeSet<String>>,
+    conn_user: HashMap<String, String>,
+    changed_users: HashSet<String>,
+    added: Vec<String>,
+    removed: Vec<String>,
+    /// Subscribers per topic as last written.
+    presence: HashMap<String, usize>,
+    /// Write everything (first flush, after a failed one, after dropped changes).
+    rewrite: bool,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Self {
+            conns: HashMap::new(),
+            users: HashMap::new(),
+            conn_user: HashMap::new(),
+            changed_users: HashSet::new(),
+            added: Vec::new(),
+            removed: Vec::new(),
+            presence: HashMap::new(),
+            rewrite: true,
+        }
+    }
+}
+
+/// One hash's writes in a flush: replace it whole, or set and delete fields.
+#[derive(Debug, Default, PartialEq)]
+struct HashWrites {
+    set: Vec<(String, String)>,
+    del: Vec<String>,
+}
+
+/// A flush's writes to the node's three hashes; `rewrite` replaces each whole.
+#[derive(Debug, PartialEq)]
+struct Writes {
+    rewrite: bool,
+    users: HashWrites,
+    conns: HashWrites,
+    presence: HashWrites,
+}
+
+impl Writes {
+    /// Adds `hash`'s writes to `key` to `pipe`, 1000 fields a command.
+    fn hash(&self, pipe: &mut redis::Pipeline, key: &str, hash: &HashWrites) {
+        if self.rewrite {
+            pipe.del(key).ignore();
+        }
+        for chunk in hash.set.chunks(1000) {
+            pipe.hset_multiple(key, chunk).ignore();
+        }
+        for chunk in hash.del.chunks(1000) {
+            pipe.hdel(key, chunk).ignore();
+        }
+    }
+}
+
+impl Held {
+    fn apply(&mut self, change: Change, now_ms: u64) {
+        match change {
+            Change::Opened {
+                id,
+                transport,
+                user,
+            } => {
+                let mut entry = serde_json::json!({ "transport": transport, "since": now_ms });
+                if let Some(user) = &user {
+                    entry["user"] = user.as_str().into();
+                    self.users
+                        .entry(user.clone())
+                        .or_default()
+                        .insert(id.clone());
+                    self.conn_user.insert(id.clone(), user.clone());
+                    self.changed_users.insert(user.clone());
+                }
+                self.conns.insert(id.clone(), entry.to_string());
+                self.added.push(id);
+            }
+            Change::Closed { id } => {
+                self.conns.remove(&id);
+                if let Some(user) = self.conn_user.remove(&id) {
+                    if let Some(ids) = self.users.get_mut(&user) {
+                        ids.remove(&id);
+                        if ids.is_empty() {
+                            self.users.remove(&user);
+                        }
+                    }
+                    self.changed_users.insert(user);
+                }
+                self.removed.push(id);
+            }
+        }
+    }
+
+    /// What the next flush writes, given the topics' subscriber counts now: everything on a
+    /// rewrite, else only what changed since the last flush.
+    fn writes(&self, subscribers: &HashMap<String, usize>) -> Writes {
+        let joined =
+            |ids: &BTreeSet<String>| ids.iter().map(String::as_str).collect::<Vec<_>>().join(",");
+        let pairs = |m: &HashMap<String, usize>, keep: &dyn Fn(&String, usize) -> bool| {
+            let mut v: Vec<(String, String)> = m
+                .iter()
+                .filter(|(k, n)| keep(k, **n))
+                .map(|(k, n)| (k.clone(), n.to_string()))
+                .collect();
+            v.sort();
+            v
+        };
+        if self.rewrite {
+            let mut users: Vec<_> = self
+                .users
+                .iter()
+                .map(|(u, ids)| (u.clone(), joined(ids)))
+                .collect();
+            let mut conns: Vec<_> = self
+                .conns
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            users.sort();
+            conns.sort();
+            return Writes {
+                rewrite: true,
+                users: HashWrites {
+                    set: users,
+                    del: Vec::new(),
+                },
+                conns: HashWrites {
+                    set: conns,
+                    del: Vec::new(),
+                },
+                presence: HashWrites {
+                    set: pairs(subscribers, &|_, _| true),
+                    del: Vec::new(),
+                },
+            };
+        }
+        let mut users = HashWrites::default();
+        let mut changed: Vec<&String> = self.changed_users.iter().collect();
+        changed.sort();
+        for user in changed {
+            match self.users.get(user) {
+                Some(ids) => users.set.push((user.clone(), joined(ids))),
+                None => users.del.push(user.clone()),
+            }
+        }
+        let conns = HashWrites {
+            set: self
+                .added
+                .iter()
+                .filter_map(|id| self.conns.get(id).map(|e| (id.clone(), e.clone())))
+                .collect(),
+            del: self
+                .removed
+                .iter()
+                .filter(|id| !self.conns.contains_key(*id))
+                .cloned()
+                .collect(),
+        };
+        let mut zeroed: Vec<String> = self
+            .presence
+            .keys()
+            .filter(|t| !subscribers.contains_key(*t))
+            .cloned()
+            .collect();
+        zeroed.sort();
+        let presence = HashWrites {
+            set: pairs(subscribers, &|t, n| self.presence.get(t) != Some(&n)),
+            del: zeroed,
+        };
+        Writes {
+            rewrite: false,
+            users,
+            conns,
+            presence,
+        }
+    }
+
+    /// The flush succeeded: `subscribers` is what Redis holds now.
+    fn flushed(&mut self, subscribers: HashMap<String, usize>) {
+        self.rewrite = false;
+        self.changed_users.clear();
+        self.added.clear();
+        self.removed.clear();
+        self.presence = subscribers;
+    }
+
+    /// The flush failed: the next one writes everything.
+    fn failed(&mut self) {
+        self.rewrite = true;
+        self.added.clear();
+        self.removed.clear();
+    }
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(id: &str, user: Option<&str>) -> Change {
+        Change::Opened {
+            id: id.into(),
+            transport: "ws",
+            user: user.map(str::to_owned),
+        }
+    }
+
+    fn closed(id: &str) -> Change {
+        Change::Closed { id: id.into() }
+    }
+
+    fn counts(pairs: &[(&str, usize)]) -> HashMap<String, usize> {
+        pairs.iter().map(|(t, n)| (t.to_string(), *n)).collect()
+    }
+
+    fn set(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_first_flush_writes_everything_then_only_what_changed() {
+        let mut held = Held::default();
+        held.apply(open("n-0", Some("ann")), 5);
+        held.apply(open("n-1", Some("ann")), 6);
+        held.apply(open("n-2", None), 7);
+        let writes = held.writes(&counts(&[("news", 2), ("chat", 1)]));
+        assert!(writes.rewrite);
+        assert_eq!(writes.users.set, set(&[("ann", "n-0,n-1")]));
+        assert_eq!(
+            writes.conns.set,
+            set(&[
+                ("n-0", r#"{"transport":"ws","since":5,"user":"ann"}"#),
+                ("n-1", r#"{"transport":"ws","since":6,"user":"ann"}"#),
+                ("n-2", r#"{"transport":"ws","since":7}"#),
+            ])
+        );
+        assert_eq!(writes.presence.set, set(&[("chat", "1"), ("news", "2")]));
+        held.flushed(counts(&[("news", 2), ("chat", 1)]));
+
+        // Nothing changed: nothing but the refresh.
+        let idle = held.writes(&counts(&[("news", 2), ("chat", 1)]));
+        assert_eq!(
+            (idle.rewrite, idle.users, idle.conns, idle.presence),
+            (
+                false,
+                HashWrites::default(),
+                HashWrites::default(),
+                HashWrites::default()
+            )
+        );
+
+        // One of ann's connections closes, one opens and closes between flushes, a topic
+        // empties and another changes.
+        held.apply(closed("n-0"), 8);
+        held.apply(open("n-3", Some("bob")), 9);
+        held.apply(closed("n-3"), 10);
+        let writes = held.writes(&counts(&[("news", 3)]));
+        assert!(!writes.rewrite);
+        assert_eq!(writes.users.set, set(&[("ann", "n-1")]));
+        assert_eq!(writes.users.del, ["bob"]);
+        assert_eq!(writes.conns.set, set(&[]));
+        assert_eq!(writes.conns.del, ["n-0", "n-3"]);
+        assert_eq!(writes.presence.set, set(&[("news", "3")]));
+        assert_eq!(writes.presence.del, ["chat"]);
+    }
+
+    #[test]
+    fn a_failed_flush_is_followed_by_a_rewrite_of_what_is_held() {
+        let mut held = Held::default();
+        held.apply(open("n-0", Some("ann")), 1);
+        held.flushed(counts(&[("news", 1)]));
+        held.apply(closed("n-0"), 2);
+        held.apply(open("n-1", None), 3);
+        held.failed();
+        let writes = held.writes(&counts(&[("news", 1)]));
+        assert!(
+            writes.rewrite,
+            "Redis may hold anything after a failed flush"
+        );
+        assert_eq!(writes.users.set, set(&[]));
+        assert_eq!(
+            writes.conns.set,
+            set(&[("n-1", r#"{"transport":"ws","since":3}"#)])
+        );
+        assert_eq!(writes.presence.set, set(&[("news", "1")]));
+    }
 }
