@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use rdkafka::Message as _;
@@ -32,7 +32,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::kafka_props::{self, KafkaContext};
-use super::{BoxFuture, Bridge, BridgeError, Ingest};
+use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -245,9 +245,7 @@ impl KafkaBridge {
             partition_epoch(message.topic(), message.partition()),
             message.offset() as u64 + 1,
         );
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = now_ms() as i64;
         let age_ms = message
             .timestamp()
             .to_millis()
@@ -300,10 +298,7 @@ fn assignment(
         }
     }
     let committed = consumer.committed_offsets(all.clone(), timeout)?;
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-        - history_ms;
+    let since = now_ms() as i64 - history_ms;
     let mut by_time = TopicPartitionList::new();
     for e in all.elements() {
         by_time.add_partition_offset(e.topic(), e.partition(), Offset::Offset(since))?;

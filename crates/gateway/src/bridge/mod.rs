@@ -253,6 +253,13 @@ impl Ingest {
     }
 }
 
+/// Milliseconds since the Unix epoch (log timestamps, ages, presence entries).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// How a bridge's session ended: `Err` with what failed, `Ok` when it ended on its own.
 pub type SessionResult = Result<(), String>;
 

@@ -30,7 +30,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use parking_lot::{Mutex, RwLock};
@@ -39,7 +39,7 @@ use redis::streams::{StreamMaxlen, StreamReadOptions, StreamReadReply};
 use tokio_util::sync::CancellationToken;
 
 use super::redis_conn::{Purpose, RedisTarget, SharedConn};
-use super::{BoxFuture, Bridge, BridgeError, Ingest};
+use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -355,12 +355,6 @@ fn parse_entry_id(id: &str) -> Option<u64> {
         return None;
     }
     Some(ms << SEQ_BITS | n)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

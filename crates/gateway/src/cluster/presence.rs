@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use herald_core::Registry;
 
 use super::ConnectionObserver;
+use crate::bridge::now_ms;
 use crate::bridge::redis_conn::{RedisTarget, SharedConn};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
@@ -445,12 +446,6 @@ impl Held {
         self.added.clear();
         self.removed.clear();
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
