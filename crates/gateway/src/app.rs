@@ -1,24 +1,20 @@
-//! Application state and the two routers (public and admin).
+//! The state of one gateway, shared by every connection and request: configuration, registry,
+//! logs and cluster observers, access rules, limits, shutdown. The routers are in
+//! [`crate::routes`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse};
-use axum::routing::{get, post};
 use herald_core::Registry;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api;
 use crate::bridge::Logs;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::transport;
 
 /// Shared state of one gateway, built once and complete; cloning is a reference-count bump.
 #[derive(Clone, Debug)]
@@ -208,6 +204,12 @@ impl AppState {
             })
     }
 
+    /// Whether the public listener serves the publish API: in dev mode, or to API keys or
+    /// tokens allowed to publish.
+    pub fn publishes_publicly(&self) -> bool {
+        self.config().dev || self.auth().has_api_keys() || self.auth().enabled()
+    }
+
     /// Sets readiness.
     pub fn set_ready(&self, ready: bool) {
         self.0.ready.store(ready, Ordering::Relaxed);
@@ -217,91 +219,4 @@ impl AppState {
     pub fn render_metrics(&self) -> String {
         self.0.metrics.render()
     }
-}
-
-/// The public router: SSE, WebSocket, long-poll, the demo page and the client library it
-/// uses, and the publish API where it is served (with CORS for pages on other origins).
-pub fn public_router(state: AppState) -> Router {
-    let mut router = Router::new()
-        .route("/", get(demo_page))
-        .route("/herald-client.js", get(client_script))
-        .route(transport::sse::PATH, get(transport::sse::handler))
-        .route(transport::ws::PATH, get(transport::ws::handler))
-        .route("/v1/poll", get(transport::poll::handler));
-    if public_publish(&state) {
-        router = router
-            .route("/v1/publish", post(api::publish::publish_public))
-            .route(
-                "/v1/publish/batch",
-                post(api::publish::publish_batch_public),
-            );
-    }
-    router
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            api::cors::layer,
-        ))
-        .layer(DefaultBodyLimit::max(api::publish::body_limit(
-            state.config(),
-        )))
-        .with_state(state)
-}
-
-/// Whether the public listener serves the publish API: in dev mode, or to API keys or
-/// tokens allowed to publish.
-pub fn public_publish(state: &AppState) -> bool {
-    state.config().dev || state.auth().has_api_keys() || state.auth().enabled()
-}
-
-/// The admin router: publishing, topic stats, health, readiness, metrics and the console,
-/// behind the admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
-pub fn admin_router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/publish", post(api::publish::publish))
-        .route("/v1/publish/batch", post(api::publish::publish_batch))
-        .route("/v1/topics", get(api::admin::topics))
-        .route("/v1/topics/{topic}", get(api::admin::topic))
-        .route("/v1/presence/{topic}", get(api::admin::presence))
-        .route("/v1/cluster/nodes", get(api::admin::nodes))
-        .route(
-            "/v1/users/{user}/connections",
-            get(api::admin::user_connections),
-        )
-        .route("/healthz", get(api::admin::healthz))
-        .route("/readyz", get(api::admin::readyz))
-        .route("/metrics", get(api::admin::metrics))
-        .merge(api::console::router())
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            api::admin_auth::require,
-        ))
-        .layer(DefaultBodyLimit::max(api::publish::body_limit(
-            state.config(),
-        )))
-        .with_state(state)
-}
-
-async fn demo_page() -> impl IntoResponse {
-    Html(include_str!("demo.html"))
-}
-
-/// herald-client (clients/js) as one ES module, for the demo page and for pages that load it
-/// from the gateway (bundled by `npm run bundle` there, kept current by its tests).
-async fn client_script() -> impl IntoResponse {
-    (
-        [
-            (
-                axum::http::header::CONTENT_TYPE,
-                "text/javascript; charset=utf-8",
-            ),
-            (axum::http::header::CACHE_CONTROL, "no-cache"),
-        ],
-        include_str!("herald-client.js"),
-    )
-}
-
-async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
 }

@@ -14,6 +14,8 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub mod limits;
+pub mod publish;
+pub mod routes;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
@@ -29,8 +31,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use app::{AppState, admin_router, public_router};
+pub use app::AppState;
 pub use config::Config;
+pub use routes::{admin_router, public_router};
 
 use server::ServeOptions;
 

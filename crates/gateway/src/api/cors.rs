@@ -23,7 +23,7 @@ const MAX_AGE: &str = "600";
 fn methods(state: &AppState, path: &str) -> Option<&'static str> {
     match path {
         crate::transport::sse::PATH | "/v1/poll" => Some("GET"),
-        "/v1/publish" | "/v1/publish/batch" if crate::app::public_publish(state) => Some("POST"),
+        "/v1/publish" | "/v1/publish/batch" if state.publishes_publicly() => Some("POST"),
         _ => None,
     }
 }

@@ -33,10 +33,10 @@ use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, 
 pub mod inbound;
 
 use super::lost_json;
-use crate::api::{self, publish::Publisher};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
+use crate::publish::{self, Publisher};
 use crate::server::tls::ClientStream;
 use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
@@ -541,16 +541,15 @@ impl Connection {
             Publisher::Token(self.who.clone())
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        let prepared =
-            api::publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
-                .map_err(|e| {
-                    if e.code() == "publish_rate" {
-                        metrics::client_error("ws", "publish_rate");
-                        FrameError::new("rate_limited", FrameError::from(e).reason)
-                    } else {
-                        FrameError::from(e)
-                    }
-                })?;
+        let prepared = publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
+            .map_err(|e| {
+                if e.code() == "publish_rate" {
+                    metrics::client_error("ws", "publish_rate");
+                    FrameError::new("rate_limited", FrameError::from(e).reason)
+                } else {
+                    FrameError::from(e)
+                }
+            })?;
         if let (Some(upstream), Some(connection)) = (self.state.upstream(), self.guard.id()) {
             upstream.published(
                 connection,
@@ -559,7 +558,7 @@ impl Connection {
                 &prepared.payload,
             );
         }
-        let (name, id) = api::publish::route(&self.state, prepared, "ws").await?;
+        let (name, id) = publish::route(&self.state, prepared, "ws").await?;
         let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
     }
