@@ -137,11 +137,23 @@ impl AppState {
         &self.0.tracker
     }
 
-    /// Whether `/readyz` answers 200: serving, not draining, and every log followed.
+    /// Whether `/readyz` answers 200: serving, not draining, every log followed, and the
+    /// node's id its own.
     pub fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::Relaxed)
             && !self.0.shutdown.is_cancelled()
             && self.0.logs.is_ready()
+            && self.0.cluster.not_ready_reason().is_none()
+    }
+
+    /// What keeps the node from being ready besides draining: each log not followed, and the
+    /// node id held by another process; with why.
+    pub fn not_ready(&self) -> Vec<(&'static str, String)> {
+        let mut why = self.0.logs.not_ready();
+        if let Some(reason) = self.0.cluster.not_ready_reason() {
+            why.push(("cluster", reason));
+        }
+        why
     }
 
     /// The logs that carry messages between nodes, and which topics each feeds.

@@ -50,7 +50,7 @@ pub async fn run(
     config.validate()?;
     let metrics = telemetry::metrics::install();
     let tracker = TaskTracker::new();
-    let (logs, cluster) = cluster_parts(&config)?;
+    let (logs, cluster) = cluster_parts(&config).await?;
     let state = AppState::clustered(
         config.clone(),
         shutdown.clone(),
@@ -126,6 +126,9 @@ pub async fn run(
     ));
     // The logs and presence stop last, after the connections have drained.
     let mut bridge_tasks = state.logs().spawn(state.registry(), &admin_stop);
+    if let Some(lease) = state.cluster().lease() {
+        bridge_tasks.push(tokio::spawn(lease.clone().run(admin_stop.clone())));
+    }
     if let Some(p) = state.presence() {
         bridge_tasks.push(tokio::spawn(
             p.clone().run(state.registry().clone(), admin_stop.clone()),
@@ -165,9 +168,10 @@ pub async fn run(
     Ok(())
 }
 
-/// The node's logs (Redis, Kafka; which topics each feeds) and its connection observers
-/// (Redis presence, Kafka upstream events), as configured.
-fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster::Cluster)> {
+/// The node's logs (Redis, Kafka; which topics each feeds), its connection ids and their
+/// leases, and its connection observers (Redis presence, Kafka upstream events), as
+/// configured. Fails when another running node holds this node's id.
+async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster::Cluster)> {
     let c = &config.cluster;
     let history = config.topics.history_ttl;
     let redis = match &c.redis_url {
@@ -186,9 +190,24 @@ fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster:
         };
         logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, feeds);
     }
-    let presence = match &redis {
-        Some(b) => Some(cluster::presence::Presence::new(c, b.target())?),
-        None => None,
+    let ids = Arc::new(cluster::ids::ConnectionIds::new(
+        cluster::ids::ConnectionIds::hashed(&c.node_id),
+    ));
+    let (presence, lease) = match &redis {
+        Some(b) => {
+            let lease = cluster::lease::Lease::new(
+                b.target(),
+                &c.node_id,
+                c.presence_interval,
+                ids.clone(),
+            );
+            lease.acquire().await?;
+            (
+                Some(cluster::presence::Presence::new(c, b.target())?),
+                Some(lease),
+            )
+        }
+        None => (None, None),
     };
     let upstream = match (&c.kafka_brokers, &c.kafka_upstream_topic) {
         (Some(brokers), Some(topic)) => Some(Arc::new(cluster::upstream::Upstream::new(
@@ -199,7 +218,12 @@ fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster:
         )?)),
         _ => None,
     };
-    let cluster = cluster::Cluster::new(&c.node_id, presence, upstream, Vec::new());
+    let observers = cluster::Observers {
+        presence,
+        upstream,
+        others: Vec::new(),
+    };
+    let cluster = cluster::Cluster::new(ids, lease, observers);
     Ok((Arc::new(logs), cluster))
 }
 

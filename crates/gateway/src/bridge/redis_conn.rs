@@ -325,6 +325,17 @@ impl SharedConn {
         Ok(conn)
     }
 
+    /// Runs `pipe`, forgetting the connection if the error says it broke (the next call makes
+    /// a new one).
+    pub async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> RedisResult<T> {
+        let mut conn = self.get().await?;
+        let result = pipe.query_async(&mut conn).await;
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        result
+    }
+
     /// Forgets the connection after `error` if it says the connection is unusable, so the
     /// next [`Self::get`] makes a new one. Returns whether a retry may help.
     pub fn failed(&self, error: &redis::RedisError) -> bool {

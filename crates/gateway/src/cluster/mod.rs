@@ -5,13 +5,16 @@
 //!
 //! The logs that carry messages between nodes are in [`crate::bridge`]; this module uses the
 //! bridges' connection settings ([`crate::bridge::redis_conn`], [`crate::bridge::kafka_props`])
-//! and nothing imports it but the state and the server's start-up.
+//! and nothing imports it but the state and the server's start-up. Connection ids are unique
+//! across the cluster and across restarts ([`ids`]), with node numbers leased from Redis
+//! ([`lease`]).
 
+pub mod ids;
+pub mod lease;
 pub mod presence;
 pub mod upstream;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::telemetry::metrics::{CloseReason, ConnectionGuard, Transport};
 
@@ -24,43 +27,63 @@ pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
     fn closed(&self, id: &str, transport: &'static str, reason: &'static str);
 }
 
-/// This node's observers of client connections, built once at start-up.
+/// Who observes client connections besides the cluster's own bookkeeping.
 #[derive(Debug, Default)]
+pub struct Observers {
+    /// The connection registry and topic presence in Redis.
+    pub presence: Option<Arc<presence::Presence>>,
+    /// Client events produced to Kafka.
+    pub upstream: Option<Arc<upstream::Upstream>>,
+    /// Others (tests, embedders).
+    pub others: Vec<Arc<dyn ConnectionObserver>>,
+}
+
+/// This node in the cluster as its connections see it, built once at start-up: connection
+/// ids, the node's leases, and the observers of connections.
+#[derive(Debug)]
 pub struct Cluster {
-    node_id: String,
+    ids: Arc<ids::ConnectionIds>,
+    lease: Option<Arc<lease::Lease>>,
     observers: Arc<[Arc<dyn ConnectionObserver>]>,
     presence: Option<Arc<presence::Presence>>,
     upstream: Option<Arc<upstream::Upstream>>,
-    ids: AtomicU64,
 }
 
 impl Cluster {
-    /// A node alone: no observer, connections have no id.
+    /// A node alone: no observer, no lease.
     pub fn alone() -> Self {
-        Self::default()
+        Self::new(
+            Arc::new(ids::ConnectionIds::new(0)),
+            None,
+            Observers::default(),
+        )
     }
 
-    /// Node `node_id` with the Redis connection registry and presence and the Kafka upstream
-    /// events, where configured, and any `others` (tests, embedders).
+    /// A node making connection ids with `ids` (its number leased by `lease` when Redis is
+    /// configured), observed by `observers`.
     pub fn new(
-        node_id: &str,
-        presence: Option<Arc<presence::Presence>>,
-        upstream: Option<Arc<upstream::Upstream>>,
-        others: Vec<Arc<dyn ConnectionObserver>>,
+        ids: Arc<ids::ConnectionIds>,
+        lease: Option<Arc<lease::Lease>>,
+        observers: Observers,
     ) -> Self {
-        let mut observers: Vec<Arc<dyn ConnectionObserver>> = others;
-        if let Some(p) = &presence {
-            observers.push(p.clone());
-        }
-        if let Some(u) = &upstream {
-            observers.push(u.clone());
-        }
-        Self {
-            node_id: node_id.to_string(),
-            observers: observers.into(),
+        let Observers {
             presence,
             upstream,
-            ids: AtomicU64::new(0),
+            others,
+        } = observers;
+        let mut all: Vec<Arc<dyn ConnectionObserver>> = others;
+        if let Some(p) = &presence {
+            all.push(p.clone());
+        }
+        if let Some(u) = &upstream {
+            all.push(u.clone());
+        }
+        Self {
+            ids,
+            lease,
+            observers: all.into(),
+            presence,
+            upstream,
         }
     }
 
@@ -74,13 +97,22 @@ impl Cluster {
         self.upstream.as_ref()
     }
 
+    /// The node's leases on its id and number, when Redis is configured.
+    pub fn lease(&self) -> Option<&Arc<lease::Lease>> {
+        self.lease.as_ref()
+    }
+
+    /// Why the node should not take clients (another process holds its node id), if so.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        self.lease.as_ref().and_then(|l| l.not_ready_reason())
+    }
+
     /// Opens a connection of `transport` for `user`: counted in the metrics and, when anything
-    /// observes connections, given an id unique in the cluster (`<node_id>-<n>`) and reported.
+    /// observes connections, given an id unique in the cluster ([`ids`]) and reported.
     pub fn open(&self, transport: Transport, user: Option<&str>) -> Connection {
         let guard = crate::telemetry::metrics::transport(transport).open();
         let observed = (!self.observers.is_empty()).then(|| {
-            let n = self.ids.fetch_add(1, Ordering::Relaxed);
-            let id = format!("{}-{n}", self.node_id);
+            let id = self.ids.next().to_string();
             for o in self.observers.iter() {
                 o.opened(&id, transport.as_str(), user);
             }
@@ -153,20 +185,33 @@ mod tests {
     #[test]
     fn observers_see_each_connection_open_and_close_with_its_reason() {
         let log = Arc::new(Log::default());
-        let cluster = Cluster::new("n1", None, None, vec![log.clone()]);
+        let cluster = Cluster::new(
+            Arc::new(ids::ConnectionIds::new(7)),
+            None,
+            Observers {
+                others: vec![log.clone()],
+                ..Default::default()
+            },
+        );
         let mut a = cluster.open(Transport::Ws, Some("ann"));
         let b = cluster.open(Transport::Sse, None);
-        assert_eq!((a.id(), b.id()), (Some("n1-0"), Some("n1-1")));
+        let (ia, ib): (u64, u64) = (
+            a.id().unwrap().parse().unwrap(),
+            b.id().unwrap().parse().unwrap(),
+        );
+        assert!(ia < ib);
+        assert_eq!((ids::node_of(ia), ids::node_of(ib)), (7, 7));
+        let (ia, ib) = (ia.to_string(), ib.to_string());
         a.closing(CloseReason::Slow);
         drop(a);
         drop(b);
         assert_eq!(
             *log.0.lock(),
             [
-                "open n1-0 ws Some(\"ann\")",
-                "open n1-1 sse None",
-                "close n1-0 ws slow",
-                "close n1-1 sse client",
+                format!("open {ia} ws Some(\"ann\")"),
+                format!("open {ib} sse None"),
+                format!("close {ia} ws slow"),
+                format!("close {ib} sse client"),
             ]
         );
         assert_eq!(Cluster::alone().open(Transport::Poll, None).id(), None);

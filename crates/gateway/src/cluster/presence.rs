@@ -102,7 +102,7 @@ impl Presence {
         for node in &nodes {
             pipe.hget(self.users_key(node), user);
         }
-        let ids: Vec<Option<String>> = self.query(&pipe).await?;
+        let ids: Vec<Option<String>> = self.conn.query(&pipe).await?;
         Ok(nodes
             .into_iter()
             .zip(ids)
@@ -156,7 +156,7 @@ impl Presence {
             pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
             pipe.expire(&uk, ttl).ignore();
             pipe.expire(self.nodes_key(), ttl * 20).ignore();
-            match self.query::<()>(&pipe).await {
+            match self.conn.query::<()>(&pipe).await {
                 Ok(()) => held.flushed(subscribers),
                 Err(e) => {
                     tracing::debug!(error = %e, "presence flush failed; will rewrite");
@@ -170,7 +170,7 @@ impl Presence {
         pipe.del(self.presence_key(&self.node_id)).ignore();
         pipe.del(self.users_key(&self.node_id)).ignore();
         pipe.zrem(self.nodes_key(), &self.node_id).ignore();
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.query::<()>(&pipe)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.query::<()>(&pipe)).await;
     }
 
     /// Live nodes (refreshed within the TTL).
@@ -181,21 +181,8 @@ impl Presence {
             .arg(self.nodes_key())
             .arg(since)
             .arg("+inf");
-        let (nodes,): (Vec<String>,) = self.query(&pipe).await?;
+        let (nodes,): (Vec<String>,) = self.conn.query(&pipe).await?;
         Ok(nodes)
-    }
-
-    /// Runs `pipe` on the shared connection, made again after it broke.
-    async fn query<T: redis::FromRedisValue>(
-        &self,
-        pipe: &redis::Pipeline,
-    ) -> redis::RedisResult<T> {
-        let mut conn = self.conn.get().await?;
-        let result = pipe.query_async(&mut conn).await;
-        if let Err(e) = &result {
-            self.conn.failed(e);
-        }
-        result
     }
 
     /// Subscribers of `topic` on each live node.
@@ -205,7 +192,7 @@ impl Presence {
         for node in &nodes {
             pipe.hget(self.presence_key(node), topic);
         }
-        let counts: Vec<Option<u64>> = self.query(&pipe).await?;
+        let counts: Vec<Option<u64>> = self.conn.query(&pipe).await?;
         Ok(nodes
             .into_iter()
             .zip(counts)
@@ -220,7 +207,7 @@ impl Presence {
         for node in &nodes {
             pipe.hlen(self.conns_key(node));
         }
-        let counts: Vec<u64> = self.query(&pipe).await?;
+        let counts: Vec<u64> = self.conn.query(&pipe).await?;
         Ok(nodes.into_iter().zip(counts).collect())
     }
 
