@@ -24,7 +24,8 @@ pub fn public_router(state: AppState) -> Router {
         .route("/herald-client.js", get(client_script))
         .route(transport::sse::PATH, get(transport::sse::handler))
         .route(transport::ws::PATH, get(transport::ws::handler))
-        .route("/v1/poll", get(transport::poll::handler));
+        .route("/v1/poll", get(transport::poll::handler))
+        .route("/v1/topics/{topic}/history", get(api::history::public));
     if state.publishes_publicly() {
         router = router
             .route("/v1/publish", post(api::publish::publish_public))
@@ -53,6 +54,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/v1/publish/batch", post(api::publish::publish_batch))
         .route("/v1/topics", get(api::admin::topics))
         .route("/v1/topics/{topic}", get(api::admin::topic))
+        .route("/v1/topics/{topic}/history", get(api::history::admin))
         .route("/v1/presence/{topic}", get(api::admin::presence))
         .route("/v1/cluster/nodes", get(api::admin::nodes))
         .route(

@@ -24,6 +24,7 @@ fn methods(state: &AppState, path: &str) -> Option<&'static str> {
     match path {
         crate::transport::sse::PATH | "/v1/poll" => Some("GET"),
         "/v1/publish" | "/v1/publish/batch" if state.publishes_publicly() => Some("POST"),
+        p if p.starts_with("/v1/topics/") && p.ends_with("/history") => Some("GET"),
         _ => None,
     }
 }
