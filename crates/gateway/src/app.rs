@@ -232,3 +232,108 @@ impl AppState {
         self.0.metrics.render()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use herald_core::{Cursor, EventName, Payload, TopicName};
+
+    use super::*;
+    use crate::bridge::{BoxFuture, Bridge, BridgeError, Feeds, Ingest};
+
+    /// A log that answers publishes with a fixed position, up or down at will.
+    #[derive(Debug, Default)]
+    struct FakeLog {
+        up: AtomicBool,
+        published: parking_lot::Mutex<Vec<String>>,
+    }
+
+    impl Bridge for FakeLog {
+        fn name(&self) -> &'static str {
+            "fake"
+        }
+        fn publish<'a>(
+            &'a self,
+            topic: &'a TopicName,
+            _: Option<&'a EventName>,
+            _: &'a Payload,
+        ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
+            Box::pin(async move {
+                if !self.up.load(Ordering::Relaxed) {
+                    return Err(BridgeError::Unavailable {
+                        bridge: "fake",
+                        reason: "down".into(),
+                    });
+                }
+                self.published.lock().push(topic.to_string());
+                Ok(Cursor::new(5, 9))
+            })
+        }
+        fn run(self: Arc<Self>, _: Ingest, _: CancellationToken) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+        fn is_ready(&self) -> bool {
+            self.up.load(Ordering::Relaxed)
+        }
+        fn not_ready_reason(&self) -> Option<String> {
+            (!self.is_ready()).then(|| "down".into())
+        }
+    }
+
+    fn state(logs: Logs) -> (AppState, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let state = AppState::clustered(
+            Config::default(),
+            shutdown.clone(),
+            TaskTracker::new(),
+            crate::telemetry::metrics::install(),
+            Arc::new(logs),
+            Cluster::alone(),
+        );
+        (state, shutdown)
+    }
+
+    fn payload() -> Payload {
+        Payload::from_json(b"1").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_lone_node_positions_publishes_itself_and_is_ready_until_it_drains() {
+        let (state, shutdown) = state(Logs::none());
+        let topic = TopicName::new("t").unwrap();
+        let first = state.publish(&topic, None, payload()).await.unwrap();
+        let second = state.publish(&topic, None, payload()).await.unwrap();
+        assert_eq!((first.epoch, second.seq), (second.epoch, first.seq + 1));
+        assert_eq!(state.registry().get("t").unwrap().head(), second);
+        assert!(state.is_ready() && state.not_ready().is_empty());
+        assert!(
+            !state.publishes_publicly(),
+            "no dev mode, no keys: admin listener only"
+        );
+        shutdown.cancel();
+        assert!(!state.is_ready());
+    }
+
+    #[tokio::test]
+    async fn in_a_cluster_publishes_go_to_the_log_and_readiness_follows_it() {
+        let log = Arc::new(FakeLog::default());
+        let (state, _shutdown) = state(Logs::none().with(log.clone(), Feeds::Rest));
+        let topic = TopicName::new("t").unwrap();
+        let refused = state.publish(&topic, None, payload()).await.unwrap_err();
+        assert_eq!(refused.code(), "bridge_unavailable");
+        assert!(!state.is_ready());
+        assert_eq!(state.not_ready(), [("fake", "down".to_string())]);
+        log.up.store(true, Ordering::Relaxed);
+        assert_eq!(
+            state.publish(&topic, None, payload()).await.unwrap(),
+            Cursor::new(5, 9)
+        );
+        assert_eq!(*log.published.lock(), ["t"]);
+        assert!(
+            state.registry().get("t").is_none(),
+            "the message reaches this node through the log, not directly"
+        );
+        assert!(state.is_ready());
+    }
+}
