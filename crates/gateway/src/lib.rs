@@ -97,7 +97,7 @@ pub async fn run(
             header_read_timeout: config.limits.header_read_timeout,
             write_timeout: config.limits.write_timeout,
             max_connections: Some(config.limits.max_connections),
-            fast_path: Some(state.clone()),
+            fast_path: Some(Arc::new(transport::direct::Direct(state.clone()))),
             max_header_bytes: config.limits.max_header_bytes,
             per_address: Some(per_address.clone()),
             tls: tls.clone(),

@@ -30,7 +30,7 @@ use tokio::time::{Instant, Sleep};
 use super::{Delivery, SubscribeQuery, authorize, deliver, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::server::tls::{ClientStream, PeerInput};
+use crate::server::stream::{ClientStream, PeerInput};
 use crate::shutdown::DrainWait;
 use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 

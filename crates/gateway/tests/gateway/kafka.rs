@@ -234,7 +234,12 @@ async fn client_events_are_produced_upstream_with_headers() {
     let kinds: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();
     assert_eq!(kinds, ["connect", "publish", "disconnect"]);
     let connection = seen[0].1["herald-connection"].clone();
-    assert!(connection.starts_with(&format!("{node}-")), "{connection}");
+    // A cluster-unique id: a Kafka-only node's number is a hash of its node id.
+    let id: u64 = connection.parse().expect("a decimal connection id");
+    assert_eq!(
+        herald_gateway::cluster::ids::node_of(id),
+        herald_gateway::cluster::ids::ConnectionIds::hashed(&node)
+    );
     for (_, headers, _) in &seen {
         assert_eq!(headers["herald-connection"], connection);
         assert_eq!(headers["herald-node"], node);

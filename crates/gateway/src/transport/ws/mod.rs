@@ -37,7 +37,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
 use crate::publish::{self, Publisher};
-use crate::server::tls::ClientStream;
+use crate::server::stream::ClientStream;
 use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
 /// WebSocket close codes used by Herald.
