@@ -38,44 +38,39 @@ struct Inner {
 
 impl AppState {
     /// State for a lone gateway (no log, no cluster observer) with `config`, stopping on
-    /// `shutdown`; connection tasks are tracked by `tracker`.
+    /// `shutdown`; connection tasks are tracked by `tracker`. Reads the token key files
+    /// `config.auth` names (fails as [`Config::validate`] would on an unreadable one).
     pub fn new(
         config: Config,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
-    ) -> Self {
-        Self::clustered(
+    ) -> anyhow::Result<Self> {
+        let auth = crate::auth::Auth::from_config(&config.auth)?;
+        Ok(Self::clustered(
             config,
+            auth,
             shutdown,
             tracker,
             metrics,
             Arc::new(Logs::none()),
             Cluster::alone(),
-        )
+        ))
     }
 
-    /// Like [`Self::new`], in a cluster: `logs` carry and position every publish (each topic
-    /// through the one log that feeds it), and must all be connected for the node to be ready;
-    /// `cluster` observes the client connections.
+    /// Like [`Self::new`], with the access rules `auth` as validation loaded them
+    /// ([`crate::config::Loaded`]), in a cluster: `logs` carry and position every publish
+    /// (each topic through the one log that feeds it), and must all be connected for the node
+    /// to be ready; `cluster` observes the client connections.
     pub fn clustered(
         config: Config,
+        auth: crate::auth::Auth,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
         logs: Arc<Logs>,
         cluster: Cluster,
     ) -> Self {
-        // Validated before anything binds (Config::validate); an unreadable key file here
-        // means it changed since, and no access rule is better than a wrong one.
-        let auth = crate::auth::Auth::from_config(&config.auth).unwrap_or_else(|e| {
-            tracing::error!(error = %format!("{e:#}"), "auth configuration unusable; refusing all tokens");
-            crate::auth::Auth::from_config(&crate::config::AuthConfig {
-                public_prefixes: Vec::new(),
-                ..Default::default()
-            })
-            .expect("empty auth config")
-        });
         let registry = Arc::new(Registry::new(config.registry()));
         let publish_limits = crate::limits::PublishLimits::new(
             crate::limits::Rate::new(
@@ -283,8 +278,11 @@ mod tests {
 
     fn state(logs: Logs) -> (AppState, CancellationToken) {
         let shutdown = CancellationToken::new();
+        let config = Config::default();
+        let auth = crate::auth::Auth::from_config(&config.auth).unwrap();
         let state = AppState::clustered(
-            Config::default(),
+            config,
+            auth,
             shutdown.clone(),
             TaskTracker::new(),
             crate::telemetry::metrics::install(),

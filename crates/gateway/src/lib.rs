@@ -47,12 +47,26 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    config.validate()?;
+    let loaded = config.validate()?;
+    run_validated(public, admin, config, loaded, shutdown).await
+}
+
+/// [`run`] with a configuration already validated, and what validation loaded (the token
+/// keys, the TLS certificate), so that no file is read twice.
+pub async fn run_validated(
+    public: TcpListener,
+    admin: TcpListener,
+    config: Config,
+    loaded: config::Loaded,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let config::Loaded { auth, tls } = loaded;
     let metrics = telemetry::metrics::install();
     let tracker = TaskTracker::new();
     let (logs, cluster) = cluster_parts(&config).await?;
     let state = AppState::clustered(
         config.clone(),
+        auth,
         shutdown.clone(),
         tracker.clone(),
         metrics.clone(),
@@ -81,13 +95,9 @@ pub async fn run(
             .saturating_mul(2)
             .max(64),
     );
-    let tls = if config.tls.enabled() {
-        let tls = Arc::new(server::tls::Tls::load(&config.tls)?);
+    if let Some(tls) = &tls {
         tokio::spawn(reload_tls_on_sighup(tls.clone(), admin_stop.clone()));
-        Some(tls)
-    } else {
-        None
-    };
+    }
     let public_task = tokio::spawn(server::serve(
         public,
         public_router(state.clone()),
@@ -298,7 +308,7 @@ pub struct Gateway {
 impl Gateway {
     /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs.
     pub async fn start(config: Config) -> anyhow::Result<Self> {
-        config.validate()?;
+        let loaded = config.validate()?;
         let public = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -308,7 +318,13 @@ impl Gateway {
         let public_addr = public.local_addr()?;
         let admin_addr = admin.local_addr()?;
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(public, admin, config, shutdown.clone()));
+        let task = tokio::spawn(run_validated(
+            public,
+            admin,
+            config,
+            loaded,
+            shutdown.clone(),
+        ));
         Ok(Self {
             public_addr,
             admin_addr,

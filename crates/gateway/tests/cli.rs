@@ -46,22 +46,149 @@ fn free_port() -> u16 {
         .port()
 }
 
-#[test]
-fn help_documents_every_flag_and_its_environment_twin() {
+/// README.md, read from the repository.
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap()
+}
+
+/// Each flag of `herald --help` that has an environment twin: flag → (twin, default).
+fn help_flags() -> std::collections::BTreeMap<String, (String, String)> {
     let out = herald().arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for flag in [
-        "--listen",
-        "--admin-listen",
-        "--config",
-        "HERALD_LISTEN",
-        "HERALD_ADMIN_LISTEN",
-        "HERALD_CONFIG",
-        "--print-config",
-    ] {
-        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    let mut flags = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String, String)> = None;
+    let mut finish = |c: Option<(String, String, String)>| {
+        if let Some((flag, env, default)) = c.filter(|c| !c.1.is_empty()) {
+            flags.insert(flag, (env, default));
+        }
+    };
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        if line.starts_with("  ") && trimmed.starts_with("--") && line.len() - trimmed.len() <= 6 {
+            finish(current.take());
+            let flag = trimmed.split([' ', '=']).next().unwrap().to_string();
+            current = Some((flag, String::new(), String::new()));
+        }
+        let Some((_, env, default)) = current.as_mut() else {
+            continue;
+        };
+        if let Some(rest) = line.split("[env: ").nth(1) {
+            *env = rest.split(['=', ']']).next().unwrap().to_string();
+        }
+        if let Some(rest) = line.split("[default: ").nth(1) {
+            *default = rest.rsplit_once(']').unwrap().0.to_string();
+        }
     }
+    finish(current);
+    flags
+}
+
+#[test]
+fn the_readme_flag_table_is_what_help_says() {
+    let readme = readme();
+    let table = readme
+        .split("| flag | environment | default |")
+        .nth(1)
+        .expect("the README's flag table");
+    let mut rows = std::collections::BTreeMap::new();
+    for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line
+            .split(" | ")
+            .map(|c| c.trim_matches(['|', ' ']))
+            .collect();
+        let flag = cells[0]
+            .trim_matches('`')
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        let env = cells[1].split('`').nth(1).unwrap().to_string();
+        let default = cells[2].replace('`', "");
+        rows.insert(flag, (env, default));
+    }
+    let help = help_flags();
+    assert!(help.len() >= 20, "every flag with a twin: {help:?}");
+    let mut diff = Vec::new();
+    for (flag, twin_default) in &help {
+        match rows.get(flag) {
+            None => diff.push(format!("{flag} is in --help, not in the README")),
+            Some(row) if row != twin_default => {
+                diff.push(format!("{flag}: README {row:?}, --help {twin_default:?}"))
+            }
+            Some(_) => {}
+        }
+    }
+    for flag in rows.keys().filter(|f| !help.contains_key(*f)) {
+        diff.push(format!("{flag} is in the README, not in --help"));
+    }
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
+}
+
+/// Every leaf of `table` as `section.key` → value.
+fn leaves(
+    table: &toml::Table,
+    prefix: &str,
+    out: &mut std::collections::BTreeMap<String, toml::Value>,
+) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(t) => leaves(t, &path, out),
+            v => {
+                out.insert(path, v.clone());
+            }
+        }
+    }
+}
+
+#[test]
+fn the_readme_toml_is_the_default_configuration() {
+    let readme = readme();
+    let block = readme
+        .split("The TOML file, with every key at its default")
+        .nth(1)
+        .and_then(|rest| rest.split("```toml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README's TOML block");
+    let mut documented = std::collections::BTreeMap::new();
+    leaves(
+        &toml::from_str(block).expect("the README's TOML parses"),
+        "",
+        &mut documented,
+    );
+    let out = herald().arg("--print-config").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut printed = std::collections::BTreeMap::new();
+    leaves(
+        &toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap(),
+        "",
+        &mut printed,
+    );
+    assert!(printed.len() >= 60, "{printed:?}");
+    let mut diff = Vec::new();
+    for (key, value) in &printed {
+        match documented.get(key) {
+            None => diff.push(format!("{key} = {value} is printed, not in the README")),
+            Some(_) if key == "cluster.node_id" => {}
+            Some(v) if v != value => diff.push(format!("{key}: README {v}, default {value}")),
+            Some(_) => {}
+        }
+    }
+    for key in documented.keys().filter(|k| !printed.contains_key(*k)) {
+        diff.push(format!(
+            "{key} is in the README, not a default (comment it out?)"
+        ));
+    }
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
 }
 
 #[test]

@@ -566,7 +566,8 @@ mod tests {
             shutdown.clone(),
             TaskTracker::new(),
             crate::telemetry::metrics::install(),
-        );
+        )
+        .unwrap();
         (state, shutdown)
     }
 

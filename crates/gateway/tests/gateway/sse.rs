@@ -337,7 +337,8 @@ async fn the_router_serves_sse_through_hyper_too() {
         tokio_util::sync::CancellationToken::new(),
         tokio_util::task::TaskTracker::new(),
         herald_gateway::telemetry::metrics::install(),
-    );
+    )
+    .unwrap();
     let response = herald_gateway::public_router(state.clone())
         .oneshot(
             axum::http::Request::get("/v1/sse?topic=routed")
