@@ -61,7 +61,7 @@ pub async fn run_validated(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let config::Loaded { auth, tls } = loaded;
-    let metrics = telemetry::metrics::install();
+    let metrics = telemetry::metrics::current();
     let tracker = TaskTracker::new();
     let (logs, cluster) = cluster_parts(&config).await?;
     let state = AppState::clustered(
@@ -144,7 +144,14 @@ pub async fn run_validated(
             p.clone().run(state.registry().clone(), admin_stop.clone()),
         ));
     }
-    tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
+    let shown =
+        |addr: Option<std::net::SocketAddr>| addr.map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(
+        public = %shown(public_addr),
+        admin = %shown(admin_addr),
+        dev = config.dev,
+        "herald listening"
+    );
     if config.dev {
         tracing::warn!("dev mode: anyone who reaches the public listener can publish");
     }
@@ -294,7 +301,9 @@ async fn housekeeping(
     }
 }
 
-/// A gateway running on a background task: what tests and embedders start.
+/// A gateway running on a runtime of its own: what tests and embedders start. Its threads
+/// record metrics into a recorder of its own ([`telemetry::metrics::Scope`]), so several
+/// gateways in one process each count only their own (a `herald` process has one, global).
 #[derive(Debug)]
 pub struct Gateway {
     /// Where the public listener is bound.
@@ -302,35 +311,56 @@ pub struct Gateway {
     /// Where the admin listener is bound.
     pub admin_addr: SocketAddr,
     shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Gateway {
-    /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs.
+    /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs
+    /// on two threads of its own.
     pub async fn start(config: Config) -> anyhow::Result<Self> {
         let loaded = config.validate()?;
-        let public = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let admin = TcpListener::bind(config.admin_listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.admin_listen))?;
+        let bind = |addr: SocketAddr, what: &str| -> anyhow::Result<std::net::TcpListener> {
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen on {addr} ({what})"))?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        };
+        let public = bind(config.listen, "public")?;
+        let admin = bind(config.admin_listen, "admin")?;
         let public_addr = public.local_addr()?;
         let admin_addr = admin.local_addr()?;
+        let scope = telemetry::metrics::Scope::new();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("herald-gateway")
+            .on_thread_start(move || scope.enter())
+            .enable_all()
+            .build()
+            .context("cannot start the gateway's runtime")?;
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run_validated(
-            public,
-            admin,
-            config,
-            loaded,
-            shutdown.clone(),
-        ));
+        let stop = shutdown.clone();
+        let task = runtime.spawn(async move {
+            let public = TcpListener::from_std(public)?;
+            let admin = TcpListener::from_std(admin)?;
+            run_validated(public, admin, config, loaded, stop).await
+        });
         Ok(Self {
             public_addr,
             admin_addr,
             shutdown,
-            task,
+            task: Some(task),
+            runtime: Some(runtime),
         })
+    }
+
+    /// The gateway's runtime, to run something beside it (its metrics are the gateway's).
+    pub fn runtime(&self) -> tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the runtime lives as long as the gateway")
+            .handle()
+            .clone()
     }
 
     /// Starts draining without waiting.
@@ -339,13 +369,30 @@ impl Gateway {
     }
 
     /// Drains and waits until the gateway has stopped.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();
-        self.task.await.context("gateway task panicked")?
+        self.finished().await
     }
 
     /// Waits until the gateway stops (after [`Self::begin_shutdown`]).
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.task.await.context("gateway task panicked")?
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        self.finished().await
+    }
+
+    async fn finished(&mut self) -> anyhow::Result<()> {
+        match self.task.take() {
+            Some(task) => task.await.context("gateway task panicked")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Gateway {
+    /// Ends the gateway's runtime without waiting (dropping it in async code would block).
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }

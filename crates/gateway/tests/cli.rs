@@ -1,7 +1,6 @@
 //! The `herald` binary as a user runs it.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn herald() -> Command {
@@ -14,36 +13,16 @@ fn herald() -> Command {
     cmd
 }
 
-/// `herald` on these loopback ports, logging JSON.
-fn herald_on(public: u16, admin: u16) -> Command {
+#[path = "support/process.rs"]
+mod process;
+
+use process::Herald;
+
+/// `herald` on loopback ports the kernel picks.
+fn herald_on_any_port() -> Command {
     let mut cmd = herald();
-    cmd.args([
-        "--listen",
-        &format!("127.0.0.1:{public}"),
-        "--admin-listen",
-        &format!("127.0.0.1:{admin}"),
-        "--log-format",
-        "json",
-    ]);
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
     cmd
-}
-
-/// The child's log lines, once its first says it is listening.
-fn listening(child: &mut std::process::Child) -> impl Iterator<Item = String> + use<> {
-    let mut lines = BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map(Result::unwrap);
-    let first = lines.next().unwrap();
-    assert!(first.contains("herald listening"), "{first}");
-    lines
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// README.md, read from the repository.
@@ -252,13 +231,8 @@ fn print_config_shows_the_effective_configuration() {
 
 #[test]
 fn sigterm_drains_and_exits_zero() {
-    let (public, admin) = (free_port(), free_port());
-    let mut child = herald_on(public, admin)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Kept open: the drain logs to it.
-    let _lines = listening(&mut child);
+    let mut herald = Herald::start(herald_on_any_port());
+    let child = &mut herald.child;
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -326,14 +300,13 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::copy(tls_fixture("server-a.pem"), &cert).unwrap();
     std::fs::copy(tls_fixture("server-a.key"), &key).unwrap();
-    let (public, admin) = (free_port(), free_port());
-    let mut child = herald_on(public, admin)
+    let mut command = herald_on_any_port();
+    command
         .env("HERALD_TLS_CERT", &cert)
-        .env("HERALD_TLS_KEY", &key)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = listening(&mut child);
+        .env("HERALD_TLS_KEY", &key);
+    let mut herald = Herald::start(command);
+    let public = herald.public.port();
+    let mut lines = herald.lines.iter();
     assert_eq!(
         presented_certificate(public),
         certificate_der("server-a.pem")
@@ -348,7 +321,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     };
     std::fs::copy(tls_fixture("server-b.pem"), &cert).unwrap();
     std::fs::copy(tls_fixture("server-b.key"), &key).unwrap();
-    hangup(child.id());
+    hangup(herald.child.id());
     let reloaded = lines.next().unwrap();
     assert!(reloaded.contains("TLS certificate reloaded"), "{reloaded}");
     assert_eq!(
@@ -358,7 +331,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
 
     // A broken file is refused and the certificate in use stays.
     std::fs::write(&cert, "not a certificate").unwrap();
-    hangup(child.id());
+    hangup(herald.child.id());
     let failed = lines.next().unwrap();
     assert!(failed.contains("TLS reload failed"), "{failed}");
     assert_eq!(
@@ -367,9 +340,9 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     );
 
     let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &herald.child.id().to_string()])
         .status();
-    let exit = child.wait().unwrap();
+    let exit = herald.child.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }

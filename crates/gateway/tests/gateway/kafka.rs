@@ -84,6 +84,37 @@ async fn produce(
         .unwrap();
 }
 
+/// Waits until consumer group `group` has committed, over every partition of `kafka_topic`,
+/// offsets that add up to at least `records` (the node has stored its position).
+async fn committed_past(group: &str, kafka_topic: &str, records: i64) {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut partitions = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        partitions.add_partition(kafka_topic, p);
+    }
+    eventually(WAIT, || {
+        let committed = consumer
+            .committed_offsets(partitions.clone(), Duration::from_secs(5))
+            .map(|list| {
+                list.elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        rdkafka::Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    .sum::<i64>()
+            })
+            .unwrap_or(0);
+        async move { committed >= records }
+    })
+    .await;
+}
+
 fn unique(name: &str) -> String {
     format!("{name}-{:x}", rand::random::<u32>())
 }
@@ -151,8 +182,8 @@ async fn a_restarted_node_loses_no_record_and_clients_resume_on_it() {
     assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("1"));
     let last = sse.last_event_id.clone().unwrap();
     drop(sse);
-    // Let the position be committed, then stop the node.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Once the node's group has committed past the record, stop the node.
+    committed_past(&format!("herald-{node}"), &kt, 1).await;
     gw.stop().await.unwrap();
 
     for i in 2..=4 {
