@@ -18,6 +18,27 @@ pub enum PeerInput {
     Sent(usize),
 }
 
+/// A client's byte stream as a transport that serves it directly sees it: readable,
+/// writable, and able to say where the client is. [`ClientStream`] in production; an
+/// in-memory pipe in unit tests.
+pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The client's address, if the socket still knows it.
+    fn peer_ip(&self) -> Option<std::net::IpAddr>;
+}
+
+impl PeerStream for ClientStream {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        ClientStream::peer_ip(self)
+    }
+}
+
+/// An in-memory pipe, as a client at 127.0.0.1 (unit tests drive transports over it).
+impl PeerStream for tokio::io::DuplexStream {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        Some(std::net::IpAddr::from([127, 0, 0, 1]))
+    }
+}
+
 /// A client connection on the public listener: plain TCP or TLS over it.
 #[derive(Debug)]
 pub enum ClientStream {
