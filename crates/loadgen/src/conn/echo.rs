@@ -5,14 +5,14 @@
 //! the same text back (any echo server). The round trip is `now - ts` of the answer.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::ws::{handshake, ws_err};
-use super::{ConnCtx, ConnOutcome};
+use super::{ConnCtx, ConnOutcome, Life, Role};
 use crate::clock::unix_micros;
 use crate::error::{ConnError, ErrorKind};
 use crate::payload::{self, echo_frame};
@@ -56,31 +56,13 @@ fn answer(bytes: &[u8], raw: bool, ctx: &ConnCtx, hint: usize, now: u64, tracker
 pub async fn run(ctx: Arc<ConnCtx>, conn: u64, raw: bool, size: usize, rate: f64) -> ConnOutcome {
     let spec = &ctx.spec;
     let stats = &ctx.stats;
-    stats.attempts.fetch_add(1, Relaxed);
-    let permit = tokio::select! {
-        p = ctx.pending.acquire() => p.ok(),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let t0 = Instant::now();
+    let life = Life::begin(&ctx, conn, Role::Main);
     let limit = Duration::from_millis(spec.connect_timeout_ms);
-    let opened = tokio::select! {
-        r = tokio::time::timeout(limit, handshake(&ctx, conn)) => r.unwrap_or(Err(ConnError::ConnectTimeout)),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
+    let Some(mut ws) = life.open(limit, handshake(&ctx, conn)).await else {
+        return ConnOutcome::default();
     };
-    let mut ws = match opened {
-        Ok(ws) => ws,
-        Err(e) => {
-            stats.error(e.kind());
-            stats.failed.fetch_add(1, Relaxed);
-            return ConnOutcome::default();
-        }
-    };
-    drop(permit);
     let hint = conn as usize;
-    stats.connect.record(hint, t0.elapsed().as_micros() as u64);
-    stats.connected.fetch_add(1, Relaxed);
-    stats.opened();
-    let cohort = !ctx.started.load(SeqCst);
+    let cohort = life.cohort();
     let period = if rate > 0.0 && rate.is_finite() {
         Duration::from_secs_f64((1.0 / rate).min(3600.0))
     } else {
@@ -119,34 +101,16 @@ pub async fn run(ctx: Arc<ConnCtx>, conn: u64, raw: bool, size: usize, rate: f64
             }
             msg = ws.next() => {
                 let now = unix_micros();
-                match msg {
-                    Some(Ok(Message::Text(t))) => answer(t.as_bytes(), raw, &ctx, hint, now, &mut tracker),
-                    Some(Ok(Message::Binary(b))) => answer(&b, raw, &ctx, hint, now, &mut tracker),
-                    Some(Ok(Message::Ping(_))) => {
-                        if let Err(e) = ws.flush().await {
-                            result = Err(ws_err(e));
-                        }
-                    }
-                    Some(Ok(Message::Close(frame))) => result = Err(super::ws::close_error(frame.as_ref())),
-                    None => result = Err(ConnError::ClosedByServer),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => result = Err(ws_err(e)),
+                match super::ws::frame(&mut ws, msg).await {
+                    Ok(Some(Message::Text(t))) => answer(t.as_bytes(), raw, &ctx, hint, now, &mut tracker),
+                    Ok(Some(Message::Binary(b))) => answer(&b, raw, &ctx, hint, now, &mut tracker),
+                    Ok(_) => {}
+                    Err(e) => result = Err(e),
                 }
             }
         }
     }
-    if let Err(e) = &result {
-        if ctx.stop.is_cancelled() {
-            stopped = true;
-        } else {
-            stats.error(e.kind());
-            stats.dropped.fetch_add(1, Relaxed);
-        }
-    }
-    if stopped {
-        let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
-    }
-    stats.closed();
+    let stopped = super::ws::end(life, ws, &result, stopped).await;
     ConnOutcome {
         ready: true,
         cohort,

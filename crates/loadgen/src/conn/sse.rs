@@ -6,14 +6,13 @@
 //! the parser's partial-line buffer.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::receiver::Receiver;
-use super::{ConnCtx, ConnOutcome, Role, dial::dial, hold_timer};
+use super::{ConnCtx, ConnOutcome, Life, Role, dial::dial, hold_timer};
 use crate::clock::unix_micros;
 use crate::error::ConnError;
 use crate::payload;
@@ -160,12 +159,8 @@ fn process(
 pub async fn run(ctx: Arc<ConnCtx>, conn: u64, role: Role) -> ConnOutcome {
     let spec = &ctx.spec;
     let stats = &ctx.stats;
-    let churn = matches!(role, Role::Churn { .. });
-    if churn {
-        stats.churn_attempts.fetch_add(1, Relaxed);
-    } else {
-        stats.attempts.fetch_add(1, Relaxed);
-    }
+    let life = Life::begin(&ctx, conn, role);
+    let churn = life.churn();
     let topics: Vec<(u32, String)> = spec
         .topics
         .topics_for(conn)
@@ -173,40 +168,13 @@ pub async fn run(ctx: Arc<ConnCtx>, conn: u64, role: Role) -> ConnOutcome {
         .map(|i| (i, spec.topics.name(i)))
         .collect();
     let names: Vec<String> = topics.iter().map(|(_, n)| n.clone()).collect();
-    let permit = tokio::select! {
-        p = ctx.pending.acquire() => p.ok(),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let t0 = Instant::now();
     let limit = Duration::from_millis(spec.connect_timeout_ms);
-    let opened = tokio::select! {
-        r = tokio::time::timeout(limit, open(&ctx, conn, &names)) => r.unwrap_or(Err(ConnError::ConnectTimeout)),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
+    let Some((mut stream, head, leftover)) = life.open(limit, open(&ctx, conn, &names)).await
+    else {
+        return ConnOutcome::default();
     };
-    let (mut stream, head, leftover) = match opened {
-        Ok(v) => v,
-        Err(e) => {
-            stats.error(e.kind());
-            if churn {
-                stats.churn_failed.fetch_add(1, Relaxed);
-            } else {
-                stats.failed.fetch_add(1, Relaxed);
-            }
-            return ConnOutcome::default();
-        }
-    };
-    drop(permit);
-    let connect_us = t0.elapsed().as_micros() as u64;
     let hint = conn as usize;
-    if churn {
-        stats.churn_connect.record(hint, connect_us);
-        stats.churn_connected.fetch_add(1, Relaxed);
-    } else {
-        stats.connect.record(hint, connect_us);
-        stats.connected.fetch_add(1, Relaxed);
-        stats.opened();
-    }
-    let cohort = !churn && !ctx.started.load(SeqCst);
+    let cohort = life.cohort();
     let mut rx = Receiver::new(stats.clone(), hint, topics, churn, false);
     let mut parser = SseParser::new(spec.max_line, spec.max_event);
     let mut body = match head.framing {
@@ -239,24 +207,7 @@ pub async fn run(ctx: Arc<ConnCtx>, conn: u64, role: Role) -> ConnOutcome {
             }
         }
     }
-    // A shutdown event that arrives once the run is stopping is not an error.
-    if let Err(e) = &result {
-        if !ctx.stop.is_cancelled() {
-            stats.error(e.kind());
-            if !churn {
-                stats.dropped.fetch_add(1, Relaxed);
-            }
-        } else {
-            stopped = true;
-        }
-    }
-    if churn {
-        if stopped {
-            stats.churn_closed.fetch_add(1, Relaxed);
-        }
-    } else {
-        stats.closed();
-    }
+    let stopped = life.end(&result, stopped);
     ConnOutcome {
         ready: true,
         cohort,

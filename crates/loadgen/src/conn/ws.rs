@@ -1,8 +1,7 @@
 //! WebSocket subscriber: Herald's JSON protocol, or raw mode (count any frame).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
@@ -12,7 +11,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use super::receiver::Receiver;
-use super::{ConnCtx, ConnOutcome, Role, dial::dial, hold_timer};
+use super::{ConnCtx, ConnOutcome, Life, Role, dial::dial, hold_timer};
 use crate::clock::unix_micros;
 use crate::error::{ConnError, ErrorKind};
 use crate::proto::herald_ws::{ServerFrame, classify, subscribe_frame};
@@ -76,6 +75,38 @@ pub fn close_error(
     }
 }
 
+/// Handles what a client does the same whatever it reads (a ping answered, a close or an
+/// error ending the connection) and hands back text and binary frames.
+pub async fn frame(
+    ws: &mut Ws,
+    msg: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>,
+) -> Result<Option<Message>, ConnError> {
+    match msg {
+        Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => Ok(Some(m)),
+        // tungstenite queued the pong; push it out now
+        Some(Ok(Message::Ping(_))) => ws.flush().await.map(|()| None).map_err(ws_err),
+        Some(Ok(Message::Close(frame))) => Err(close_error(frame.as_ref())),
+        Some(Ok(_)) => Ok(None),
+        Some(Err(e)) => Err(ws_err(e)),
+        None => Err(ConnError::ClosedByServer),
+    }
+}
+
+/// A WebSocket client's end: counted ([`Life::end`]), and closed politely when it stayed
+/// until told to close. Returns whether it stayed.
+pub async fn end(
+    life: Life<'_>,
+    mut ws: Ws,
+    result: &Result<(), ConnError>,
+    stopped: bool,
+) -> bool {
+    let stopped = life.end(result, stopped);
+    if stopped {
+        let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
+    }
+    stopped
+}
+
 async fn open(
     ctx: &ConnCtx,
     conn: u64,
@@ -135,12 +166,8 @@ pub async fn run(
 ) -> ConnOutcome {
     let spec = &ctx.spec;
     let stats = &ctx.stats;
-    let churn = matches!(role, Role::Churn { .. });
-    if churn {
-        stats.churn_attempts.fetch_add(1, Relaxed);
-    } else {
-        stats.attempts.fetch_add(1, Relaxed);
-    }
+    let life = Life::begin(&ctx, conn, role);
+    let churn = life.churn();
     let topics: Vec<(u32, String)> = if raw {
         Vec::new()
     } else {
@@ -151,42 +178,17 @@ pub async fn run(
             .collect()
     };
     let names: Vec<String> = topics.iter().map(|(_, n)| n.clone()).collect();
-    let permit = tokio::select! {
-        p = ctx.pending.acquire() => p.ok(),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
-    };
-    let t0 = Instant::now();
     let limit = Duration::from_millis(
         spec.connect_timeout_ms + if raw { 0 } else { spec.subscribe_timeout_ms },
     );
-    let opened = tokio::select! {
-        r = tokio::time::timeout(limit, open(&ctx, conn, raw, init.as_deref(), &names)) => r.unwrap_or(Err(ConnError::ConnectTimeout)),
-        _ = ctx.stop.cancelled() => return ConnOutcome::default(),
+    let Some(mut ws) = life
+        .open(limit, open(&ctx, conn, raw, init.as_deref(), &names))
+        .await
+    else {
+        return ConnOutcome::default();
     };
-    let mut ws = match opened {
-        Ok(ws) => ws,
-        Err(e) => {
-            stats.error(e.kind());
-            if churn {
-                stats.churn_failed.fetch_add(1, Relaxed);
-            } else {
-                stats.failed.fetch_add(1, Relaxed);
-            }
-            return ConnOutcome::default();
-        }
-    };
-    drop(permit);
-    let connect_us = t0.elapsed().as_micros() as u64;
     let hint = conn as usize;
-    if churn {
-        stats.churn_connect.record(hint, connect_us);
-        stats.churn_connected.fetch_add(1, Relaxed);
-    } else {
-        stats.connect.record(hint, connect_us);
-        stats.connected.fetch_add(1, Relaxed);
-        stats.opened();
-    }
-    let cohort = !churn && !ctx.started.load(SeqCst);
+    let cohort = life.cohort();
     let mut rx = Receiver::new(stats.clone(), hint, topics, churn, raw);
     let hold = hold_timer(role);
     tokio::pin!(hold);
@@ -199,8 +201,8 @@ pub async fn run(
             _ = &mut hold => { stopped = true; break; }
             msg = ws.next() => {
                 let now = unix_micros();
-                match msg {
-                    Some(Ok(Message::Text(t))) => {
+                match frame(&mut ws, msg).await {
+                    Ok(Some(Message::Text(t))) => {
                         if raw {
                             rx.on_message(None, t.as_bytes(), now);
                         } else {
@@ -214,7 +216,7 @@ pub async fn run(
                         }
                         rx.flush();
                     }
-                    Some(Ok(Message::Binary(b))) => {
+                    Ok(Some(Message::Binary(b))) => {
                         if raw {
                             rx.on_message(None, &b, now);
                             rx.flush();
@@ -222,40 +224,13 @@ pub async fn run(
                             stats.error(ErrorKind::BadFrame);
                         }
                     }
-                    Some(Ok(Message::Ping(_))) => {
-                        // tungstenite queued the pong; push it out now
-                        if let Err(e) = ws.flush().await {
-                            result = Err(ws_err(e));
-                        }
-                    }
-                    Some(Ok(Message::Close(frame))) => result = Err(close_error(frame.as_ref())),
-                    None => result = Err(ConnError::ClosedByServer),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => result = Err(ws_err(e)),
+                    Ok(_) => {}
+                    Err(e) => result = Err(e),
                 }
             }
         }
     }
-    if let Err(e) = &result {
-        if ctx.stop.is_cancelled() {
-            stopped = true;
-        } else {
-            stats.error(e.kind());
-            if !churn {
-                stats.dropped.fetch_add(1, Relaxed);
-            }
-        }
-    }
-    if stopped {
-        let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
-    }
-    if churn {
-        if stopped {
-            stats.churn_closed.fetch_add(1, Relaxed);
-        }
-    } else {
-        stats.closed();
-    }
+    let stopped = end(life, ws, &result, stopped).await;
     ConnOutcome {
         ready: true,
         cohort,
