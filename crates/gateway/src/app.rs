@@ -58,6 +58,20 @@ impl AppState {
         ))
     }
 
+    /// A lone node's state for unit tests, with the shutdown token that drains it.
+    #[cfg(test)]
+    pub(crate) fn for_test(config: Config) -> (Self, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let state = Self::new(
+            config,
+            shutdown.clone(),
+            TaskTracker::new(),
+            crate::telemetry::metrics::install(),
+        )
+        .expect("a valid test configuration");
+        (state, shutdown)
+    }
+
     /// Like [`Self::new`], with the access rules `auth` as validation loaded them
     /// ([`crate::config::Loaded`]), in a cluster: `logs` carry and position every publish
     /// (each topic through the one log that feeds it), and must all be connected for the node

@@ -78,72 +78,33 @@ pub async fn run_validated(
     let public_addr = public.local_addr().ok();
     let admin_addr = admin.local_addr().ok();
 
-    let per_address = limits::AddressLimits::new(
-        config.limits.max_connections_per_address,
-        config.limits.connect_rate_per_address,
-        config.limits.connect_burst_per_address,
-        config.limits.max_connections.saturating_mul(2).max(1024),
-    );
-    // No connect rate on the admin listener: its clients are the operator's own services.
-    let admin_per_address = limits::AddressLimits::new(
-        config.limits.admin_max_connections_per_address,
-        0.0,
-        0.0,
-        config
-            .limits
-            .admin_max_connections
-            .saturating_mul(2)
-            .max(64),
-    );
     if let Some(tls) = &tls {
         tokio::spawn(reload_tls_on_sighup(tls.clone(), admin_stop.clone()));
     }
+    let public_options = listener_options(&config, true, &shutdown, &tracker, tls);
+    let admin_options = listener_options(&config, false, &admin_stop, &admin_tracker, None);
+    let per_address = [&public_options, &admin_options].map(|o| o.per_address.clone());
     let public_task = tokio::spawn(server::serve(
         public,
         public_router(state.clone()),
         ServeOptions {
-            stop: shutdown.clone(),
-            tracker: tracker.clone(),
-            header_read_timeout: config.limits.header_read_timeout,
-            write_timeout: config.limits.write_timeout,
-            max_connections: Some(config.limits.max_connections),
             fast_path: Some(Arc::new(transport::direct::Direct(state.clone()))),
-            max_header_bytes: config.limits.max_header_bytes,
-            per_address: Some(per_address.clone()),
-            tls: tls.clone(),
+            ..public_options
         },
     ));
     let admin_task = tokio::spawn(server::serve(
         admin,
         admin_router(state.clone()),
-        ServeOptions {
-            stop: admin_stop.clone(),
-            tracker: admin_tracker.clone(),
-            header_read_timeout: config.limits.header_read_timeout,
-            write_timeout: config.limits.write_timeout,
-            max_connections: Some(config.limits.admin_max_connections),
-            fast_path: None,
-            max_header_bytes: config.limits.max_header_bytes,
-            per_address: Some(admin_per_address.clone()),
-            tls: None,
-        },
+        admin_options,
     ));
     let housekeeping = tokio::spawn(housekeeping(
         state.clone(),
         admin_stop.clone(),
         metrics,
-        [per_address, admin_per_address],
+        per_address.into_iter().flatten().collect(),
     ));
-    // The logs and presence stop last, after the connections have drained.
-    let mut bridge_tasks = state.logs().spawn(state.registry(), &admin_stop);
-    if let Some(lease) = state.cluster().lease() {
-        bridge_tasks.push(tokio::spawn(lease.clone().run(admin_stop.clone())));
-    }
-    if let Some(p) = state.presence() {
-        bridge_tasks.push(tokio::spawn(
-            p.clone().run(state.registry().clone(), admin_stop.clone()),
-        ));
-    }
+    // The logs, the leases and presence stop last, after the connections have drained.
+    let cluster_tasks = spawn_cluster(&state, &admin_stop);
     let shown =
         |addr: Option<std::net::SocketAddr>| addr.map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(
@@ -175,7 +136,7 @@ pub async fn run_validated(
     let _ = tokio::time::timeout(Duration::from_secs(1), admin_tracker.wait()).await;
     let _ = admin_task.await;
     let _ = housekeeping.await;
-    for task in bridge_tasks {
+    for task in cluster_tasks {
         let _ = task.await;
     }
     if let Some(upstream) = state.upstream().cloned() {
@@ -183,6 +144,62 @@ pub async fn run_validated(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How a listener serves, from the configuration: the public one (`public`) or the admin one,
+/// which has its own connection caps and no connect rate (its clients are the operator's own
+/// services). The fast path is added by the caller.
+fn listener_options(
+    config: &Config,
+    public: bool,
+    stop: &CancellationToken,
+    tracker: &TaskTracker,
+    tls: Option<Arc<server::tls::Tls>>,
+) -> ServeOptions {
+    let l = &config.limits;
+    let (max, per_address) = if public {
+        let limits = limits::AddressLimits::new(
+            l.max_connections_per_address,
+            l.connect_rate_per_address,
+            l.connect_burst_per_address,
+            l.max_connections.saturating_mul(2).max(1024),
+        );
+        (l.max_connections, limits)
+    } else {
+        let limits = limits::AddressLimits::new(
+            l.admin_max_connections_per_address,
+            0.0,
+            0.0,
+            l.admin_max_connections.saturating_mul(2).max(64),
+        );
+        (l.admin_max_connections, limits)
+    };
+    ServeOptions {
+        stop: stop.clone(),
+        tracker: tracker.clone(),
+        header_read_timeout: l.header_read_timeout,
+        write_timeout: l.write_timeout,
+        max_connections: Some(max),
+        fast_path: None,
+        max_header_bytes: l.max_header_bytes,
+        per_address: Some(per_address),
+        tls,
+    }
+}
+
+/// Runs the node's cluster loops until `stop`: each log's follower, the id and number leases,
+/// and the presence flusher.
+fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let mut tasks = state.logs().spawn(state.registry(), stop);
+    if let Some(lease) = state.cluster().lease() {
+        tasks.push(tokio::spawn(lease.clone().run(stop.clone())));
+    }
+    if let Some(p) = state.presence() {
+        tasks.push(tokio::spawn(
+            p.clone().run(state.registry().clone(), stop.clone()),
+        ));
+    }
+    tasks
 }
 
 /// The node's logs (Redis, Kafka; which topics each feeds), its connection ids and their
@@ -278,7 +295,7 @@ async fn housekeeping(
     state: AppState,
     stop: CancellationToken,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
-    per_address: [Arc<limits::AddressLimits>; 2],
+    per_address: Vec<Arc<limits::AddressLimits>>,
 ) {
     let mut reclaim = tokio::time::interval(state.config().topics.reclaim_interval);
     let mut upkeep = tokio::time::interval(Duration::from_secs(5));

@@ -144,8 +144,6 @@ mod tests {
     use axum::body::Body;
     use herald_core::{Payload, TopicName};
     use serde_json::{Value, json};
-    use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
     use tower::ServiceExt as _;
 
     use super::*;
@@ -171,13 +169,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cursor_carries_each_topic_s_position_from_poll_to_poll() {
-        let state = AppState::new(
-            crate::Config::default(),
-            CancellationToken::new(),
-            TaskTracker::new(),
-            crate::telemetry::metrics::install(),
-        )
-        .unwrap();
+        let (state, _shutdown) = AppState::for_test(crate::Config::default());
         let publish = |topic: &str, n: i64| {
             let topic = TopicName::new(topic).unwrap();
             state

@@ -521,7 +521,6 @@ mod tests {
     use herald_core::{Payload, TopicName};
     use std::sync::Mutex;
     use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
 
     /// A client in memory: takes chunks (or, when `stalled`, never does), may send input.
     #[derive(Clone, Default)]
@@ -560,15 +559,7 @@ mod tests {
         let mut config = crate::Config::default();
         config.limits.write_timeout = Duration::from_millis(200);
         config.sse.heartbeat = Duration::from_secs(60);
-        let shutdown = CancellationToken::new();
-        let state = AppState::new(
-            config,
-            shutdown.clone(),
-            TaskTracker::new(),
-            crate::telemetry::metrics::install(),
-        )
-        .unwrap();
-        (state, shutdown)
+        AppState::for_test(config)
     }
 
     fn text(client: &TestClient) -> String {

@@ -705,7 +705,6 @@ mod lifecycle_tests {
     use serde_json::{Value, json};
     use tokio::io::DuplexStream;
     use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
 
     use super::*;
 
@@ -717,14 +716,7 @@ mod lifecycle_tests {
     }
 
     async fn connect(config: crate::Config, who: crate::auth::Identity) -> Client {
-        let shutdown = CancellationToken::new();
-        let state = AppState::new(
-            config,
-            shutdown.clone(),
-            TaskTracker::new(),
-            crate::telemetry::metrics::install(),
-        )
-        .unwrap();
+        let (state, shutdown) = AppState::for_test(config);
         let (server, client) = tokio::io::duplex(64 * 1024);
         let ws = &state.config().ws;
         let server = inbound::Inbound::new(server, Rate::new(ws.inbound_rate, ws.inbound_burst));
