@@ -73,7 +73,7 @@ impl AppState {
     }
 
     /// Like [`Self::new`], with the access rules `auth` as validation loaded them
-    /// ([`crate::config::Loaded`]), in a cluster: `logs` carry and position every publish
+    /// ([`crate::validate::Loaded`]), in a cluster: `logs` carry and position every publish
     /// (each topic through the one log that feeds it), and must all be connected for the node
     /// to be ready; `cluster` observes the client connections.
     pub fn clustered(

@@ -12,6 +12,7 @@ pub mod bridge;
 pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod fast_path;
 pub mod health;
 pub mod limits;
 pub mod publish;
@@ -20,6 +21,7 @@ pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 pub mod transport;
+pub mod validate;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,10 +59,10 @@ pub async fn run_validated(
     public: TcpListener,
     admin: TcpListener,
     config: Config,
-    loaded: config::Loaded,
+    loaded: validate::Loaded,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let config::Loaded { auth, tls } = loaded;
+    let validate::Loaded { auth, tls } = loaded;
     let metrics = telemetry::metrics::current();
     let tracker = TaskTracker::new();
     let (logs, cluster) = cluster_parts(&config).await?;
@@ -88,7 +90,7 @@ pub async fn run_validated(
         public,
         public_router(state.clone()),
         ServeOptions {
-            fast_path: Some(Arc::new(transport::direct::Direct(state.clone()))),
+            fast_path: Some(Arc::new(fast_path::Direct(state.clone()))),
             ..public_options
         },
     ));

@@ -5,7 +5,7 @@
 //! The origin is checked against `auth.allowed_origins` (empty: any) and echoed, never `*`,
 //! so that `auth.cors_credentials` can allow cookies. WebSocket upgrades do not use CORS;
 //! they check `Origin` themselves. HTTP/1.1 SSE streams are answered by the accept loop
-//! ([`crate::server`]), which adds the same headers with [`raw_headers`].
+//! (`crate::fast_path`), which adds the same headers with [`raw_headers`].
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};

@@ -123,7 +123,7 @@ pub struct Cli {
     pub print_config: bool,
     /// A subcommand instead of serving.
     #[command(subcommand)]
-    pub command: Option<crate::health::Command>,
+    pub command: Option<Command>,
 }
 
 fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
@@ -292,8 +292,29 @@ impl Cli {
         config
             .cluster
             .kafka_properties
-            .extend(crate::bridge::kafka_props::from_env(std::env::vars()));
+            .extend(super::secrets::from_env(std::env::vars()));
         self.admin.apply(&mut config.admin);
         Ok(config)
     }
+}
+
+/// Subcommands of `herald`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Check a running gateway: exit 0 when its admin listener's /readyz answers 200,
+    /// non-zero with the reason otherwise (container HEALTHCHECK; needs no other tool).
+    Health(HealthArgs),
+}
+
+/// Flags of `herald health`.
+#[derive(Debug, clap::Args)]
+pub struct HealthArgs {
+    /// Admin listener to ask: `http://HOST:PORT[/PATH]` or `HOST:PORT` [default: the
+    /// configured admin_listen (HERALD_ADMIN_LISTEN, --config), 0.0.0.0 or :: asked on
+    /// loopback; path /readyz].
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
+    /// Give up after this long, e.g. `3s`.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
 }

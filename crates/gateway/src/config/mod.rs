@@ -11,11 +11,10 @@ use serde::{Deserialize, Serialize};
 
 pub mod admin;
 mod cli;
-mod validate;
+pub mod secrets;
 
 pub use admin::AdminConfig;
-pub use cli::Cli;
-pub use validate::Loaded;
+pub use cli::{Cli, Command, HealthArgs};
 
 /// Herald's whole configuration. Every field has a default; `herald --print-config` prints
 /// them all as TOML.
@@ -123,7 +122,7 @@ pub struct ClusterConfig {
     /// `rediss://…` for TLS; with `redis_mode = "sentinel"`,
     /// `redis+sentinel://[user:password@]host:port,host:port/<master-name>`; with
     /// `redis_mode = "cluster"`, seed nodes, comma-separated. The password is never printed.
-    #[serde(serialize_with = "crate::bridge::redis_conn::serialize_redacted_url")]
+    #[serde(serialize_with = "secrets::serialize_redacted_url")]
     pub redis_url: Option<String>,
     /// How Redis is deployed: `single` (one server, or a managed endpoint), `sentinel`
     /// (a master found through its sentinels, followed across failovers) or `cluster`
@@ -174,7 +173,7 @@ pub struct ClusterConfig {
     /// an environment twin: `HERALD_KAFKA_PROPERTIES_SASL_PASSWORD` sets `sasl.password`
     /// (`_` becomes `.`, `__` a literal `_`), which wins over the file. Values of secret
     /// properties (passwords, keys, JAAS configs) are never printed.
-    #[serde(serialize_with = "crate::bridge::kafka_props::serialize_redacted")]
+    #[serde(serialize_with = "secrets::serialize_redacted")]
     pub kafka_properties: std::collections::BTreeMap<String, String>,
 }
 

@@ -1,6 +1,5 @@
 //! Client transports: SSE, WebSocket and long-poll, and what they share.
 
-pub mod direct;
 pub mod poll;
 pub mod sse;
 pub mod ws;

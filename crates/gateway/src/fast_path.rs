@@ -1,5 +1,6 @@
-//! The transports' fast path ([`crate::server::FastPath`]): which HTTP/1.1 requests the public
-//! listener serves on the socket itself, and serving them. `GET /v1/sse` streams (why:
+//! The public listener's fast path ([`crate::server::FastPath`]), beside the routers
+//! ([`crate::routes`]): which HTTP/1.1 requests it serves on the socket itself, and serving
+//! them with the transports. `GET /v1/sse` streams (why:
 //! `server/` module docs) and `GET /v1/ws` upgrades; everything else goes to the router.
 //!
 //! The router's layers do not see these requests, so what they would do is done here or in
@@ -16,7 +17,7 @@ use crate::limits::Permits;
 use crate::server::stream::ClientStream;
 use crate::server::{DirectRequest, FastPath, HeadShape, head};
 
-use super::{sse, ws};
+use crate::transport::{sse, ws};
 
 /// The public listener's fast path, serving with `state`.
 #[derive(Debug)]

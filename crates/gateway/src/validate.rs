@@ -1,10 +1,13 @@
-//! Validation: every value checked once, before anything binds, and every file the
+//! Validation of a [`Config`]: every value checked once, before anything binds, and every file the
 //! configuration names read once, here. [`Config::validate`] returns what it loaded (the token
 //! keys, the TLS certificate) so that nothing reads those files again at start-up.
 //!
 //! Each bound is written once: a check below produces its own message from the key and the
 //! range (`limits.max_subscriptions must be within 1..=1024`), and the field's doc on the
-//! schema ([`super`]) states the same range.
+//! schema ([`crate::config`]) states the same range. This module sits above the schema: it
+//! uses the access rules ([`crate::auth`]), TLS ([`crate::server::tls`]) and the Redis
+//! settings ([`crate::bridge::redis_conn`]) to load what the configuration names, while the
+//! schema imports none of them.
 
 use std::fmt::Display;
 use std::ops::RangeInclusive;
@@ -13,8 +16,8 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure};
 
-use super::Config;
 use crate::auth::Auth;
+use crate::config::Config;
 use crate::server::tls::Tls;
 
 /// What a valid configuration loaded: each file it names, read once.
