@@ -1,23 +1,13 @@
 //! `herald health` and the admin listener's start-up rule, as a user runs the binary.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 const KEY: &str = "cli-admin-key-0123456789";
-
-fn herald() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HERALD_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
 
 #[path = "support/process.rs"]
 mod process;
 
-use process::Herald;
+use process::{Herald, herald};
 
 /// Starts `herald ARGS` on loopback ports the kernel picks (an admin listener on `0.0.0.0` when
 /// `exposed`) and returns once it says where it listens.

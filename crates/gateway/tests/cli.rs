@@ -3,20 +3,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn herald() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HERALD_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
-
 #[path = "support/process.rs"]
 mod process;
 
-use process::Herald;
+use process::{Herald, herald};
 
 /// `herald` on loopback ports the kernel picks.
 fn herald_on_any_port() -> Command {

@@ -164,7 +164,7 @@ mod process;
 
 /// A `herald` process of the test cluster, on ports the kernel picks.
 fn node(redis: &str, prefix: &str, id: &str) -> process::Herald {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+    let mut command = process::herald();
     command
         .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
         .args(["--redis-url", redis, "--node-id", id])

@@ -46,6 +46,19 @@ const MAX_UNEXPECTED_INPUT: usize = 64 * 1024;
 /// The response head of a directly served stream.
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 
+/// An SSE answer carrying `body`: the event-stream type, no caching, no proxy buffering.
+pub fn event_stream(body: Body) -> Response {
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
 /// Opens an SSE stream through hyper (the axum route: HTTP/2, and HTTP/1.1 requests the
 /// accept loop does not take, such as absolute-form URIs). The stream runs the same
 /// lifecycle as a direct one ([`serve`]) on a task of its own, writing into a one-chunk
@@ -69,14 +82,8 @@ pub async fn handler(
     let (sink, body) = BodySink::new();
     let write_timeout = state.config().limits.write_timeout;
     crate::shutdown::spawn_connection(state.tracker(), "sse", serve(sink, stream, write_timeout));
-    let mut response = Body::from_stream(body).into_response();
+    let mut response = event_stream(Body::from_stream(body));
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         h.insert(header::VARY, HeaderValue::from_static("origin"));

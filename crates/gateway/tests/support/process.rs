@@ -11,6 +11,18 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 
+/// The `herald` binary, with none of the caller's `HERALD_*` variables (the test sets
+/// what it means to).
+pub fn herald() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    for (key, _) in std::env::vars() {
+        if key.starts_with("HERALD_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
 /// A running `herald`, killed when dropped.
 pub struct Herald {
     /// The process.
