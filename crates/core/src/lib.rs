@@ -24,4 +24,4 @@ pub use history::{History, LossReason};
 pub use message::{Message, Payload};
 pub use name::{EventName, TopicName};
 pub use registry::{Registry, RegistryConfig};
-pub use topic::{Subscription, Topic, TopicConfig, TopicStats};
+pub use topic::{HistoryPage, Subscription, Topic, TopicConfig, TopicStats};

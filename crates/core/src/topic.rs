@@ -54,6 +54,18 @@ pub struct Subscription {
     pub lost: Option<LossReason>,
 }
 
+/// A page of a topic's history ([`Topic::history`]).
+#[derive(Clone, Debug)]
+pub struct HistoryPage {
+    /// The messages, oldest first.
+    pub messages: Vec<Arc<Message>>,
+    /// Why messages after the position asked for are not all held, when they are not: the
+    /// page then starts at the oldest message held.
+    pub lost: Option<LossReason>,
+    /// Whether more messages follow the page (ask again after its last one).
+    pub more: bool,
+}
+
 /// Counts describing a topic at one instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicStats {
@@ -299,6 +311,40 @@ impl Topic {
         state.history.since(after.seq)
     }
 
+    /// Up to `limit` messages of history, oldest first: the newest `limit` without `after`,
+    /// else the first `limit` after it. A position of another epoch, or one older than what is
+    /// held, gives the oldest messages held and says so in `lost`; a position ahead of the head
+    /// (same epoch) gives nothing: those messages have not arrived yet.
+    pub fn history(&self, after: Option<Cursor>, limit: usize) -> HistoryPage {
+        let state = self.state.lock();
+        let (held, lost) = match after {
+            None => {
+                let (_, all) = state.history.all();
+                let skip = all.len().saturating_sub(limit);
+                return HistoryPage {
+                    messages: all[skip..].to_vec(),
+                    lost: None,
+                    more: false,
+                };
+            }
+            Some(after) if after.epoch != state.epoch => {
+                (state.history.all().1, Some(LossReason::Epoch))
+            }
+            Some(after) => match state.history.since(after.seq) {
+                Ok(held) => (held, None),
+                Err(reason) => (state.history.all().1, Some(reason)),
+            },
+        };
+        let more = held.len() > limit;
+        let mut messages = held;
+        messages.truncate(limit);
+        HistoryPage {
+            messages,
+            lost,
+            more,
+        }
+    }
+
     /// Live subscribers on this node.
     pub fn subscriber_count(&self) -> usize {
         self.state.lock().sender.receiver_count()
@@ -364,6 +410,42 @@ mod tests {
         for i in 0..n {
             t.publish(None, Payload::from_value(&json!(i)));
         }
+    }
+
+    #[test]
+    fn history_pages_from_the_newest_or_after_a_position() {
+        let t = topic(5);
+        publish(&t, 8); // positions 1..=8, history holds 4..=8
+        let seqs = |p: &HistoryPage| {
+            p.messages
+                .iter()
+                .map(|m| m.cursor().seq)
+                .collect::<Vec<_>>()
+        };
+        let newest = t.history(None, 3);
+        assert_eq!(
+            (seqs(&newest), newest.lost, newest.more),
+            (vec![6, 7, 8], None, false)
+        );
+        let page = t.history(Some(Cursor::new(7, 4)), 2);
+        assert_eq!(
+            (seqs(&page), page.lost, page.more),
+            (vec![5, 6], None, true)
+        );
+        let last = t.history(Some(Cursor::new(7, 6)), 2);
+        assert_eq!((seqs(&last), last.more), (vec![7, 8], false));
+        let expired = t.history(Some(Cursor::new(7, 1)), 10);
+        assert_eq!(
+            (seqs(&expired), expired.lost),
+            (vec![4, 5, 6, 7, 8], Some(LossReason::Expired))
+        );
+        let other = t.history(Some(Cursor::new(99, 5)), 2);
+        assert_eq!(
+            (seqs(&other), other.lost, other.more),
+            (vec![4, 5], Some(LossReason::Epoch), true)
+        );
+        let ahead = t.history(Some(Cursor::new(7, 20)), 2);
+        assert_eq!((seqs(&ahead), ahead.lost), (vec![], None));
     }
 
     #[tokio::test]

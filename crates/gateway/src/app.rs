@@ -1,81 +1,91 @@
-//! Application state and the two routers (public and admin).
+//! The state of one gateway, shared by every connection and request: configuration, registry,
+//! logs and cluster observers, access rules, limits, shutdown. The routers are in
+//! [`crate::routes`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse};
-use axum::routing::{get, post};
 use herald_core::Registry;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api;
-use crate::bridge::Bridge;
+use crate::bridge::Logs;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::transport;
 
-/// Shared state of one gateway; cloning is a reference-count bump.
+/// Shared state of one gateway, built once and complete; cloning is a reference-count bump.
 #[derive(Clone, Debug)]
 pub struct AppState(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
     config: Config,
-    registry: Registry,
+    registry: Arc<Registry>,
     shutdown: CancellationToken,
     drain: crate::shutdown::Drain,
     tracker: TaskTracker,
     ready: AtomicBool,
     metrics: PrometheusHandle,
-    bridge: Option<Arc<dyn Bridge>>,
-    bridges: Vec<Arc<dyn Bridge>>,
-    upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
-    observers: Arc<Vec<Arc<dyn crate::bridge::ConnectionObserver>>>,
-    presence: Option<Arc<crate::bridge::presence::Presence>>,
+    logs: Arc<Logs>,
+    cluster: Cluster,
     auth: crate::auth::Auth,
     publish_limits: crate::limits::PublishLimits,
     topic_quota: Arc<crate::limits::TopicQuota>,
-    connection_ids: std::sync::atomic::AtomicU64,
 }
 
 impl AppState {
-    /// State for a gateway with `config`, stopping on `shutdown`; connection tasks are
-    /// tracked by `tracker`.
+    /// State for a lone gateway (no log, no cluster observer) with `config`, stopping on
+    /// `shutdown`; connection tasks are tracked by `tracker`. Reads the token key files
+    /// `config.auth` names (fails as [`Config::validate`] would on an unreadable one).
     pub fn new(
         config: Config,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
-    ) -> Self {
-        Self::with_bridge(config, shutdown, tracker, metrics, Vec::new())
+    ) -> anyhow::Result<Self> {
+        let auth = crate::auth::Auth::from_config(&config.auth)?;
+        Ok(Self::clustered(
+            config,
+            auth,
+            shutdown,
+            tracker,
+            metrics,
+            Arc::new(Logs::none()),
+            Cluster::alone(),
+        ))
     }
 
-    /// Like [`Self::new`], with cluster bridges: publishes go through the first, and every
-    /// one must be connected for the node to be ready.
-    pub fn with_bridge(
+    /// A lone node's state for unit tests, with the shutdown token that drains it.
+    #[cfg(test)]
+    pub(crate) fn for_test(config: Config) -> (Self, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let state = Self::new(
+            config,
+            shutdown.clone(),
+            TaskTracker::new(),
+            crate::telemetry::metrics::install(),
+        )
+        .expect("a valid test configuration");
+        (state, shutdown)
+    }
+
+    /// Like [`Self::new`], with the access rules `auth` as validation loaded them
+    /// ([`crate::validate::Loaded`]), in a cluster: `logs` carry and position every publish
+    /// (each topic through the one log that feeds it), and must all be connected for the node
+    /// to be ready; `cluster` observes the client connections.
+    pub fn clustered(
         config: Config,
+        auth: crate::auth::Auth,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
-        bridges: Vec<Arc<dyn Bridge>>,
+        logs: Arc<Logs>,
+        cluster: Cluster,
     ) -> Self {
-        let bridge = bridges.first().cloned();
-        // Validated before anything binds (Config::validate); an unreadable key file here
-        // means it changed since, and no access rule is better than a wrong one.
-        let auth = crate::auth::Auth::from_config(&config.auth).unwrap_or_else(|e| {
-            tracing::error!(error = %format!("{e:#}"), "auth configuration unusable; refusing all tokens");
-            crate::auth::Auth::from_config(&crate::config::AuthConfig {
-                public_prefixes: Vec::new(),
-                ..Default::default()
-            })
-            .expect("empty auth config")
-        });
-        let registry = Registry::new(config.registry());
+        let registry = Arc::new(Registry::new(config.registry()));
         let publish_limits = crate::limits::PublishLimits::new(
             crate::limits::Rate::new(
                 config.limits.publish_rate_per_key,
@@ -92,15 +102,11 @@ impl AppState {
             tracker,
             ready: AtomicBool::new(true),
             metrics,
-            bridge,
-            bridges,
-            upstream: None,
-            observers: Arc::new(Vec::new()),
-            presence: None,
+            logs,
+            cluster,
             auth,
             publish_limits,
             topic_quota,
-            connection_ids: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -110,7 +116,7 @@ impl AppState {
     }
 
     /// The topic registry.
-    pub fn registry(&self) -> &Registry {
+    pub fn registry(&self) -> &Arc<Registry> {
         &self.0.registry
     }
 
@@ -140,47 +146,33 @@ impl AppState {
         &self.0.tracker
     }
 
-    /// Whether `/readyz` answers 200: serving, not draining, and every bridge connected.
+    /// Whether `/readyz` answers 200: serving, not draining, every log followed, and the
+    /// node's id its own.
     pub fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::Relaxed)
             && !self.0.shutdown.is_cancelled()
-            && self.0.bridges.iter().all(|b| b.is_ready())
+            && self.0.logs.is_ready()
+            && self.0.cluster.not_ready_reason().is_none()
     }
 
-    /// Each bridge that is not ready, with why.
-    pub fn bridges_not_ready(&self) -> Vec<(&'static str, String)> {
-        self.0
-            .bridges
-            .iter()
-            .filter(|b| !b.is_ready())
-            .map(|b| {
-                let why = b.not_ready_reason();
-                (b.name(), why.unwrap_or_else(|| "not connected".into()))
-            })
-            .collect()
-    }
-
-    /// Sends client events to `upstream` (set once, before serving).
-    pub fn with_upstream(
-        mut self,
-        upstream: Option<Arc<crate::bridge::upstream::Upstream>>,
-    ) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            if let Some(u) = &upstream {
-                Arc::make_mut(&mut inner.observers).push(u.clone());
-            }
-            inner.upstream = upstream;
+    /// What keeps the node from being ready besides draining: each log not followed, and the
+    /// node id held by another process; with why.
+    pub fn not_ready(&self) -> Vec<(&'static str, String)> {
+        let mut why = self.0.logs.not_ready();
+        if let Some(reason) = self.0.cluster.not_ready_reason() {
+            why.push(("cluster", reason));
         }
-        self
+        why
     }
 
-    /// Keeps the cluster's connection registry and presence in Redis (set before serving).
-    pub fn with_presence(mut self, presence: Arc<crate::bridge::presence::Presence>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            Arc::make_mut(&mut inner.observers).push(presence.clone());
-            inner.presence = Some(presence);
-        }
-        self
+    /// The logs that carry messages between nodes, and which topics each feeds.
+    pub fn logs(&self) -> &Arc<Logs> {
+        &self.0.logs
+    }
+
+    /// This node's connection observers (presence, upstream events).
+    pub fn cluster(&self) -> &Cluster {
+        &self.0.cluster
     }
 
     /// The access rules.
@@ -189,65 +181,54 @@ impl AppState {
     }
 
     /// The cluster presence, when Redis is configured.
-    pub fn presence(&self) -> Option<&Arc<crate::bridge::presence::Presence>> {
-        self.0.presence.as_ref()
-    }
-
-    /// Tells `observer` about every client connection (set before serving).
-    pub fn with_observer(mut self, observer: Arc<dyn crate::bridge::ConnectionObserver>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.0) {
-            Arc::make_mut(&mut inner.observers).push(observer);
-        }
-        self
+    pub fn presence(&self) -> Option<&Arc<crate::cluster::presence::Presence>> {
+        self.0.cluster.presence()
     }
 
     /// The upstream event producer, if configured.
-    pub fn upstream(&self) -> Option<&Arc<crate::bridge::upstream::Upstream>> {
-        self.0.upstream.as_ref()
+    pub fn upstream(&self) -> Option<&Arc<crate::cluster::upstream::Upstream>> {
+        self.0.cluster.upstream()
     }
 
-    /// Counts a new client connection of `transport` (and reports it upstream when
-    /// configured, with an id unique in the cluster: `<node_id>-<n>`).
+    /// Opens a client connection of `transport` for `user` (counted, and reported to the
+    /// cluster's observers with an id unique in the cluster).
     pub fn open_connection(
         &self,
         transport: crate::telemetry::metrics::Transport,
         user: Option<&str>,
-    ) -> crate::telemetry::metrics::ConnectionGuard {
-        let mut guard = crate::telemetry::metrics::transport(transport).open();
-        if !self.0.observers.is_empty() {
-            let n = self.0.connection_ids.fetch_add(1, Ordering::Relaxed);
-            let id = format!("{}-{n}", self.0.config.cluster.node_id);
-            guard.observe(id, user, self.0.observers.clone());
-        }
-        guard
+    ) -> crate::cluster::Connection {
+        self.0.cluster.open(transport, user)
     }
 
-    /// The cluster bridges, the publishing one first.
-    pub fn bridges(&self) -> &[Arc<dyn Bridge>] {
-        &self.0.bridges
-    }
-
-    /// Publishes: through the bridge when there is one (the message then reaches this node's
-    /// subscribers through the shared log, like every other node's), else locally.
+    /// Publishes: through the log that feeds the topic when the node is in a cluster (the
+    /// message then reaches this node's subscribers through the log, like every other
+    /// node's), else locally.
     pub async fn publish(
         &self,
         topic: &herald_core::TopicName,
         event: Option<herald_core::EventName>,
         data: herald_core::Payload,
     ) -> Result<herald_core::Cursor, ApiError> {
-        match &self.0.bridge {
-            Some(bridge) => bridge
-                .publish(topic, event.as_ref(), &data)
-                .await
-                .map_err(|e| {
-                    ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "bridge_unavailable",
-                        e.to_string(),
-                    )
-                }),
-            None => Ok(self.registry().publish(topic, event, data)?.cursor()),
+        if self.0.logs.is_empty() {
+            return Ok(self.registry().publish(topic, event, data)?.cursor());
         }
+        self.0
+            .logs
+            .publish(topic, event.as_ref(), &data)
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "bridge_unavailable",
+                    e.to_string(),
+                )
+            })
+    }
+
+    /// Whether the public listener serves the publish API: in dev mode, or to API keys or
+    /// tokens allowed to publish.
+    pub fn publishes_publicly(&self) -> bool {
+        self.config().dev || self.auth().has_api_keys() || self.auth().enabled()
     }
 
     /// Sets readiness.
@@ -261,89 +242,110 @@ impl AppState {
     }
 }
 
-/// The public router: SSE, WebSocket, long-poll, the demo page and the client library it
-/// uses, and the publish API where it is served (with CORS for pages on other origins).
-pub fn public_router(state: AppState) -> Router {
-    let mut router = Router::new()
-        .route("/", get(demo_page))
-        .route("/herald-client.js", get(client_script))
-        .route(transport::sse::PATH, get(transport::sse::handler))
-        .route(transport::ws::PATH, get(transport::ws::handler))
-        .route("/v1/poll", get(transport::poll::handler));
-    if public_publish(&state) {
-        router = router
-            .route("/v1/publish", post(api::publish::publish_public))
-            .route(
-                "/v1/publish/batch",
-                post(api::publish::publish_batch_public),
-            );
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use herald_core::{Cursor, EventName, Payload, TopicName};
+
+    use super::*;
+    use crate::bridge::{BoxFuture, Bridge, BridgeError, Feeds, Ingest};
+
+    /// A log that answers publishes with a fixed position, up or down at will.
+    #[derive(Debug, Default)]
+    struct FakeLog {
+        up: AtomicBool,
+        published: parking_lot::Mutex<Vec<String>>,
     }
-    router
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            api::cors::layer,
-        ))
-        .layer(DefaultBodyLimit::max(api::publish::body_limit(
-            state.config(),
-        )))
-        .with_state(state)
-}
 
-/// Whether the public listener serves the publish API: in dev mode, or to API keys or
-/// tokens allowed to publish.
-pub fn public_publish(state: &AppState) -> bool {
-    state.config().dev || state.auth().has_api_keys() || state.auth().enabled()
-}
+    impl Bridge for FakeLog {
+        fn name(&self) -> &'static str {
+            "fake"
+        }
+        fn publish<'a>(
+            &'a self,
+            topic: &'a TopicName,
+            _: Option<&'a EventName>,
+            _: &'a Payload,
+        ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
+            Box::pin(async move {
+                if !self.up.load(Ordering::Relaxed) {
+                    return Err(BridgeError::Unavailable {
+                        bridge: "fake",
+                        reason: "down".into(),
+                    });
+                }
+                self.published.lock().push(topic.to_string());
+                Ok(Cursor::new(5, 9))
+            })
+        }
+        fn run(self: Arc<Self>, _: Ingest, _: CancellationToken) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+        fn is_ready(&self) -> bool {
+            self.up.load(Ordering::Relaxed)
+        }
+        fn not_ready_reason(&self) -> Option<String> {
+            (!self.is_ready()).then(|| "down".into())
+        }
+    }
 
-/// The admin router: publishing, topic stats, health, readiness, metrics and the console,
-/// behind the admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
-pub fn admin_router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/publish", post(api::publish::publish))
-        .route("/v1/publish/batch", post(api::publish::publish_batch))
-        .route("/v1/topics", get(api::admin::topics))
-        .route("/v1/topics/{topic}", get(api::admin::topic))
-        .route("/v1/presence/{topic}", get(api::admin::presence))
-        .route("/v1/cluster/nodes", get(api::admin::nodes))
-        .route(
-            "/v1/users/{user}/connections",
-            get(api::admin::user_connections),
-        )
-        .route("/healthz", get(api::admin::healthz))
-        .route("/readyz", get(api::admin::readyz))
-        .route("/metrics", get(api::admin::metrics))
-        .merge(api::console::router())
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            api::admin_auth::require,
-        ))
-        .layer(DefaultBodyLimit::max(api::publish::body_limit(
-            state.config(),
-        )))
-        .with_state(state)
-}
+    fn state(logs: Logs) -> (AppState, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let config = Config::default();
+        let auth = crate::auth::Auth::from_config(&config.auth).unwrap();
+        let state = AppState::clustered(
+            config,
+            auth,
+            shutdown.clone(),
+            TaskTracker::new(),
+            crate::telemetry::metrics::install(),
+            Arc::new(logs),
+            Cluster::alone(),
+        );
+        (state, shutdown)
+    }
 
-async fn demo_page() -> impl IntoResponse {
-    Html(include_str!("demo.html"))
-}
+    fn payload() -> Payload {
+        Payload::from_json(b"1").unwrap()
+    }
 
-/// herald-client (clients/js) as one ES module, for the demo page and for pages that load it
-/// from the gateway (bundled by `npm run bundle` there, kept current by its tests).
-async fn client_script() -> impl IntoResponse {
-    (
-        [
-            (
-                axum::http::header::CONTENT_TYPE,
-                "text/javascript; charset=utf-8",
-            ),
-            (axum::http::header::CACHE_CONTROL, "no-cache"),
-        ],
-        include_str!("herald-client.js"),
-    )
-}
+    #[tokio::test]
+    async fn a_lone_node_positions_publishes_itself_and_is_ready_until_it_drains() {
+        let (state, shutdown) = state(Logs::none());
+        let topic = TopicName::new("t").unwrap();
+        let first = state.publish(&topic, None, payload()).await.unwrap();
+        let second = state.publish(&topic, None, payload()).await.unwrap();
+        assert_eq!((first.epoch, second.seq), (second.epoch, first.seq + 1));
+        assert_eq!(state.registry().get("t").unwrap().head(), second);
+        assert!(state.is_ready() && state.not_ready().is_empty());
+        assert!(
+            !state.publishes_publicly(),
+            "no dev mode, no keys: admin listener only"
+        );
+        shutdown.cancel();
+        assert!(!state.is_ready());
+    }
 
-async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+    #[tokio::test]
+    async fn in_a_cluster_publishes_go_to_the_log_and_readiness_follows_it() {
+        let log = Arc::new(FakeLog::default());
+        let (state, _shutdown) = state(Logs::none().with(log.clone(), Feeds::Rest));
+        let topic = TopicName::new("t").unwrap();
+        let refused = state.publish(&topic, None, payload()).await.unwrap_err();
+        assert_eq!(refused.code(), "bridge_unavailable");
+        assert!(!state.is_ready());
+        assert_eq!(state.not_ready(), [("fake", "down".to_string())]);
+        log.up.store(true, Ordering::Relaxed);
+        assert_eq!(
+            state.publish(&topic, None, payload()).await.unwrap(),
+            Cursor::new(5, 9)
+        );
+        assert_eq!(*log.published.lock(), ["t"]);
+        assert!(
+            state.registry().get("t").is_none(),
+            "the message reaches this node through the log, not directly"
+        );
+        assert!(state.is_ready());
+    }
 }

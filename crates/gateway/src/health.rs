@@ -9,32 +9,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::config::Cli;
+pub use crate::config::{Command, HealthArgs};
 
 /// `EX_USAGE` from sysexits.h.
 const EX_USAGE: u8 = 64;
 /// Most bytes of an answer read (status line, headers and a short body).
 const MAX_ANSWER: usize = 16 * 1024;
-
-/// Subcommands of `herald`.
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Check a running gateway: exit 0 when its admin listener's /readyz answers 200,
-    /// non-zero with the reason otherwise (container HEALTHCHECK; needs no other tool).
-    Health(HealthArgs),
-}
-
-/// Flags of `herald health`.
-#[derive(Debug, clap::Args)]
-pub struct HealthArgs {
-    /// Admin listener to ask: `http://HOST:PORT[/PATH]` or `HOST:PORT` [default: the
-    /// configured admin_listen (HERALD_ADMIN_LISTEN, --config), 0.0.0.0 or :: asked on
-    /// loopback; path /readyz].
-    #[arg(long, value_name = "URL")]
-    pub admin: Option<String>,
-    /// Give up after this long, e.g. `3s`.
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    pub timeout: Duration,
-}
 
 /// Where to ask.
 #[derive(Clone, Debug, PartialEq, Eq)]

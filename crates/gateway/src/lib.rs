@@ -9,14 +9,19 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bridge;
+pub mod cluster;
 pub mod config;
 pub mod error;
+pub mod fast_path;
 pub mod health;
 pub mod limits;
+pub mod publish;
+pub mod routes;
 pub mod server;
 pub mod shutdown;
 pub mod telemetry;
 pub mod transport;
+pub mod validate;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,8 +33,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use app::{AppState, admin_router, public_router};
+pub use app::AppState;
 pub use config::Config;
+pub use routes::{admin_router, public_router};
 
 use server::ServeOptions;
 
@@ -43,135 +49,72 @@ pub async fn run(
     config: Config,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    config.validate()?;
-    let metrics = telemetry::metrics::install();
+    let loaded = config.validate()?;
+    run_validated(public, admin, config, loaded, shutdown).await
+}
+
+/// [`run`] with a configuration already validated, and what validation loaded (the token
+/// keys, the TLS certificate), so that no file is read twice.
+pub async fn run_validated(
+    public: TcpListener,
+    admin: TcpListener,
+    config: Config,
+    loaded: validate::Loaded,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let validate::Loaded { auth, tls } = loaded;
+    let metrics = telemetry::metrics::current();
     let tracker = TaskTracker::new();
-    let redis = match &config.cluster.redis_url {
-        Some(_) => Some(bridge::redis::RedisBridge::new(&config.cluster).await?),
-        None => None,
-    };
-    let kafka = match &config.cluster.kafka_brokers {
-        Some(brokers) => Some(bridge::kafka::KafkaBridge::new(&config.cluster, brokers)?),
-        None => None,
-    };
-    // Redis carries node-to-node fan-out of this node's publishes when configured; Kafka
-    // otherwise.
-    let mut bridges: Vec<Arc<dyn bridge::Bridge>> = Vec::new();
-    if let Some(b) = &redis {
-        bridges.push(b.clone());
-    }
-    if let Some(b) = &kafka {
-        bridges.push(b.clone());
-    }
-    let state = AppState::with_bridge(
+    let (logs, cluster) = cluster_parts(&config).await?;
+    let state = AppState::clustered(
         config.clone(),
+        auth,
         shutdown.clone(),
         tracker.clone(),
         metrics.clone(),
-        bridges,
-    )
-    .with_upstream(
-        match (
-            &config.cluster.kafka_brokers,
-            &config.cluster.kafka_upstream_topic,
-        ) {
-            (Some(brokers), Some(topic)) => Some(Arc::new(bridge::upstream::Upstream::new(
-                brokers,
-                topic,
-                &config.cluster.node_id,
-                &config.cluster.kafka_properties,
-            )?)),
-            _ => None,
-        },
+        logs,
+        cluster,
     );
-    let presence = match &redis {
-        Some(b) => Some(bridge::presence::Presence::new(
-            &config.cluster,
-            b.target(),
-        )?),
-        None => None,
-    };
-    let state = match &presence {
-        Some(p) => state.with_presence(p.clone()),
-        None => state,
-    };
     let admin_stop = CancellationToken::new();
     let admin_tracker = TaskTracker::new();
     let public_addr = public.local_addr().ok();
     let admin_addr = admin.local_addr().ok();
 
-    let per_address = limits::AddressLimits::new(
-        config.limits.max_connections_per_address,
-        config.limits.connect_rate_per_address,
-        config.limits.connect_burst_per_address,
-        config.limits.max_connections.saturating_mul(2).max(1024),
-    );
-    // No connect rate on the admin listener: its clients are the operator's own services.
-    let admin_per_address = limits::AddressLimits::new(
-        config.limits.admin_max_connections_per_address,
-        0.0,
-        0.0,
-        config
-            .limits
-            .admin_max_connections
-            .saturating_mul(2)
-            .max(64),
-    );
-    let tls = if config.tls.enabled() {
-        let tls = Arc::new(server::tls::Tls::load(&config.tls)?);
+    if let Some(tls) = &tls {
         tokio::spawn(reload_tls_on_sighup(tls.clone(), admin_stop.clone()));
-        Some(tls)
-    } else {
-        None
-    };
+    }
+    let public_options = listener_options(&config, true, &shutdown, &tracker, tls);
+    let admin_options = listener_options(&config, false, &admin_stop, &admin_tracker, None);
+    let per_address = [&public_options, &admin_options].map(|o| o.per_address.clone());
     let public_task = tokio::spawn(server::serve(
         public,
         public_router(state.clone()),
         ServeOptions {
-            stop: shutdown.clone(),
-            tracker: tracker.clone(),
-            header_read_timeout: config.limits.header_read_timeout,
-            write_timeout: config.limits.write_timeout,
-            max_connections: Some(config.limits.max_connections),
-            fast_path: Some(state.clone()),
-            max_header_bytes: config.limits.max_header_bytes,
-            per_address: Some(per_address.clone()),
-            tls: tls.clone(),
+            fast_path: Some(Arc::new(fast_path::Direct(state.clone()))),
+            ..public_options
         },
     ));
     let admin_task = tokio::spawn(server::serve(
         admin,
         admin_router(state.clone()),
-        ServeOptions {
-            stop: admin_stop.clone(),
-            tracker: admin_tracker.clone(),
-            header_read_timeout: config.limits.header_read_timeout,
-            write_timeout: config.limits.write_timeout,
-            max_connections: Some(config.limits.admin_max_connections),
-            fast_path: None,
-            max_header_bytes: config.limits.max_header_bytes,
-            per_address: Some(admin_per_address.clone()),
-            tls: None,
-        },
+        admin_options,
     ));
     let housekeeping = tokio::spawn(housekeeping(
         state.clone(),
         admin_stop.clone(),
         metrics,
-        [per_address, admin_per_address],
+        per_address.into_iter().flatten().collect(),
     ));
-    // Bridges stop last, after the connections have drained.
-    let mut bridge_tasks = Vec::new();
-    if let Some(b) = redis {
-        bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
-    }
-    if let Some(b) = kafka {
-        bridge_tasks.push(tokio::spawn(b.run(state.clone(), admin_stop.clone())));
-    }
-    if let Some(p) = presence {
-        bridge_tasks.push(tokio::spawn(p.run(state.clone(), admin_stop.clone())));
-    }
-    tracing::info!(public = ?public_addr, admin = ?admin_addr, dev = config.dev, "herald listening");
+    // The logs, the leases and presence stop last, after the connections have drained.
+    let cluster_tasks = spawn_cluster(&state, &admin_stop);
+    let shown =
+        |addr: Option<std::net::SocketAddr>| addr.map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(
+        public = %shown(public_addr),
+        admin = %shown(admin_addr),
+        dev = config.dev,
+        "herald listening"
+    );
     if config.dev {
         tracing::warn!("dev mode: anyone who reaches the public listener can publish");
     }
@@ -195,7 +138,7 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(1), admin_tracker.wait()).await;
     let _ = admin_task.await;
     let _ = housekeeping.await;
-    for task in bridge_tasks {
+    for task in cluster_tasks {
         let _ = task.await;
     }
     if let Some(upstream) = state.upstream().cloned() {
@@ -203,6 +146,121 @@ pub async fn run(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How a listener serves, from the configuration: the public one (`public`) or the admin one,
+/// which has its own connection caps and no connect rate (its clients are the operator's own
+/// services). The fast path is added by the caller.
+fn listener_options(
+    config: &Config,
+    public: bool,
+    stop: &CancellationToken,
+    tracker: &TaskTracker,
+    tls: Option<Arc<server::tls::Tls>>,
+) -> ServeOptions {
+    let l = &config.limits;
+    let (max, per_address) = if public {
+        let limits = limits::AddressLimits::new(
+            l.max_connections_per_address,
+            l.connect_rate_per_address,
+            l.connect_burst_per_address,
+            l.max_connections.saturating_mul(2).max(1024),
+        );
+        (l.max_connections, limits)
+    } else {
+        let limits = limits::AddressLimits::new(
+            l.admin_max_connections_per_address,
+            0.0,
+            0.0,
+            l.admin_max_connections.saturating_mul(2).max(64),
+        );
+        (l.admin_max_connections, limits)
+    };
+    ServeOptions {
+        stop: stop.clone(),
+        tracker: tracker.clone(),
+        header_read_timeout: l.header_read_timeout,
+        write_timeout: l.write_timeout,
+        max_connections: Some(max),
+        fast_path: None,
+        max_header_bytes: l.max_header_bytes,
+        per_address: Some(per_address),
+        tls,
+    }
+}
+
+/// Runs the node's cluster loops until `stop`: each log's follower, the id and number leases,
+/// and the presence flusher.
+fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
+    let mut tasks = state.logs().spawn(state.registry(), stop);
+    if let Some(lease) = state.cluster().lease() {
+        tasks.push(tokio::spawn(lease.clone().run(stop.clone())));
+    }
+    if let Some(p) = state.presence() {
+        tasks.push(tokio::spawn(
+            p.clone().run(state.registry().clone(), stop.clone()),
+        ));
+    }
+    tasks
+}
+
+/// The node's logs (Redis, Kafka; which topics each feeds), its connection ids and their
+/// leases, and its connection observers (Redis presence, Kafka upstream events), as
+/// configured. Fails when another running node holds this node's id.
+async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster::Cluster)> {
+    let c = &config.cluster;
+    let history = config.topics.history_ttl;
+    let redis = match &c.redis_url {
+        Some(_) => Some(bridge::redis::RedisBridge::new(c, history)?),
+        None => None,
+    };
+    let mut logs = bridge::Logs::none();
+    if let Some(b) = &redis {
+        logs = logs.with(b.clone(), bridge::Feeds::Rest);
+    }
+    if let Some(brokers) = &c.kafka_brokers {
+        // Alone, Kafka feeds every topic; beside Redis, the prefixes configured for it.
+        let feeds = match redis {
+            Some(_) => bridge::Feeds::Prefixes(c.kafka_feeds.clone()),
+            None => bridge::Feeds::Rest,
+        };
+        logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, feeds);
+    }
+    let ids = Arc::new(cluster::ids::ConnectionIds::new(
+        cluster::ids::ConnectionIds::hashed(&c.node_id),
+    ));
+    let (presence, lease) = match &redis {
+        Some(b) => {
+            let lease = cluster::lease::Lease::new(
+                b.target(),
+                &c.node_id,
+                c.presence_interval,
+                ids.clone(),
+            );
+            lease.acquire().await?;
+            (
+                Some(cluster::presence::Presence::new(c, b.target())?),
+                Some(lease),
+            )
+        }
+        None => (None, None),
+    };
+    let upstream = match (&c.kafka_brokers, &c.kafka_upstream_topic) {
+        (Some(brokers), Some(topic)) => Some(Arc::new(cluster::upstream::Upstream::new(
+            brokers,
+            topic,
+            &c.node_id,
+            &c.kafka_properties,
+        )?)),
+        _ => None,
+    };
+    let observers = cluster::Observers {
+        presence,
+        upstream,
+        others: Vec::new(),
+    };
+    let cluster = cluster::Cluster::new(ids, lease, observers);
+    Ok((Arc::new(logs), cluster))
 }
 
 /// Reads the TLS certificate and key again on every `SIGHUP` (certificate rotation without a
@@ -239,7 +297,7 @@ async fn housekeeping(
     state: AppState,
     stop: CancellationToken,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
-    per_address: [Arc<limits::AddressLimits>; 2],
+    per_address: Vec<Arc<limits::AddressLimits>>,
 ) {
     let mut reclaim = tokio::time::interval(state.config().topics.reclaim_interval);
     let mut upkeep = tokio::time::interval(Duration::from_secs(5));
@@ -262,7 +320,9 @@ async fn housekeeping(
     }
 }
 
-/// A gateway running on a background task: what tests and embedders start.
+/// A gateway running on a runtime of its own: what tests and embedders start. Its threads
+/// record metrics into a recorder of its own ([`telemetry::metrics::Scope`]), so several
+/// gateways in one process each count only their own (a `herald` process has one, global).
 #[derive(Debug)]
 pub struct Gateway {
     /// Where the public listener is bound.
@@ -270,29 +330,56 @@ pub struct Gateway {
     /// Where the admin listener is bound.
     pub admin_addr: SocketAddr,
     shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Gateway {
-    /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs.
+    /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs
+    /// on two threads of its own.
     pub async fn start(config: Config) -> anyhow::Result<Self> {
-        config.validate()?;
-        let public = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let admin = TcpListener::bind(config.admin_listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.admin_listen))?;
+        let loaded = config.validate()?;
+        let bind = |addr: SocketAddr, what: &str| -> anyhow::Result<std::net::TcpListener> {
+            let listener = std::net::TcpListener::bind(addr)
+                .with_context(|| format!("cannot listen on {addr} ({what})"))?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        };
+        let public = bind(config.listen, "public")?;
+        let admin = bind(config.admin_listen, "admin")?;
         let public_addr = public.local_addr()?;
         let admin_addr = admin.local_addr()?;
+        let scope = telemetry::metrics::Scope::new();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("herald-gateway")
+            .on_thread_start(move || scope.enter())
+            .enable_all()
+            .build()
+            .context("cannot start the gateway's runtime")?;
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(run(public, admin, config, shutdown.clone()));
+        let stop = shutdown.clone();
+        let task = runtime.spawn(async move {
+            let public = TcpListener::from_std(public)?;
+            let admin = TcpListener::from_std(admin)?;
+            run_validated(public, admin, config, loaded, stop).await
+        });
         Ok(Self {
             public_addr,
             admin_addr,
             shutdown,
-            task,
+            task: Some(task),
+            runtime: Some(runtime),
         })
+    }
+
+    /// The gateway's runtime, to run something beside it (its metrics are the gateway's).
+    pub fn runtime(&self) -> tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the runtime lives as long as the gateway")
+            .handle()
+            .clone()
     }
 
     /// Starts draining without waiting.
@@ -301,13 +388,30 @@ impl Gateway {
     }
 
     /// Drains and waits until the gateway has stopped.
-    pub async fn stop(self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();
-        self.task.await.context("gateway task panicked")?
+        self.finished().await
     }
 
     /// Waits until the gateway stops (after [`Self::begin_shutdown`]).
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.task.await.context("gateway task panicked")?
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        self.finished().await
+    }
+
+    async fn finished(&mut self) -> anyhow::Result<()> {
+        match self.task.take() {
+            Some(task) => task.await.context("gateway task panicked")?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Gateway {
+    /// Ends the gateway's runtime without waiting (dropping it in async code would block).
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser as _;
 use herald_gateway::config::Cli;
 use herald_gateway::{shutdown, telemetry};
 use tokio_util::sync::CancellationToken;
@@ -13,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -27,8 +26,8 @@ fn main() -> ExitCode {
     if let Some(command) = &cli.command {
         return herald_gateway::health::main(&cli, command);
     }
-    let config = match cli.load().and_then(|c| c.validate().map(|()| c)) {
-        Ok(config) => config,
+    let (config, loaded) = match cli.load().and_then(|c| c.validate().map(|l| (c, l))) {
+        Ok(valid) => valid,
         Err(e) => {
             eprintln!("herald: invalid configuration: {e:#}");
             return ExitCode::from(EX_USAGE);
@@ -55,7 +54,7 @@ fn main() -> ExitCode {
             .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
         let token = CancellationToken::new();
         shutdown::spawn_signal_handler(token.clone()).context("cannot install signal handlers")?;
-        herald_gateway::run(public, admin, config, token).await
+        herald_gateway::run_validated(public, admin, config, loaded, token).await
     });
     // Connections still open after the grace period are dropped with the runtime.
     runtime.shutdown_background();

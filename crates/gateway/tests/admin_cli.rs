@@ -1,67 +1,27 @@
 //! `herald health` and the admin listener's start-up rule, as a user runs the binary.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Output;
 
 const KEY: &str = "cli-admin-key-0123456789";
 
-fn herald() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HERALD_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
+#[path = "support/process.rs"]
+mod process;
+
+use process::{Herald, herald};
+
+/// Starts `herald ARGS` on loopback ports the kernel picks (an admin listener on `0.0.0.0` when
+/// `exposed`) and returns once it says where it listens.
+fn start(exposed: bool, args: &[&str]) -> Herald {
+    let admin = if exposed { "0.0.0.0:0" } else { "127.0.0.1:0" };
+    let mut command = herald();
+    command
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", admin])
+        .args(args);
+    Herald::start(command)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A gateway process, killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `herald ARGS` and returns once it logs that it is listening (other lines, such as
-/// a bridge's first connection error, may come before).
-fn start(args: &[&str]) -> Running {
-    let mut child = herald()
-        .args(args)
-        .args(["--log-format", "json"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let running = Running(child);
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen = Vec::new();
-    loop {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("herald exited before listening: {seen:?}"))
-            .unwrap();
-        if line.contains("herald listening") {
-            break;
-        }
-        seen.push(line);
-        assert!(seen.len() < 50, "herald did not say it listens: {seen:?}");
-    }
-    // Keep reading so the child never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    running
-}
+/// An address nothing listens on: port 1 (tcpmux), privileged and unused here.
+const NOBODY: &str = "127.0.0.1:1";
 
 fn health(args: &[&str]) -> Output {
     herald().arg("health").args(args).output().unwrap()
@@ -73,13 +33,8 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn health_exits_zero_when_ready_and_gives_the_reason_otherwise() {
-    let (public, admin) = (free_port(), free_port());
-    let _gw = start(&[
-        "--listen",
-        &format!("127.0.0.1:{public}"),
-        "--admin-listen",
-        &format!("127.0.0.1:{admin}"),
-    ]);
+    let gw = start(false, &[]);
+    let admin = gw.admin.port();
 
     let out = health(&["--admin", &format!("http://127.0.0.1:{admin}")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -98,7 +53,7 @@ fn health_exits_zero_when_ready_and_gives_the_reason_otherwise() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     // Nothing listening.
-    let out = health(&["--admin", &format!("127.0.0.1:{}", free_port())]);
+    let out = health(&["--admin", NOBODY]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("cannot connect"),
@@ -117,15 +72,8 @@ fn health_exits_zero_when_ready_and_gives_the_reason_otherwise() {
 #[test]
 fn health_reports_a_node_that_is_up_but_not_ready() {
     // A Redis bridge whose Redis is not there: the node serves, /readyz answers 503.
-    let (public, admin, redis) = (free_port(), free_port(), free_port());
-    let _gw = start(&[
-        "--listen",
-        &format!("127.0.0.1:{public}"),
-        "--admin-listen",
-        &format!("127.0.0.1:{admin}"),
-        "--redis-url",
-        &format!("redis://127.0.0.1:{redis}"),
-    ]);
+    let gw = start(false, &["--redis-url", &format!("redis://{NOBODY}")]);
+    let admin = gw.admin.port();
     let out = health(&["--admin", &format!("127.0.0.1:{admin}")]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
@@ -140,8 +88,9 @@ fn health_reports_a_node_that_is_up_but_not_ready() {
 
 #[test]
 fn an_exposed_admin_listener_needs_keys_or_the_insecure_flag() {
-    let public = format!("127.0.0.1:{}", free_port());
-    let exposed = format!("0.0.0.0:{}", free_port());
+    // Refused, or only printed: nothing binds.
+    let public = "127.0.0.1:0".to_string();
+    let exposed = "0.0.0.0:0".to_string();
     let out = herald()
         .args(["--listen", &public, "--admin-listen", &exposed])
         .output()
@@ -210,16 +159,8 @@ fn an_exposed_admin_listener_needs_keys_or_the_insecure_flag() {
 
 #[test]
 fn an_exposed_admin_listener_with_a_key_serves_it() {
-    let public = free_port();
-    let admin = free_port();
-    let _gw = start(&[
-        "--listen",
-        &format!("127.0.0.1:{public}"),
-        "--admin-listen",
-        &format!("0.0.0.0:{admin}"),
-        "--admin-api-keys",
-        KEY,
-    ]);
+    let gw = start(true, &["--admin-api-keys", KEY]);
+    let admin = gw.admin.port();
     // The health check needs no key.
     let out = herald()
         .env("HERALD_ADMIN_LISTEN", format!("0.0.0.0:{admin}"))

@@ -1,67 +1,163 @@
 //! The `herald` binary as a user runs it.
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn herald() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("HERALD_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
-}
+#[path = "support/process.rs"]
+mod process;
 
-/// `herald` on these loopback ports, logging JSON.
-fn herald_on(public: u16, admin: u16) -> Command {
+use process::{Herald, herald};
+
+/// `herald` on loopback ports the kernel picks.
+fn herald_on_any_port() -> Command {
     let mut cmd = herald();
-    cmd.args([
-        "--listen",
-        &format!("127.0.0.1:{public}"),
-        "--admin-listen",
-        &format!("127.0.0.1:{admin}"),
-        "--log-format",
-        "json",
-    ]);
+    cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
     cmd
 }
 
-/// The child's log lines, once its first says it is listening.
-fn listening(child: &mut std::process::Child) -> impl Iterator<Item = String> + use<> {
-    let mut lines = BufReader::new(child.stderr.take().unwrap())
-        .lines()
-        .map(Result::unwrap);
-    let first = lines.next().unwrap();
-    assert!(first.contains("herald listening"), "{first}");
-    lines
+/// README.md, read from the repository.
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-#[test]
-fn help_documents_every_flag_and_its_environment_twin() {
+/// Each flag of `herald --help` that has an environment twin: flag → (twin, default).
+fn help_flags() -> std::collections::BTreeMap<String, (String, String)> {
     let out = herald().arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8(out.stdout).unwrap();
-    for flag in [
-        "--listen",
-        "--admin-listen",
-        "--config",
-        "HERALD_LISTEN",
-        "HERALD_ADMIN_LISTEN",
-        "HERALD_CONFIG",
-        "--print-config",
-    ] {
-        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    let mut flags = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String, String)> = None;
+    let mut finish = |c: Option<(String, String, String)>| {
+        if let Some((flag, env, default)) = c.filter(|c| !c.1.is_empty()) {
+            flags.insert(flag, (env, default));
+        }
+    };
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        if line.starts_with("  ") && trimmed.starts_with("--") && line.len() - trimmed.len() <= 6 {
+            finish(current.take());
+            let flag = trimmed.split([' ', '=']).next().unwrap().to_string();
+            current = Some((flag, String::new(), String::new()));
+        }
+        let Some((_, env, default)) = current.as_mut() else {
+            continue;
+        };
+        if let Some(rest) = line.split("[env: ").nth(1) {
+            *env = rest.split(['=', ']']).next().unwrap().to_string();
+        }
+        if let Some(rest) = line.split("[default: ").nth(1) {
+            *default = rest.rsplit_once(']').unwrap().0.to_string();
+        }
     }
+    finish(current);
+    flags
+}
+
+#[test]
+fn the_readme_flag_table_is_what_help_says() {
+    let readme = readme();
+    let table = readme
+        .split("| flag | environment | default |")
+        .nth(1)
+        .expect("the README's flag table");
+    let mut rows = std::collections::BTreeMap::new();
+    for line in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line
+            .split(" | ")
+            .map(|c| c.trim_matches(['|', ' ']))
+            .collect();
+        let flag = cells[0]
+            .trim_matches('`')
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_string();
+        let env = cells[1].split('`').nth(1).unwrap().to_string();
+        let default = cells[2].replace('`', "");
+        rows.insert(flag, (env, default));
+    }
+    let help = help_flags();
+    assert!(help.len() >= 20, "every flag with a twin: {help:?}");
+    let mut diff = Vec::new();
+    for (flag, twin_default) in &help {
+        match rows.get(flag) {
+            None => diff.push(format!("{flag} is in --help, not in the README")),
+            Some(row) if row != twin_default => {
+                diff.push(format!("{flag}: README {row:?}, --help {twin_default:?}"))
+            }
+            Some(_) => {}
+        }
+    }
+    for flag in rows.keys().filter(|f| !help.contains_key(*f)) {
+        diff.push(format!("{flag} is in the README, not in --help"));
+    }
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
+}
+
+/// Every leaf of `table` as `section.key` → value.
+fn leaves(
+    table: &toml::Table,
+    prefix: &str,
+    out: &mut std::collections::BTreeMap<String, toml::Value>,
+) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(t) => leaves(t, &path, out),
+            v => {
+                out.insert(path, v.clone());
+            }
+        }
+    }
+}
+
+#[test]
+fn the_readme_toml_is_the_default_configuration() {
+    let readme = readme();
+    let block = readme
+        .split("The TOML file, with every key at its default")
+        .nth(1)
+        .and_then(|rest| rest.split("```toml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README's TOML block");
+    let mut documented = std::collections::BTreeMap::new();
+    leaves(
+        &toml::from_str(block).expect("the README's TOML parses"),
+        "",
+        &mut documented,
+    );
+    let out = herald().arg("--print-config").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut printed = std::collections::BTreeMap::new();
+    leaves(
+        &toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap(),
+        "",
+        &mut printed,
+    );
+    assert!(printed.len() >= 60, "{printed:?}");
+    let mut diff = Vec::new();
+    for (key, value) in &printed {
+        match documented.get(key) {
+            None => diff.push(format!("{key} = {value} is printed, not in the README")),
+            Some(_) if key == "cluster.node_id" => {}
+            Some(v) if v != value => diff.push(format!("{key}: README {v}, default {value}")),
+            Some(_) => {}
+        }
+    }
+    for key in documented.keys().filter(|k| !printed.contains_key(*k)) {
+        diff.push(format!(
+            "{key} is in the README, not a default (comment it out?)"
+        ));
+    }
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
 }
 
 #[test]
@@ -125,13 +221,8 @@ fn print_config_shows_the_effective_configuration() {
 
 #[test]
 fn sigterm_drains_and_exits_zero() {
-    let (public, admin) = (free_port(), free_port());
-    let mut child = herald_on(public, admin)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Kept open: the drain logs to it.
-    let _lines = listening(&mut child);
+    let mut herald = Herald::start(herald_on_any_port());
+    let child = &mut herald.child;
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
@@ -199,14 +290,13 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::copy(tls_fixture("server-a.pem"), &cert).unwrap();
     std::fs::copy(tls_fixture("server-a.key"), &key).unwrap();
-    let (public, admin) = (free_port(), free_port());
-    let mut child = herald_on(public, admin)
+    let mut command = herald_on_any_port();
+    command
         .env("HERALD_TLS_CERT", &cert)
-        .env("HERALD_TLS_KEY", &key)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = listening(&mut child);
+        .env("HERALD_TLS_KEY", &key);
+    let mut herald = Herald::start(command);
+    let public = herald.public.port();
+    let mut lines = herald.lines.iter();
     assert_eq!(
         presented_certificate(public),
         certificate_der("server-a.pem")
@@ -221,7 +311,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     };
     std::fs::copy(tls_fixture("server-b.pem"), &cert).unwrap();
     std::fs::copy(tls_fixture("server-b.key"), &key).unwrap();
-    hangup(child.id());
+    hangup(herald.child.id());
     let reloaded = lines.next().unwrap();
     assert!(reloaded.contains("TLS certificate reloaded"), "{reloaded}");
     assert_eq!(
@@ -231,7 +321,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
 
     // A broken file is refused and the certificate in use stays.
     std::fs::write(&cert, "not a certificate").unwrap();
-    hangup(child.id());
+    hangup(herald.child.id());
     let failed = lines.next().unwrap();
     assert!(failed.contains("TLS reload failed"), "{failed}");
     assert_eq!(
@@ -240,9 +330,9 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
     );
 
     let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &herald.child.id().to_string()])
         .status();
-    let exit = child.wait().unwrap();
+    let exit = herald.child.wait().unwrap();
     assert!(exit.success(), "{exit:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -268,6 +358,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
         )
         .env("HERALD_REDIS_MODE", "cluster")
         .env("HERALD_KAFKA_BROKERS", "127.0.0.1:9093")
+        .env("HERALD_KAFKA_FEEDS", "svc.,prices")
         .env("HERALD_KAFKA_PROPERTIES_SASL_USERNAME", "app")
         .env("HERALD_KAFKA_PROPERTIES_SASL_PASSWORD", "s3cret-pw")
         .output()
@@ -284,6 +375,10 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
         "{text}"
     );
     assert!(text.contains("redis_mode = \"cluster\""), "{text}");
+    assert!(
+        text.contains("kafka_feeds = [\"svc.\", \"prices\"]"),
+        "{text}"
+    );
     assert!(
         text.contains("\"sasl.password\" = \"<redacted>\""),
         "{text}"

@@ -159,53 +159,17 @@ async fn a_node_survives_a_kafka_broker_restart_without_losing_records() {
     gw.stop().await.unwrap();
 }
 
-/// A `herald` process of the test cluster.
-struct Node {
-    child: std::process::Child,
-    public: std::net::SocketAddr,
-    admin: std::net::SocketAddr,
-}
+#[path = "support/process.rs"]
+mod process;
 
-impl Node {
-    fn start(redis: &str, prefix: &str, id: &str) -> Node {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-        };
-        let (public, admin) = (free(), free());
-        let child = Command::new(env!("CARGO_BIN_EXE_herald"))
-            .args([
-                "--listen",
-                &public.to_string(),
-                "--admin-listen",
-                &admin.to_string(),
-            ])
-            .args([
-                "--redis-url",
-                redis,
-                "--node-id",
-                id,
-                "--log-filter",
-                "warn",
-            ])
-            .env("HERALD_CONFIG", write_prefix_config(prefix))
-            .spawn()
-            .unwrap();
-        Node {
-            child,
-            public,
-            admin,
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `herald` process of the test cluster, on ports the kernel picks.
+fn node(redis: &str, prefix: &str, id: &str) -> process::Herald {
+    let mut command = process::herald();
+    command
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--redis-url", redis, "--node-id", id])
+        .env("HERALD_CONFIG", write_prefix_config(prefix));
+    process::Herald::start(command)
 }
 
 fn write_prefix_config(prefix: &str) -> String {
@@ -224,8 +188,8 @@ async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
     let _serial = SERIAL.lock().await;
     let redis = test_redis_url();
     let prefix = format!("test-kill-{:x}", rand::random::<u32>());
-    let mut a = Node::start(&redis, &prefix, "a");
-    let b = Node::start(&redis, &prefix, "b");
+    let mut a = node(&redis, &prefix, "a");
+    let b = node(&redis, &prefix, "b");
     for node in [&a, &b] {
         wait_ready_at(node.admin, 200).await;
     }
@@ -278,7 +242,20 @@ async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
         (events, last_id.unwrap())
     };
     let reader = tokio::spawn(read_events(a.public, None, 2));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Published once node a holds the subscriber (its admin API says so).
+    let topic_on_a = format!("http://{}/v1/topics/k", a.admin);
+    eventually(WAIT, || {
+        let url = topic_on_a.clone();
+        async move {
+            let Ok(resp) = http().get(url).send().await else {
+                return false;
+            };
+            resp.json::<serde_json::Value>()
+                .await
+                .is_ok_and(|v| v["subscribers"] == 1)
+        }
+    })
+    .await;
     publish_to(b.admin, json!(1)).await;
     publish_to(b.admin, json!(2)).await;
     let (events, last) = reader.await.unwrap();

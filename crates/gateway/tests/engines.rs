@@ -263,8 +263,13 @@ async fn redis_refusing_the_credentials_or_the_certificate_keeps_the_node_not_re
         status == 503 && body.starts_with("redis: not ready:") && body.contains("of 4 streams")
     })
     .await;
-    // It stays so: the server never lets it in.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // It stays so: two more attempts, and the server never lets it in.
+    let reconnects = r#"herald_bridge_reconnects_total{bridge="redis"}"#;
+    let before = metric(&gw, reconnects).await;
+    eventually(WAIT, || async {
+        metric(&gw, reconnects).await >= before + 2.0
+    })
+    .await;
     assert_eq!(readyz(&gw).await.0, 503);
     gw.stop().await.unwrap();
 }

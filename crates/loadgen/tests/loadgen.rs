@@ -67,7 +67,29 @@ fn assert_report_fields(r: &Value) {
         assert!(s.get(k).is_some(), "missing server field {k}: {s}");
     }
     assert!(u(&s["rss_peak_kb"]) > 0);
-    assert!(r["loadgen"]["cpu_seconds"].as_f64().unwrap() > 0.0);
+    assert_cpu_accounted(r);
+}
+
+/// The loadgen's CPU is in seconds of this run: above zero, and no more than every core of
+/// the machine for the whole run (a unit or sampling mistake breaks one or the other).
+fn assert_cpu_accounted(r: &Value) {
+    let cpu = r["loadgen"]["cpu_seconds"].as_f64().unwrap();
+    let cores = r["loadgen"]["machine_cpus"].as_f64().unwrap();
+    let wall = r["phases"]["total_secs"].as_f64().unwrap();
+    assert!(
+        cpu > 0.0 && cpu <= wall * cores + 0.5,
+        "{cpu} CPU-s in {wall} s on {cores} cores"
+    );
+}
+
+/// This process's resident memory now, in kB (what `--server-pid` of this process samples).
+fn own_rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 #[test]
@@ -119,8 +141,8 @@ fn worker_processes_merge_counts_and_histograms() {
     assert_complete_delivery(&r, 50, 5);
     // connect times of both processes were merged
     assert_eq!(u(&r["connections"]["connect_ms"]["count"]), 50);
-    // the loadgen's CPU includes the worker processes
-    assert!(r["loadgen"]["cpu_seconds"].as_f64().unwrap() > 0.0);
+    // the loadgen's CPU (its worker processes included) is accounted in seconds of this run
+    assert_cpu_accounted(&r);
 }
 
 #[test]
@@ -223,7 +245,13 @@ fn floor_measures_cpu_per_write() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let _ = std::fs::remove_file(&path);
     assert!(u(&r["writes"]) > 0);
-    assert!(r["writer_cpu_us_per_write"].as_f64().unwrap() > 0.0);
+    // The writer thread's CPU is part of the process's.
+    let writer = r["writer_cpu_us_per_write"].as_f64().unwrap();
+    let process = r["process_cpu_us_per_write"].as_f64().unwrap();
+    assert!(
+        writer > 0.0 && writer <= process * 1.05 + 0.1,
+        "{writer} of {process}"
+    );
 }
 
 #[test]
@@ -352,7 +380,14 @@ fn hostile_counts_add_up_while_good_clients_receive() {
     // memory of the sampled server over the attack phase
     let m = &h["memory"][0];
     assert!(u(&m["samples"]) >= 1, "{m}");
-    assert!(u(&m["rss_peak_kb"]) >= u(&m["rss_start_kb"]), "{m}");
+    // The sampled process is this one, in kB: its last sample is near what it holds now.
+    let now = own_rss_kb();
+    let end = u(&m["rss_end_kb"]);
+    assert!(
+        end * 2 >= now && end <= now * 2,
+        "sampled {end} kB, holds {now} kB: {m}"
+    );
+    assert!(u(&m["rss_peak_kb"]) >= end, "{m}");
     assert!(
         r["timeline"]
             .as_array()

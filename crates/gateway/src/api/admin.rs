@@ -71,7 +71,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_ready() {
         return (StatusCode::OK, "ready\n").into_response();
     }
-    let bridges = state.bridges_not_ready();
+    let bridges = state.not_ready();
     let body = if state.shutdown().is_cancelled() || bridges.is_empty() {
         "draining\n".to_string()
     } else {

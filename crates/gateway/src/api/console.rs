@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
@@ -150,13 +150,7 @@ pub async fn tail(
             Some((Ok(chunk), (feed, shutdown, slot, None)))
         },
     );
-    let mut response = Body::from_stream(stream).into_response();
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    Ok(crate::transport::sse::event_stream(Body::from_stream(
+        stream,
+    )))
 }

@@ -5,7 +5,7 @@
 //! The origin is checked against `auth.allowed_origins` (empty: any) and echoed, never `*`,
 //! so that `auth.cors_credentials` can allow cookies. WebSocket upgrades do not use CORS;
 //! they check `Origin` themselves. HTTP/1.1 SSE streams are answered by the accept loop
-//! ([`crate::server`]), which adds the same headers with [`raw_headers`].
+//! (`crate::fast_path`), which adds the same headers with [`raw_headers`].
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -23,7 +23,8 @@ const MAX_AGE: &str = "600";
 fn methods(state: &AppState, path: &str) -> Option<&'static str> {
     match path {
         crate::transport::sse::PATH | "/v1/poll" => Some("GET"),
-        "/v1/publish" | "/v1/publish/batch" if crate::app::public_publish(state) => Some("POST"),
+        "/v1/publish" | "/v1/publish/batch" if state.publishes_publicly() => Some("POST"),
+        p if p.starts_with("/v1/topics/") && p.ends_with("/history") => Some("GET"),
         _ => None,
     }
 }

@@ -4,4 +4,5 @@ pub mod admin;
 pub mod admin_auth;
 pub mod console;
 pub mod cors;
+pub mod history;
 pub mod publish;

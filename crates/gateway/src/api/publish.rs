@@ -4,7 +4,6 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode};
-use herald_core::{EventName, Payload, TopicName};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::net::SocketAddr;
@@ -13,6 +12,7 @@ use crate::app::AppState;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::limits::publisher_key;
+use crate::publish::{Publisher, admit, bad_json, prepare, route};
 use crate::telemetry::metrics;
 
 /// Largest request body accepted: room for a batch of maximal payloads.
@@ -118,14 +118,6 @@ async fn counted<T>(handler: impl Future<Output = Result<T, ApiError>>) -> Resul
         .inspect_err(|e| metrics::client_error("http", e.code()))
 }
 
-/// Who publishes.
-pub enum Publisher {
-    /// The admin listener, dev mode, or a valid API key: any topic.
-    Trusted,
-    /// A token: the topics its `publish` claim allows.
-    Token(crate::auth::Identity),
-}
-
 /// Who publishes, with the key of their rate limit.
 fn public_publisher(
     state: &AppState,
@@ -179,21 +171,6 @@ pub async fn publish_public(
             .map(Json)
     })
     .await
-}
-
-/// Counts `n` publishes against `key`'s rate limit.
-pub fn admit(state: &AppState, key: &str, n: usize) -> Result<(), ApiError> {
-    state.publish_limits().admit(key, n).map_err(|wait| {
-        ApiError::rate_limited(
-            "publish_rate",
-            format!(
-                "over the publish rate limit of {}/s (bursts of {}); retry later",
-                state.config().limits.publish_rate_per_key,
-                state.config().limits.publish_burst_per_key
-            ),
-            wait,
-        )
-    })
 }
 
 /// `POST /v1/publish/batch` on the public listener, with the rules of [`publish_public`].
@@ -272,89 +249,4 @@ async fn publish_one(
     )?;
     let (topic, id) = route(state, prepared, "http").await?;
     Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
-}
-
-/// A publish that passed the pipeline's checks, ready to route.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The topic.
-    pub topic: TopicName,
-    /// The event name, if any.
-    pub event: Option<EventName>,
-    /// The payload, compact.
-    pub payload: Payload,
-}
-
-/// The publish pipeline every publish goes through (HTTP on either listener, batches,
-/// WebSocket `publish`), up to routing: validate the topic, authorise `publisher` for it,
-/// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
-/// its messages come through here), then validate the event name and the payload.
-pub fn prepare(
-    state: &AppState,
-    publisher: &Publisher,
-    rate_key: Option<&str>,
-    topic: &str,
-    event: Option<&str>,
-    data: &RawValue,
-) -> Result<Prepared, ApiError> {
-    let topic = TopicName::new(topic)?;
-    if let Publisher::Token(who) = publisher
-        && !state.auth().may_publish(who, topic.as_str())
-    {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "publishing to {:?} needs an API key or a token whose publish claim allows it",
-                topic.as_str()
-            ),
-        ));
-    }
-    if let Some(key) = rate_key {
-        admit(state, key, 1)?;
-    }
-    let event = match event {
-        Some(e) => {
-            Some(EventName::new(e).map_err(|e| ApiError::bad_request("bad_event", e.to_string()))?)
-        }
-        None => None,
-    };
-    let payload = Payload::from_json(data.get().as_bytes()).map_err(bad_json)?;
-    let max = state.config().limits.max_payload_bytes;
-    if payload.len() > max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "payload is {} bytes of compact JSON; the limit is {max}",
-                payload.len()
-            ),
-        ));
-    }
-    Ok(Prepared {
-        topic,
-        event,
-        payload,
-    })
-}
-
-/// The pipeline's last step: to the publishing bridge, or the local registry; counted in
-/// `herald_messages_published_total{source}`.
-pub async fn route(
-    state: &AppState,
-    prepared: Prepared,
-    source: &'static str,
-) -> Result<(TopicName, herald_core::Cursor), ApiError> {
-    let Prepared {
-        topic,
-        event,
-        payload,
-    } = prepared;
-    let id = state.publish(&topic, event, payload).await?;
-    metrics::published(source);
-    Ok((topic, id))
-}
-
-fn bad_json(e: serde_json::Error) -> ApiError {
-    ApiError::bad_request("bad_json", e.to_string())
 }

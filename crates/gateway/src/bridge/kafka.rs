@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use rdkafka::Message as _;
@@ -32,8 +32,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::kafka_props::{self, KafkaContext};
-use super::{BoxFuture, Bridge, BridgeError};
-use crate::app::AppState;
+use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -46,6 +45,8 @@ pub struct KafkaBridge {
     group: String,
     node_id: String,
     properties: std::collections::BTreeMap<String, String>,
+    /// How far back a node with no committed position starts (`topics.history_ttl`).
+    history: Duration,
     producer: FutureProducer<KafkaContext>,
     /// The consumer's librdkafka errors (a refused login, an untrusted certificate).
     context: KafkaContext,
@@ -79,8 +80,13 @@ pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
 }
 
 impl KafkaBridge {
-    /// Creates the producer (connections are made lazily by librdkafka).
-    pub fn new(config: &ClusterConfig, brokers: &str) -> anyhow::Result<Arc<Self>> {
+    /// Creates the producer (connections are made lazily by librdkafka); a node with no
+    /// committed position starts `history` back.
+    pub fn new(
+        config: &ClusterConfig,
+        brokers: &str,
+        history: Duration,
+    ) -> anyhow::Result<Arc<Self>> {
         let producer: FutureProducer<KafkaContext> = kafka_props::client_config(
             brokers,
             &[("message.timeout.ms", "5000")],
@@ -95,6 +101,7 @@ impl KafkaBridge {
             group: format!("{}-{}", config.kafka_group_prefix, config.node_id),
             node_id: config.node_id.clone(),
             properties: config.kafka_properties.clone(),
+            history,
             producer,
             context: KafkaContext::new("kafka_consumer"),
             last_error: parking_lot::Mutex::new(None),
@@ -103,40 +110,12 @@ impl KafkaBridge {
         }))
     }
 
-    /// Consumes every partition of the configured topics until `stop`, restarting with
-    /// backoff after errors.
-    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let result = tokio::select! {
-                _ = stop.cancelled() => break,
-                result = self.consume(&state) => result,
-            };
-            self.set_ready(false);
-            if let Err(e) = result {
-                let e = match self.context.last_error() {
-                    Some(cause) => format!("{e:#} ({cause})"),
-                    None => format!("{e:#}"),
-                };
-                tracing::warn!(error = %e, retry_in = ?backoff, "kafka bridge restarting");
-                *self.last_error.lock() = Some(e);
-            }
-            metrics::bridge_reconnect(NAME);
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-        self.set_ready(false);
-    }
-
     fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
         metrics::bridge_up(NAME, ready);
     }
 
-    async fn consume(&self, state: &AppState) -> anyhow::Result<()> {
+    async fn consume(&self, ingest: &Ingest) -> anyhow::Result<()> {
         let consumer: StreamConsumer<KafkaContext> = kafka_props::client_config(
             &self.brokers,
             &[
@@ -153,7 +132,7 @@ impl KafkaBridge {
         )
         .create_with_context(self.context.clone())?;
         let consumer = Arc::new(consumer);
-        let history_ms = state.config().topics.history_ttl.as_millis() as i64;
+        let history_ms = self.history.as_millis() as i64;
         let (topics, c) = (self.topics.clone(), consumer.clone());
         let assignment =
             tokio::task::spawn_blocking(move || assignment(&c, &topics, history_ms)).await??;
@@ -211,7 +190,7 @@ impl KafkaBridge {
             loop {
                 match consumer.recv().await {
                     Ok(message) => {
-                        self.ingest(state, &message);
+                        self.ingest(ingest, &message);
                         consumer.store_offset_from_message(&message)?;
                         if !behind.is_empty() {
                             let key = (message.topic().to_string(), message.partition());
@@ -241,22 +220,12 @@ impl KafkaBridge {
         }
     }
 
-    fn ingest(&self, state: &AppState, message: &rdkafka::message::BorrowedMessage<'_>) {
-        let mut topic: Option<&[u8]> = message.key();
-        let mut event: Option<&[u8]> = None;
-        if let Some(headers) = message.headers() {
-            for header in headers.iter() {
-                match header.key {
-                    "herald-topic" => topic = header.value,
-                    "herald-event" => event = header.value,
-                    _ => {}
-                }
-            }
-        }
-        let Some(topic) = topic
-            .and_then(|t| std::str::from_utf8(t).ok())
-            .and_then(|t| TopicName::new(t).ok())
-        else {
+    fn ingest(&self, ingest: &Ingest, message: &rdkafka::message::BorrowedMessage<'_>) {
+        let headers = message
+            .headers()
+            .into_iter()
+            .flat_map(|h| h.iter().map(|h| (h.key, h.value)));
+        let Some((topic, event)) = route(message.key(), headers) else {
             tracing::warn!(
                 partition = message.partition(),
                 offset = message.offset(),
@@ -264,9 +233,6 @@ impl KafkaBridge {
             );
             return;
         };
-        let event = event
-            .and_then(|e| std::str::from_utf8(e).ok())
-            .and_then(|e| EventName::new(e).ok());
         let Some(payload) = message.payload().and_then(|p| Payload::from_json(p).ok()) else {
             tracing::warn!(
                 partition = message.partition(),
@@ -279,15 +245,35 @@ impl KafkaBridge {
             partition_epoch(message.topic(), message.partition()),
             message.offset() as u64 + 1,
         );
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = now_ms() as i64;
         let age_ms = message
             .timestamp()
             .to_millis()
             .map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
-        super::deliver(state, NAME, topic, position, event, payload, age_ms);
+        ingest.deliver(topic, position, event, payload, age_ms);
     }
+}
+
+/// The Herald topic and event of a record, from its headers (`herald-topic`, `herald-event`;
+/// the last of each wins) and, without a `herald-topic`, its key; never from the value. `None`
+/// when neither names a valid topic. An invalid event name is dropped, not the record.
+fn route<'a>(
+    key: Option<&'a [u8]>,
+    headers: impl Iterator<Item = (&'a str, Option<&'a [u8]>)>,
+) -> Option<(TopicName, Option<EventName>)> {
+    let (mut topic, mut event) = (key, None);
+    for (name, value) in headers {
+        match name {
+            "herald-topic" => topic = value,
+            "herald-event" => event = value,
+            _ => {}
+        }
+    }
+    let topic = TopicName::new(std::str::from_utf8(topic?).ok()?).ok()?;
+    let event = event
+        .and_then(|e| std::str::from_utf8(e).ok())
+        .and_then(|e| EventName::new(e).ok());
+    Some((topic, event))
 }
 
 /// Every partition of `topics`, each from its committed offset, or from `history_ms` ago
@@ -312,10 +298,7 @@ fn assignment(
         }
     }
     let committed = consumer.committed_offsets(all.clone(), timeout)?;
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-        - history_ms;
+    let since = now_ms() as i64 - history_ms;
     let mut by_time = TopicPartitionList::new();
     for e in all.elements() {
         by_time.add_partition_offset(e.topic(), e.partition(), Offset::Offset(since))?;
@@ -385,6 +368,33 @@ impl Bridge for KafkaBridge {
         })
     }
 
+    /// Consumes every partition of the configured topics until `stop`, restarting with
+    /// backoff after errors.
+    fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            super::follow(
+                NAME,
+                &stop,
+                Duration::from_millis(200),
+                || async {
+                    self.consume(&ingest)
+                        .await
+                        .map_err(|e| match self.context.last_error() {
+                            Some(cause) => format!("{e:#} ({cause})"),
+                            None => format!("{e:#}"),
+                        })
+                },
+                |error| {
+                    self.set_ready(false);
+                    if let Some(e) = error {
+                        *self.last_error.lock() = Some(e);
+                    }
+                },
+            )
+            .await;
+        })
+    }
+
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed) && self.caught_up.load(Ordering::Relaxed)
     }
@@ -405,5 +415,55 @@ impl Bridge for KafkaBridge {
             return Some("catching up with the log".into());
         }
         Some("connecting to the brokers".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routed(key: Option<&str>, headers: &[(&str, &str)]) -> Option<(String, Option<String>)> {
+        route(
+            key.map(str::as_bytes),
+            headers.iter().map(|(k, v)| (*k, Some(v.as_bytes()))),
+        )
+        .map(|(t, e)| (t.to_string(), e.map(|e| e.as_str().to_string())))
+    }
+
+    #[test]
+    fn records_are_routed_by_header_then_key_never_the_value() {
+        let t = |t: &str, e: Option<&str>| Some((t.to_string(), e.map(str::to_string)));
+        assert_eq!(routed(Some("orders"), &[]), t("orders", None));
+        assert_eq!(
+            routed(
+                Some("key"),
+                &[
+                    ("herald-topic", "orders"),
+                    ("trace-id", "x"),
+                    ("herald-event", "created")
+                ]
+            ),
+            t("orders", Some("created"))
+        );
+        assert_eq!(
+            routed(None, &[("herald-topic", "a"), ("herald-topic", "b")]),
+            t("b", None)
+        );
+        assert_eq!(
+            routed(Some("orders"), &[("herald-event", "bad event")]),
+            t("orders", None)
+        );
+        assert_eq!(routed(None, &[]), None);
+        assert_eq!(routed(Some("no spaces allowed"), &[]), None);
+        assert_eq!(routed(Some("ok"), &[("herald-topic", "not valid")]), None);
+        assert_eq!(route(Some(&[0xff, 0xfe][..]), std::iter::empty()), None);
+    }
+
+    #[test]
+    fn a_partition_s_epoch_is_stable_and_its_own() {
+        assert_eq!(partition_epoch("herald", 0), partition_epoch("herald", 0));
+        assert_ne!(partition_epoch("herald", 0), partition_epoch("herald", 1));
+        assert_ne!(partition_epoch("herald", 0), partition_epoch("other", 0));
+        assert_eq!(partition_epoch("herald", 3) & 1, 1, "an epoch is never 0");
     }
 }

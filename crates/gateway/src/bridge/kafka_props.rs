@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::bail;
+
+pub use crate::config::secrets::{REDACTED, is_secret};
 use parking_lot::Mutex;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
@@ -15,65 +17,11 @@ use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 
-/// Prefix of the environment twins of `cluster.kafka_properties`.
-pub const ENV_PREFIX: &str = "HERALD_KAFKA_PROPERTIES_";
-
 /// Properties Herald sets from its own settings; setting them here is refused.
 const OWN: [(&str, &str); 2] = [
     ("bootstrap.servers", "cluster.kafka_brokers"),
     ("group.id", "cluster.kafka_group_prefix"),
 ];
-
-/// What `--print-config` shows instead of a secret value.
-pub const REDACTED: &str = "<redacted>";
-
-/// Whether the value of property `key` is a secret (never printed or logged).
-pub fn is_secret(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    [
-        "password",
-        "secret",
-        "jaas",
-        "key.pem",
-        "oauthbearer.config",
-        "token",
-    ]
-    .iter()
-    .any(|s| key.contains(s))
-}
-
-/// Serializes the properties with secret values replaced by [`REDACTED`].
-pub fn serialize_redacted<S: serde::Serializer>(
-    properties: &BTreeMap<String, String>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap as _;
-    let mut map = serializer.serialize_map(Some(properties.len()))?;
-    for (key, value) in properties {
-        let value = if is_secret(key) { REDACTED } else { value };
-        map.serialize_entry(key, value)?;
-    }
-    map.end()
-}
-
-/// The properties set by `HERALD_KAFKA_PROPERTIES_*` variables among `vars`:
-/// `HERALD_KAFKA_PROPERTIES_SASL_PASSWORD` → `sasl.password` (`_` → `.`, `__` → `_`).
-pub fn from_env(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
-    vars.filter_map(|(name, value)| {
-        let key = name.strip_prefix(ENV_PREFIX)?;
-        if key.is_empty() {
-            return None;
-        }
-        let key = key
-            .to_ascii_lowercase()
-            .split("__")
-            .map(|part| part.replace('_', "."))
-            .collect::<Vec<_>>()
-            .join("_");
-        Some((key, value))
-    })
-    .collect()
-}
 
 /// Checks every property with librdkafka itself (name known, value acceptable) without
 /// making a client. Errors name the property, never a secret value.
@@ -205,6 +153,7 @@ impl ConsumerContext for KafkaContext {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::secrets::from_env;
 
     #[test]
     fn environment_twins_map_to_property_names() {

@@ -1,20 +1,29 @@
-//! Bridges to the distributed engines that join nodes into a cluster. A bridge gives every
+//! Bridges to the distributed logs that join nodes into a cluster. A bridge gives every
 //! message its position in a shared log, so the same message has the same id on every node,
 //! and feeds every node's registry from that log.
+//!
+//! Each topic is fed by exactly one log ([`Logs`], decided by configuration): publishes to it
+//! go to that log, and a record for it read from another log is refused (counted in
+//! `herald_bridge_messages_total{direction="refused"}` and logged), because two logs give one
+//! topic two position streams and every switch between them would look like lost history.
+//!
+//! A bridge owns its loop ([`Bridge::run`]) and gets only what that loop uses: an [`Ingest`]
+//! (the registry, and which topics are its own) and a stop signal. [`follow`] is the one
+//! reconnect-with-backoff loop every bridge runs its sessions in.
 
 pub mod kafka;
 pub mod kafka_props;
-pub mod presence;
 pub mod redis;
 pub mod redis_conn;
-pub mod upstream;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use herald_core::{Cursor, EventName, Payload, TopicName};
+use herald_core::{Cursor, EventName, Payload, Registry, TopicName};
+use tokio_util::sync::CancellationToken;
 
-use crate::app::AppState;
 use crate::telemetry::metrics;
 
 /// A boxed future, for the object-safe [`Bridge`] trait.
@@ -33,7 +42,7 @@ pub enum BridgeError {
     },
 }
 
-/// A cluster bridge.
+/// A cluster bridge: a shared log that positions messages and feeds every node.
 pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// Short name for logs, metrics and `/readyz`.
     fn name(&self) -> &'static str;
@@ -47,6 +56,10 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
         data: &'a Payload,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>>;
 
+    /// Follows the log until `stop`, handing every record to `ingest` (reconnecting with
+    /// backoff through [`follow`]).
+    fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()>;
+
     /// Whether the engine is reachable and the node is following the log.
     fn is_ready(&self) -> bool;
 
@@ -57,34 +70,307 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Something told about every client connection's life (upstream events, the cluster's
-/// connection registry). Called on the connection's own task: must not block.
-pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
-    /// Connection `id` opened over `transport`, for `user` (a token's `sub`) when known.
-    fn opened(&self, id: &str, transport: &'static str, user: Option<&str>);
-    /// Connection `id` closed for `reason`.
-    fn closed(&self, id: &str, transport: &'static str, reason: &'static str);
+/// Which topics a log feeds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Feeds {
+    /// Topics whose name starts with one of these prefixes (`""` matches every topic).
+    Prefixes(Vec<String>),
+    /// Every topic no other log's prefixes claim.
+    Rest,
 }
 
-/// Delivers a message read from `bridge`'s log to this node's subscribers, at the position the
-/// log gave it; `age_ms` is how long ago it was written (for the lag metric). A position
-/// already delivered (an at-least-once replay) is dropped here.
-pub fn deliver(
-    state: &AppState,
+/// The node's logs and which topics each one feeds: the one place that decides where a
+/// publish goes and whether a record read from a log is accepted.
+#[derive(Debug, Default)]
+pub struct Logs {
+    logs: Vec<(Arc<dyn Bridge>, Feeds)>,
+}
+
+impl Logs {
+    /// No log: the node runs alone and positions messages itself.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Adds `bridge`, feeding `feeds`.
+    pub fn with(mut self, bridge: Arc<dyn Bridge>, feeds: Feeds) -> Self {
+        self.logs.push((bridge, feeds));
+        self
+    }
+
+    /// Whether no log is configured.
+    pub fn is_empty(&self) -> bool {
+        self.logs.is_empty()
+    }
+
+    /// Every log, in the order configured.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Bridge>> {
+        self.logs.iter().map(|(b, _)| b)
+    }
+
+    /// The log that feeds `topic`: the one whose prefixes match, else the one taking the
+    /// rest. `None` when no log claims it (no log configured, or prefixes only).
+    pub fn feeder(&self, topic: &str) -> Option<&Arc<dyn Bridge>> {
+        let claimed = self.logs.iter().find(|(_, feeds)| match feeds {
+            Feeds::Prefixes(prefixes) => prefixes.iter().any(|p| topic.starts_with(p.as_str())),
+            Feeds::Rest => false,
+        });
+        claimed
+            .or_else(|| self.logs.iter().find(|(_, f)| *f == Feeds::Rest))
+            .map(|(b, _)| b)
+    }
+
+    /// Appends a message to the log that feeds `topic`.
+    pub async fn publish(
+        &self,
+        topic: &TopicName,
+        event: Option<&EventName>,
+        data: &Payload,
+    ) -> Result<Cursor, BridgeError> {
+        match self.feeder(topic.as_str()) {
+            Some(log) => log.publish(topic, event, data).await,
+            None => Err(BridgeError::Unavailable {
+                bridge: "none",
+                reason: format!("no configured log feeds topic {topic}"),
+            }),
+        }
+    }
+
+    /// Whether every log is connected and caught up.
+    pub fn is_ready(&self) -> bool {
+        self.iter().all(|b| b.is_ready())
+    }
+
+    /// Each log that is not ready, with why.
+    pub fn not_ready(&self) -> Vec<(&'static str, String)> {
+        self.iter()
+            .filter(|b| !b.is_ready())
+            .map(|b| {
+                let why = b.not_ready_reason();
+                (b.name(), why.unwrap_or_else(|| "not connected".into()))
+            })
+            .collect()
+    }
+
+    /// Runs every log's loop until `stop`, feeding `registry`.
+    pub fn spawn(
+        self: &Arc<Self>,
+        registry: &Arc<Registry>,
+        stop: &CancellationToken,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        self.iter()
+            .map(|bridge| {
+                let ingest = Ingest {
+                    bridge: bridge.name(),
+                    registry: registry.clone(),
+                    logs: self.clone(),
+                    refused: Arc::new(parking_lot::Mutex::new(Refusals::default())),
+                };
+                tokio::spawn(bridge.clone().run(ingest, stop.clone()))
+            })
+            .collect()
+    }
+}
+
+/// Where one log's records go: this node's registry, for the topics the log feeds.
+#[derive(Clone, Debug)]
+pub struct Ingest {
     bridge: &'static str,
-    topic: TopicName,
-    position: Cursor,
-    event: Option<EventName>,
-    payload: Payload,
-    age_ms: u64,
-) {
-    match state.registry().get_or_create(&topic) {
-        Ok(t) => {
-            if t.ingest(position, event, payload).is_some() {
-                metrics::bridge_message(bridge, "in");
-                metrics::bridge_lag(bridge, age_ms);
+    registry: Arc<Registry>,
+    logs: Arc<Logs>,
+    refused: Arc<parking_lot::Mutex<Refusals>>,
+}
+
+/// Refused records since the last log line (one line a second at most).
+#[derive(Debug, Default)]
+struct Refusals {
+    since_logged: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Ingest {
+    /// An ingest for `bridge` alone feeding every topic of `registry` (tests, embedders).
+    pub fn new(bridge: Arc<dyn Bridge>, registry: Arc<Registry>) -> Self {
+        Self {
+            bridge: bridge.name(),
+            logs: Arc::new(Logs::none().with(bridge, Feeds::Rest)),
+            registry,
+            refused: Arc::default(),
+        }
+    }
+
+    /// Delivers a message read from the log to this node's subscribers, at the position the
+    /// log gave it; `age_ms` is how long ago it was written (for the lag metric). A position
+    /// already delivered (an at-least-once replay) is dropped here, and so is a record for a
+    /// topic another log feeds (counted and logged: a producer writes to the wrong log).
+    pub fn deliver(
+        &self,
+        topic: TopicName,
+        position: Cursor,
+        event: Option<EventName>,
+        payload: Payload,
+        age_ms: u64,
+    ) {
+        if self.logs.feeder(topic.as_str()).map(|b| b.name()) != Some(self.bridge) {
+            self.refuse(&topic);
+            return;
+        }
+        match self.registry.get_or_create(&topic) {
+            Ok(t) => {
+                if t.ingest(position, event, payload).is_some() {
+                    metrics::bridge_message(self.bridge, "in");
+                    metrics::bridge_lag(self.bridge, age_ms);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, %topic, bridge = self.bridge, "message from the log dropped")
             }
         }
-        Err(e) => tracing::warn!(error = %e, %topic, bridge, "message from the log dropped"),
+    }
+
+    fn refuse(&self, topic: &TopicName) {
+        metrics::bridge_message(self.bridge, "refused");
+        let mut refused = self.refused.lock();
+        refused.since_logged += 1;
+        if refused
+            .logged_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
+        {
+            let owner = self
+                .logs
+                .feeder(topic.as_str())
+                .map_or("none", |b| b.name());
+            tracing::warn!(
+                bridge = self.bridge,
+                %topic,
+                fed_by = owner,
+                refused = refused.since_logged,
+                "record refused: the topic is fed by another log (see cluster.kafka_feeds)"
+            );
+            refused.since_logged = 0;
+            refused.logged_at = Some(Instant::now());
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (log timestamps, ages, presence entries).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How a bridge's session ended: `Err` with what failed, `Ok` when it ended on its own.
+pub type SessionResult = Result<(), String>;
+
+/// The reconnect-with-backoff loop of every bridge: runs `session` until `stop`, and after
+/// each end marks the bridge down (`ended`, with the error), counts a reconnect and waits,
+/// doubling the wait from `first_backoff` up to 5 s. A session that ran for a minute or more
+/// starts the backoff over.
+pub async fn follow<S, F>(
+    bridge: &'static str,
+    stop: &CancellationToken,
+    first_backoff: Duration,
+    mut session: S,
+    mut ended: impl FnMut(Option<String>),
+) where
+    S: FnMut() -> F,
+    F: Future<Output = SessionResult>,
+{
+    let mut backoff = first_backoff;
+    loop {
+        let started = Instant::now();
+        let result = tokio::select! {
+            _ = stop.cancelled() => break,
+            result = session() => result,
+        };
+        if started.elapsed() >= Duration::from_secs(60) {
+            backoff = first_backoff;
+        }
+        if let Err(e) = &result {
+            tracing::warn!(bridge, error = %e, retry_in = ?backoff, "bridge disconnected");
+        }
+        ended(result.err());
+        metrics::bridge_reconnect(bridge);
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    ended(None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    impl Bridge for Named {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn publish<'a>(
+            &'a self,
+            _: &'a TopicName,
+            _: Option<&'a EventName>,
+            _: &'a Payload,
+        ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
+            Box::pin(async { Ok(Cursor::new(1, 1)) })
+        }
+        fn run(self: Arc<Self>, _: Ingest, _: CancellationToken) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+        fn is_ready(&self) -> bool {
+            true
+        }
+    }
+
+    fn logs() -> Logs {
+        Logs::none()
+            .with(Arc::new(Named("redis")), Feeds::Rest)
+            .with(
+                Arc::new(Named("kafka")),
+                Feeds::Prefixes(vec!["orders.".into(), "prices".into()]),
+            )
+    }
+
+    #[test]
+    fn each_topic_has_exactly_one_feeding_log() {
+        let logs = logs();
+        let feeder = |t: &str| logs.feeder(t).map(|b| b.name());
+        assert_eq!(feeder("orders.1"), Some("kafka"));
+        assert_eq!(feeder("prices"), Some("kafka"));
+        assert_eq!(feeder("orders"), Some("redis"));
+        assert_eq!(feeder("chat"), Some("redis"));
+        assert_eq!(Logs::none().feeder("chat").map(|b| b.name()), None);
+        let only = Logs::none().with(Arc::new(Named("kafka")), Feeds::Prefixes(vec!["a".into()]));
+        assert_eq!(only.feeder("b").map(|b| b.name()), None);
+    }
+
+    #[test]
+    fn a_record_from_another_log_is_refused_not_an_epoch_flip() {
+        let registry = Arc::new(Registry::new(herald_core::RegistryConfig::default()));
+        let logs = Arc::new(logs());
+        let ingest = |bridge| Ingest {
+            bridge,
+            registry: registry.clone(),
+            logs: logs.clone(),
+            refused: Arc::default(),
+        };
+        let topic = TopicName::new("orders.1").unwrap();
+        let payload = || Payload::from_json(b"1").unwrap();
+        ingest("kafka").deliver(topic.clone(), Cursor::new(7, 1), None, payload(), 0);
+        ingest("redis").deliver(topic.clone(), Cursor::new(9, 5), None, payload(), 0);
+        ingest("kafka").deliver(topic.clone(), Cursor::new(7, 2), None, payload(), 0);
+        let t = registry.get("orders.1").unwrap();
+        assert_eq!(
+            t.stats().head,
+            Cursor::new(7, 2),
+            "the other log's record must not move the topic to its epoch"
+        );
+        assert_eq!(t.stats().messages, 2);
     }
 }

@@ -30,7 +30,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use parking_lot::{Mutex, RwLock};
@@ -39,8 +39,7 @@ use redis::streams::{StreamMaxlen, StreamReadOptions, StreamReadReply};
 use tokio_util::sync::CancellationToken;
 
 use super::redis_conn::{Purpose, RedisTarget, SharedConn};
-use super::{BoxFuture, Bridge, BridgeError};
-use crate::app::AppState;
+use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -58,6 +57,8 @@ pub struct RedisBridge {
     shards: u32,
     maxlen: usize,
     node_id: String,
+    /// How far back a starting node reads the streams (`topics.history_ttl`).
+    history: Duration,
     /// Each shard's epoch, once known.
     epochs: RwLock<Vec<Option<u64>>>,
     /// Per shard: followed and caught up. Publishing to a shard needs it.
@@ -68,8 +69,8 @@ pub struct RedisBridge {
 
 impl RedisBridge {
     /// Prepares the bridge (connections are made when it runs: a Redis that is down at start
-    /// only makes the node not ready).
-    pub async fn new(config: &ClusterConfig) -> anyhow::Result<Arc<Self>> {
+    /// only makes the node not ready); a starting node reads `history` back.
+    pub fn new(config: &ClusterConfig, history: Duration) -> anyhow::Result<Arc<Self>> {
         let target = Arc::new(RedisTarget::from_config(config)?);
         Ok(Arc::new(Self {
             publisher: SharedConn::new(target.clone()),
@@ -77,6 +78,7 @@ impl RedisBridge {
             shards: config.redis_shards,
             maxlen: config.redis_stream_maxlen,
             node_id: config.node_id.clone(),
+            history,
             epochs: RwLock::new(vec![None; config.redis_shards as usize]),
             ready: (0..config.redis_shards)
                 .map(|_| AtomicBool::new(false))
@@ -111,61 +113,38 @@ impl RedisBridge {
         metrics::bridge_up(NAME, self.is_ready());
     }
 
-    /// Follows every shard stream until `stop`, reconnecting with backoff. One reader follows
-    /// all shards with one `XREAD` on a single Redis; on a Redis Cluster, where one command
-    /// cannot read streams of different slots, each shard has its own reader.
-    pub async fn run(self: Arc<Self>, state: AppState, stop: CancellationToken) {
-        let groups: Vec<Vec<u32>> = if self.target.is_cluster() {
-            (0..self.shards).map(|s| vec![s]).collect()
-        } else {
-            vec![(0..self.shards).collect()]
-        };
-        let followers: Vec<_> = groups
-            .into_iter()
-            .map(|group| tokio::spawn(self.clone().run_group(state.clone(), group, stop.clone())))
-            .collect();
-        for follower in followers {
-            let _ = follower.await;
-        }
-        metrics::bridge_up(NAME, false);
-    }
-
-    async fn run_group(
-        self: Arc<Self>,
-        state: AppState,
-        shards: Vec<u32>,
-        stop: CancellationToken,
-    ) {
-        let ttl_ms = state.config().topics.history_ttl.as_millis() as u64;
-        let start = format!("{}-0", now_ms().saturating_sub(ttl_ms));
-        let mut last_ids: Vec<String> = vec![start; shards.len()];
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            let session = self.follow(&state, &shards, &mut last_ids);
-            let result = tokio::select! {
-                _ = stop.cancelled() => break,
-                result = session => result,
-            };
-            self.set_ready(&shards, false);
-            if let Err(e) = result {
-                tracing::warn!(error = %e, shards = ?shards, retry_in = ?backoff, "redis bridge disconnected");
-                *self.last_error.lock() = Some(e.to_string());
-            }
-            metrics::bridge_reconnect(NAME);
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
-        self.set_ready(&shards, false);
+    /// Follows `shards` (one reader) until `stop`, in [`super::follow`]'s reconnect loop.
+    async fn run_group(self: Arc<Self>, ingest: Ingest, shards: Vec<u32>, stop: CancellationToken) {
+        let start = format!(
+            "{}-0",
+            now_ms().saturating_sub(self.history.as_millis() as u64)
+        );
+        let last_ids = Mutex::new(vec![start; shards.len()]);
+        super::follow(
+            NAME,
+            &stop,
+            Duration::from_millis(100),
+            || async {
+                let mut ids = last_ids.lock().clone();
+                let result = self.follow(&ingest, &shards, &mut ids).await;
+                *last_ids.lock() = ids;
+                result.map_err(|e| e.to_string())
+            },
+            |error| {
+                self.set_ready(&shards, false);
+                if let Some(e) = error {
+                    *self.last_error.lock() = Some(e);
+                }
+            },
+        )
+        .await;
     }
 
     /// One connected session of the reader of `shards`: learn their epochs, then read and
     /// ingest until an error.
     async fn follow(
         &self,
-        state: &AppState,
+        ingest: &Ingest,
         shards: &[u32],
         last_ids: &mut [String],
     ) -> redis::RedisResult<()> {
@@ -224,7 +203,7 @@ impl RedisBridge {
                 };
                 for entry in stream.ids {
                     last_ids[i] = entry.id.clone();
-                    self.ingest(state, epochs[i], &entry);
+                    self.ingest(ingest, epochs[i], &entry);
                 }
             }
             if !caught_up && !full {
@@ -234,7 +213,7 @@ impl RedisBridge {
         }
     }
 
-    fn ingest(&self, state: &AppState, epoch: u64, entry: &redis::streams::StreamId) {
+    fn ingest(&self, ingest: &Ingest, epoch: u64, entry: &redis::streams::StreamId) {
         let Some(seq) = parse_entry_id(&entry.id) else {
             tracing::warn!(id = %entry.id, "redis stream entry with an unexpected id skipped");
             return;
@@ -254,15 +233,7 @@ impl RedisBridge {
             return;
         };
         let age_ms = now_ms().saturating_sub(seq >> SEQ_BITS);
-        super::deliver(
-            state,
-            NAME,
-            topic,
-            Cursor::new(epoch, seq),
-            event,
-            payload,
-            age_ms,
-        );
+        ingest.deliver(topic, Cursor::new(epoch, seq), event, payload, age_ms);
     }
 }
 
@@ -323,6 +294,30 @@ impl Bridge for RedisBridge {
         })
     }
 
+    /// Follows every shard stream until `stop`, reconnecting with backoff. One reader follows
+    /// all shards with one `XREAD` on a single Redis; on a Redis Cluster, where one command
+    /// cannot read streams of different slots, each shard has its own reader.
+    fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let groups: Vec<Vec<u32>> = if self.target.is_cluster() {
+                (0..self.shards).map(|s| vec![s]).collect()
+            } else {
+                vec![(0..self.shards).collect()]
+            };
+            let followers: Vec<_> = groups
+                .into_iter()
+                .map(|group| {
+                    let reader = self.clone().run_group(ingest.clone(), group, stop.clone());
+                    tokio::spawn(reader)
+                })
+                .collect();
+            for follower in followers {
+                let _ = follower.await;
+            }
+            metrics::bridge_up(NAME, false);
+        })
+    }
+
     fn is_ready(&self) -> bool {
         self.ready.iter().all(|r| r.load(Ordering::Relaxed))
     }
@@ -360,12 +355,6 @@ fn parse_entry_id(id: &str) -> Option<u64> {
         return None;
     }
     Some(ms << SEQ_BITS | n)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 //! reloads the slot map after a failover. Keys that must be used together carry a hash tag
 //! (see [`RedisTarget::stream_key`]).
 
+pub use crate::config::secrets::redact_url;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -325,6 +326,17 @@ impl SharedConn {
         Ok(conn)
     }
 
+    /// Runs `pipe`, forgetting the connection if the error says it broke (the next call makes
+    /// a new one).
+    pub async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> RedisResult<T> {
+        let mut conn = self.get().await?;
+        let result = pipe.query_async(&mut conn).await;
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        result
+    }
+
     /// Forgets the connection after `error` if it says the connection is unusable, so the
     /// next [`Self::get`] makes a new one. Returns whether a retry may help.
     pub fn failed(&self, error: &redis::RedisError) -> bool {
@@ -349,41 +361,6 @@ impl std::fmt::Debug for RedisConn {
             Self::Single(_) => "RedisConn::Single",
             Self::Cluster(_) => "RedisConn::Cluster",
         })
-    }
-}
-
-/// `url` with the password replaced by `***` (every seed of a list), for `--print-config`
-/// and error messages.
-pub fn redact_url(url: &str) -> String {
-    url.split(',')
-        .map(|part| {
-            let Some(scheme_end) = part.find("://") else {
-                return part.to_string();
-            };
-            let rest = &part[scheme_end + 3..];
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            let Some(at) = rest[..authority_end].rfind('@') else {
-                return part.to_string();
-            };
-            let userinfo = &rest[..at];
-            let user = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                None => "***".to_string(),
-            };
-            format!("{}{user}{}", &part[..scheme_end + 3], &rest[at..])
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Serializes `cluster.redis_url` with its password redacted (`--print-config`).
-pub fn serialize_redacted_url<S: serde::Serializer>(
-    url: &Option<String>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match url {
-        Some(url) => serializer.serialize_some(&redact_url(url)),
-        None => serializer.serialize_none(),
     }
 }
 

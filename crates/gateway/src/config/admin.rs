@@ -81,7 +81,7 @@ pub struct AdminArgs {
         hide_env_values = true
     )]
     pub admin_api_keys: Option<Vec<String>>,
-    /// Serve /metrics without admin credentials [default: true].
+    /// Serve /metrics without admin credentials.
     #[arg(long, env = "HERALD_ADMIN_PUBLIC_METRICS", value_name = "BOOL")]
     pub admin_public_metrics: Option<bool>,
     /// Allow a non-loopback admin listener without credentials (trusted networks only).

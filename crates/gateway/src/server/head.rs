@@ -15,20 +15,8 @@ use crate::telemetry::metrics;
 /// What the first request on a connection is.
 #[derive(Debug)]
 pub enum Head {
-    /// `GET /v1/sse?...` (no upgrade): serve it directly on the socket.
-    Sse {
-        /// The query string, if any.
-        query: Option<String>,
-        /// The request headers.
-        headers: HeaderMap,
-    },
-    /// `GET /v1/ws` with an `Upgrade` header: answer the handshake on the socket.
-    Ws {
-        /// The query string, if any.
-        query: Option<String>,
-        /// The request headers.
-        headers: HeaderMap,
-    },
+    /// A request the fast path takes ([`super::FastPath::classify`]): served on the socket.
+    Direct(super::DirectRequest),
     /// Anything else: give it to hyper, starting with these bytes.
     Other(Bytes),
     /// The client closed, timed out or sent garbage before a whole head; an answer (if any)
@@ -38,14 +26,15 @@ pub enum Head {
 
 const MAX_HEADERS: usize = 64;
 
-/// Reads until a whole request head is in, then decides (when `classify`; otherwise every
-/// request is `Other`). Bytes past the head stay in `Other`'s buffer for hyper. A head that
-/// is too large or too slow is answered here (431, 408) on every listener alike.
+/// Reads until a whole request head is in, then asks `fast_path` whether it takes a `GET`
+/// (without one, every request is `Other`). Bytes past the head stay in `Other`'s buffer for
+/// hyper. A head that is too large or too slow is answered here (431, 408) on every listener
+/// alike.
 pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     timeout: Duration,
     max_bytes: usize,
-    classify: bool,
+    fast_path: Option<&dyn super::FastPath>,
 ) -> Head {
     let mut buf = BytesMut::with_capacity(1024);
     let read = async {
@@ -102,9 +91,9 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
             Head::Other(buf.freeze())
         };
     }
-    if !classify {
+    let Some(fast_path) = fast_path else {
         return Head::Other(buf.freeze());
-    }
+    };
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(&buf) {
@@ -120,17 +109,14 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
         .headers
         .iter()
         .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
-    let sse = path == crate::transport::sse::PATH && !upgrade;
-    // A WebSocket client waits for the 101 before it sends frames: bytes past the head mean
-    // something else is going on, and hyper gets them. An upgrade needs HTTP/1.1 (RFC 6455
-    // 4.1); an HTTP/1.0 one goes to the router, which answers 426.
-    let ws = path == crate::transport::ws::PATH
-        && upgrade
-        && req.version == Some(1)
-        && buf.len() == head_len;
-    if !sse && !ws {
+    let shape = super::HeadShape {
+        upgrade,
+        http11: req.version == Some(1),
+        body_follows: buf.len() != head_len,
+    };
+    let Some(route) = fast_path.classify(path, shape) else {
         return Head::Other(buf.freeze());
-    }
+    };
     let mut map = HeaderMap::with_capacity(req.headers.len());
     for h in req.headers.iter() {
         if let (Ok(name), Ok(value)) = (
@@ -140,17 +126,11 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
             map.append(name, value);
         }
     }
-    if ws {
-        Head::Ws {
-            query: query.map(str::to_owned),
-            headers: map,
-        }
-    } else {
-        Head::Sse {
-            query: query.map(str::to_owned),
-            headers: map,
-        }
-    }
+    Head::Direct(super::DirectRequest {
+        route,
+        query: query.map(str::to_owned),
+        headers: map,
+    })
 }
 
 /// Writes a complete JSON error response and leaves the connection to be closed.

@@ -1,13 +1,15 @@
 //! The accept loop: HTTP/1.1 connections, each on a tracked task, bounded by a connection
 //! limit and a header-read timeout.
 //!
-//! On the public listener the first request head is read here: an SSE request is served
-//! straight on the socket (`transport::sse::serve_raw`), everything else goes to hyper's
-//! HTTP/1 builder and the axum router with the bytes already read put back. Why: an idle SSE
-//! stream served through hyper keeps hyper's per-connection read and write buffers (8 KiB
-//! each, the first pages resident) for its whole life, and `axum::serve` adds per-connection
-//! state; served directly, an idle stream holds its task, socket and feed only (BENCHMARKS.md
-//! has the figures).
+//! On the public listener the first request head is read here and the listener's
+//! [`FastPath`] (the transports' classifier, given in [`ServeOptions`]) says whether it takes
+//! it: SSE streams and WebSocket upgrades are served straight on the socket; everything else
+//! goes to hyper's HTTP/1 builder and the axum router with the bytes already read put back.
+//! Why: an idle SSE stream served through hyper keeps hyper's per-connection read and write
+//! buffers (8 KiB each, the first pages resident) for its whole life, and `axum::serve` adds
+//! per-connection state; served directly, an idle stream holds its task, socket and feed only
+//! (BENCHMARKS.md has the figures). This module knows no transport: it reads heads, limits,
+//! times out and hands over.
 //!
 //! With TLS configured ([`tls`]) the handshake comes first; HTTP/1.1 then takes the same path,
 //! and HTTP/2 (negotiated by ALPN) is served by hyper's HTTP/2 builder and the router.
@@ -55,6 +57,7 @@ pub(crate) use forward_async_write;
 
 pub mod head;
 pub mod stalled;
+pub mod stream;
 pub mod tls;
 
 use std::convert::Infallible;
@@ -79,12 +82,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt as _;
 
-use crate::app::AppState;
 use crate::limits::{AddressLimits, Permits, Refusal};
 use crate::telemetry::metrics;
-use crate::transport::{sse, ws};
 use head::{Head, Rewind};
-use tls::{ClientStream, Tls};
+use stream::ClientStream;
+use tls::Tls;
 
 /// Streams one HTTP/2 connection may carry at once (each SSE stream is one).
 const H2_MAX_STREAMS: u32 = 100;
@@ -94,6 +96,46 @@ const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 /// An HTTP/2 connection with no open stream for this long is closed (GOAWAY). The first
 /// stream must open within the header read timeout instead.
 const H2_IDLE: Duration = Duration::from_secs(60);
+
+/// The shape of a `GET` request head, for [`FastPath::classify`].
+#[derive(Clone, Copy, Debug)]
+pub struct HeadShape {
+    /// It asks for a protocol upgrade (`Upgrade` header).
+    pub upgrade: bool,
+    /// It is HTTP/1.1 (not 1.0).
+    pub http11: bool,
+    /// Bytes followed the head in the same read (a body, or pipelined requests).
+    pub body_follows: bool,
+}
+
+/// A request the fast path took: which of its routes, with the query and headers.
+#[derive(Debug)]
+pub struct DirectRequest {
+    /// The route [`FastPath::classify`] answered.
+    pub route: &'static str,
+    /// The query string, if any.
+    pub query: Option<String>,
+    /// The request headers.
+    pub headers: axum::http::HeaderMap,
+}
+
+/// What the transports serve on the socket themselves (HTTP/1.1, plain or TLS, public
+/// listener): the server reads each connection's first request head and asks.
+pub trait FastPath: Send + Sync + std::fmt::Debug {
+    /// The route that takes a `GET` of `path` with this `shape`, if one does; everything else
+    /// goes to hyper and the router.
+    fn classify(&self, path: &str, shape: HeadShape) -> Option<&'static str>;
+
+    /// Serves `request` on `stream` from `peer`, holding `permits` for as long as the
+    /// connection lives. What outlives the request's answer runs on a task of its own.
+    fn serve(
+        &self,
+        request: DirectRequest,
+        stream: ClientStream,
+        peer: SocketAddr,
+        permits: Permits,
+    ) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
 
 /// How one listener serves.
 #[derive(Clone, Debug)]
@@ -109,9 +151,9 @@ pub struct ServeOptions {
     pub write_timeout: Duration,
     /// Open connections allowed at once; `None` for no limit.
     pub max_connections: Option<usize>,
-    /// Serve SSE streams and WebSocket upgrades directly on the socket (public listener
-    /// only).
-    pub fast_path: Option<AppState>,
+    /// What is served directly on the socket (the public listener's SSE streams and
+    /// WebSocket upgrades); `None`: everything goes to the router.
+    pub fast_path: Option<Arc<dyn FastPath>>,
     /// Largest request head.
     pub max_header_bytes: usize,
     /// Per-address connection limits, if any.
@@ -217,45 +259,19 @@ async fn serve_connection(
             &mut stream,
             options.header_read_timeout,
             options.max_header_bytes,
-            options.fast_path.is_some(),
+            options.fast_path.as_deref(),
         ) => head,
         _ = options.stop.cancelled() => return,
     };
-    let prefix = match (head, &options.fast_path) {
-        (Head::Done, _) => return,
-        (Head::Other(prefix), _) => prefix,
-        (Head::Ws { query, headers }, Some(state)) => {
-            ws::upgrade_raw(state, stream, &headers, query.as_deref(), permits).await;
-            return;
-        }
-        (Head::Sse { query, headers }, Some(state)) => {
-            let opened = sse::open(state, &headers, query.as_deref(), peer.ip());
-            let cors = match &opened {
-                Ok(_) => Vec::new(),
-                Err(_) => crate::api::cors::raw_headers(state, &headers),
-            };
-            drop((headers, query));
-            match opened {
-                Ok(sse) => {
-                    // A task of its own, sized for the stream alone rather than for
-                    // this function's largest state (hyper's connection).
-                    let write_timeout = options.write_timeout;
-                    crate::shutdown::spawn_connection(&options.tracker, "sse", async move {
-                        let _permits = permits;
-                        sse::serve_raw(stream, sse, write_timeout).await;
-                    });
-                }
-                Err(e) => {
-                    // With CORS headers, so that a page can read why.
-                    let extra: Vec<(&str, &str)> =
-                        cors.iter().map(|(n, v)| (*n, v.as_str())).collect();
-                    let _ =
-                        head::write_response(&mut stream, e.status(), &extra, &e.json_body()).await;
-                }
+    let prefix = match head {
+        Head::Done => return,
+        Head::Other(prefix) => prefix,
+        Head::Direct(request) => {
+            if let Some(fast_path) = &options.fast_path {
+                fast_path.serve(request, stream, peer, permits).await;
             }
             return;
         }
-        (Head::Ws { .. } | Head::Sse { .. }, None) => return, // not classified without a fast path
     };
     let service = service_fn(move |req| route(router.clone(), peer, req));
     let io = stalled::Stalled::new(Rewind::new(prefix, stream), options.write_timeout);

@@ -8,16 +8,13 @@
 
 use std::io;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use anyhow::{Context as _, anyhow};
 use parking_lot::RwLock;
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -112,133 +109,4 @@ fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
         return Err(anyhow!("no certificate in {}", path.display()));
     }
     Ok(chain)
-}
-
-/// What a client did on a stream it should only be reading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerInput {
-    /// It closed its side, or the connection failed.
-    Gone,
-    /// It sent this many bytes (read and dropped; 0 on a spurious wake-up).
-    Sent(usize),
-}
-
-/// A client connection on the public listener: plain TCP or TLS over it.
-#[derive(Debug)]
-pub enum ClientStream {
-    /// Plain TCP.
-    Plain(TcpStream),
-    /// TLS (boxed: rustls' connection state is large, and plain connections are the common
-    /// case).
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl ClientStream {
-    /// Whether the connection negotiated HTTP/2 by ALPN.
-    pub fn is_h2(&self) -> bool {
-        match self {
-            Self::Plain(_) => false,
-            Self::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
-        }
-    }
-
-    /// The client's address, if the socket still knows it.
-    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
-        let tcp = match self {
-            Self::Plain(tcp) => tcp,
-            Self::Tls(tls) => tls.get_ref().0,
-        };
-        tcp.peer_addr().ok().map(|a| a.ip())
-    }
-
-    /// Waits until the client sends something or closes its side, for a streaming response
-    /// that expects nothing more from it. What it sent is read (one buffer's worth per call,
-    /// so a client that keeps sending cannot hold the thread: the caller decides how much it
-    /// tolerates) and dropped. Cancel-safe.
-    pub async fn peer_input(&mut self) -> PeerInput {
-        match self {
-            Self::Plain(tcp) => {
-                // `poll_read_ready` keeps one waker slot on the socket; `readable()` would
-                // join and leave the socket's waiter list on every wait. It also takes from
-                // the task's cooperative budget, so a stream of input yields to other tasks.
-                if std::future::poll_fn(|cx| tcp.poll_read_ready(cx))
-                    .await
-                    .is_err()
-                {
-                    return PeerInput::Gone;
-                }
-                // No buffer is held across the wait (it would be part of every idle
-                // stream's task): declared after it.
-                let mut scratch = [0u8; 1024];
-                match tcp.try_read(&mut scratch) {
-                    Ok(0) => PeerInput::Gone,
-                    Ok(n) => PeerInput::Sent(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => PeerInput::Sent(0),
-                    Err(_) => PeerInput::Gone,
-                }
-            }
-            Self::Tls(tls) => match tls.read(&mut [0u8; 256]).await {
-                Ok(0) | Err(_) => PeerInput::Gone,
-                Ok(n) => PeerInput::Sent(n),
-            },
-        }
-    }
-}
-
-impl AsyncRead for ClientStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for ClientStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Plain(s) => s.is_write_vectored(),
-            Self::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
 }

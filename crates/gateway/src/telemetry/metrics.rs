@@ -4,7 +4,7 @@
 //! Per-delivery handles are resolved once per process and transport ([`transport`]), so the
 //! hot path touches no registry and each connection holds no handle of its own.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{
@@ -12,8 +12,6 @@ use metrics::{
     gauge, histogram,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::bridge::ConnectionObserver;
 
 /// Open client connections (gauge), by `transport`.
 pub const CONNECTIONS: &str = "herald_connections";
@@ -61,18 +59,22 @@ pub const CONNECTIONS_MAX: &str = "herald_connections_max";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder once (later calls return the same handle).
+fn recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
+    let buckets = [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), &buckets)
+        .expect("bucket list is not empty")
+        .build_recorder()
+}
+
+/// Installs the process-wide Prometheus recorder once (later calls return the same handle):
+/// what a `herald` process uses.
 pub fn install() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
-            let buckets = [
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                1.0, 2.5,
-            ];
-            let recorder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), &buckets)
-                .expect("bucket list is not empty")
-                .build_recorder();
+            let recorder = recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
@@ -81,6 +83,51 @@ pub fn install() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// A recorder of one gateway's own, for processes that run several (tests, embedders):
+/// every thread of that gateway's runtime records into it ([`Scope::enter`]), so each
+/// gateway's `/metrics` counts its own connections and messages only. Made once per gateway
+/// and kept for the life of the process (a few kilobytes).
+#[derive(Debug)]
+pub struct Scope {
+    recorder: metrics_exporter_prometheus::PrometheusRecorder,
+    handle: PrometheusHandle,
+    transports: OnceLock<[TransportMetrics; 3]>,
+}
+
+thread_local! {
+    static SCOPE: std::cell::Cell<Option<&'static Scope>> = const { std::cell::Cell::new(None) };
+}
+
+impl Scope {
+    /// A fresh recorder, described.
+    pub fn new() -> &'static Self {
+        let recorder = recorder();
+        let scope: &'static Self = Box::leak(Box::new(Self {
+            handle: recorder.handle(),
+            recorder,
+            transports: OnceLock::new(),
+        }));
+        metrics::with_local_recorder(&scope.recorder, describe);
+        scope
+    }
+
+    /// Makes this the recorder of the calling thread for the rest of its life (a runtime's
+    /// `on_thread_start`).
+    pub fn enter(&'static self) {
+        std::mem::forget(metrics::set_default_local_recorder(&self.recorder));
+        SCOPE.with(|s| s.set(Some(self)));
+    }
+}
+
+/// The handle that renders the recorder this thread records into: its gateway's
+/// [`Scope`], else the process-wide one ([`install`]).
+pub fn current() -> PrometheusHandle {
+    match SCOPE.with(std::cell::Cell::get) {
+        Some(scope) => scope.handle.clone(),
+        None => install(),
+    }
 }
 
 fn describe() {
@@ -161,11 +208,19 @@ pub struct TransportMetrics {
     latency: Histogram,
 }
 
-/// The handles of `transport`, resolved once per process (after [`install`]).
+/// The handles of `transport`, resolved once per recorder: the thread's [`Scope`]'s, else
+/// the process-wide one's (after [`install`]).
 pub fn transport(transport: Transport) -> &'static TransportMetrics {
-    static CELLS: [OnceLock<TransportMetrics>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    CELLS[transport as usize].get_or_init(|| {
+    static CELLS: OnceLock<[TransportMetrics; 3]> = OnceLock::new();
+    let cells = match SCOPE.with(std::cell::Cell::get) {
+        Some(scope) => scope.transports.get_or_init(transport_handles),
+        None => CELLS.get_or_init(transport_handles),
+    };
+    &cells[transport as usize]
+}
+
+fn transport_handles() -> [TransportMetrics; 3] {
+    [Transport::Sse, Transport::Ws, Transport::Poll].map(|transport| {
         let t = transport.as_str();
         TransportMetrics {
             transport,
@@ -198,7 +253,6 @@ impl TransportMetrics {
         ConnectionGuard {
             metrics: self,
             reason: CloseReason::Client,
-            observed: None,
         }
     }
 }
@@ -223,7 +277,8 @@ pub enum CloseReason {
 }
 
 impl CloseReason {
-    fn as_str(self) -> &'static str {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Client => "client",
             Self::Shutdown => "shutdown",
@@ -241,8 +296,6 @@ impl CloseReason {
 pub struct ConnectionGuard {
     metrics: &'static TransportMetrics,
     reason: CloseReason,
-    /// The connection's id and who is told about its life (boxed: none on a lone node).
-    observed: Option<Box<Observed>>,
 }
 
 impl ConnectionGuard {
@@ -251,38 +304,19 @@ impl ConnectionGuard {
         self.reason = reason;
     }
 
-    /// Tells `observers` that connection `id` opened now, and later that it closed.
-    pub fn observe(
-        &mut self,
-        id: String,
-        user: Option<&str>,
-        observers: Arc<Vec<Arc<dyn ConnectionObserver>>>,
-    ) {
-        for o in observers.iter() {
-            o.opened(&id, self.metrics.transport.as_str(), user);
-        }
-        self.observed = Some(Box::new(Observed { id, observers }));
+    /// The reason it will be counted closed for.
+    pub fn reason(&self) -> CloseReason {
+        self.reason
     }
 
-    /// The connection's id, when it has one.
-    pub fn id(&self) -> Option<&str> {
-        self.observed.as_ref().map(|o| o.id.as_str())
+    /// The connection's transport.
+    pub fn transport(&self) -> Transport {
+        self.metrics.transport
     }
-}
-
-#[derive(Debug)]
-struct Observed {
-    id: String,
-    observers: Arc<Vec<Arc<dyn ConnectionObserver>>>,
 }
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        if let Some(o) = &self.observed {
-            for observer in o.observers.iter() {
-                observer.closed(&o.id, self.metrics.transport.as_str(), self.reason.as_str());
-            }
-        }
         self.metrics.connections.decrement(1.0);
         counter!(CONNECTIONS_CLOSED, "transport" => self.metrics.transport.as_str(), "reason" => self.reason.as_str())
             .increment(1);

@@ -138,3 +138,78 @@ async fn poll(
     }
     Ok(response)
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use herald_core::{Payload, TopicName};
+    use serde_json::{Value, json};
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    async fn get(state: &AppState, query: &str) -> Value {
+        let request = axum::http::Request::get(format!("/v1/poll?{query}"))
+            .body(Body::empty())
+            .unwrap();
+        let response = crate::routes::public_router(state.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn enc(cursor: &Value) -> String {
+        form_urlencoded::byte_serialize(cursor.as_str().unwrap().as_bytes()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_cursor_carries_each_topic_s_position_from_poll_to_poll() {
+        let (state, _shutdown) = AppState::for_test(crate::Config::default());
+        let publish = |topic: &str, n: i64| {
+            let topic = TopicName::new(topic).unwrap();
+            state
+                .registry()
+                .publish(&topic, None, Payload::from_value(&json!(n)))
+                .unwrap()
+                .cursor()
+        };
+        // A first poll with nothing to say still gives a cursor: where each topic stands.
+        let empty = get(&state, "topic=a&topic=b&timeout=0").await;
+        assert_eq!(empty["messages"], json!([]));
+        let start = empty["cursor"].clone();
+        let a1 = publish("a", 1);
+        let b1 = publish("b", 2);
+        let a2 = publish("a", 3);
+        let batch = get(
+            &state,
+            &format!("topic=a&topic=b&timeout=0&cursor={}", enc(&start)),
+        )
+        .await;
+        let data: Vec<&Value> = batch["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| &m["data"])
+            .collect();
+        assert_eq!(data.len(), 3);
+        let cursor = batch["cursor"].as_str().unwrap();
+        assert!(
+            cursor.contains(&format!("a={a2}")) && cursor.contains(&format!("b={b1}")),
+            "{cursor}"
+        );
+        assert!(!cursor.contains(&a1.to_string()), "{cursor}");
+        // From that cursor: nothing new, and the same cursor back.
+        let again = get(
+            &state,
+            &format!("topic=a&topic=b&timeout=0&cursor={}", enc(&batch["cursor"])),
+        )
+        .await;
+        assert_eq!(again["messages"], json!([]));
+        assert_eq!(again["cursor"], batch["cursor"]);
+    }
+}

@@ -30,9 +30,9 @@ use tokio::time::{Instant, Sleep};
 use super::{Delivery, SubscribeQuery, authorize, deliver, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::server::tls::{ClientStream, PeerInput};
+use crate::server::stream::{ClientStream, PeerInput};
 use crate::shutdown::DrainWait;
-use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
+use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
@@ -45,6 +45,19 @@ const MAX_UNEXPECTED_INPUT: usize = 64 * 1024;
 
 /// The response head of a directly served stream.
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
+
+/// An SSE answer carrying `body`: the event-stream type, no caching, no proxy buffering.
+pub fn event_stream(body: Body) -> Response {
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
 
 /// Opens an SSE stream through hyper (the axum route: HTTP/2, and HTTP/1.1 requests the
 /// accept loop does not take, such as absolute-form URIs). The stream runs the same
@@ -69,14 +82,8 @@ pub async fn handler(
     let (sink, body) = BodySink::new();
     let write_timeout = state.config().limits.write_timeout;
     crate::shutdown::spawn_connection(state.tracker(), "sse", serve(sink, stream, write_timeout));
-    let mut response = Body::from_stream(body).into_response();
+    let mut response = event_stream(Body::from_stream(body));
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         h.insert(header::VARY, HeaderValue::from_static("origin"));
@@ -354,7 +361,7 @@ pub struct SseStream {
     /// `auth.cors_credentials`: a cross-origin page may send cookies.
     credentials: bool,
     metrics: &'static TransportMetrics,
-    guard: ConnectionGuard,
+    guard: crate::cluster::Connection,
     heartbeat: Duration,
     /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
     /// the timer wheel's lock on every delivery): when it fires early it is moved to
@@ -521,7 +528,6 @@ mod tests {
     use herald_core::{Payload, TopicName};
     use std::sync::Mutex;
     use tokio_util::sync::CancellationToken;
-    use tokio_util::task::TaskTracker;
 
     /// A client in memory: takes chunks (or, when `stalled`, never does), may send input.
     #[derive(Clone, Default)]
@@ -560,14 +566,7 @@ mod tests {
         let mut config = crate::Config::default();
         config.limits.write_timeout = Duration::from_millis(200);
         config.sse.heartbeat = Duration::from_secs(60);
-        let shutdown = CancellationToken::new();
-        let state = AppState::new(
-            config,
-            shutdown.clone(),
-            TaskTracker::new(),
-            crate::telemetry::metrics::install(),
-        );
-        (state, shutdown)
+        AppState::for_test(config)
     }
 
     fn text(client: &TestClient) -> String {

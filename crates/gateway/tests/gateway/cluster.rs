@@ -217,3 +217,126 @@ async fn a_user_s_connections_are_found_on_every_node() {
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
+
+/// The connection ids of `user` on each node, from `gw`'s admin API, once `count` are known.
+async fn user_connection_ids(
+    gw: &herald_gateway::Gateway,
+    user: &str,
+    count: usize,
+) -> Vec<(String, u64)> {
+    let url = format!("http://{}/v1/users/{user}/connections", gw.admin_addr);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let v = get_json(url.clone()).await;
+        let found: Vec<(String, u64)> = v["nodes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .flat_map(|(node, ids)| {
+                let ids = ids.as_array().cloned().unwrap_or_default();
+                ids.into_iter()
+                    .map(move |id| (node.clone(), id.as_str().unwrap().parse().unwrap()))
+            })
+            .collect();
+        if found.len() == count {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} connections of {user} not listed: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_ids_are_unique_across_nodes_and_restarts() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let secret = "cluster-test-secret-cluster-test-secret";
+    let p = prefix("ids");
+    let node = |id: &str| {
+        let mut c = cluster_config(&p, id);
+        c.cluster.presence_interval = std::time::Duration::from_millis(200);
+        c.auth.hs256_secret = Some(secret.into());
+        c
+    };
+    let token = hs256_token(
+        secret,
+        &json!({"sub": "carol", "exp": unix_now() + 600, "topics": ["*"]}),
+    );
+    let a = spawn_gateway(node("ida")).await;
+    let b = spawn_gateway(node("idb")).await;
+    wait_ready(&a, 200).await;
+    wait_ready(&b, 200).await;
+    let query = format!("topic=t&token={token}");
+    let mut clients = Vec::new();
+    for gw in [&a, &a, &b, &b] {
+        let mut sse = SseClient::connect(gw, &query, None).await;
+        sse.next_block().await.unwrap();
+        clients.push(sse);
+    }
+    let before = user_connection_ids(&a, "carol", 4).await;
+    let node_number = |node: &str| {
+        let numbers: std::collections::BTreeSet<u64> = before
+            .iter()
+            .filter(|(n, _)| n == node)
+            .map(|(_, id)| (id >> 12) & 1023)
+            .collect();
+        assert_eq!(numbers.len(), 1, "one node number per node: {before:?}");
+        numbers.into_iter().next().unwrap()
+    };
+    let (na, nb) = (node_number("ida"), node_number("idb"));
+    assert_ne!(na, nb, "live nodes never share a node number");
+    let mut all: Vec<u64> = before.iter().map(|(_, id)| *id).collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 4, "{before:?}");
+
+    // Node b restarts with its id: its new connections get new ids, later than the old ones,
+    // and it takes back its number (its lease was given up at the stop).
+    clients.truncate(2);
+    b.stop().await.unwrap();
+    let b = spawn_gateway(node("idb")).await;
+    wait_ready(&b, 200).await;
+    let mut again = SseClient::connect(&b, &query, None).await;
+    again.next_block().await.unwrap();
+    let after = user_connection_ids(&a, "carol", 3).await;
+    let (_, fresh) = after.iter().find(|(n, _)| n == "idb").unwrap();
+    assert_eq!((fresh >> 12) & 1023, nb);
+    assert!(
+        !all.contains(fresh) && *fresh > all[3],
+        "{fresh} after {all:?}"
+    );
+    drop(again);
+    drop(clients);
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_with_the_same_id_does_not_start() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let p = prefix("same-id");
+    let node = || {
+        let mut c = cluster_config(&p, "twin");
+        c.cluster.presence_interval = std::time::Duration::from_millis(200);
+        c
+    };
+    let first = spawn_gateway(node()).await;
+    wait_ready(&first, 200).await;
+    let second = herald_gateway::Gateway::start(node()).await.unwrap();
+    let refused = tokio::time::timeout(WAIT, second.wait())
+        .await
+        .expect("the second node gives up after one lease period")
+        .unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("\"twin\" is in use by another running node"),
+        "{refused:#}"
+    );
+    // The first is unaffected, and once it stops the id is free again at once.
+    wait_ready(&first, 200).await;
+    first.stop().await.unwrap();
+    let third = spawn_gateway(node()).await;
+    wait_ready(&third, 200).await;
+    third.stop().await.unwrap();
+}

@@ -113,14 +113,18 @@ async fn a_slow_consumer_is_disconnected_without_holding_back_the_others() {
         }
     };
     assert!(received < 150, "the slow client was not cut off");
+    // A close frame cannot pass a write the client blocks; when it does arrive, it says why.
     if let Some((code, reason)) = ended_with {
-        assert_eq!(code, 1008);
-        assert_eq!(reason, "slow consumer");
+        assert_eq!((code, reason.as_str()), (1008, "slow consumer"));
     }
-    let text = metrics_text(&gw).await;
-    assert!(
-        text.contains("herald_slow_consumer_events_total{outcome=\"disconnected\"}"),
-        "{text}"
+    // Either way the server decided it, once: the gateway's own count.
+    assert_eq!(
+        metric(
+            &gw,
+            r#"herald_slow_consumer_events_total{outcome="disconnected"}"#
+        )
+        .await,
+        1.0
     );
     gw.stop().await.unwrap();
 }

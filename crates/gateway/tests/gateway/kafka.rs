@@ -84,6 +84,37 @@ async fn produce(
         .unwrap();
 }
 
+/// Waits until consumer group `group` has committed, over every partition of `kafka_topic`,
+/// offsets that add up to at least `records` (the node has stored its position).
+async fn committed_past(group: &str, kafka_topic: &str, records: i64) {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut partitions = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        partitions.add_partition(kafka_topic, p);
+    }
+    eventually(WAIT, || {
+        let committed = consumer
+            .committed_offsets(partitions.clone(), Duration::from_secs(5))
+            .map(|list| {
+                list.elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        rdkafka::Offset::Offset(o) => Some(o),
+                        _ => None,
+                    })
+                    .sum::<i64>()
+            })
+            .unwrap_or(0);
+        async move { committed >= records }
+    })
+    .await;
+}
+
 fn unique(name: &str) -> String {
     format!("{name}-{:x}", rand::random::<u32>())
 }
@@ -151,8 +182,8 @@ async fn a_restarted_node_loses_no_record_and_clients_resume_on_it() {
     assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("1"));
     let last = sse.last_event_id.clone().unwrap();
     drop(sse);
-    // Let the position be committed, then stop the node.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Once the node's group has committed past the record, stop the node.
+    committed_past(&format!("herald-{node}"), &kt, 1).await;
     gw.stop().await.unwrap();
 
     for i in 2..=4 {
@@ -234,7 +265,12 @@ async fn client_events_are_produced_upstream_with_headers() {
     let kinds: Vec<&str> = seen.iter().map(|s| s.0.as_str()).collect();
     assert_eq!(kinds, ["connect", "publish", "disconnect"]);
     let connection = seen[0].1["herald-connection"].clone();
-    assert!(connection.starts_with(&format!("{node}-")), "{connection}");
+    // A cluster-unique id: a Kafka-only node's number is a hash of its node id.
+    let id: u64 = connection.parse().expect("a decimal connection id");
+    assert_eq!(
+        herald_gateway::cluster::ids::node_of(id),
+        herald_gateway::cluster::ids::ConnectionIds::hashed(&node)
+    );
     for (_, headers, _) in &seen {
         assert_eq!(headers["herald-connection"], connection);
         assert_eq!(headers["herald-node"], node);
@@ -244,5 +280,69 @@ async fn client_events_are_produced_upstream_with_headers() {
     assert_eq!(seen[1].1["herald-event"], "said");
     assert_eq!(seen[1].2, json!({"text": "hi"}));
     assert_eq!(seen[2].2["reason"], "client");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_topic_is_fed_by_one_log_and_records_from_the_other_are_refused() {
+    skip_without!("HERALD_TEST_KAFKA_BROKERS", "HERALD_TEST_REDIS_URL");
+    let kt = unique("feeds");
+    create_topic(&kt).await;
+    let node = unique("both");
+    let mut config = cluster_config(&unique("test-feeds"), &node);
+    config.cluster.kafka_brokers = Some(brokers());
+    config.cluster.kafka_topics = vec![kt.clone()];
+    // Both logs and no say in who feeds what: refused at start, not an epoch flip later.
+    let refused = herald_gateway::Gateway::start(config.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("cluster.kafka_feeds"),
+        "{refused:#}"
+    );
+    config.cluster.kafka_feeds = vec!["orders.".into()];
+    let gw = spawn_gateway(config).await;
+    wait_ready(&gw, 200).await;
+    let mut orders = SseClient::connect(&gw, "topic=orders.1", None).await;
+    orders.next_block().await.unwrap();
+    let mut chat = SseClient::connect(&gw, "topic=chat", None).await;
+    chat.next_block().await.unwrap();
+
+    // The HTTP API publishes each topic to the log that feeds it: orders.* to Kafka (the
+    // position is a Kafka offset: sequence 1 of a fresh partition), the rest to Redis.
+    let via_kafka = publish(&gw, "orders.1", json!("o1")).await;
+    assert_eq!(
+        orders.next_event().await.unwrap().data.as_deref(),
+        Some("o1")
+    );
+    assert!(
+        via_kafka.ends_with("-1"),
+        "a Kafka offset position: {via_kafka}"
+    );
+    let via_redis = publish(&gw, "chat", json!("c1")).await;
+    assert_eq!(chat.next_event().await.unwrap().data.as_deref(), Some("c1"));
+    assert_ne!(
+        via_kafka.split('-').next(),
+        via_redis.split('-').next(),
+        "two logs, two epochs"
+    );
+
+    // A record for a Redis-fed topic produced to Kafka is refused, loudly.
+    let p = producer();
+    produce(&p, &kt, "chat", None, json!("from kafka")).await;
+    produce(&p, &kt, "orders.1", None, json!("o2")).await;
+    assert_eq!(
+        orders.next_event().await.unwrap().data.as_deref(),
+        Some("o2")
+    );
+    let refused = r#"herald_bridge_messages_total{bridge="kafka",direction="refused"} 1"#;
+    eventually(Duration::from_secs(10), || async {
+        metrics_text(&gw).await.contains(refused)
+    })
+    .await;
+    // The chat topic kept its Redis history and epoch: the next message follows c1 directly.
+    publish(&gw, "chat", json!("c2")).await;
+    let next = chat.next_event().await.unwrap();
+    assert_eq!(next.data.as_deref(), Some("c2"), "{next:?}");
     gw.stop().await.unwrap();
 }

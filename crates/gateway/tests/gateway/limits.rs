@@ -76,12 +76,18 @@ async fn an_address_opening_connections_too_fast_is_slowed_down() {
         r.starts_with("HTTP/1.1 429") && r.contains("connect_rate"),
         "{r}"
     );
-    let text = get_json(format!("http://{}/v1/topics/lim", gw.admin_addr)).await;
-    assert!(text["subscribers"].as_u64().is_some());
-    let metrics = metrics_text(&gw).await;
-    assert!(
-        metrics.contains("herald_connections_refused_total{reason=\"connect_rate\"}"),
-        "{metrics}"
+    // Three streams opened, the fourth refused before it was one.
+    assert_eq!(
+        metric(&gw, r#"herald_connections_opened_total{transport="sse"}"#).await,
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &gw,
+            r#"herald_connections_refused_total{reason="connect_rate"}"#
+        )
+        .await,
+        1.0
     );
     gw.stop().await.unwrap();
 }

@@ -10,6 +10,7 @@ mod auth;
 mod clients;
 mod cluster;
 mod fanout;
+mod history;
 mod hostile;
 mod kafka;
 mod lifecycle;

@@ -43,20 +43,17 @@ async fn poll_returns_at_once_when_messages_exist_and_continues_from_its_cursor(
     assert_eq!(batch["messages"][0]["topic"], "p");
     let next = batch["cursor"].as_str().unwrap().to_string();
 
-    // Held until a message arrives.
-    let gw_addr = gw.admin_addr;
-    let publisher = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        http()
-            .post(format!("http://{gw_addr}/v1/publish"))
-            .json(&json!({"topic": "p", "data": 3}))
-            .send()
-            .await
-            .unwrap();
+    // Held until a message arrives: published once the poll is open and waiting (the
+    // gateway's own gauge says so), so the held branch is what runs.
+    let query = format!("topic=p&cursor={}", enc(&next));
+    let (held, ()) = tokio::join!(poll(&gw, &query), async {
+        eventually(WAIT, || async {
+            metric(&gw, r#"herald_connections{transport="poll"}"#).await == 1.0
+        })
+        .await;
+        publish(&gw, "p", json!(3)).await;
     });
-    let (_, batch) = poll(&gw, &format!("topic=p&cursor={}", enc(&next))).await;
-    assert_eq!(batch["messages"][0]["data"], 3);
-    publisher.await.unwrap();
+    assert_eq!(held.1["messages"][0]["data"], 3);
     gw.stop().await.unwrap();
 }
 

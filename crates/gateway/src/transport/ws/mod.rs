@@ -33,12 +33,12 @@ use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, 
 pub mod inbound;
 
 use super::lost_json;
-use crate::api::{self, publish::Publisher};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
-use crate::server::tls::ClientStream;
-use crate::telemetry::metrics::{self, CloseReason, ConnectionGuard, Transport, TransportMetrics};
+use crate::publish::{self, Publisher};
+use crate::server::stream::{ClientStream, PeerStream};
+use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
 /// WebSocket close codes used by Herald.
 pub mod close_code {
@@ -59,7 +59,8 @@ pub mod close_code {
 /// The route.
 pub const PATH: &str = "/v1/ws";
 
-type Socket = WebSocketStream<inbound::Inbound<ClientStream>>;
+/// A connection's WebSocket: its frames counted by [`inbound::Inbound`] on the client's stream.
+type Socket<S> = WebSocketStream<inbound::Inbound<S>>;
 
 /// How long a closing connection drains what the client still sends.
 const LINGER: Duration = Duration::from_secs(2);
@@ -230,12 +231,14 @@ enum Flow {
     Close(CloseReason),
 }
 
-struct Connection {
+/// One WebSocket connection's life, on any client stream (a socket in production, an
+/// in-memory pipe in the unit tests below).
+struct Connection<S> {
     state: AppState,
-    socket: Socket,
+    socket: Socket<S>,
     feed: Feed,
     metrics: &'static TransportMetrics,
-    guard: ConnectionGuard,
+    guard: crate::cluster::Connection,
     who: crate::auth::Identity,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
@@ -259,8 +262,8 @@ async fn expired(expiry: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
     }
 }
 
-impl Connection {
-    fn new(state: AppState, socket: Socket, who: crate::auth::Identity) -> Self {
+impl<S: PeerStream> Connection<S> {
+    fn new(state: AppState, socket: Socket<S>, who: crate::auth::Identity) -> Self {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
         let guard = state.open_connection(Transport::Ws, who.sub.as_deref());
@@ -541,16 +544,15 @@ impl Connection {
             Publisher::Token(self.who.clone())
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        let prepared =
-            api::publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
-                .map_err(|e| {
-                    if e.code() == "publish_rate" {
-                        metrics::client_error("ws", "publish_rate");
-                        FrameError::new("rate_limited", FrameError::from(e).reason)
-                    } else {
-                        FrameError::from(e)
-                    }
-                })?;
+        let prepared = publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
+            .map_err(|e| {
+                if e.code() == "publish_rate" {
+                    metrics::client_error("ws", "publish_rate");
+                    FrameError::new("rate_limited", FrameError::from(e).reason)
+                } else {
+                    FrameError::from(e)
+                }
+            })?;
         if let (Some(upstream), Some(connection)) = (self.state.upstream(), self.guard.id()) {
             upstream.published(
                 connection,
@@ -559,7 +561,7 @@ impl Connection {
                 &prepared.payload,
             );
         }
-        let (name, id) = api::publish::route(&self.state, prepared, "ws").await?;
+        let (name, id) = publish::route(&self.state, prepared, "ws").await?;
         let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
     }
@@ -691,5 +693,181 @@ mod tests {
         assert!(!is_websocket_key("dGhlIHNhbXBsZSBub25jZQ=!"));
         assert!(!is_websocket_key("123456789012345678901234"));
         assert!(!is_websocket_key("dGhlIHNhbXBsZSBub25jZQ="));
+    }
+}
+
+/// The connection's life driven over an in-memory pipe: no socket, no server.
+#[cfg(test)]
+mod lifecycle_tests {
+    use std::time::SystemTime;
+
+    use herald_core::Payload;
+    use serde_json::{Value, json};
+    use tokio::io::DuplexStream;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+
+    struct Client {
+        ws: WebSocketStream<DuplexStream>,
+        state: AppState,
+        shutdown: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn connect(config: crate::Config, who: crate::auth::Identity) -> Client {
+        let (state, shutdown) = AppState::for_test(config);
+        let (server, client) = tokio::io::duplex(64 * 1024);
+        let ws = &state.config().ws;
+        let server = inbound::Inbound::new(server, Rate::new(ws.inbound_rate, ws.inbound_burst));
+        let server = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
+        let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+        let task = tokio::spawn(Connection::new(state.clone(), server, who).run());
+        Client {
+            ws: client,
+            state,
+            shutdown,
+            task,
+        }
+    }
+
+    impl Client {
+        async fn send(&mut self, frame: Value) {
+            self.ws
+                .send(WsMessage::Text(frame.to_string().into()))
+                .await
+                .unwrap();
+        }
+
+        /// The next text frame, as JSON (pings skipped).
+        async fn next(&mut self) -> Value {
+            loop {
+                let frame = tokio::time::timeout(Duration::from_secs(5), self.ws.next())
+                    .await
+                    .expect("a frame in time")
+                    .expect("the connection is open")
+                    .unwrap();
+                match frame {
+                    WsMessage::Text(text) => return serde_json::from_str(&text).unwrap(),
+                    WsMessage::Ping(_) | WsMessage::Pong(_) => {}
+                    other => panic!("expected a text frame, got {other:?}"),
+                }
+            }
+        }
+
+        /// The close frame the server sends, and the connection's task ending after it.
+        async fn closed(mut self) -> (u16, String) {
+            let close = loop {
+                let frame = tokio::time::timeout(Duration::from_secs(5), self.ws.next())
+                    .await
+                    .expect("a close in time");
+                match frame {
+                    Some(Ok(WsMessage::Close(Some(frame)))) => {
+                        break (u16::from(frame.code), frame.reason.to_string());
+                    }
+                    Some(Ok(_)) => {}
+                    other => panic!("expected a close frame, got {other:?}"),
+                }
+            };
+            drop(self.ws);
+            tokio::time::timeout(Duration::from_secs(5), self.task)
+                .await
+                .expect("the connection ends")
+                .unwrap();
+            close
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_gets_its_messages_and_its_close_back() {
+        let mut client = connect(crate::Config::default(), Default::default()).await;
+        client
+            .send(json!({"type": "subscribe", "topics": ["news"]}))
+            .await;
+        let subscribed = client.next().await;
+        assert_eq!(subscribed["type"], "subscribed");
+        assert_eq!(subscribed["topics"], json!(["news"]));
+        let topic = TopicName::new("news").unwrap();
+        let published = client
+            .state
+            .registry()
+            .publish(&topic, None, Payload::from_value(&json!({"n": 1})))
+            .unwrap();
+        let message = client.next().await;
+        assert_eq!(message["type"], "message");
+        assert_eq!(message["data"], json!({"n": 1}));
+        assert_eq!(message["id"], published.cursor().to_string());
+
+        client
+            .ws
+            .send(WsMessage::Close(Some(CloseFrame {
+                code: 4321.into(),
+                reason: "bye".into(),
+            })))
+            .await
+            .unwrap();
+        assert_eq!(client.closed().await.0, 4321, "the client's own code back");
+    }
+
+    #[tokio::test]
+    async fn commands_are_answered_and_bad_frames_get_an_error() {
+        let mut client = connect(crate::Config::default(), Default::default()).await;
+        client.send(json!({"type": "ping"})).await;
+        assert_eq!(client.next().await["type"], "pong");
+        client
+            .ws
+            .send(WsMessage::Text("not json".into()))
+            .await
+            .unwrap();
+        let error = client.next().await;
+        assert_eq!(
+            (error["type"].clone(), error["code"].clone()),
+            (json!("error"), json!("bad_json"))
+        );
+        client
+            .ws
+            .send(WsMessage::Binary(vec![1, 2, 3].into()))
+            .await
+            .unwrap();
+        assert_eq!(client.next().await["code"], "unsupported_frame");
+        client
+            .send(json!({"type": "subscribe", "topics": ["no spaces"]}))
+            .await;
+        assert_eq!(client.next().await["type"], "error");
+        // Still open and answering.
+        client.send(json!({"type": "ping"})).await;
+        assert_eq!(client.next().await["type"], "pong");
+    }
+
+    #[tokio::test]
+    async fn a_drain_closes_with_1012() {
+        let client = connect(crate::Config::default(), Default::default()).await;
+        client.shutdown.cancel();
+        assert_eq!(client.closed().await.0, close_code::RESTART);
+    }
+
+    #[tokio::test]
+    async fn an_expired_token_closes_with_1008() {
+        let mut who = crate::auth::Identity::default();
+        who.expires = Some(SystemTime::now() + Duration::from_millis(200));
+        let client = connect(crate::Config::default(), who).await;
+        assert_eq!(
+            client.closed().await,
+            (close_code::POLICY, "token expired".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_closed_after_the_idle_timeout() {
+        let mut config = crate::Config::default();
+        config.ws.ping_interval = Duration::from_millis(100);
+        config.ws.idle_timeout = Duration::from_millis(300);
+        let client = connect(config, Default::default()).await;
+        // The client reads nothing (so answers no ping) and sends nothing.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            client.closed().await,
+            (close_code::GOING_AWAY, "idle timeout".to_string())
+        );
     }
 }

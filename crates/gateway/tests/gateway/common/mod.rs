@@ -96,6 +96,15 @@ pub async fn metrics_text(gw: &Gateway) -> String {
         .unwrap()
 }
 
+/// The value of one `series` (`name{labels}` as Prometheus prints it) in `gw`'s `/metrics`,
+/// 0 when absent. Each gateway under test has its own recorder, so this counts `gw`'s own.
+pub async fn metric(gw: &Gateway, series: &str) -> f64 {
+    let text = metrics_text(gw).await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
 /// Subscribers of `topic` on `gw`, from the admin API.
 pub async fn topic_subscribers(gw: &Gateway, topic: &str) -> u64 {
     let stats = get_json(format!("http://{}/v1/topics/{topic}", gw.admin_addr)).await;

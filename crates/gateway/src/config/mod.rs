@@ -6,13 +6,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail, ensure};
-use clap::Parser;
 use herald_core::{LagPolicy, RegistryConfig, TopicConfig};
 use serde::{Deserialize, Serialize};
 
 pub mod admin;
+mod cli;
+pub mod secrets;
+
 pub use admin::AdminConfig;
+pub use cli::{Cli, Command, HealthArgs};
 
 /// Herald's whole configuration. Every field has a default; `herald --print-config` prints
 /// them all as TOML.
@@ -113,13 +115,14 @@ pub struct AuthConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// This node's id, unique in the cluster (logs, stream entries). Default: random.
+    /// Bound: 1 to 64 characters.
     pub node_id: String,
     /// Redis URL: enables the Redis bridge, which fans messages out between nodes through
     /// Redis Streams and gives them shared positions. `redis://[user:password@]host:port[/db]`,
     /// `rediss://…` for TLS; with `redis_mode = "sentinel"`,
     /// `redis+sentinel://[user:password@]host:port,host:port/<master-name>`; with
     /// `redis_mode = "cluster"`, seed nodes, comma-separated. The password is never printed.
-    #[serde(serialize_with = "crate::bridge::redis_conn::serialize_redacted_url")]
+    #[serde(serialize_with = "secrets::serialize_redacted_url")]
     pub redis_url: Option<String>,
     /// How Redis is deployed: `single` (one server, or a managed endpoint), `sentinel`
     /// (a master found through its sentinels, followed across failovers) or `cluster`
@@ -137,8 +140,10 @@ pub struct ClusterConfig {
     pub redis_prefix: String,
     /// Number of Redis streams messages are spread over, by a stable hash of the topic.
     /// Every node of a cluster must use the same value.
+    /// Bound: 1 to 1024.
     pub redis_shards: u32,
     /// Approximate entries kept per stream (`XADD MAXLEN ~`).
+    /// Bound: At least 100.
     pub redis_stream_maxlen: usize,
     /// How often a node writes its connections and per-topic subscriber counts to Redis (in
     /// one pipeline, changes only). A node silent for three intervals counts as gone.
@@ -147,9 +152,16 @@ pub struct ClusterConfig {
     /// Kafka bootstrap servers (`host:port,host:port`): enables the Kafka bridge, which
     /// delivers the records of `kafka_topics` to subscribers on every node.
     pub kafka_brokers: Option<String>,
-    /// Kafka topics to consume (every partition, on every node). Without Redis, publishes
-    /// through the HTTP API are produced to the first one.
+    /// Kafka topics to consume (every partition, on every node). Publishes through the HTTP
+    /// API to a topic Kafka feeds are produced to the first one.
     pub kafka_topics: Vec<String>,
+    /// With both Redis and Kafka configured, the Herald topics Kafka feeds, by name prefix
+    /// (`""` for all); Redis feeds every other topic. Each topic is fed by exactly one log:
+    /// publishes go to it, and a record for the topic read from the other log is refused
+    /// (`herald_bridge_messages_total{direction="refused"}` and a log line). Required (not
+    /// empty) when both are configured; unused otherwise, since one log feeds every topic.
+    /// Default: none.
+    pub kafka_feeds: Vec<String>,
     /// Each node commits its consumed position under the group `<prefix>-<node_id>`.
     pub kafka_group_prefix: String,
     /// Kafka topic that client events are produced to (connects, disconnects, WebSocket
@@ -161,7 +173,7 @@ pub struct ClusterConfig {
     /// an environment twin: `HERALD_KAFKA_PROPERTIES_SASL_PASSWORD` sets `sasl.password`
     /// (`_` becomes `.`, `__` a literal `_`), which wins over the file. Values of secret
     /// properties (passwords, keys, JAAS configs) are never printed.
-    #[serde(serialize_with = "crate::bridge::kafka_props::serialize_redacted")]
+    #[serde(serialize_with = "secrets::serialize_redacted")]
     pub kafka_properties: std::collections::BTreeMap<String, String>,
 }
 
@@ -193,6 +205,7 @@ impl Default for ClusterConfig {
             presence_interval: Duration::from_secs(2),
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],
+            kafka_feeds: Vec::new(),
             kafka_group_prefix: "herald".into(),
             kafka_upstream_topic: None,
             kafka_properties: std::collections::BTreeMap::new(),
@@ -218,22 +231,28 @@ pub struct TopicsConfig {
     /// Most topics held at once. A topic is created by its first subscriber or publisher and
     /// reclaimed once it has no subscriber and its history has expired; past the limit,
     /// creating a topic fails with 503 / error `topic_limit`.
+    /// Bound: At least 1.
     pub max_topics: usize,
     /// Messages each topic keeps for resume (`Last-Event-ID`, WebSocket cursors, poll cursors).
+    /// Bound: 0 to 100000.
     pub history_len: usize,
     /// How long a message stays in history.
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero.
     pub history_ttl: Duration,
     /// Live channel capacity per topic: how many messages a subscriber may fall behind before
     /// the lag policy applies. Allocated per topic up front (about 32 bytes a slot).
+    /// Bound: 1 to 65536.
     pub channel_capacity: usize,
     /// How often idle topics are looked for and reclaimed.
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero.
     pub reclaim_interval: Duration,
     /// Share of `max_topics` (above 0, at most 1) that topics created by subscriptions may
     /// take while no message has reached them. Past it, subscribing to a topic that does not
     /// exist gets 503 `topic_limit`; the rest of the registry stays for publishers and the
     /// cluster's logs, so subscribers alone can never make a publish fail.
+    /// Bound: Above 0, at most 1.
     pub unpublished_share: f64,
 }
 
@@ -243,6 +262,7 @@ pub struct TopicsConfig {
 pub struct SseConfig {
     /// Interval of the `: ping` comment sent on an idle stream.
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero.
     pub heartbeat: Duration,
     /// Reconnection delay hinted to clients with `retry:` when a stream starts.
     #[serde(with = "humantime_serde")]
@@ -260,15 +280,19 @@ pub struct SseConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct WsConfig {
     /// Largest inbound message in bytes; a larger one closes the connection with 1009.
+    /// Bound: 1024 to 16777216.
     pub max_message_size: usize,
     /// Read buffer per connection in bytes. tungstenite keeps it allocated and zero-fills it
     /// before reads, so it is resident memory on every connection: keep it small (larger
     /// messages are still read whole, in more reads).
+    /// Bound: 256 to 1048576.
     pub read_buffer_size: usize,
     /// Bytes buffered before a write is flushed.
+    /// Bound: 0 to 1048576.
     pub write_buffer_size: usize,
     /// Interval of WebSocket pings sent by the server.
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero; shorter than `idle_timeout`.
     pub ping_interval: Duration,
     /// A connection from which nothing (not even a pong) arrived for this long is closed
     /// with 1001.
@@ -276,8 +300,10 @@ pub struct WsConfig {
     pub idle_timeout: Duration,
     /// Frames per second one client may send (any kind, pings included); faster is closed
     /// with 1008 "too many messages". 0 turns the limit off.
+    /// Bound: At least 0 (0: no limit).
     pub inbound_rate: f64,
     /// Burst of frames one client may send at once.
+    /// Bound: At least 0.
     pub inbound_burst: f64,
 }
 
@@ -288,8 +314,10 @@ pub struct PollConfig {
     /// Longest time a poll is held open when no message is ready (a client may ask for less
     /// with `timeout=SECONDS`).
     #[serde(with = "humantime_serde")]
+    /// Bound: above zero.
     pub timeout: Duration,
     /// Most messages returned by one poll; the returned cursor continues after them.
+    /// Bound: At least 1.
     pub max_batch: usize,
 }
 
@@ -298,44 +326,59 @@ pub struct PollConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsConfig {
     /// Open connections on the public listener; past it new ones get 503.
+    /// Bound: At least 1.
     pub max_connections: usize,
     /// Open connections from one client address; past it new ones get 429.
+    /// Bound: At least 1.
     pub max_connections_per_address: u32,
     /// New connections per second from one client address (token bucket); faster gets 429.
+    /// Bound: Above 0.
     pub connect_rate_per_address: f64,
     /// Burst of new connections one address may open at once.
+    /// Bound: At least 1.
     pub connect_burst_per_address: f64,
     /// Topics one connection may subscribe to (also the most topics in one request).
+    /// Bound: 1 to 1024.
     pub max_subscriptions: usize,
     /// Largest published payload (compact JSON) in bytes; larger is 413.
+    /// Bound: 16 to 16777216.
     pub max_payload_bytes: usize,
     /// Most messages in one batch publish.
+    /// Bound: 1 to 10000.
     pub max_batch_publish: usize,
     /// Publishes per second on the public listener per publisher: an API key, a token's
     /// subject, or (dev mode, tokens without `sub`) a client address; a batch counts each
     /// message. Faster gets 429 with `retry-after`. 0 turns the limit off. The admin listener
     /// is not limited.
+    /// Bound: At least 0 (0: no limit).
     pub publish_rate_per_key: f64,
     /// Burst of publishes one publisher may make at once.
+    /// Bound: At least 0.
     pub publish_burst_per_key: f64,
     /// Publishes per second on one WebSocket connection; faster gets a `rate_limited` error
     /// frame (the connection stays). 0 turns the limit off.
+    /// Bound: At least 0 (0: no limit).
     pub publish_rate_per_connection: f64,
     /// Burst of publishes one WebSocket connection may make at once.
+    /// Bound: At least 0.
     pub publish_burst_per_connection: f64,
     /// Time a client has to send its request headers (slowloris protection).
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero.
     pub header_read_timeout: Duration,
     /// Longest time one write to an SSE or WebSocket client may wait for a client that does
     /// not read; then the connection is closed as a slow consumer. Bounds what each
     /// connection holds queued to the kernel's socket buffer.
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero.
     pub write_timeout: Duration,
     /// Largest request head (request line and headers) in bytes; larger gets 431.
+    /// Bound: 1024 to 1048576.
     pub max_header_bytes: usize,
     /// Time a client has to send a request body (publish API, both listeners); slower gets
     /// 408. A body declared larger than the limit gets 413 before it is read.
     #[serde(with = "humantime_serde")]
+    /// Bound: Above zero.
     pub body_read_timeout: Duration,
     /// Topics one client (its token's subject, else its address) may hold that its own
     /// subscriptions created and that have had no message yet; past it, subscribing to yet
@@ -343,8 +386,10 @@ pub struct LimitsConfig {
     /// counted.
     pub max_new_topics_per_client: usize,
     /// Open connections on the admin listener; past it new ones are closed.
+    /// Bound: At least 1.
     pub admin_max_connections: usize,
     /// Open connections on the admin listener from one address; past it new ones get 429.
+    /// Bound: At least 1.
     pub admin_max_connections_per_address: u32,
 }
 
@@ -386,14 +431,16 @@ impl Default for Config {
 }
 
 impl Default for TopicsConfig {
+    /// The core registry's defaults ([`RegistryConfig::default`]), so they are written once.
     fn default() -> Self {
+        let core = RegistryConfig::default();
         Self {
-            max_topics: 100_000,
-            history_len: 256,
-            history_ttl: Duration::from_secs(300),
-            channel_capacity: 128,
+            max_topics: core.max_topics,
+            history_len: core.topic.history_len,
+            history_ttl: core.topic.history_ttl,
+            channel_capacity: core.topic.channel_capacity,
             reclaim_interval: Duration::from_secs(30),
-            unpublished_share: 0.25,
+            unpublished_share: core.max_unpublished as f64 / core.max_topics as f64,
         }
     }
 }
@@ -466,198 +513,6 @@ impl Default for ShutdownConfig {
 }
 
 impl Config {
-    /// Checks every value; the error says which field is wrong and why.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        ensure!(
-            self.listen != self.admin_listen || self.listen.port() == 0,
-            "listen and admin_listen must differ (both are {})",
-            self.listen
-        );
-        let t = &self.topics;
-        ensure!(t.max_topics >= 1, "topics.max_topics must be at least 1");
-        ensure!(
-            t.history_len <= 100_000,
-            "topics.history_len must be at most 100000"
-        );
-        ensure!(
-            (1..=65_536).contains(&t.channel_capacity),
-            "topics.channel_capacity must be within 1..=65536"
-        );
-        ensure!(
-            !t.history_ttl.is_zero(),
-            "topics.history_ttl must be above zero"
-        );
-        ensure!(
-            !t.reclaim_interval.is_zero(),
-            "topics.reclaim_interval must be above zero"
-        );
-        ensure!(
-            t.unpublished_share > 0.0 && t.unpublished_share <= 1.0,
-            "topics.unpublished_share must be above 0 and at most 1"
-        );
-        ensure!(
-            !self.sse.heartbeat.is_zero(),
-            "sse.heartbeat must be above zero"
-        );
-        let ws = &self.ws;
-        ensure!(
-            (1024..=16 << 20).contains(&ws.max_message_size),
-            "ws.max_message_size must be within 1024..=16777216"
-        );
-        ensure!(
-            ws.inbound_rate.is_finite()
-                && ws.inbound_rate >= 0.0
-                && ws.inbound_burst.is_finite()
-                && ws.inbound_burst >= 0.0,
-            "ws.inbound_rate and ws.inbound_burst must be numbers of at least 0"
-        );
-        ensure!(
-            (256..=1 << 20).contains(&ws.read_buffer_size),
-            "ws.read_buffer_size must be within 256..=1048576"
-        );
-        ensure!(
-            ws.write_buffer_size <= 1 << 20,
-            "ws.write_buffer_size must be at most 1048576"
-        );
-        ensure!(
-            !ws.ping_interval.is_zero(),
-            "ws.ping_interval must be above zero"
-        );
-        ensure!(
-            ws.idle_timeout > ws.ping_interval,
-            "ws.idle_timeout must be longer than ws.ping_interval"
-        );
-        ensure!(
-            !self.poll.timeout.is_zero(),
-            "poll.timeout must be above zero"
-        );
-        ensure!(
-            self.poll.max_batch >= 1,
-            "poll.max_batch must be at least 1"
-        );
-        ensure!(
-            !self.auth.cors_credentials
-                || (!self.auth.allowed_origins.is_empty()
-                    && !self.auth.allowed_origins.iter().any(|o| o == "*")),
-            "auth.cors_credentials needs auth.allowed_origins to list the origins (and not `*`)"
-        );
-        let l = &self.limits;
-        ensure!(
-            l.max_connections >= 1,
-            "limits.max_connections must be at least 1"
-        );
-        ensure!(
-            l.max_connections_per_address >= 1,
-            "limits.max_connections_per_address must be at least 1"
-        );
-        ensure!(
-            l.connect_rate_per_address > 0.0 && l.connect_burst_per_address >= 1.0,
-            "limits.connect_rate_per_address must be above 0 and connect_burst_per_address at least 1"
-        );
-        for (name, value) in [
-            ("publish_rate_per_key", l.publish_rate_per_key),
-            ("publish_burst_per_key", l.publish_burst_per_key),
-            ("publish_rate_per_connection", l.publish_rate_per_connection),
-            (
-                "publish_burst_per_connection",
-                l.publish_burst_per_connection,
-            ),
-        ] {
-            ensure!(
-                value.is_finite() && value >= 0.0,
-                "limits.{name} must be a number of at least 0"
-            );
-        }
-        ensure!(
-            (1..=1024).contains(&l.max_subscriptions),
-            "limits.max_subscriptions must be within 1..=1024"
-        );
-        ensure!(
-            (16..=16 << 20).contains(&l.max_payload_bytes),
-            "limits.max_payload_bytes must be within 16..=16777216"
-        );
-        ensure!(
-            (1..=10_000).contains(&l.max_batch_publish),
-            "limits.max_batch_publish must be within 1..=10000"
-        );
-        ensure!(
-            !l.header_read_timeout.is_zero(),
-            "limits.header_read_timeout must be above zero"
-        );
-        ensure!(
-            !l.write_timeout.is_zero(),
-            "limits.write_timeout must be above zero"
-        );
-        ensure!(
-            !l.body_read_timeout.is_zero(),
-            "limits.body_read_timeout must be above zero"
-        );
-        ensure!(
-            l.admin_max_connections >= 1 && l.admin_max_connections_per_address >= 1,
-            "limits.admin_max_connections and admin_max_connections_per_address must be at least 1"
-        );
-        ensure!(
-            (1024..=1 << 20).contains(&l.max_header_bytes),
-            "limits.max_header_bytes must be within 1024..=1048576"
-        );
-        let c = &self.cluster;
-        ensure!(
-            !c.node_id.is_empty() && c.node_id.len() <= 64,
-            "cluster.node_id must be 1 to 64 characters"
-        );
-        ensure!(
-            (1..=1024).contains(&c.redis_shards),
-            "cluster.redis_shards must be within 1..=1024"
-        );
-        ensure!(
-            c.redis_stream_maxlen >= 100,
-            "cluster.redis_stream_maxlen must be at least 100"
-        );
-        ensure!(
-            c.kafka_upstream_topic.is_none() || c.kafka_brokers.is_some(),
-            "cluster.kafka_upstream_topic needs cluster.kafka_brokers"
-        );
-        if c.kafka_brokers.is_some() {
-            ensure!(
-                !c.kafka_topics.is_empty(),
-                "cluster.kafka_topics must name at least one topic"
-            );
-            ensure!(
-                c.kafka_topics
-                    .iter()
-                    .all(|t| !t.is_empty() && t.len() <= 249),
-                "cluster.kafka_topics entries must be 1 to 249 characters"
-            );
-        }
-        if c.redis_url.is_some() {
-            crate::bridge::redis_conn::RedisTarget::from_config(c)?;
-        } else if c.redis_ca_file.is_some() || c.redis_cert_file.is_some() {
-            bail!("cluster.redis_ca_file / redis_cert_file need cluster.redis_url");
-        }
-        crate::bridge::kafka_props::validate(&c.kafka_properties)?;
-        if let Err(e) = crate::auth::Auth::from_config(&self.auth) {
-            bail!("auth: {e:#}");
-        }
-        if self
-            .auth
-            .hs256_secret
-            .as_ref()
-            .is_some_and(|s| s.len() < 32)
-        {
-            bail!("auth.hs256_secret must be at least 32 bytes");
-        }
-        if self.tls.enabled()
-            && let Err(e) = crate::server::tls::Tls::load(&self.tls)
-        {
-            bail!("tls: {e:#}");
-        }
-        self.admin.validate(self.admin_listen)?;
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
-            bail!("log_filter {:?} is invalid: {e}", self.log_filter);
-        }
-        Ok(())
-    }
-
     /// The core registry's limits.
     pub fn registry(&self) -> RegistryConfig {
         RegistryConfig {
@@ -673,190 +528,6 @@ impl Config {
                 log_fed: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
             },
         }
-    }
-}
-
-/// Command-line flags; each has a `HERALD_*` environment twin. Everything else is set in the
-/// TOML file given with `--config`.
-#[derive(Debug, Parser)]
-#[command(
-    name = "herald",
-    version,
-    about = "Herald: a real-time push gateway (SSE, WebSocket, long-poll)."
-)]
-pub struct Cli {
-    /// TOML configuration file (see `--print-config` for every key and its default).
-    #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Public listener address [default: 0.0.0.0:8080].
-    #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
-    /// Admin listener address (publish API, metrics, health) [default: 127.0.0.1:9090].
-    #[arg(long, env = "HERALD_ADMIN_LISTEN", value_name = "ADDR")]
-    pub admin_listen: Option<SocketAddr>,
-    /// Log format [default: text].
-    #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
-    pub log_format: Option<LogFormat>,
-    /// Log filter, e.g. `info` or `herald_gateway=debug` [default: info].
-    #[arg(long, env = "HERALD_LOG_FILTER", value_name = "FILTER")]
-    pub log_filter: Option<String>,
-    /// Development mode: unauthenticated publishing on the public listener (demo page).
-    #[arg(long, env = "HERALD_DEV", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub dev: Option<bool>,
-    /// SSE heartbeat interval, e.g. `15s` [default: 15s].
-    #[arg(long, env = "HERALD_SSE_HEARTBEAT", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    pub sse_heartbeat: Option<Duration>,
-    /// Shutdown grace period, e.g. `10s` [default: 10s].
-    #[arg(long, env = "HERALD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, value_name = "DURATION")]
-    pub shutdown_grace: Option<Duration>,
-    /// Lag policy: recover_or_notify, recover_or_disconnect or disconnect [default: recover_or_notify].
-    #[arg(long, env = "HERALD_LAG_POLICY", value_parser = parse_lag_policy, value_name = "POLICY")]
-    pub lag_policy: Option<LagPolicy>,
-    /// Redis URL enabling the Redis cluster bridge, e.g. `redis://127.0.0.1:6379`.
-    #[arg(
-        long,
-        env = "HERALD_REDIS_URL",
-        value_name = "URL",
-        hide_env_values = true
-    )]
-    pub redis_url: Option<String>,
-    /// How Redis is deployed: single, sentinel or cluster [default: single].
-    #[arg(long, env = "HERALD_REDIS_MODE", value_name = "MODE")]
-    pub redis_mode: Option<RedisMode>,
-    /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
-    #[arg(long, env = "HERALD_KAFKA_BROKERS", value_name = "HOSTS")]
-    pub kafka_brokers: Option<String>,
-    /// Kafka topics to consume, comma-separated [default: herald].
-    #[arg(
-        long,
-        env = "HERALD_KAFKA_TOPICS",
-        value_name = "TOPICS",
-        value_delimiter = ','
-    )]
-    pub kafka_topics: Option<Vec<String>>,
-    /// This node's id in the cluster [default: random].
-    #[arg(long, env = "HERALD_NODE_ID", value_name = "ID")]
-    pub node_id: Option<String>,
-    /// HS256 token secret (use the environment variable; it never appears in logs).
-    #[arg(
-        long,
-        env = "HERALD_AUTH_HS256_SECRET",
-        value_name = "SECRET",
-        hide_env_values = true
-    )]
-    pub auth_hs256_secret: Option<String>,
-    /// API keys allowed to publish on the public listener, comma-separated.
-    #[arg(
-        long,
-        env = "HERALD_AUTH_API_KEYS",
-        value_name = "KEYS",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
-    pub auth_api_keys: Option<Vec<String>>,
-    /// Browser origins allowed for WebSocket and CORS, comma-separated [default: any].
-    #[arg(
-        long,
-        env = "HERALD_AUTH_ALLOWED_ORIGINS",
-        value_name = "ORIGINS",
-        value_delimiter = ','
-    )]
-    pub auth_allowed_origins: Option<Vec<String>>,
-    /// TLS certificate chain (PEM) for the public listener; needs `--tls-key`.
-    #[arg(long, env = "HERALD_TLS_CERT", value_name = "FILE")]
-    pub tls_cert: Option<PathBuf>,
-    /// TLS private key (PEM) for the public listener.
-    #[arg(long, env = "HERALD_TLS_KEY", value_name = "FILE")]
-    pub tls_key: Option<PathBuf>,
-    /// Admin listener access (keys, open /metrics, insecure).
-    #[command(flatten)]
-    pub admin: admin::AdminArgs,
-    /// Print the effective configuration as TOML (secrets left out) and exit.
-    #[arg(long)]
-    pub print_config: bool,
-    /// A subcommand instead of serving.
-    #[command(subcommand)]
-    pub command: Option<crate::health::Command>,
-}
-
-fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
-    LagPolicy::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s))
-        .map_err(|_| "expected recover_or_notify, recover_or_disconnect or disconnect".to_string())
-}
-
-impl Cli {
-    /// The configuration: defaults, overlaid by the file, overlaid by flags and environment
-    /// (clap has already given flags precedence over the environment). Not yet validated.
-    pub fn load(&self) -> anyhow::Result<Config> {
-        let mut config = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read config file {}", path.display()))?;
-                toml::from_str(&text)
-                    .with_context(|| format!("invalid config file {}", path.display()))?
-            }
-            None => Config::default(),
-        };
-        if let Some(v) = self.listen {
-            config.listen = v;
-        }
-        if let Some(v) = self.admin_listen {
-            config.admin_listen = v;
-        }
-        if let Some(v) = self.log_format {
-            config.log_format = v;
-        }
-        if let Some(v) = &self.log_filter {
-            config.log_filter = v.clone();
-        }
-        if let Some(v) = self.dev {
-            config.dev = v;
-        }
-        if let Some(v) = self.sse_heartbeat {
-            config.sse.heartbeat = v;
-        }
-        if let Some(v) = self.shutdown_grace {
-            config.shutdown.grace = v;
-        }
-        if let Some(v) = self.lag_policy {
-            config.lag_policy = v;
-        }
-        if let Some(v) = &self.redis_url {
-            config.cluster.redis_url = Some(v.clone());
-        }
-        if let Some(v) = self.redis_mode {
-            config.cluster.redis_mode = v;
-        }
-        if let Some(v) = &self.node_id {
-            config.cluster.node_id = v.clone();
-        }
-        if let Some(v) = &self.auth_hs256_secret {
-            config.auth.hs256_secret = Some(v.clone());
-        }
-        if let Some(v) = &self.auth_api_keys {
-            config.auth.api_keys = v.clone();
-        }
-        if let Some(v) = &self.auth_allowed_origins {
-            config.auth.allowed_origins = v.clone();
-        }
-        if let Some(v) = &self.tls_cert {
-            config.tls.cert_file = Some(v.clone());
-        }
-        if let Some(v) = &self.tls_key {
-            config.tls.key_file = Some(v.clone());
-        }
-        if let Some(v) = &self.kafka_brokers {
-            config.cluster.kafka_brokers = Some(v.clone());
-        }
-        if let Some(v) = &self.kafka_topics {
-            config.cluster.kafka_topics = v.clone();
-        }
-        config
-            .cluster
-            .kafka_properties
-            .extend(crate::bridge::kafka_props::from_env(std::env::vars()));
-        self.admin.apply(&mut config.admin);
-        Ok(config)
     }
 }
 
@@ -882,7 +553,7 @@ mod tests {
             "listen = \"127.0.0.1:1000\"\n[sse]\nheartbeat = \"2s\"\n",
         )
         .unwrap();
-        let cli = Cli::try_parse_from([
+        let cli = Cli::parse_from_args([
             "herald",
             "--config",
             path.to_str().unwrap(),

@@ -12,14 +12,15 @@
 //! is full (Kafka away for long), are dropped and counted
 //! (`herald_bridge_messages_total{bridge="kafka_upstream",direction="dropped"}`).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use herald_core::{EventName, Payload, TopicName};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::ConnectionObserver;
-use super::kafka_props::{self, KafkaContext};
+use crate::bridge::kafka_props::{self, KafkaContext};
+use crate::bridge::now_ms;
 use crate::telemetry::metrics;
 
 const NAME: &str = "kafka_upstream";
@@ -150,12 +151,6 @@ impl Upstream {
         use rdkafka::producer::Producer as _;
         let _ = self.producer.flush(timeout);
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl ConnectionObserver for Upstream {

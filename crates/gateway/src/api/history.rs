@@ -1,0 +1,130 @@
+//! History on demand: `GET /v1/topics/{topic}/history?since=<id>&limit=N`, on the admin
+//! listener for any topic and on the public one for topics the client may subscribe to.
+//!
+//! The answer is one JSON object whose messages are the same objects a WebSocket `message`
+//! frame carries (encoded once per message, shared with every subscriber):
+//!
+//! ```json
+//! {"topic":"news","messages":[{"type":"message","topic":"news","id":"9f86d081884c7d65-42","data":1}],
+//!  "lost":null,"more":false,"next":"9f86d081884c7d65-42"}
+//! ```
+//!
+//! Without `since`, the newest `limit` messages; with it (a message `id`), the first `limit`
+//! after it, and `more` says whether to ask again with `since=<next>`. When messages after
+//! `since` are no longer all held (`lost`: `expired`, or `epoch` for an id from another life of
+//! the topic), the page starts at the oldest message held.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use herald_core::Cursor;
+use serde::Deserialize;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// The most messages one page holds (and the default `limit` is 100).
+pub const MAX_LIMIT: usize = 1000;
+
+/// Query of a history request.
+#[derive(Debug, Deserialize)]
+pub struct HistoryQuery {
+    /// The id of the last message the client has; omitted: the newest messages.
+    since: Option<String>,
+    /// Messages in the page, 1 to [`MAX_LIMIT`] (default 100).
+    limit: Option<usize>,
+    /// A token, for clients that cannot send `Authorization` (public listener only).
+    token: Option<String>,
+}
+
+/// `GET /v1/topics/{topic}/history` on the admin listener: any topic.
+pub async fn admin(
+    State(state): State<AppState>,
+    Path(topic): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Response, ApiError> {
+    page(&state, &topic, &query)
+}
+
+/// `GET /v1/topics/{topic}/history` on the public listener: a topic the client's token (or
+/// the public prefixes) lets it subscribe to.
+pub async fn public(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(topic): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Response, ApiError> {
+    let answer = async {
+        state.auth().check_origin(&headers)?;
+        let who = state.auth().identify(&headers, query.token.as_deref())?;
+        herald_core::name::validate_topic(&topic)?;
+        if !state.auth().may_subscribe(&who, &topic) {
+            return Err(crate::auth::forbidden(&topic));
+        }
+        page(&state, &topic, &query)
+    };
+    answer
+        .await
+        .inspect_err(|e| crate::telemetry::metrics::client_error("http", e.code()))
+}
+
+fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
+    herald_core::name::validate_topic(name)?;
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "bad_limit",
+            format!("limit must be 1 to {MAX_LIMIT}"),
+        ));
+    }
+    let since: Option<Cursor> = match &query.since {
+        Some(s) => Some(s.parse().map_err(|e: herald_core::CursorError| {
+            ApiError::bad_request("bad_cursor", format!("since: {e}"))
+        })?),
+        None => None,
+    };
+    let Some(topic) = state.registry().get(name) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_topic",
+            "no such topic on this node",
+        ));
+    };
+    let page = topic.history(since, limit);
+    let next = page
+        .messages
+        .last()
+        .map(|m| m.cursor())
+        .or(since)
+        .unwrap_or_else(|| topic.head());
+    let mut body = Vec::with_capacity(
+        128 + page
+            .messages
+            .iter()
+            .map(|m| m.ws_frame().len() + 1)
+            .sum::<usize>(),
+    );
+    body.extend_from_slice(br#"{"topic":""#);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(br#"","messages":["#);
+    for (i, m) in page.messages.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(m.ws_frame());
+    }
+    body.extend_from_slice(br#"],"lost":"#);
+    match page.lost {
+        Some(reason) => body.extend_from_slice(format!(r#""{}""#, reason.as_str()).as_bytes()),
+        None => body.extend_from_slice(b"null"),
+    }
+    body.extend_from_slice(format!(r#","more":{},"next":"{next}"}}"#, page.more).as_bytes());
+    let mut response = body.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}

@@ -1,0 +1,219 @@
+//! The node's place in the cluster, seen through its client connections: the connection
+//! registry and topic presence kept in Redis ([`presence`]), and client events produced to
+//! Kafka ([`upstream`]). Both are [`ConnectionObserver`]s: told when a connection opens and
+//! closes, never in the way of delivery.
+//!
+//! The logs that carry messages between nodes are in [`crate::bridge`]; this module uses the
+//! bridges' connection settings ([`crate::bridge::redis_conn`], [`crate::bridge::kafka_props`])
+//! and nothing imports it but the state and the server's start-up. Connection ids are unique
+//! across the cluster and across restarts ([`ids`]), with node numbers leased from Redis
+//! ([`lease`]).
+
+pub mod ids;
+pub mod lease;
+pub mod presence;
+pub mod upstream;
+
+use std::sync::Arc;
+
+use crate::telemetry::metrics::{CloseReason, ConnectionGuard, Transport};
+
+/// Something told about every client connection's life (upstream events, the cluster's
+/// connection registry). Called on the connection's own task: must not block.
+pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
+    /// Connection `id` opened over `transport`, for `user` (a token's `sub`) when known.
+    fn opened(&self, id: &str, transport: &'static str, user: Option<&str>);
+    /// Connection `id` closed for `reason`.
+    fn closed(&self, id: &str, transport: &'static str, reason: &'static str);
+}
+
+/// Who observes client connections besides the cluster's own bookkeeping.
+#[derive(Debug, Default)]
+pub struct Observers {
+    /// The connection registry and topic presence in Redis.
+    pub presence: Option<Arc<presence::Presence>>,
+    /// Client events produced to Kafka.
+    pub upstream: Option<Arc<upstream::Upstream>>,
+    /// Others (tests, embedders).
+    pub others: Vec<Arc<dyn ConnectionObserver>>,
+}
+
+/// This node in the cluster as its connections see it, built once at start-up: connection
+/// ids, the node's leases, and the observers of connections.
+#[derive(Debug)]
+pub struct Cluster {
+    ids: Arc<ids::ConnectionIds>,
+    lease: Option<Arc<lease::Lease>>,
+    observers: Arc<[Arc<dyn ConnectionObserver>]>,
+    presence: Option<Arc<presence::Presence>>,
+    upstream: Option<Arc<upstream::Upstream>>,
+}
+
+impl Cluster {
+    /// A node alone: no observer, no lease.
+    pub fn alone() -> Self {
+        Self::new(
+            Arc::new(ids::ConnectionIds::new(0)),
+            None,
+            Observers::default(),
+        )
+    }
+
+    /// A node making connection ids with `ids` (its number leased by `lease` when Redis is
+    /// configured), observed by `observers`.
+    pub fn new(
+        ids: Arc<ids::ConnectionIds>,
+        lease: Option<Arc<lease::Lease>>,
+        observers: Observers,
+    ) -> Self {
+        let Observers {
+            presence,
+            upstream,
+            others,
+        } = observers;
+        let mut all: Vec<Arc<dyn ConnectionObserver>> = others;
+        if let Some(p) = &presence {
+            all.push(p.clone());
+        }
+        if let Some(u) = &upstream {
+            all.push(u.clone());
+        }
+        Self {
+            ids,
+            lease,
+            observers: all.into(),
+            presence,
+            upstream,
+        }
+    }
+
+    /// The cluster's presence and connection registry, when Redis is configured.
+    pub fn presence(&self) -> Option<&Arc<presence::Presence>> {
+        self.presence.as_ref()
+    }
+
+    /// The upstream event producer, when configured.
+    pub fn upstream(&self) -> Option<&Arc<upstream::Upstream>> {
+        self.upstream.as_ref()
+    }
+
+    /// The node's leases on its id and number, when Redis is configured.
+    pub fn lease(&self) -> Option<&Arc<lease::Lease>> {
+        self.lease.as_ref()
+    }
+
+    /// Why the node should not take clients (another process holds its node id), if so.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        self.lease.as_ref().and_then(|l| l.not_ready_reason())
+    }
+
+    /// Opens a connection of `transport` for `user`: counted in the metrics and, when anything
+    /// observes connections, given an id unique in the cluster ([`ids`]) and reported.
+    pub fn open(&self, transport: Transport, user: Option<&str>) -> Connection {
+        let guard = crate::telemetry::metrics::transport(transport).open();
+        let observed = (!self.observers.is_empty()).then(|| {
+            let id = self.ids.next().to_string();
+            for o in self.observers.iter() {
+                o.opened(&id, transport.as_str(), user);
+            }
+            Box::new(Observed {
+                id,
+                observers: self.observers.clone(),
+            })
+        });
+        Connection { guard, observed }
+    }
+}
+
+/// One open client connection: counted as open, and reported to the observers, until dropped.
+#[derive(Debug)]
+pub struct Connection {
+    guard: ConnectionGuard,
+    /// The connection's id and who is told about its life (boxed: none on a lone node).
+    observed: Option<Box<Observed>>,
+}
+
+#[derive(Debug)]
+struct Observed {
+    id: String,
+    observers: Arc<[Arc<dyn ConnectionObserver>]>,
+}
+
+impl Connection {
+    /// Sets the reason reported when the connection closes.
+    pub fn closing(&mut self, reason: CloseReason) {
+        self.guard.closing(reason);
+    }
+
+    /// The connection's id, when it has one.
+    pub fn id(&self) -> Option<&str> {
+        self.observed.as_ref().map(|o| o.id.as_str())
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(o) = &self.observed {
+            let (transport, reason) = (self.guard.transport(), self.guard.reason());
+            for observer in o.observers.iter() {
+                observer.closed(&o.id, transport.as_str(), reason.as_str());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Log(parking_lot::Mutex<Vec<String>>);
+
+    impl ConnectionObserver for Log {
+        fn opened(&self, id: &str, transport: &'static str, user: Option<&str>) {
+            self.0
+                .lock()
+                .push(format!("open {id} {transport} {user:?}"));
+        }
+        fn closed(&self, id: &str, transport: &'static str, reason: &'static str) {
+            self.0
+                .lock()
+                .push(format!("close {id} {transport} {reason}"));
+        }
+    }
+
+    #[test]
+    fn observers_see_each_connection_open_and_close_with_its_reason() {
+        let log = Arc::new(Log::default());
+        let cluster = Cluster::new(
+            Arc::new(ids::ConnectionIds::new(7)),
+            None,
+            Observers {
+                others: vec![log.clone()],
+                ..Default::default()
+            },
+        );
+        let mut a = cluster.open(Transport::Ws, Some("ann"));
+        let b = cluster.open(Transport::Sse, None);
+        let (ia, ib): (u64, u64) = (
+            a.id().unwrap().parse().unwrap(),
+            b.id().unwrap().parse().unwrap(),
+        );
+        assert!(ia < ib);
+        assert_eq!((ids::node_of(ia), ids::node_of(ib)), (7, 7));
+        let (ia, ib) = (ia.to_string(), ib.to_string());
+        a.closing(CloseReason::Slow);
+        drop(a);
+        drop(b);
+        assert_eq!(
+            *log.0.lock(),
+            [
+                format!("open {ia} ws Some(\"ann\")"),
+                format!("open {ib} sse None"),
+                format!("close {ia} ws slow"),
+                format!("close {ib} sse client"),
+            ]
+        );
+        assert_eq!(Cluster::alone().open(Transport::Poll, None).id(), None);
+    }
+}

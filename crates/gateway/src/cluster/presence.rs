@@ -1,0 +1,532 @@
+//! The cluster's view of who is connected where, kept in Redis: live nodes, each node's
+//! connections, and subscribers per topic on each node.
+//!
+//! Nothing here is written per connection or per heartbeat of a client. Each node keeps its
+//! connections in memory and, every `cluster.presence_interval`, writes what changed since the
+//! last flush in one pipeline, then refreshes the keys' TTL:
+//!
+//! | key | type | content |
+//! | --- | --- | --- |
+//! | `<prefix>:nodes` | sorted set | node id → last refresh (unix ms) |
+//! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..,"user":..}` |
+//! | `<prefix>:node:<id>:users` | hash | user (token `sub`) → its connection ids, comma-separated |
+//! | `<prefix>:node:<id>:presence` | hash | topic → subscribers on that node |
+//!
+//! A node that dies stops refreshing: its keys expire after `3 × presence_interval` and it
+//! drops out of the live set, so its connections and subscribers stop being counted. After a
+//! Redis outage the node rewrites everything it holds. On a Redis Cluster the prefix is a hash
+//! tag (`{<prefix>}`), so these keys share a slot and a flush stays one pipeline.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use herald_core::Registry;
+
+use super::ConnectionObserver;
+use crate::bridge::now_ms;
+use crate::bridge::redis_conn::{RedisTarget, SharedConn};
+use crate::config::ClusterConfig;
+use crate::telemetry::metrics;
+
+const NAME: &str = "redis_presence";
+/// Connection changes queued between flushes; past it they are dropped (and counted) and the
+/// next flush rewrites the node's whole entry.
+const QUEUE: usize = 65_536;
+
+#[derive(Debug)]
+enum Change {
+    Opened {
+        id: String,
+        transport: &'static str,
+        user: Option<String>,
+    },
+    Closed {
+        id: String,
+    },
+}
+
+/// Feeds the connection registry and topic presence of one node into Redis.
+#[derive(Debug)]
+pub struct Presence {
+    tx: mpsc::Sender<Change>,
+    rx: parking_lot::Mutex<Option<mpsc::Receiver<Change>>>,
+    lost: std::sync::atomic::AtomicBool,
+    conn: SharedConn,
+    prefix: String,
+    node_id: String,
+    interval: Duration,
+}
+
+impl Presence {
+    /// For the Redis at `target` (the bridge's).
+    pub fn new(config: &ClusterConfig, target: Arc<RedisTarget>) -> anyhow::Result<Arc<Self>> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        Ok(Arc::new(Self {
+            tx,
+            rx: parking_lot::Mutex::new(Some(rx)),
+            lost: std::sync::atomic::AtomicBool::new(false),
+            prefix: target.presence_prefix(),
+            conn: SharedConn::new(target),
+            node_id: config.node_id.clone(),
+            interval: config.presence_interval,
+        }))
+    }
+
+    fn ttl(&self) -> Duration {
+        self.interval * 3
+    }
+
+    fn nodes_key(&self) -> String {
+        format!("{}:nodes", self.prefix)
+    }
+
+    fn conns_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:conns", self.prefix)
+    }
+
+    fn users_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:users", self.prefix)
+    }
+
+    /// The connections of `user` on each live node.
+    pub async fn user_connections(
+        &self,
+        user: &str,
+    ) -> redis::RedisResult<Vec<(String, Vec<String>)>> {
+        let nodes = self.live_nodes().await?;
+        let mut pipe = redis::pipe();
+        for node in &nodes {
+            pipe.hget(self.users_key(node), user);
+        }
+        let ids: Vec<Option<String>> = self.conn.query(&pipe).await?;
+        Ok(nodes
+            .into_iter()
+            .zip(ids)
+            .filter_map(|(node, ids)| {
+                ids.map(|ids| (node, ids.split(',').map(str::to_owned).collect()))
+            })
+            .collect())
+    }
+
+    fn presence_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:presence", self.prefix)
+    }
+
+    /// Flushes changes, and `registry`'s subscriber counts, every interval until `stop`.
+    pub async fn run(self: Arc<Self>, registry: Arc<Registry>, stop: CancellationToken) {
+        let Some(mut rx) = self.rx.lock().take() else {
+            return;
+        };
+        let mut held = Held::default();
+        let mut tick = tokio::time::interval(self.interval);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            while let Ok(change) = rx.try_recv() {
+                held.apply(change, now_ms());
+            }
+            if self.lost.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                held.rewrite = true;
+            }
+            let subscribers: HashMap<String, usize> = registry
+                .stats(usize::MAX)
+                .into_iter()
+                .filter(|s| s.subscribers > 0)
+                .map(|s| (s.name.to_string(), s.subscribers))
+                .collect();
+            let writes = held.writes(&subscribers);
+            let mut pipe = redis::pipe();
+            let (ck, pk, uk) = (
+                self.conns_key(&self.node_id),
+                self.presence_key(&self.node_id),
+                self.users_key(&self.node_id),
+            );
+            writes.hash(&mut pipe, &uk, &writes.users);
+            writes.hash(&mut pipe, &ck, &writes.conns);
+            writes.hash(&mut pipe, &pk, &writes.presence);
+            let ttl = self.ttl().as_secs().max(1) as i64;
+            pipe.zadd(self.nodes_key(), &self.node_id, now_ms())
+                .ignore();
+            pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
+            pipe.expire(&uk, ttl).ignore();
+            pipe.expire(self.nodes_key(), ttl * 20).ignore();
+            match self.conn.query::<()>(&pipe).await {
+                Ok(()) => held.flushed(subscribers),
+                Err(e) => {
+                    tracing::debug!(error = %e, "presence flush failed; will rewrite");
+                    held.failed();
+                }
+            }
+        }
+        // Leave the cluster's view cleanly.
+        let mut pipe = redis::pipe();
+        pipe.del(self.conns_key(&self.node_id)).ignore();
+        pipe.del(self.presence_key(&self.node_id)).ignore();
+        pipe.del(self.users_key(&self.node_id)).ignore();
+        pipe.zrem(self.nodes_key(), &self.node_id).ignore();
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.query::<()>(&pipe)).await;
+    }
+
+    /// Live nodes (refreshed within the TTL).
+    pub async fn live_nodes(&self) -> redis::RedisResult<Vec<String>> {
+        let since = now_ms().saturating_sub(self.ttl().as_millis() as u64);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZRANGEBYSCORE")
+            .arg(self.nodes_key())
+            .arg(since)
+            .arg("+inf");
+        let (nodes,): (Vec<String>,) = self.conn.query(&pipe).await?;
+        Ok(nodes)
+    }
+
+    /// Subscribers of `topic` on each live node.
+    pub async fn topic_presence(&self, topic: &str) -> redis::RedisResult<Vec<(String, u64)>> {
+        let nodes = self.live_nodes().await?;
+        let mut pipe = redis::pipe();
+        for node in &nodes {
+            pipe.hget(self.presence_key(node), topic);
+        }
+        let counts: Vec<Option<u64>> = self.conn.query(&pipe).await?;
+        Ok(nodes
+            .into_iter()
+            .zip(counts)
+            .map(|(n, c)| (n, c.unwrap_or(0)))
+            .collect())
+    }
+
+    /// Open connections on each live node.
+    pub async fn connections(&self) -> redis::RedisResult<Vec<(String, u64)>> {
+        let nodes = self.live_nodes().await?;
+        let mut pipe = redis::pipe();
+        for node in &nodes {
+            pipe.hlen(self.conns_key(node));
+        }
+        let counts: Vec<u64> = self.conn.query(&pipe).await?;
+        Ok(nodes.into_iter().zip(counts).collect())
+    }
+
+    fn queue(&self, change: Change) {
+        if self.tx.try_send(change).is_err() {
+            // The flusher is behind (Redis slow or away): rewrite everything next time.
+            self.lost.store(true, std::sync::atomic::Ordering::Relaxed);
+            metrics::bridge_message(NAME, "dropped");
+        }
+    }
+}
+
+impl ConnectionObserver for Presence {
+    fn opened(&self, id: &str, transport: &'static str, user: Option<&str>) {
+        self.queue(Change::Opened {
+            id: id.to_string(),
+            transport,
+            user: user.map(str::to_owned),
+        });
+    }
+
+    fn closed(&self, id: &str, _transport: &'static str, _reason: &'static str) {
+        self.queue(Change::Closed { id: id.to_string() });
+    }
+}
+
+/// What a node holds and what changed since its last flush to Redis.
+#[derive(Debug)]
+struct Held {
+    /// Connection id → its entry (JSON).
+    conns: HashMap<String, String>,
+    /// User → the ids of its connections.
+    users: HashMap<String, BTreeSet<String>>,
+    conn_user: HashMap<String, String>,
+    changed_users: HashSet<String>,
+    added: Vec<String>,
+    removed: Vec<String>,
+    /// Subscribers per topic as last written.
+    presence: HashMap<String, usize>,
+    /// Write everything (first flush, after a failed one, after dropped changes).
+    rewrite: bool,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Self {
+            conns: HashMap::new(),
+            users: HashMap::new(),
+            conn_user: HashMap::new(),
+            changed_users: HashSet::new(),
+            added: Vec::new(),
+            removed: Vec::new(),
+            presence: HashMap::new(),
+            rewrite: true,
+        }
+    }
+}
+
+/// One hash's writes in a flush: replace it whole, or set and delete fields.
+#[derive(Debug, Default, PartialEq)]
+struct HashWrites {
+    set: Vec<(String, String)>,
+    del: Vec<String>,
+}
+
+/// A flush's writes to the node's three hashes; `rewrite` replaces each whole.
+#[derive(Debug, PartialEq)]
+struct Writes {
+    rewrite: bool,
+    users: HashWrites,
+    conns: HashWrites,
+    presence: HashWrites,
+}
+
+impl Writes {
+    /// Adds `hash`'s writes to `key` to `pipe`, 1000 fields a command.
+    fn hash(&self, pipe: &mut redis::Pipeline, key: &str, hash: &HashWrites) {
+        if self.rewrite {
+            pipe.del(key).ignore();
+        }
+        for chunk in hash.set.chunks(1000) {
+            pipe.hset_multiple(key, chunk).ignore();
+        }
+        for chunk in hash.del.chunks(1000) {
+            pipe.hdel(key, chunk).ignore();
+        }
+    }
+}
+
+impl Held {
+    fn apply(&mut self, change: Change, now_ms: u64) {
+        match change {
+            Change::Opened {
+                id,
+                transport,
+                user,
+            } => {
+                let mut entry = serde_json::json!({ "transport": transport, "since": now_ms });
+                if let Some(user) = &user {
+                    entry["user"] = user.as_str().into();
+                    self.users
+                        .entry(user.clone())
+                        .or_default()
+                        .insert(id.clone());
+                    self.conn_user.insert(id.clone(), user.clone());
+                    self.changed_users.insert(user.clone());
+                }
+                self.conns.insert(id.clone(), entry.to_string());
+                self.added.push(id);
+            }
+            Change::Closed { id } => {
+                self.conns.remove(&id);
+                if let Some(user) = self.conn_user.remove(&id) {
+                    if let Some(ids) = self.users.get_mut(&user) {
+                        ids.remove(&id);
+                        if ids.is_empty() {
+                            self.users.remove(&user);
+                        }
+                    }
+                    self.changed_users.insert(user);
+                }
+                self.removed.push(id);
+            }
+        }
+    }
+
+    /// What the next flush writes, given the topics' subscriber counts now: everything on a
+    /// rewrite, else only what changed since the last flush.
+    fn writes(&self, subscribers: &HashMap<String, usize>) -> Writes {
+        let joined =
+            |ids: &BTreeSet<String>| ids.iter().map(String::as_str).collect::<Vec<_>>().join(",");
+        let pairs = |m: &HashMap<String, usize>, keep: &dyn Fn(&String, usize) -> bool| {
+            let mut v: Vec<(String, String)> = m
+                .iter()
+                .filter(|(k, n)| keep(k, **n))
+                .map(|(k, n)| (k.clone(), n.to_string()))
+                .collect();
+            v.sort();
+            v
+        };
+        if self.rewrite {
+            let mut users: Vec<_> = self
+                .users
+                .iter()
+                .map(|(u, ids)| (u.clone(), joined(ids)))
+                .collect();
+            let mut conns: Vec<_> = self
+                .conns
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            users.sort();
+            conns.sort();
+            return Writes {
+                rewrite: true,
+                users: HashWrites {
+                    set: users,
+                    del: Vec::new(),
+                },
+                conns: HashWrites {
+                    set: conns,
+                    del: Vec::new(),
+                },
+                presence: HashWrites {
+                    set: pairs(subscribers, &|_, _| true),
+                    del: Vec::new(),
+                },
+            };
+        }
+        let mut users = HashWrites::default();
+        let mut changed: Vec<&String> = self.changed_users.iter().collect();
+        changed.sort();
+        for user in changed {
+            match self.users.get(user) {
+                Some(ids) => users.set.push((user.clone(), joined(ids))),
+                None => users.del.push(user.clone()),
+            }
+        }
+        let conns = HashWrites {
+            set: self
+                .added
+                .iter()
+                .filter_map(|id| self.conns.get(id).map(|e| (id.clone(), e.clone())))
+                .collect(),
+            del: self
+                .removed
+                .iter()
+                .filter(|id| !self.conns.contains_key(*id))
+                .cloned()
+                .collect(),
+        };
+        let mut zeroed: Vec<String> = self
+            .presence
+            .keys()
+            .filter(|t| !subscribers.contains_key(*t))
+            .cloned()
+            .collect();
+        zeroed.sort();
+        let presence = HashWrites {
+            set: pairs(subscribers, &|t, n| self.presence.get(t) != Some(&n)),
+            del: zeroed,
+        };
+        Writes {
+            rewrite: false,
+            users,
+            conns,
+            presence,
+        }
+    }
+
+    /// The flush succeeded: `subscribers` is what Redis holds now.
+    fn flushed(&mut self, subscribers: HashMap<String, usize>) {
+        self.rewrite = false;
+        self.changed_users.clear();
+        self.added.clear();
+        self.removed.clear();
+        self.presence = subscribers;
+    }
+
+    /// The flush failed: the next one writes everything.
+    fn failed(&mut self) {
+        self.rewrite = true;
+        self.added.clear();
+        self.removed.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(id: &str, user: Option<&str>) -> Change {
+        Change::Opened {
+            id: id.into(),
+            transport: "ws",
+            user: user.map(str::to_owned),
+        }
+    }
+
+    fn closed(id: &str) -> Change {
+        Change::Closed { id: id.into() }
+    }
+
+    fn counts(pairs: &[(&str, usize)]) -> HashMap<String, usize> {
+        pairs.iter().map(|(t, n)| (t.to_string(), *n)).collect()
+    }
+
+    fn set(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_first_flush_writes_everything_then_only_what_changed() {
+        let mut held = Held::default();
+        held.apply(open("n-0", Some("ann")), 5);
+        held.apply(open("n-1", Some("ann")), 6);
+        held.apply(open("n-2", None), 7);
+        let writes = held.writes(&counts(&[("news", 2), ("chat", 1)]));
+        assert!(writes.rewrite);
+        assert_eq!(writes.users.set, set(&[("ann", "n-0,n-1")]));
+        assert_eq!(
+            writes.conns.set,
+            set(&[
+                ("n-0", r#"{"transport":"ws","since":5,"user":"ann"}"#),
+                ("n-1", r#"{"transport":"ws","since":6,"user":"ann"}"#),
+                ("n-2", r#"{"transport":"ws","since":7}"#),
+            ])
+        );
+        assert_eq!(writes.presence.set, set(&[("chat", "1"), ("news", "2")]));
+        held.flushed(counts(&[("news", 2), ("chat", 1)]));
+
+        // Nothing changed: nothing but the refresh.
+        let idle = held.writes(&counts(&[("news", 2), ("chat", 1)]));
+        assert_eq!(
+            (idle.rewrite, idle.users, idle.conns, idle.presence),
+            (
+                false,
+                HashWrites::default(),
+                HashWrites::default(),
+                HashWrites::default()
+            )
+        );
+
+        // One of ann's connections closes, one opens and closes between flushes, a topic
+        // empties and another changes.
+        held.apply(closed("n-0"), 8);
+        held.apply(open("n-3", Some("bob")), 9);
+        held.apply(closed("n-3"), 10);
+        let writes = held.writes(&counts(&[("news", 3)]));
+        assert!(!writes.rewrite);
+        assert_eq!(writes.users.set, set(&[("ann", "n-1")]));
+        assert_eq!(writes.users.del, ["bob"]);
+        assert_eq!(writes.conns.set, set(&[]));
+        assert_eq!(writes.conns.del, ["n-0", "n-3"]);
+        assert_eq!(writes.presence.set, set(&[("news", "3")]));
+        assert_eq!(writes.presence.del, ["chat"]);
+    }
+
+    #[test]
+    fn a_failed_flush_is_followed_by_a_rewrite_of_what_is_held() {
+        let mut held = Held::default();
+        held.apply(open("n-0", Some("ann")), 1);
+        held.flushed(counts(&[("news", 1)]));
+        held.apply(closed("n-0"), 2);
+        held.apply(open("n-1", None), 3);
+        held.failed();
+        let writes = held.writes(&counts(&[("news", 1)]));
+        assert!(
+            writes.rewrite,
+            "Redis may hold anything after a failed flush"
+        );
+        assert_eq!(writes.users.set, set(&[]));
+        assert_eq!(
+            writes.conns.set,
+            set(&[("n-1", r#"{"transport":"ws","since":3}"#)])
+        );
+        assert_eq!(writes.presence.set, set(&[("news", "1")]));
+    }
+}

@@ -1,0 +1,320 @@
+//! The command line: every flag with its `HERALD_*` environment twin, laid over the TOML file
+//! and the defaults ([`Cli::load`]). Each flag's help ends with its default, taken from
+//! [`Config::default`] when the help is printed ([`Cli::parse_args`]), so defaults are written
+//! in one place.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{CommandFactory as _, FromArgMatches as _, Parser};
+use herald_core::LagPolicy;
+use serde::Deserialize as _;
+
+use super::{Config, LogFormat, RedisMode, admin};
+
+/// Command-line flags; each has a `HERALD_*` environment twin. Everything else is set in the
+/// TOML file given with `--config`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Herald: a real-time push gateway (SSE, WebSocket, long-poll)."
+)]
+pub struct Cli {
+    /// TOML configuration file (see `--print-config` for every key and its default).
+    #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Public listener address.
+    #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Admin listener address (publish API, metrics, health).
+    #[arg(long, env = "HERALD_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Log format.
+    #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info` or `herald_gateway=debug`.
+    #[arg(long, env = "HERALD_LOG_FILTER", value_name = "FILTER")]
+    pub log_filter: Option<String>,
+    /// Development mode: unauthenticated publishing on the public listener (demo page).
+    #[arg(long, env = "HERALD_DEV", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub dev: Option<bool>,
+    /// SSE heartbeat interval, e.g. `15s`.
+    #[arg(long, env = "HERALD_SSE_HEARTBEAT", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub sse_heartbeat: Option<Duration>,
+    /// Shutdown grace period, e.g. `10s`.
+    #[arg(long, env = "HERALD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: Option<Duration>,
+    /// Lag policy: recover_or_notify, recover_or_disconnect or disconnect.
+    #[arg(long, env = "HERALD_LAG_POLICY", value_parser = parse_lag_policy, value_name = "POLICY")]
+    pub lag_policy: Option<LagPolicy>,
+    /// Redis URL enabling the Redis cluster bridge, e.g. `redis://127.0.0.1:6379`.
+    #[arg(
+        long,
+        env = "HERALD_REDIS_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub redis_url: Option<String>,
+    /// How Redis is deployed: single, sentinel or cluster.
+    #[arg(long, env = "HERALD_REDIS_MODE", value_name = "MODE")]
+    pub redis_mode: Option<RedisMode>,
+    /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
+    #[arg(long, env = "HERALD_KAFKA_BROKERS", value_name = "HOSTS")]
+    pub kafka_brokers: Option<String>,
+    /// Kafka topics to consume, comma-separated.
+    #[arg(
+        long,
+        env = "HERALD_KAFKA_TOPICS",
+        value_name = "TOPICS",
+        value_delimiter = ','
+    )]
+    pub kafka_topics: Option<Vec<String>>,
+    /// With Redis and Kafka both configured, the Herald topic prefixes Kafka feeds,
+    /// comma-separated ("" for all); Redis feeds the rest.
+    #[arg(
+        long,
+        env = "HERALD_KAFKA_FEEDS",
+        value_name = "PREFIXES",
+        value_delimiter = ','
+    )]
+    pub kafka_feeds: Option<Vec<String>>,
+    /// This node's id in the cluster.
+    #[arg(long, env = "HERALD_NODE_ID", value_name = "ID")]
+    pub node_id: Option<String>,
+    /// HS256 token secret (use the environment variable; it never appears in logs).
+    #[arg(
+        long,
+        env = "HERALD_AUTH_HS256_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub auth_hs256_secret: Option<String>,
+    /// API keys allowed to publish on the public listener, comma-separated.
+    #[arg(
+        long,
+        env = "HERALD_AUTH_API_KEYS",
+        value_name = "KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub auth_api_keys: Option<Vec<String>>,
+    /// Browser origins allowed for WebSocket and CORS, comma-separated.
+    #[arg(
+        long,
+        env = "HERALD_AUTH_ALLOWED_ORIGINS",
+        value_name = "ORIGINS",
+        value_delimiter = ','
+    )]
+    pub auth_allowed_origins: Option<Vec<String>>,
+    /// TLS certificate chain (PEM) for the public listener; needs `--tls-key`.
+    #[arg(long, env = "HERALD_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) for the public listener.
+    #[arg(long, env = "HERALD_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Admin listener access (keys, open /metrics, insecure).
+    #[command(flatten)]
+    pub admin: admin::AdminArgs,
+    /// Print the effective configuration as TOML (secrets left out) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// A subcommand instead of serving.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
+    LagPolicy::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s))
+        .map_err(|_| "expected recover_or_notify, recover_or_disconnect or disconnect".to_string())
+}
+
+/// What `--help` gives as each flag's default, taken from [`Config::default`] (and the same
+/// words as the README's flag table, which a test compares).
+fn defaults() -> Vec<(&'static str, String)> {
+    let d = Config::default();
+    let name = |v: &dyn erased::Name| v.name();
+    let list = |v: &[String], empty: &str| match v.is_empty() {
+        true => empty.to_string(),
+        false => v.join(","),
+    };
+    let duration = |d: Duration| humantime::format_duration(d).to_string();
+    vec![
+        ("config", "none".into()),
+        ("listen", d.listen.to_string()),
+        ("admin_listen", d.admin_listen.to_string()),
+        ("log_format", name(&d.log_format)),
+        ("log_filter", d.log_filter.clone()),
+        ("dev", d.dev.to_string()),
+        ("sse_heartbeat", duration(d.sse.heartbeat)),
+        ("shutdown_grace", duration(d.shutdown.grace)),
+        ("lag_policy", name(&d.lag_policy)),
+        ("redis_url", "none (single node)".into()),
+        ("redis_mode", name(&d.cluster.redis_mode)),
+        ("kafka_brokers", "none".into()),
+        ("kafka_topics", list(&d.cluster.kafka_topics, "none")),
+        (
+            "kafka_feeds",
+            list(
+                &d.cluster.kafka_feeds,
+                "none (needed with both Redis and Kafka)",
+            ),
+        ),
+        ("node_id", "random".into()),
+        ("auth_hs256_secret", "none".into()),
+        ("auth_api_keys", list(&d.auth.api_keys, "none")),
+        ("auth_allowed_origins", list(&d.auth.allowed_origins, "any")),
+        ("tls_cert", "none (plain HTTP)".into()),
+        ("tls_key", "none".into()),
+        (
+            "admin_api_keys",
+            list(&d.admin.api_keys, "none (required off loopback)"),
+        ),
+        ("admin_public_metrics", d.admin.public_metrics.to_string()),
+        ("admin_insecure", d.admin.insecure.to_string()),
+    ]
+}
+
+/// Serialized names of the configuration's enums (`recover_or_notify`, `single`, `text`).
+mod erased {
+    pub trait Name {
+        fn name(&self) -> String;
+    }
+
+    impl<T: serde::Serialize> Name for T {
+        fn name(&self) -> String {
+            serde_json::to_value(self)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        }
+    }
+}
+
+impl Cli {
+    /// Parses the process's arguments, with each flag's default in `--help`.
+    pub fn parse_args() -> Result<Self, clap::Error> {
+        Self::parse_from_args(std::env::args_os())
+    }
+
+    /// Parses `args` (the first is the program name), with each flag's default in `--help`.
+    pub fn parse_from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut command = Self::command();
+        for (id, default) in defaults() {
+            command = command.mut_arg(id, |arg| {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                let arg = arg.help(format!("{help} [default: {default}]"));
+                match arg.get_long_help().map(ToString::to_string) {
+                    Some(long) => arg.long_help(format!("{long} [default: {default}]")),
+                    None => arg,
+                }
+            });
+        }
+        let matches = command.try_get_matches_from(args)?;
+        Self::from_arg_matches(&matches)
+    }
+
+    /// The configuration: defaults, overlaid by the file, overlaid by flags and environment
+    /// (clap has already given flags precedence over the environment). Not yet validated.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read config file {}", path.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("invalid config file {}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.admin_listen {
+            config.admin_listen = v;
+        }
+        if let Some(v) = self.log_format {
+            config.log_format = v;
+        }
+        if let Some(v) = &self.log_filter {
+            config.log_filter = v.clone();
+        }
+        if let Some(v) = self.dev {
+            config.dev = v;
+        }
+        if let Some(v) = self.sse_heartbeat {
+            config.sse.heartbeat = v;
+        }
+        if let Some(v) = self.shutdown_grace {
+            config.shutdown.grace = v;
+        }
+        if let Some(v) = self.lag_policy {
+            config.lag_policy = v;
+        }
+        if let Some(v) = &self.redis_url {
+            config.cluster.redis_url = Some(v.clone());
+        }
+        if let Some(v) = self.redis_mode {
+            config.cluster.redis_mode = v;
+        }
+        if let Some(v) = &self.node_id {
+            config.cluster.node_id = v.clone();
+        }
+        if let Some(v) = &self.auth_hs256_secret {
+            config.auth.hs256_secret = Some(v.clone());
+        }
+        if let Some(v) = &self.auth_api_keys {
+            config.auth.api_keys = v.clone();
+        }
+        if let Some(v) = &self.auth_allowed_origins {
+            config.auth.allowed_origins = v.clone();
+        }
+        if let Some(v) = &self.tls_cert {
+            config.tls.cert_file = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_key {
+            config.tls.key_file = Some(v.clone());
+        }
+        if let Some(v) = &self.kafka_brokers {
+            config.cluster.kafka_brokers = Some(v.clone());
+        }
+        if let Some(v) = &self.kafka_topics {
+            config.cluster.kafka_topics = v.clone();
+        }
+        if let Some(v) = &self.kafka_feeds {
+            config.cluster.kafka_feeds = v.clone();
+        }
+        config
+            .cluster
+            .kafka_properties
+            .extend(super::secrets::from_env(std::env::vars()));
+        self.admin.apply(&mut config.admin);
+        Ok(config)
+    }
+}
+
+/// Subcommands of `herald`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Check a running gateway: exit 0 when its admin listener's /readyz answers 200,
+    /// non-zero with the reason otherwise (container HEALTHCHECK; needs no other tool).
+    Health(HealthArgs),
+}
+
+/// Flags of `herald health`.
+#[derive(Debug, clap::Args)]
+pub struct HealthArgs {
+    /// Admin listener to ask: `http://HOST:PORT[/PATH]` or `HOST:PORT` [default: the
+    /// configured admin_listen (HERALD_ADMIN_LISTEN, --config), 0.0.0.0 or :: asked on
+    /// loopback; path /readyz].
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
+    /// Give up after this long, e.g. `3s`.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}

@@ -1,0 +1,83 @@
+//! The public listener's fast path ([`crate::server::FastPath`]), beside the routers
+//! ([`crate::routes`]): which HTTP/1.1 requests it serves on the socket itself, and serving
+//! them with the transports. `GET /v1/sse` streams (why:
+//! `server/` module docs) and `GET /v1/ws` upgrades; everything else goes to the router.
+//!
+//! The router's layers do not see these requests, so what they would do is done here or in
+//! the transport: CORS headers on an SSE answer or refusal (`api::cors::raw_headers`, the
+//! same headers the layer adds), the WebSocket `Origin` check in the handshake. The body
+//! limit does not apply: neither takes a body. docs/architecture.md lists each layer.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use crate::app::AppState;
+use crate::limits::Permits;
+use crate::server::stream::ClientStream;
+use crate::server::{DirectRequest, FastPath, HeadShape, head};
+
+use crate::transport::{sse, ws};
+
+/// The public listener's fast path, serving with `state`.
+#[derive(Debug)]
+pub struct Direct(pub AppState);
+
+impl FastPath for Direct {
+    fn classify(&self, path: &str, shape: HeadShape) -> Option<&'static str> {
+        match path {
+            sse::PATH if !shape.upgrade => Some(sse::PATH),
+            // A WebSocket client waits for the 101 before it sends frames: bytes past the
+            // head mean something else is going on, and hyper gets them. An upgrade needs
+            // HTTP/1.1 (RFC 6455 4.1); an HTTP/1.0 one goes to the router, which answers 426.
+            ws::PATH if shape.upgrade && shape.http11 && !shape.body_follows => Some(ws::PATH),
+            _ => None,
+        }
+    }
+
+    fn serve(
+        &self,
+        request: DirectRequest,
+        stream: ClientStream,
+        peer: SocketAddr,
+        permits: Permits,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let state = &self.0;
+            let DirectRequest {
+                route,
+                query,
+                headers,
+            } = request;
+            if route == ws::PATH {
+                ws::upgrade_raw(state, stream, &headers, query.as_deref(), permits).await;
+                return;
+            }
+            let mut stream = stream;
+            let opened = sse::open(state, &headers, query.as_deref(), peer.ip());
+            let cors = match &opened {
+                Ok(_) => Vec::new(),
+                Err(_) => crate::api::cors::raw_headers(state, &headers),
+            };
+            drop((headers, query));
+            match opened {
+                Ok(sse) => {
+                    // A task of its own, sized for the stream alone rather than for the
+                    // accept loop's connection task (hyper's connection state).
+                    let write_timeout = state.config().limits.write_timeout;
+                    crate::shutdown::spawn_connection(state.tracker(), "sse", async move {
+                        let _permits = permits;
+                        sse::serve_raw(stream, sse, write_timeout).await;
+                    });
+                }
+                Err(e) => {
+                    // With CORS headers, so that a page can read why.
+                    let extra: Vec<(&str, &str)> =
+                        cors.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                    let _ =
+                        head::write_response(&mut stream, e.status(), &extra, &e.json_body()).await;
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! The publish pipeline every publish goes through, whoever sends it (HTTP on either
+//! listener, batches, WebSocket `publish`): [`prepare`] (topic, rights, rate, event name,
+//! payload) then [`route`] (to the log that feeds the topic, or the local registry). The HTTP
+//! handlers are in [`crate::api::publish`]; the WebSocket command in `transport::ws`.
+
+use axum::http::StatusCode;
+use herald_core::{EventName, Payload, TopicName};
+use serde_json::value::RawValue;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::telemetry::metrics;
+
+/// Who publishes.
+pub enum Publisher {
+    /// The admin listener, dev mode, or a valid API key: any topic.
+    Trusted,
+    /// A token: the topics its `publish` claim allows.
+    Token(crate::auth::Identity),
+}
+
+/// Counts `n` publishes against `key`'s rate limit.
+pub fn admit(state: &AppState, key: &str, n: usize) -> Result<(), ApiError> {
+    state.publish_limits().admit(key, n).map_err(|wait| {
+        ApiError::rate_limited(
+            "publish_rate",
+            format!(
+                "over the publish rate limit of {}/s (bursts of {}); retry later",
+                state.config().limits.publish_rate_per_key,
+                state.config().limits.publish_burst_per_key
+            ),
+            wait,
+        )
+    })
+}
+
+/// A publish that passed the pipeline's checks, ready to route.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The topic.
+    pub topic: TopicName,
+    /// The event name, if any.
+    pub event: Option<EventName>,
+    /// The payload, compact.
+    pub payload: Payload,
+}
+
+/// The publish pipeline every publish goes through (HTTP on either listener, batches,
+/// WebSocket `publish`), up to routing: validate the topic, authorise `publisher` for it,
+/// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
+/// its messages come through here), then validate the event name and the payload.
+pub fn prepare(
+    state: &AppState,
+    publisher: &Publisher,
+    rate_key: Option<&str>,
+    topic: &str,
+    event: Option<&str>,
+    data: &RawValue,
+) -> Result<Prepared, ApiError> {
+    let topic = TopicName::new(topic)?;
+    if let Publisher::Token(who) = publisher
+        && !state.auth().may_publish(who, topic.as_str())
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "publishing to {:?} needs an API key or a token whose publish claim allows it",
+                topic.as_str()
+            ),
+        ));
+    }
+    if let Some(key) = rate_key {
+        admit(state, key, 1)?;
+    }
+    let event = match event {
+        Some(e) => {
+            Some(EventName::new(e).map_err(|e| ApiError::bad_request("bad_event", e.to_string()))?)
+        }
+        None => None,
+    };
+    let payload = Payload::from_json(data.get().as_bytes()).map_err(bad_json)?;
+    let max = state.config().limits.max_payload_bytes;
+    if payload.len() > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "payload is {} bytes of compact JSON; the limit is {max}",
+                payload.len()
+            ),
+        ));
+    }
+    Ok(Prepared {
+        topic,
+        event,
+        payload,
+    })
+}
+
+/// The pipeline's last step: to the publishing bridge, or the local registry; counted in
+/// `herald_messages_published_total{source}`.
+pub async fn route(
+    state: &AppState,
+    prepared: Prepared,
+    source: &'static str,
+) -> Result<(TopicName, herald_core::Cursor), ApiError> {
+    let Prepared {
+        topic,
+        event,
+        payload,
+    } = prepared;
+    let id = state.publish(&topic, event, payload).await?;
+    metrics::published(source);
+    Ok((topic, id))
+}
+
+/// A 400 `bad_json` with the parser's words.
+pub fn bad_json(e: serde_json::Error) -> ApiError {
+    ApiError::bad_request("bad_json", e.to_string())
+}

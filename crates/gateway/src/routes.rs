@@ -1,0 +1,100 @@
+//! The two routers: public (SSE, WebSocket, long-poll, the demo page, publishing where it is
+//! served) and admin (publishing, stats, health, readiness, metrics, console).
+//!
+//! The public router's layers (CORS, the body limit) see what hyper serves. SSE and WebSocket
+//! requests over HTTP/1.1 are served on the socket directly (`server/`) and never reach them:
+//! see docs/architecture.md for what each such path does instead.
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse};
+use axum::routing::{get, post};
+
+use crate::api;
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::transport;
+
+/// The public router: SSE, WebSocket, long-poll, the demo page and the client library it
+/// uses, and the publish API where it is served (with CORS for pages on other origins).
+pub fn public_router(state: AppState) -> Router {
+    let mut router = Router::new()
+        .route("/", get(demo_page))
+        .route("/herald-client.js", get(client_script))
+        .route(transport::sse::PATH, get(transport::sse::handler))
+        .route(transport::ws::PATH, get(transport::ws::handler))
+        .route("/v1/poll", get(transport::poll::handler))
+        .route("/v1/topics/{topic}/history", get(api::history::public));
+    if state.publishes_publicly() {
+        router = router
+            .route("/v1/publish", post(api::publish::publish_public))
+            .route(
+                "/v1/publish/batch",
+                post(api::publish::publish_batch_public),
+            );
+    }
+    router
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::cors::layer,
+        ))
+        .layer(DefaultBodyLimit::max(api::publish::body_limit(
+            state.config(),
+        )))
+        .with_state(state)
+}
+
+/// The admin router: publishing, topic stats, health, readiness, metrics and the console,
+/// behind the admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
+pub fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/publish", post(api::publish::publish))
+        .route("/v1/publish/batch", post(api::publish::publish_batch))
+        .route("/v1/topics", get(api::admin::topics))
+        .route("/v1/topics/{topic}", get(api::admin::topic))
+        .route("/v1/topics/{topic}/history", get(api::history::admin))
+        .route("/v1/presence/{topic}", get(api::admin::presence))
+        .route("/v1/cluster/nodes", get(api::admin::nodes))
+        .route(
+            "/v1/users/{user}/connections",
+            get(api::admin::user_connections),
+        )
+        .route("/healthz", get(api::admin::healthz))
+        .route("/readyz", get(api::admin::readyz))
+        .route("/metrics", get(api::admin::metrics))
+        .merge(api::console::router())
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            api::admin_auth::require,
+        ))
+        .layer(DefaultBodyLimit::max(api::publish::body_limit(
+            state.config(),
+        )))
+        .with_state(state)
+}
+
+async fn demo_page() -> impl IntoResponse {
+    Html(include_str!("demo.html"))
+}
+
+/// herald-client (clients/js) as one ES module, for the demo page and for pages that load it
+/// from the gateway (bundled by `npm run bundle` there, kept current by its tests).
+async fn client_script() -> impl IntoResponse {
+    (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/javascript; charset=utf-8",
+            ),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        include_str!("herald-client.js"),
+    )
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route")
+}

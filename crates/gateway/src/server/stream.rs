@@ -1,0 +1,160 @@
+//! The client stream of the public listener: plain TCP, or TLS over it ([`super::tls`]). What
+//! the transports that serve on the socket directly (SSE, WebSocket) write to and read from.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+/// What a client did on a stream it should only be reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerInput {
+    /// It closed its side, or the connection failed.
+    Gone,
+    /// It sent this many bytes (read and dropped; 0 on a spurious wake-up).
+    Sent(usize),
+}
+
+/// A client's byte stream as a transport that serves it directly sees it: readable,
+/// writable, and able to say where the client is. [`ClientStream`] in production; an
+/// in-memory pipe in unit tests.
+pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The client's address, if the socket still knows it.
+    fn peer_ip(&self) -> Option<std::net::IpAddr>;
+}
+
+impl PeerStream for ClientStream {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        ClientStream::peer_ip(self)
+    }
+}
+
+/// An in-memory pipe, as a client at 127.0.0.1 (unit tests drive transports over it).
+impl PeerStream for tokio::io::DuplexStream {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        Some(std::net::IpAddr::from([127, 0, 0, 1]))
+    }
+}
+
+/// A client connection on the public listener: plain TCP or TLS over it.
+#[derive(Debug)]
+pub enum ClientStream {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS (boxed: rustls' connection state is large, and plain connections are the common
+    /// case).
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl ClientStream {
+    /// Whether the connection negotiated HTTP/2 by ALPN.
+    pub fn is_h2(&self) -> bool {
+        match self {
+            Self::Plain(_) => false,
+            Self::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+
+    /// The client's address, if the socket still knows it.
+    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        let tcp = match self {
+            Self::Plain(tcp) => tcp,
+            Self::Tls(tls) => tls.get_ref().0,
+        };
+        tcp.peer_addr().ok().map(|a| a.ip())
+    }
+
+    /// Waits until the client sends something or closes its side, for a streaming response
+    /// that expects nothing more from it. What it sent is read (one buffer's worth per call,
+    /// so a client that keeps sending cannot hold the thread: the caller decides how much it
+    /// tolerates) and dropped. Cancel-safe.
+    pub async fn peer_input(&mut self) -> PeerInput {
+        match self {
+            Self::Plain(tcp) => {
+                // `poll_read_ready` keeps one waker slot on the socket; `readable()` would
+                // join and leave the socket's waiter list on every wait. It also takes from
+                // the task's cooperative budget, so a stream of input yields to other tasks.
+                if std::future::poll_fn(|cx| tcp.poll_read_ready(cx))
+                    .await
+                    .is_err()
+                {
+                    return PeerInput::Gone;
+                }
+                // No buffer is held across the wait (it would be part of every idle
+                // stream's task): declared after it.
+                let mut scratch = [0u8; 1024];
+                match tcp.try_read(&mut scratch) {
+                    Ok(0) => PeerInput::Gone,
+                    Ok(n) => PeerInput::Sent(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => PeerInput::Sent(0),
+                    Err(_) => PeerInput::Gone,
+                }
+            }
+            Self::Tls(tls) => match tls.read(&mut [0u8; 256]).await {
+                Ok(0) | Err(_) => PeerInput::Gone,
+                Ok(n) => PeerInput::Sent(n),
+            },
+        }
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Plain(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! History on demand, `GET /v1/topics/{topic}/history`, on both listeners.
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef-history";
+
+async fn history(addr: std::net::SocketAddr, topic: &str, query: &str) -> (u16, Value) {
+    let resp = http()
+        .get(format!("http://{addr}/v1/topics/{topic}/history?{query}"))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+fn data(page: &Value) -> Vec<Value> {
+    page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["data"].clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_admin_listener_pages_through_a_topic_s_history() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(publish(&gw, "hist", json!(i)).await);
+    }
+    let admin = gw.admin_addr;
+
+    let (status, newest) = history(admin, "hist", "limit=3").await;
+    assert_eq!(status, 200, "{newest}");
+    assert_eq!(data(&newest), [json!(2), json!(3), json!(4)]);
+    assert_eq!(newest["messages"][2]["id"], json!(ids[4]));
+    assert_eq!(newest["messages"][2]["type"], "message");
+    assert_eq!(
+        (newest["more"].clone(), newest["lost"].clone()),
+        (json!(false), Value::Null)
+    );
+    assert_eq!(newest["next"], json!(ids[4]));
+
+    // Paging after a message id: two at a time until `more` is false.
+    let mut since = ids[0].clone();
+    let mut got = Vec::new();
+    loop {
+        let (_, page) = history(admin, "hist", &format!("since={since}&limit=2")).await;
+        got.extend(data(&page));
+        since = page["next"].as_str().unwrap().to_string();
+        if page["more"] == json!(false) {
+            break;
+        }
+    }
+    assert_eq!(got, [json!(1), json!(2), json!(3), json!(4)]);
+    assert_eq!(since, ids[4]);
+
+    // An id from another life of the topic: told so, and given what is held from its start.
+    let (_, other) = history(admin, "hist", "since=1-1&limit=2").await;
+    assert_eq!(other["lost"], "epoch");
+    assert_eq!(data(&other), [json!(0), json!(1)]);
+    assert_eq!(other["more"], true);
+
+    for (query, code) in [
+        ("since=nope", "bad_cursor"),
+        ("limit=0", "bad_limit"),
+        ("limit=1001", "bad_limit"),
+    ] {
+        let (status, body) = history(admin, "hist", query).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some(code)),
+            "{query}: {body}"
+        );
+    }
+    let (status, body) = history(admin, "nothing-here", "").await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("no_topic")));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_public_listener_serves_history_to_those_who_may_subscribe() {
+    let mut config = test_config();
+    config.auth.hs256_secret = Some(SECRET.into());
+    config.auth.public_prefixes = vec!["public.".into()];
+    let gw = spawn_gateway(config).await;
+    publish(&gw, "room.1", json!("hello")).await;
+    publish(&gw, "public.news", json!("open")).await;
+    let allowed = hs256_token(
+        SECRET,
+        &json!({"exp": unix_now() + 60, "topics": ["room.*"]}),
+    );
+    let public = gw.public_addr;
+
+    let (status, page) = history(public, "room.1", &format!("token={allowed}")).await;
+    assert_eq!((status, data(&page)), (200, vec![json!("hello")]), "{page}");
+    let bearer = http()
+        .get(format!("http://{public}/v1/topics/room.1/history"))
+        .bearer_auth(&allowed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bearer.status(), 200);
+    let (status, page) = history(public, "public.news", "").await;
+    assert_eq!((status, data(&page)), (200, vec![json!("open")]));
+
+    let (status, body) = history(public, "room.1", "").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "no token: {body}"
+    );
+    let (status, body) = history(public, "room.1", "token=not-a-token").await;
+    assert_eq!(status, 401, "{body}");
+    let other = hs256_token(
+        SECRET,
+        &json!({"exp": unix_now() + 60, "topics": ["elsewhere"]}),
+    );
+    let (status, body) = history(public, "room.1", &format!("token={other}")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("forbidden")),
+        "{body}"
+    );
+    gw.stop().await.unwrap();
+}
