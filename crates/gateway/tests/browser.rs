@@ -6,6 +6,9 @@
 //! `deploy/test.sh` installs both. Set `HERALD_SKIP_BROWSER=1` to skip on a machine without
 //! them; otherwise a missing browser is a failure, not a silent pass.
 
+#[path = "support/browser.rs"]
+mod browser_support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -14,21 +17,10 @@ use herald_gateway::{Config, Gateway};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_and_native_eventsource_reconnect() {
-    if std::env::var("HERALD_SKIP_BROWSER").as_deref() == Ok("1") {
-        eprintln!("HERALD_SKIP_BROWSER=1: browser test skipped");
+    if browser_support::skip() {
         return;
     }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let chromium = std::env::var("HERALD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).exists(),
-        "{chromium} is missing: run deploy/test.sh (installs Debian's chromium) or set HERALD_SKIP_BROWSER=1"
-    );
-    assert!(
-        dir.join("node_modules/playwright-core").exists(),
-        "run `npm ci` in {} (deploy/test.sh does) or set HERALD_SKIP_BROWSER=1",
-        dir.display()
-    );
+    let dir = browser_support::browser_dir();
 
     let mut config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),

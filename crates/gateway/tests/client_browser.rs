@@ -10,35 +10,16 @@
 //! `deploy/test.sh` provides all of them. Set `HERALD_SKIP_BROWSER=1` to skip on a machine
 //! without a browser; otherwise anything missing is a failure, not a silent pass.
 
-use std::path::{Path, PathBuf};
+#[path = "support/browser.rs"]
+mod browser_support;
+
+use browser_support::{browser_dir, skip};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 
 /// One browser and its herald processes at a time: the machine may have two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn skip() -> bool {
-    let skip = std::env::var("HERALD_SKIP_BROWSER").as_deref() == Ok("1");
-    if skip {
-        eprintln!("HERALD_SKIP_BROWSER=1: browser test skipped");
-    }
-    skip
-}
-
-fn browser_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let chromium = std::env::var("HERALD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    assert!(
-        Path::new(&chromium).exists(),
-        "{chromium} is missing: run deploy/test.sh (installs Debian's chromium) or set HERALD_SKIP_BROWSER=1"
-    );
-    assert!(
-        dir.join("node_modules/playwright-core").exists(),
-        "run `npm ci` in {} (deploy/test.sh does) or set HERALD_SKIP_BROWSER=1",
-        dir.display()
-    );
-    dir
-}
 
 fn redis_url() -> String {
     std::env::var("HERALD_TEST_REDIS_URL").expect(

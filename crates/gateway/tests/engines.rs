@@ -320,21 +320,28 @@ async fn sentinel_three_nodes_and_a_failover_lose_nothing_redis_kept() {
         wait_status(node, 200, FAILOVER).await;
     }
     assert_eq!(sentinel_master(&url).await, engine_port(alive));
+    // What the old master had replicated survived: resuming from before it is exact.
+    after_failover(c, &mut sse, &last).await;
+    // The old master comes back (as a replica of the new one) for the tests after this one.
+    drop(revive);
+    stop_all(nodes).await;
+}
+
+/// After a failover: a publish on `c` reaches the live stream `sse`, and a client resuming
+/// from `last` (taken before the failover) gets exactly what the old master had replicated
+/// ("kept") and what came after, with no loss signal.
+async fn after_failover(c: &Gateway, sse: &mut SseClient, last: &str) {
     publish(c, "fo", json!("after")).await;
     assert_eq!(
         sse.next_event().await.unwrap().data.as_deref(),
         Some("after")
     );
-    // What the old master had replicated survived: resuming from before it is exact.
-    let mut back = SseClient::connect(c, "topic=fo", Some(&last)).await;
+    let mut back = SseClient::connect(c, "topic=fo", Some(last)).await;
     for want in ["kept", "after"] {
         let e = back.next_event().await.unwrap();
         assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
         assert_eq!(e.data.as_deref(), Some(want));
     }
-    // The old master comes back (as a replica of the new one) for the tests after this one.
-    drop(revive);
-    stop_all(nodes).await;
 }
 
 fn engine_port(name: &str) -> u16 {
@@ -454,17 +461,7 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     }
     let promoted = engines(&["cluster-master-of", &format!("{{{p}:{shard}}}:stream")]);
     assert_ne!(promoted, victim);
-    publish(c, "fo", json!("after")).await;
-    assert_eq!(
-        sse.next_event().await.unwrap().data.as_deref(),
-        Some("after")
-    );
-    let mut back = SseClient::connect(c, "topic=fo", Some(&last)).await;
-    for want in ["kept", "after"] {
-        let e = back.next_event().await.unwrap();
-        assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
-        assert_eq!(e.data.as_deref(), Some(want));
-    }
+    after_failover(c, &mut sse, &last).await;
     // The old master rejoins as a replica.
     drop(revive);
     stop_all(nodes).await;

@@ -9,20 +9,12 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::common::*;
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef-test-secret";
-
-fn token(claims: serde_json::Value) -> String {
-    hs256_token(SECRET, &claims)
-}
-
 fn now() -> u64 {
     unix_now()
 }
 
 fn auth_config() -> herald_gateway::Config {
-    let mut config = test_config();
-    config.auth.hs256_secret = Some(SECRET.into());
-    config.auth.public_prefixes = vec!["public.".into()];
+    let mut config = token_config();
     config.auth.api_keys = vec!["key-1".into()];
     config.auth.allowed_origins = vec!["https://good.example".into()];
     config

@@ -164,18 +164,22 @@ async fn presence_and_connections_are_counted_across_the_cluster() {
     a.stop().await.unwrap();
 }
 
+/// A node of the cluster `prefix` that checks tokens ([`SECRET`]) and flushes presence every
+/// 200 ms.
+fn user_node(prefix: &str, id: &str) -> herald_gateway::Config {
+    let mut c = cluster_config(prefix, id);
+    c.cluster.presence_interval = std::time::Duration::from_millis(200);
+    c.auth.hs256_secret = Some(SECRET.into());
+    c
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_s_connections_are_found_on_every_node() {
     skip_without!("HERALD_TEST_REDIS_URL");
     use jsonwebtoken::{EncodingKey, Header};
-    let secret = "cluster-test-secret-cluster-test-secret";
+    let secret = SECRET;
     let p = prefix("users");
-    let node = |id: &str| {
-        let mut c = cluster_config(&p, id);
-        c.cluster.presence_interval = std::time::Duration::from_millis(200);
-        c.auth.hs256_secret = Some(secret.into());
-        c
-    };
+    let node = |id: &str| user_node(&p, id);
     let a = spawn_gateway(node("ua")).await;
     let b = spawn_gateway(node("ub")).await;
     wait_ready(&a, 200).await;
@@ -252,14 +256,9 @@ async fn user_connection_ids(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_ids_are_unique_across_nodes_and_restarts() {
     skip_without!("HERALD_TEST_REDIS_URL");
-    let secret = "cluster-test-secret-cluster-test-secret";
+    let secret = SECRET;
     let p = prefix("ids");
-    let node = |id: &str| {
-        let mut c = cluster_config(&p, id);
-        c.cluster.presence_interval = std::time::Duration::from_millis(200);
-        c.auth.hs256_secret = Some(secret.into());
-        c
-    };
+    let node = |id: &str| user_node(&p, id);
     let token = hs256_token(
         secret,
         &json!({"sub": "carol", "exp": unix_now() + 600, "topics": ["*"]}),

@@ -12,21 +12,12 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 use crate::common::*;
 
-const SECRET: &str = "hostile-test-secret-0123456789abcdef";
-
-fn token(claims: serde_json::Value) -> String {
-    hs256_token(SECRET, &claims)
-}
-
 fn now() -> u64 {
     unix_now()
 }
 
 fn auth_config() -> herald_gateway::Config {
-    let mut config = test_config();
-    config.auth.hs256_secret = Some(SECRET.into());
-    config.auth.public_prefixes = vec!["public.".into()];
-    config
+    token_config()
 }
 
 /// One blocking HTTP/1.1 exchange: the status line's code and the time it took.

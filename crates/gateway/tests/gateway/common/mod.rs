@@ -405,6 +405,22 @@ pub async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
     (h[0] & 0x0f, payload)
 }
 
+/// The token secret of [`token_config`].
+pub const SECRET: &str = "0123456789abcdef0123456789abcdef-test-secret";
+
+/// A token with `claims`, signed with [`SECRET`].
+pub fn token(claims: Value) -> String {
+    hs256_token(SECRET, &claims)
+}
+
+/// A gateway that checks tokens signed with [`SECRET`], with `public.` topics open to all.
+pub fn token_config() -> Config {
+    let mut config = test_config();
+    config.auth.hs256_secret = Some(SECRET.into());
+    config.auth.public_prefixes = vec!["public.".into()];
+    config
+}
+
 /// A JWT signed with HS256 by `secret`.
 pub fn hs256_token(secret: &str, claims: &Value) -> String {
     jsonwebtoken::encode(
