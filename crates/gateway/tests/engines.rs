@@ -773,17 +773,23 @@ async fn kafka_wrong_credentials_make_the_node_not_ready_with_a_clear_reason() {
         }
     }
     let url = format!("http://{admin}/readyz");
-    eventually(WAIT, || {
-        let url = url.clone();
-        async move {
-            let resp = http().get(url).send().await.unwrap();
-            resp.status() == 503 && {
-                let body = resp.text().await.unwrap();
-                body.starts_with("kafka: not ready: ") && body.contains("Authentication failed")
-            }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let resp = http().get(&url).send().await.unwrap();
+        let status = resp.status();
+        let body = resp.text().await.unwrap();
+        if status == 503
+            && body.starts_with("kafka: not ready: ")
+            && body.contains("Authentication failed")
+        {
+            break;
         }
-    })
-    .await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz still answers {status}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let body = http().get(&url).send().await.unwrap().text().await.unwrap();
     let _ = child.kill();
     let _ = child.wait();

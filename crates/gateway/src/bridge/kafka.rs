@@ -87,13 +87,14 @@ impl KafkaBridge {
         brokers: &str,
         history: Duration,
     ) -> anyhow::Result<Arc<Self>> {
+        let context = KafkaContext::new("kafka_consumer");
         let producer: FutureProducer<KafkaContext> = kafka_props::client_config(
             brokers,
             &[("message.timeout.ms", "5000")],
             &config.kafka_properties,
             &[("enable.idempotence", "true")],
         )
-        .create_with_context(KafkaContext::new("kafka_producer"))
+        .create_with_context(context.sharing("kafka_producer"))
         .map_err(|e| anyhow::anyhow!("kafka producer: {e}"))?;
         Ok(Arc::new(Self {
             brokers: brokers.to_string(),
@@ -103,7 +104,7 @@ impl KafkaBridge {
             properties: config.kafka_properties.clone(),
             history,
             producer,
-            context: KafkaContext::new("kafka_consumer"),
+            context,
             last_error: parking_lot::Mutex::new(None),
             ready: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),

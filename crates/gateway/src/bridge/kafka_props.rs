@@ -92,6 +92,16 @@ impl KafkaContext {
         self.last_error.lock().clone()
     }
 
+    /// A context for another client of the same bridge (its producer beside its consumer)
+    /// that shares this one's last error: a refused login seen by either explains why the
+    /// bridge is not ready.
+    pub fn sharing(&self, client: &'static str) -> Self {
+        Self {
+            client,
+            last_error: self.last_error.clone(),
+        }
+    }
+
     /// Keeps `text` as the last error; whether it differs from the one before.
     fn remember(&self, text: &str) -> bool {
         let mut last = self.last_error.lock();
@@ -136,8 +146,11 @@ impl ClientContext for KafkaContext {
         let text = format!("{error}: {reason}");
         // "All brokers down" follows every failed connection: it must not hide the cause
         // (a refused login, a certificate that does not verify) reported just before.
-        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown)
-            && self.last_error.lock().is_some()
+        // Nor must the transport failure of the connection the broker then closes.
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure)
+        ) && self.last_error.lock().is_some()
         {
             tracing::debug!(client = self.client, error = %text, "kafka client error");
             return;
