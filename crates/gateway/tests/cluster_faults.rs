@@ -30,10 +30,8 @@ async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
     let p = format!("test-faults-{:x}", rand::random::<u32>());
     let mut config_a = cluster_config(&p, "a");
     config_a.sse.heartbeat = Duration::from_millis(200);
-    let a = spawn_gateway(config_a).await;
-    let b = spawn_gateway(cluster_config(&p, "b")).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(config_a).await;
+    let b = spawn_ready(cluster_config(&p, "b")).await;
     let mut sse = SseClient::connect(&a, "topic=f", None).await;
     sse.next_block().await.unwrap();
     publish(&b, "f", json!("before")).await;
@@ -46,12 +44,12 @@ async fn nodes_survive_a_redis_restart_and_say_what_may_have_been_lost() {
     wait_ready(&a, 503).await;
     wait_ready(&b, 503).await;
     // Publishing needs the bridge: a clear 503, not a silent local-only delivery.
-    let resp = http()
-        .post(format!("http://{}/v1/publish", b.admin_addr))
-        .json(&json!({"topic": "f", "data": "during"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(
+        format!("http://{}/v1/publish", b.admin_addr),
+        &[],
+        &json!({"topic": "f", "data": "during"}),
+    )
+    .await;
     assert_eq!(resp.status(), 503);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["code"], "bridge_unavailable");
@@ -107,8 +105,7 @@ async fn a_node_survives_a_kafka_broker_restart_without_losing_records() {
     config.cluster.kafka_brokers = Some(brokers.clone());
     config.cluster.kafka_topics = vec![kt.clone()];
     config.sse.heartbeat = Duration::from_millis(200);
-    let gw = spawn_gateway(config).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(config).await;
     let mut sse = SseClient::connect(&gw, "topic=k", None).await;
     sse.next_block().await.unwrap();
     let producer: FutureProducer = ClientConfig::new()
@@ -194,12 +191,12 @@ async fn a_killed_node_s_clients_resume_exactly_on_another_node() {
         wait_ready_at(node.admin, 200).await;
     }
     let publish_to = |admin: std::net::SocketAddr, data: serde_json::Value| async move {
-        let resp = http()
-            .post(format!("http://{admin}/v1/publish"))
-            .json(&json!({"topic": "k", "data": data}))
-            .send()
-            .await
-            .unwrap();
+        let resp = post_json(
+            format!("http://{admin}/v1/publish"),
+            &[],
+            &json!({"topic": "k", "data": data}),
+        )
+        .await;
         assert_eq!(resp.status(), 200);
     };
     // A raw SSE reader on node a.

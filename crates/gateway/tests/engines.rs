@@ -88,11 +88,7 @@ fn tls_files(config: &mut Config) -> Option<()> {
 }
 
 async fn readyz(gw: &Gateway) -> (u16, String) {
-    let resp = http()
-        .get(format!("http://{}/readyz", gw.admin_addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("http://{}/readyz", gw.admin_addr), &[]).await;
     (resp.status().as_u16(), resp.text().await.unwrap())
 }
 
@@ -237,11 +233,7 @@ async fn redis_refusing_the_credentials_or_the_certificate_keeps_the_node_not_re
     let gw = spawn_gateway(config).await;
     let admin = gw.admin_addr;
     eventually(WAIT, || async move {
-        let resp = http()
-            .get(format!("http://{admin}/readyz"))
-            .send()
-            .await
-            .unwrap();
+        let resp = get(format!("http://{admin}/readyz"), &[]).await;
         resp.status() == 503
             && resp
                 .text()
@@ -601,10 +593,8 @@ async fn kafka_sasl_ingest_and_publish(mechanism: &str) {
     let _serial = SERIAL.lock().await;
     let kt = unique(&format!("sasl-{}", mechanism.to_lowercase()));
     broker.create_topic(&kt).await;
-    let a = spawn_gateway(broker.node(&kt, &unique("a"), mechanism)).await;
-    let b = spawn_gateway(broker.node(&kt, &unique("b"), mechanism)).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(broker.node(&kt, &unique("a"), mechanism)).await;
+    let b = spawn_ready(broker.node(&kt, &unique("b"), mechanism)).await;
     let mut sse = SseClient::connect(&a, "topic=orders", None).await;
     sse.next_block().await.unwrap();
     let mut ws = ws_connect(&b).await;
@@ -666,8 +656,7 @@ async fn kafka_over_ssl_with_a_client_certificate() {
     ]
     .map(|(k, v)| (k.to_string(), v))
     .into();
-    let gw = spawn_gateway(config).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(config).await;
     let mut sse = SseClient::connect(&gw, "topic=m", None).await;
     sse.next_block().await.unwrap();
     broker.produce(&kt, "m", json!("mutual")).await;
@@ -693,8 +682,7 @@ async fn kafka_upstream_events_and_a_broker_restart_over_sasl_ssl() {
     let mut config = broker.node(&kt, &unique("node"), "SCRAM-SHA-512");
     config.cluster.kafka_upstream_topic = Some(up.clone());
     config.sse.heartbeat = Duration::from_millis(200);
-    let gw = spawn_gateway(config).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(config).await;
     let mut sse = SseClient::connect(&gw, "topic=k", None).await;
     sse.next_block().await.unwrap();
     // The SSE connection was produced upstream over SASL_SSL.
@@ -786,7 +774,7 @@ async fn kafka_wrong_credentials_make_the_node_not_ready_with_a_clear_reason() {
     let url = format!("http://{admin}/readyz");
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let resp = http().get(&url).send().await.unwrap();
+        let resp = get(&url, &[]).await;
         let status = resp.status();
         let body = resp.text().await.unwrap();
         if status == 503
@@ -801,7 +789,7 @@ async fn kafka_wrong_credentials_make_the_node_not_ready_with_a_clear_reason() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let body = http().get(&url).send().await.unwrap().text().await.unwrap();
+    let body = get(&url, &[]).await.text().await.unwrap();
     let _ = child.kill();
     let _ = child.wait();
     while let Ok(line) = rx.try_recv() {

@@ -88,23 +88,13 @@ async fn admin_routes_need_a_key_but_probes_and_metrics_do_not() {
         "/v1/presence/admin-auth",
         "/nope",
     ] {
-        let status = http()
-            .get(format!("{base}{path}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
+        let status = get(format!("{base}{path}"), &[]).await.status();
         assert_eq!(status, 401, "{path}");
     }
 
     // Probes and the metrics scrape need nothing.
     for path in ["/healthz", "/readyz", "/metrics"] {
-        let status = http()
-            .get(format!("{base}{path}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
+        let status = get(format!("{base}{path}"), &[]).await.status();
         assert_eq!(status, 200, "{path}");
     }
 
@@ -123,22 +113,18 @@ async fn admin_routes_need_a_key_but_probes_and_metrics_do_not() {
         sse.next_event().await.unwrap().data.as_deref(),
         Some(r#"{"n":1}"#)
     );
-    let topics: Value = http()
-        .get(format!("{base}/v1/topics/admin-auth"))
-        .header("x-api-key", KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let topics: Value = get(
+        format!("{base}/v1/topics/admin-auth"),
+        &[("x-api-key", KEY)],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     assert_eq!(topics["subscribers"], 1, "{topics}");
 
-    let metrics = http()
-        .get(format!("{base}/metrics"))
-        .send()
+    let metrics = get(format!("{base}/metrics"), &[])
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -155,15 +141,11 @@ async fn metrics_can_be_put_behind_the_key_too() {
     config.admin.public_metrics = false;
     let gw = spawn_gateway(config).await;
     let url = format!("http://{}/metrics", admin(&gw));
-    assert_eq!(http().get(&url).send().await.unwrap().status(), 401);
+    assert_eq!(get(&url, &[]).await.status(), 401);
     let ok = http().get(&url).bearer_auth(KEY).send().await.unwrap();
     assert_eq!(ok.status(), 200);
     // The probes stay open whatever the metrics do.
-    let ready = http()
-        .get(format!("http://{}/readyz", admin(&gw)))
-        .send()
-        .await
-        .unwrap();
+    let ready = get(format!("http://{}/readyz", admin(&gw)), &[]).await;
     assert_eq!(ready.status(), 200);
     gw.stop().await.unwrap();
 }

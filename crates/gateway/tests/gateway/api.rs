@@ -71,12 +71,12 @@ async fn bad_publish_requests_get_clear_errors() {
         assert!(text.contains(&line), "{line} in {text}");
     }
     // Publishing is not served on the public listener outside dev mode.
-    let resp = http()
-        .post(format!("http://{}/v1/publish", gw.public_addr))
-        .json(&json!({"topic": "t", "data": 1}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(
+        format!("http://{}/v1/publish", gw.public_addr),
+        &[],
+        &json!({"topic": "t", "data": 1}),
+    )
+    .await;
     assert_eq!(resp.status(), 404);
     gw.stop().await.unwrap();
 }
@@ -106,24 +106,8 @@ async fn batch_publish_answers_per_message() {
 async fn health_readiness_stats_and_metrics() {
     let gw = spawn_gateway(test_config()).await;
     let admin = format!("http://{}", gw.admin_addr);
-    assert_eq!(
-        http()
-            .get(format!("{admin}/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        http()
-            .get(format!("{admin}/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(get(format!("{admin}/healthz"), &[]).await.status(), 200);
+    assert_eq!(get(format!("{admin}/readyz"), &[]).await.status(), 200);
 
     let mut sse = SseClient::connect(&gw, "topic=m", None).await;
     sse.next_block().await.unwrap();
@@ -133,37 +117,24 @@ async fn health_readiness_stats_and_metrics() {
     sse.next_event().await.unwrap();
     ws_next(&mut ws).await;
 
-    let stats: Value = http()
-        .get(format!("{admin}/v1/topics/m"))
-        .send()
+    let stats: Value = get(format!("{admin}/v1/topics/m"), &[])
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert_eq!(stats["subscribers"], 2);
     assert_eq!(stats["history"], 1);
-    let list: Value = http()
-        .get(format!("{admin}/v1/topics"))
-        .send()
+    let list: Value = get(format!("{admin}/v1/topics"), &[])
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
     assert!(list["count"].as_u64().unwrap() >= 1);
-    let missing = http()
-        .get(format!("{admin}/v1/topics/nope"))
-        .send()
-        .await
-        .unwrap();
+    let missing = get(format!("{admin}/v1/topics/nope"), &[]).await;
     assert_eq!(missing.status(), 404);
 
-    let text = http()
-        .get(format!("{admin}/metrics"))
-        .send()
+    let text = get(format!("{admin}/metrics"), &[])
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -187,19 +158,11 @@ async fn health_readiness_stats_and_metrics() {
 #[tokio::test]
 async fn demo_page_and_unknown_routes() {
     let gw = spawn_gateway(test_config()).await;
-    let resp = http()
-        .get(format!("http://{}/", gw.public_addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("http://{}/", gw.public_addr), &[]).await;
     assert_eq!(resp.status(), 200);
     let page = resp.text().await.unwrap();
     assert!(page.contains("EventSource") && page.contains("WebSocket"));
-    let resp = http()
-        .get(format!("http://{}/nope", gw.public_addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("http://{}/nope", gw.public_addr), &[]).await;
     assert_eq!(resp.status(), 404);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["code"], "not_found");
@@ -211,12 +174,12 @@ async fn dev_mode_serves_publish_on_the_public_listener() {
     let mut config = test_config();
     config.dev = true;
     let gw = spawn_gateway(config).await;
-    let resp = http()
-        .post(format!("http://{}/v1/publish", gw.public_addr))
-        .json(&json!({"topic": "demo", "data": "hello"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(
+        format!("http://{}/v1/publish", gw.public_addr),
+        &[],
+        &json!({"topic": "demo", "data": "hello"}),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     gw.stop().await.unwrap();
 }

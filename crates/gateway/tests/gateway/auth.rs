@@ -189,25 +189,20 @@ async fn origins_are_checked_and_cors_is_answered() {
         let answer = String::from_utf8_lossy(&buf[..n]);
         assert!(answer.starts_with(expect), "{origin}: {answer}");
     }
-    let resp = http()
-        .get(format!("http://{}/v1/sse?topic=public.x", gw.public_addr))
-        .header("origin", "https://good.example")
-        .send()
-        .await
-        .unwrap();
+    let resp = get(
+        format!("http://{}/v1/sse?topic=public.x", gw.public_addr),
+        &[("origin", "https://good.example")],
+    )
+    .await;
     assert_eq!(
         resp.headers()["access-control-allow-origin"],
         "https://good.example"
     );
-    let resp = http()
-        .get(format!(
-            "http://{}/v1/poll?topic=public.x&timeout=0",
-            gw.public_addr
-        ))
-        .header("origin", "https://evil.example")
-        .send()
-        .await
-        .unwrap();
+    let resp = get(
+        format!("http://{}/v1/poll?topic=public.x&timeout=0", gw.public_addr),
+        &[("origin", "https://evil.example")],
+    )
+    .await;
     assert_eq!(resp.status(), 403);
     gw.stop().await.unwrap();
 }

@@ -68,14 +68,11 @@ async fn sse_json_form_names_topic_id_and_event_and_resumes() {
 async fn a_bad_format_is_refused_with_a_reason() {
     let gw = spawn_gateway(test_config()).await;
     for path in ["/v1/sse", "/v1/poll"] {
-        let resp = http()
-            .get(format!(
-                "http://{}{path}?topic=a&format=xml",
-                gw.public_addr
-            ))
-            .send()
-            .await
-            .unwrap();
+        let resp = get(
+            format!("http://{}{path}?topic=a&format=xml", gw.public_addr),
+            &[],
+        )
+        .await;
         assert_eq!(resp.status(), 400, "{path}");
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["code"], "bad_format", "{path}");
@@ -142,39 +139,34 @@ async fn cors_preflight_for_sse_poll_and_public_publish() {
     assert_eq!(resp.status(), 404);
 
     // The publish itself, with the key, carries the CORS headers; so does a refusal.
-    let resp = http()
-        .post(format!("http://{}/v1/publish", gw.public_addr))
-        .header("origin", "https://app.example")
-        .header("x-api-key", "k1")
-        .json(&json!({"topic": "t", "data": 1}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(
+        format!("http://{}/v1/publish", gw.public_addr),
+        &[("origin", "https://app.example"), ("x-api-key", "k1")],
+        &json!({"topic": "t", "data": 1}),
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(
         resp.headers()["access-control-allow-origin"],
         "https://app.example"
     );
-    let resp = http()
-        .post(format!("http://{}/v1/publish", gw.public_addr))
-        .header("origin", "https://app.example")
-        .header("x-api-key", "wrong")
-        .json(&json!({"topic": "t", "data": 1}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(
+        format!("http://{}/v1/publish", gw.public_addr),
+        &[("origin", "https://app.example"), ("x-api-key", "wrong")],
+        &json!({"topic": "t", "data": 1}),
+    )
+    .await;
     assert_eq!(resp.status(), 401);
     assert_eq!(
         resp.headers()["access-control-allow-origin"],
         "https://app.example"
     );
     // A refused SSE request (served on the raw socket) is readable by the page too.
-    let resp = http()
-        .get(format!("http://{}/v1/sse?topic=bad/topic", gw.public_addr))
-        .header("origin", "https://app.example")
-        .send()
-        .await
-        .unwrap();
+    let resp = get(
+        format!("http://{}/v1/sse?topic=bad/topic", gw.public_addr),
+        &[("origin", "https://app.example")],
+    )
+    .await;
     assert_eq!(resp.status(), 400);
     assert_eq!(
         resp.headers()["access-control-allow-origin"],
@@ -201,12 +193,11 @@ async fn cors_credentials_when_configured() {
         404
     );
     // The raw SSE stream and the poll answer allow credentials as well.
-    let resp = http()
-        .get(format!("http://{}/v1/sse?topic=c", gw.public_addr))
-        .header("origin", "https://app.example")
-        .send()
-        .await
-        .unwrap();
+    let resp = get(
+        format!("http://{}/v1/sse?topic=c", gw.public_addr),
+        &[("origin", "https://app.example")],
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["access-control-allow-credentials"], "true");
     assert_eq!(
@@ -214,15 +205,11 @@ async fn cors_credentials_when_configured() {
         "https://app.example"
     );
     drop(resp);
-    let resp = http()
-        .get(format!(
-            "http://{}/v1/poll?topic=c&timeout=0",
-            gw.public_addr
-        ))
-        .header("origin", "https://app.example")
-        .send()
-        .await
-        .unwrap();
+    let resp = get(
+        format!("http://{}/v1/poll?topic=c&timeout=0", gw.public_addr),
+        &[("origin", "https://app.example")],
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["access-control-allow-credentials"], "true");
     gw.stop().await.unwrap();
@@ -244,7 +231,7 @@ async fn the_admin_console_is_served_from_the_binary_and_tails_a_topic() {
         ("/console/console.js", "text/javascript"),
         ("/console/console.css", "text/css"),
     ] {
-        let resp = http().get(format!("{admin}{path}")).send().await.unwrap();
+        let resp = get(format!("{admin}{path}"), &[]).await;
         assert_eq!(resp.status(), 200, "{path}");
         let h = resp.headers();
         assert!(
@@ -265,25 +252,13 @@ async fn the_admin_console_is_served_from_the_binary_and_tails_a_topic() {
         );
     }
     // Not on the public listener.
-    let resp = http()
-        .get(format!("http://{}/console", gw.public_addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("http://{}/console", gw.public_addr), &[]).await;
     assert_eq!(resp.status(), 404);
 
     // The tail: the topic's messages in the JSON form, counted as a subscriber.
-    let resp = http()
-        .get(format!("{admin}/v1/tail/bad%20topic"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("{admin}/v1/tail/bad%20topic"), &[]).await;
     assert_eq!(resp.status(), 400);
-    let resp = http()
-        .get(format!("{admin}/v1/tail/tailed"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("{admin}/v1/tail/tailed"), &[]).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut tail = SseClient::from_response(resp);

@@ -56,14 +56,24 @@ async fn a_message_published_on_one_node_reaches_every_node_once_with_one_id() {
     }
 }
 
+/// The next `n` events' data, sorted: what a resumed client got, with no `herald.lost` among it.
+async fn resumed(mut sse: SseClient, n: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let e = sse.next_event().await.unwrap();
+        assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
+        got.push(e.data.unwrap());
+    }
+    got.sort();
+    got
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
     skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("resume");
-    let a = spawn_gateway(cluster_config(&p, "a")).await;
-    let b = spawn_gateway(cluster_config(&p, "b")).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(cluster_config(&p, "a")).await;
+    let b = spawn_ready(cluster_config(&p, "b")).await;
 
     let mut sse = SseClient::connect(&b, "topic=r1&topic=r2", None).await;
     sse.next_block().await.unwrap();
@@ -79,28 +89,13 @@ async fn a_client_resumes_on_another_node_and_on_a_node_started_later() {
     publish(&a, "r2", json!("five")).await;
 
     // Reconnect to the other node with the same Last-Event-ID: exactly the missed ones.
-    let mut sse = SseClient::connect(&a, "topic=r1&topic=r2", Some(&last)).await;
-    let mut got = Vec::new();
-    while got.len() < 3 {
-        let e = sse.next_event().await.unwrap();
-        assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
-        got.push(e.data.unwrap());
-    }
-    got.sort();
-    assert_eq!(got, ["five", "four", "three"]);
+    let sse = SseClient::connect(&a, "topic=r1&topic=r2", Some(&last)).await;
+    assert_eq!(resumed(sse, 3).await, ["five", "four", "three"]);
 
     // A node that starts now fills its history from the streams and resumes the client too.
-    let late = spawn_gateway(cluster_config(&p, "late")).await;
-    wait_ready(&late, 200).await;
-    let mut sse = SseClient::connect(&late, "topic=r1&topic=r2", Some(&last)).await;
-    let mut got = Vec::new();
-    while got.len() < 3 {
-        let e = sse.next_event().await.unwrap();
-        assert_ne!(e.event.as_deref(), Some("herald.lost"), "{e:?}");
-        got.push(e.data.unwrap());
-    }
-    got.sort();
-    assert_eq!(got, ["five", "four", "three"]);
+    let late = spawn_ready(cluster_config(&p, "late")).await;
+    let sse = SseClient::connect(&late, "topic=r1&topic=r2", Some(&last)).await;
+    assert_eq!(resumed(sse, 3).await, ["five", "four", "three"]);
     for node in [a, b, late] {
         node.stop().await.unwrap();
     }
@@ -114,10 +109,8 @@ async fn presence_and_connections_are_counted_across_the_cluster() {
     ca.cluster.presence_interval = std::time::Duration::from_millis(200);
     let mut cb = cluster_config(&p, "node-b");
     cb.cluster.presence_interval = std::time::Duration::from_millis(200);
-    let a = spawn_gateway(ca).await;
-    let b = spawn_gateway(cb).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(ca).await;
+    let b = spawn_ready(cb).await;
 
     let mut on_a = Vec::new();
     for _ in 0..2 {
@@ -180,10 +173,8 @@ async fn a_user_s_connections_are_found_on_every_node() {
     let secret = SECRET;
     let p = prefix("users");
     let node = |id: &str| user_node(&p, id);
-    let a = spawn_gateway(node("ua")).await;
-    let b = spawn_gateway(node("ub")).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(node("ua")).await;
+    let b = spawn_ready(node("ub")).await;
     let exp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -263,10 +254,8 @@ async fn connection_ids_are_unique_across_nodes_and_restarts() {
         secret,
         &json!({"sub": "carol", "exp": unix_now() + 600, "topics": ["*"]}),
     );
-    let a = spawn_gateway(node("ida")).await;
-    let b = spawn_gateway(node("idb")).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(node("ida")).await;
+    let b = spawn_ready(node("idb")).await;
     let query = format!("topic=t&token={token}");
     let mut clients = Vec::new();
     for gw in [&a, &a, &b, &b] {
@@ -295,8 +284,7 @@ async fn connection_ids_are_unique_across_nodes_and_restarts() {
     // and it takes back its number (its lease was given up at the stop).
     clients.truncate(2);
     b.stop().await.unwrap();
-    let b = spawn_gateway(node("idb")).await;
-    wait_ready(&b, 200).await;
+    let b = spawn_ready(node("idb")).await;
     let mut again = SseClient::connect(&b, &query, None).await;
     again.next_block().await.unwrap();
     let after = user_connection_ids(&a, "carol", 3).await;
@@ -321,8 +309,7 @@ async fn a_second_node_with_the_same_id_does_not_start() {
         c.cluster.presence_interval = std::time::Duration::from_millis(200);
         c
     };
-    let first = spawn_gateway(node()).await;
-    wait_ready(&first, 200).await;
+    let first = spawn_ready(node()).await;
     let second = herald_gateway::Gateway::start(node()).await.unwrap();
     let refused = tokio::time::timeout(WAIT, second.wait())
         .await
@@ -335,7 +322,6 @@ async fn a_second_node_with_the_same_id_does_not_start() {
     // The first is unaffected, and once it stops the id is free again at once.
     wait_ready(&first, 200).await;
     first.stop().await.unwrap();
-    let third = spawn_gateway(node()).await;
-    wait_ready(&third, 200).await;
+    let third = spawn_ready(node()).await;
     third.stop().await.unwrap();
 }

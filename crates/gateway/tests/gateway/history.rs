@@ -7,11 +7,11 @@ use crate::common::*;
 const SECRET: &str = "0123456789abcdef0123456789abcdef-history";
 
 async fn history(addr: std::net::SocketAddr, topic: &str, query: &str) -> (u16, Value) {
-    let resp = http()
-        .get(format!("http://{addr}/v1/topics/{topic}/history?{query}"))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(
+        format!("http://{addr}/v1/topics/{topic}/history?{query}"),
+        &[],
+    )
+    .await;
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap())
 }

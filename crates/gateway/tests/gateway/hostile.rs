@@ -164,17 +164,17 @@ async fn a_cursor_ahead_of_the_head_is_not_lost_and_not_repeated() {
         (&json!("message"), &json!(5))
     );
     // Long-poll: nothing after the cursor yet, no loss.
-    let poll: serde_json::Value = http()
-        .get(format!(
+    let poll: serde_json::Value = get(
+        format!(
             "http://{}/v1/poll?topic=ahead&cursor=ahead={epoch}-9&timeout=0",
             gw.public_addr
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        ),
+        &[],
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     assert_eq!(poll["lost"], json!([]), "{poll}");
     assert_eq!(poll["cursor"], format!("ahead={epoch}-9"));
     gw.stop().await.unwrap();
@@ -574,11 +574,7 @@ async fn smaller_findings() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let topic = http()
-        .get(format!("http://{}/v1/topics/head-only", gw.admin_addr))
-        .send()
-        .await
-        .unwrap();
+    let topic = get(format!("http://{}/v1/topics/head-only", gw.admin_addr), &[]).await;
     assert_eq!(topic.status(), 404, "HEAD creates no topic");
 
     let mut s = tokio::net::TcpStream::connect(gw.public_addr)

@@ -124,10 +124,8 @@ async fn a_kafka_record_reaches_sse_and_websocket_subscribers_on_every_node() {
     skip_without!("HERALD_TEST_KAFKA_BROKERS");
     let kt = unique("ingest");
     create_topic(&kt).await;
-    let a = spawn_gateway(kafka_config(&kt, &unique("a"))).await;
-    let b = spawn_gateway(kafka_config(&kt, &unique("b"))).await;
-    wait_ready(&a, 200).await;
-    wait_ready(&b, 200).await;
+    let a = spawn_ready(kafka_config(&kt, &unique("a"))).await;
+    let b = spawn_ready(kafka_config(&kt, &unique("b"))).await;
     let mut sse = SseClient::connect(&a, "topic=orders", None).await;
     sse.next_block().await.unwrap();
     let mut ws = ws_connect(&b).await;
@@ -173,8 +171,7 @@ async fn a_restarted_node_loses_no_record_and_clients_resume_on_it() {
     let kt = unique("restart");
     create_topic(&kt).await;
     let node = unique("node");
-    let gw = spawn_gateway(kafka_config(&kt, &node)).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(kafka_config(&kt, &node)).await;
     let mut sse = SseClient::connect(&gw, "topic=r", None).await;
     sse.next_block().await.unwrap();
     let p = producer();
@@ -189,8 +186,7 @@ async fn a_restarted_node_loses_no_record_and_clients_resume_on_it() {
     for i in 2..=4 {
         produce(&p, &kt, "r", None, json!(i)).await;
     }
-    let gw = spawn_gateway(kafka_config(&kt, &node)).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(kafka_config(&kt, &node)).await;
     let mut sse = SseClient::connect(&gw, "topic=r", Some(&last)).await;
     let mut got = Vec::new();
     while got.len() < 3 {
@@ -217,8 +213,7 @@ async fn client_events_are_produced_upstream_with_headers() {
     let mut config = kafka_config(&kt, &node);
     config.cluster.kafka_upstream_topic = Some(up.clone());
     config.dev = true;
-    let gw = spawn_gateway(config).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(config).await;
 
     let mut ws = ws_connect(&gw).await;
     ws_send(
@@ -301,8 +296,7 @@ async fn each_topic_is_fed_by_one_log_and_records_from_the_other_are_refused() {
         "{refused:#}"
     );
     config.cluster.kafka_feeds = vec!["orders.".into()];
-    let gw = spawn_gateway(config).await;
-    wait_ready(&gw, 200).await;
+    let gw = spawn_ready(config).await;
     let mut orders = SseClient::connect(&gw, "topic=orders.1", None).await;
     orders.next_block().await.unwrap();
     let mut chat = SseClient::connect(&gw, "topic=chat", None).await;

@@ -5,11 +5,7 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 async fn poll(gw: &herald_gateway::Gateway, query: &str) -> (u16, Value) {
-    let resp = http()
-        .get(format!("http://{}/v1/poll?{query}", gw.public_addr))
-        .send()
-        .await
-        .unwrap();
+    let resp = get(format!("http://{}/v1/poll?{query}", gw.public_addr), &[]).await;
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap())
 }

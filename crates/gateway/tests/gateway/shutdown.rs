@@ -36,11 +36,7 @@ async fn shutdown_tells_clients_to_reconnect_and_finishes_within_the_grace_perio
 
     let started = Instant::now();
     gw.begin_shutdown();
-    let ready = http()
-        .get(format!("http://{admin}/readyz"))
-        .send()
-        .await
-        .unwrap();
+    let ready = get(format!("http://{admin}/readyz"), &[]).await;
     assert_eq!(ready.status(), 503);
 
     let last = sse.next_block().await.unwrap();

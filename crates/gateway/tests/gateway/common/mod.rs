@@ -81,16 +81,13 @@ pub async fn wait_ready_at(admin: std::net::SocketAddr, status: u16) {
 
 /// GETs a JSON document.
 pub async fn get_json(url: String) -> Value {
-    http().get(url).send().await.unwrap().json().await.unwrap()
+    get(url, &[]).await.json().await.unwrap()
 }
 
 /// The Prometheus text of `gw`.
 pub async fn metrics_text(gw: &Gateway) -> String {
-    http()
-        .get(format!("http://{}/metrics", gw.admin_addr))
-        .send()
+    get(format!("http://{}/metrics", gw.admin_addr), &[])
         .await
-        .unwrap()
         .text()
         .await
         .unwrap()
@@ -113,6 +110,13 @@ pub async fn topic_subscribers(gw: &Gateway, topic: &str) -> u64 {
 
 pub async fn spawn_gateway(config: Config) -> Gateway {
     Gateway::start(config).await.expect("gateway starts")
+}
+
+/// A gateway that has said it is ready (`/readyz` 200): its engines are connected.
+pub async fn spawn_ready(config: Config) -> Gateway {
+    let gw = spawn_gateway(config).await;
+    wait_ready(&gw, 200).await;
+    gw
 }
 
 /// Polls `condition` until it holds or `timeout` passes.
@@ -141,6 +145,27 @@ pub fn http() -> reqwest::Client {
         .unwrap()
 }
 
+/// A GET with the given headers, sent by a fresh client; the response whatever its status.
+pub async fn get(url: impl reqwest::IntoUrl, headers: &[(&str, &str)]) -> reqwest::Response {
+    send(http().get(url), headers).await
+}
+
+/// A POST of `body` as JSON with the given headers; the response whatever its status.
+pub async fn post_json(
+    url: impl reqwest::IntoUrl,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> reqwest::Response {
+    send(http().post(url).json(body), headers).await
+}
+
+async fn send(mut request: reqwest::RequestBuilder, headers: &[(&str, &str)]) -> reqwest::Response {
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}
+
 /// Publishes through the admin API; returns the message id.
 pub async fn publish(gw: &Gateway, topic: &str, data: Value) -> String {
     publish_event(gw, topic, data, None).await
@@ -151,12 +176,7 @@ pub async fn publish_event(gw: &Gateway, topic: &str, data: Value, event: Option
     if let Some(e) = event {
         body["event"] = json!(e);
     }
-    let resp = http()
-        .post(format!("http://{}/v1/publish", gw.admin_addr))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(format!("http://{}/v1/publish", gw.admin_addr), &[], &body).await;
     assert_eq!(
         resp.status(),
         200,
