@@ -60,10 +60,18 @@ pub struct ConnArgs {
     /// Number of client connections.
     #[arg(long, default_value_t = 100)]
     pub conns: u64,
+    #[command(flatten)]
+    pub pace: PaceArgs,
+}
+
+/// How client connections are opened and read: the ramp, the timeouts, the sources.
+#[derive(Debug, Clone, Args)]
+pub struct PaceArgs {
     /// New connections per second during the ramp (0: as fast as --max-pending allows).
     #[arg(long, default_value_t = 1000.0)]
     pub ramp: f64,
-    /// Timeout for connect + handshake (+ subscribe) of one client.
+    /// Timeout for connect + handshake (+ subscribe) of one client (`hostile`: also the
+    /// attackers' TCP connect).
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub connect_timeout: Duration,
     /// Most connection attempts in progress at once (per worker).
@@ -94,6 +102,22 @@ pub struct RunArgs {
     /// Socket budget of one process (the hard open-files limit here is 20,000).
     #[arg(long, default_value_t = 18_000)]
     pub sockets_per_process: u64,
+    #[command(flatten)]
+    pub report: ReportArgs,
+    /// CPU-µs per write measured by `floor`, to report server cost as a ratio to it.
+    #[arg(long)]
+    pub floor_us: Option<f64>,
+    /// Exit with status 3 when the verdict lists problems (missing, duplicates, failures).
+    #[arg(long)]
+    pub strict: bool,
+    /// Largest SSE line / event / WebSocket message accepted, bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_event: usize,
+}
+
+/// What a run samples and where its report goes.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
     /// PID of a server process to sample (CPU, RSS); repeatable.
     #[arg(long = "server-pid")]
     pub server_pids: Vec<u32>,
@@ -103,18 +127,9 @@ pub struct RunArgs {
     /// Write a self-contained HTML report (inline SVG charts) to this file.
     #[arg(long)]
     pub html: Option<PathBuf>,
-    /// CPU-µs per write measured by `floor`, to report server cost as a ratio to it.
-    #[arg(long)]
-    pub floor_us: Option<f64>,
-    /// Exit with status 3 when the verdict lists problems (missing, duplicates, failures).
-    #[arg(long)]
-    pub strict: bool,
     /// Interval of timeline samples and progress updates.
     #[arg(long, value_parser = duration, default_value = "1s")]
     pub tick: Duration,
-    /// Largest SSE line / event / WebSocket message accepted, bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub max_event: usize,
 }
 
 /// Topics.
@@ -283,18 +298,8 @@ pub struct PublishCmdArgs {
     /// Timeout of one request.
     #[arg(long, value_parser = duration, default_value = "5s")]
     pub timeout: Duration,
-    /// PID of a server process to sample; repeatable.
-    #[arg(long = "server-pid")]
-    pub server_pids: Vec<u32>,
-    /// Write the JSON report here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Write the HTML report here.
-    #[arg(long)]
-    pub html: Option<PathBuf>,
-    /// Interval of timeline samples and progress updates.
-    #[arg(long, value_parser = duration, default_value = "1s")]
-    pub tick: Duration,
+    #[command(flatten)]
+    pub report: ReportArgs,
     /// Exit with status 3 when any request failed.
     #[arg(long)]
     pub strict: bool,
@@ -369,21 +374,9 @@ pub struct HostileArgs {
     /// Well-behaved SSE subscribers running alongside (0: none).
     #[arg(long, default_value_t = 100)]
     pub good_conns: u64,
-    /// Good clients: new connections per second during the ramp.
-    #[arg(long, default_value_t = 1000.0)]
-    pub ramp: f64,
-    /// Good clients: connect + response timeout; attackers: TCP connect timeout.
-    #[arg(long, value_parser = duration, default_value = "10s")]
-    pub connect_timeout: Duration,
-    /// Good clients: most connection attempts in progress at once.
-    #[arg(long, default_value_t = 1000)]
-    pub max_pending: usize,
-    /// Good clients: source addresses (as in `sse`).
-    #[arg(long)]
-    pub source_ips: Option<String>,
-    /// Good clients: read buffer per connection, bytes.
-    #[arg(long, default_value_t = 4096)]
-    pub read_buffer: usize,
+    /// How the good clients connect.
+    #[command(flatten)]
+    pub pace: PaceArgs,
     #[command(flatten)]
     pub run: RunArgs,
     #[command(flatten)]
@@ -447,7 +440,7 @@ mod tests {
         assert_eq!(a.conn.conns, 5000);
         assert_eq!(a.run.duration, Duration::from_secs(300));
         assert_eq!(a.publish.publish_mode, PublishMode::RoundRobin);
-        assert_eq!(a.run.server_pids, vec![42]);
+        assert_eq!(a.run.report.server_pids, vec![42]);
     }
 
     #[test]

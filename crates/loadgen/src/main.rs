@@ -111,7 +111,12 @@ fn main() -> ExitCode {
             match runtime() {
                 Ok(rt) => {
                     let report = rt.block_on(run::publish_cmd::run(&a, cfg, args, nofile));
-                    finish(&report, a.json.as_deref(), a.html.as_deref(), a.strict)
+                    finish(
+                        &report,
+                        a.report.json.as_deref(),
+                        a.report.html.as_deref(),
+                        a.strict,
+                    )
                 }
                 Err(e) => {
                     eprintln!("error: {e:#}");

@@ -587,16 +587,21 @@ mod tests {
         .expect("condition met in time");
     }
 
-    #[tokio::test]
-    async fn delivers_then_ends_on_the_drain_with_a_retry_hint() {
-        let (state, shutdown) = state();
-        let sse = open(
-            &state,
+    /// A stream on topic `t` for a client at 127.0.0.1 that sent no headers.
+    fn open_t(state: &AppState) -> SseStream {
+        open(
+            state,
             &HeaderMap::new(),
             Some("topic=t"),
             [127, 0, 0, 1].into(),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn delivers_then_ends_on_the_drain_with_a_retry_hint() {
+        let (state, shutdown) = state();
+        let sse = open_t(&state);
         let client = TestClient::default();
         let served = tokio::spawn(serve(client.clone(), sse, Duration::from_millis(200)));
         let topic = TopicName::new("t").unwrap();
@@ -622,13 +627,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_takes_nothing_is_dropped_within_the_write_timeout() {
         let (state, _shutdown) = state();
-        let sse = open(
-            &state,
-            &HeaderMap::new(),
-            Some("topic=t"),
-            [127, 0, 0, 1].into(),
-        )
-        .unwrap();
+        let sse = open_t(&state);
         let client = TestClient {
             stalled: true,
             ..Default::default()
@@ -651,13 +650,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_keeps_sending_is_closed() {
         let (state, _shutdown) = state();
-        let sse = open(
-            &state,
-            &HeaderMap::new(),
-            Some("topic=t"),
-            [127, 0, 0, 1].into(),
-        )
-        .unwrap();
+        let sse = open_t(&state);
         let client = TestClient::default();
         // A few stray bytes are tolerated...
         client.input.lock().unwrap().push(100);

@@ -266,24 +266,6 @@ async fn a_client_close_is_answered_with_a_close() {
     gw.stop().await.unwrap();
 }
 
-/// A masked frame header for a payload of `len` bytes.
-fn frame_header(fin: bool, opcode: u8, len: u64) -> Vec<u8> {
-    let mut h = vec![(u8::from(fin) << 7) | opcode];
-    match len {
-        0..=125 => h.push(0x80 | len as u8),
-        126..=65535 => {
-            h.push(0x80 | 126);
-            h.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            h.push(0x80 | 127);
-            h.extend_from_slice(&len.to_be_bytes());
-        }
-    }
-    h.extend_from_slice(&[0, 0, 0, 0]); // a zero mask: the payload goes as is
-    h
-}
-
 /// The close code of the first close frame the server sends, reading past anything else.
 async fn close_code(read: &mut tokio::net::tcp::OwnedReadHalf) -> u16 {
     let mut buf = Vec::new();

@@ -1,6 +1,6 @@
 //! Raw wire helpers for attacks: HTTP requests written byte for byte, response heads read with
-//! the loadgen's bounded parser, and WebSocket frames built and parsed by hand (a library would
-//! refuse to send most of what the attacks send).
+//! the loadgen's bounded parser, and WebSocket frames assembled from tungstenite's frame
+//! header codec (a WebSocket client would refuse to send most of what the attacks send).
 
 use std::io;
 use std::time::Duration;
@@ -8,6 +8,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::OpCode;
 
 use super::outcome::Outcome;
 use crate::payload;
@@ -185,21 +187,18 @@ pub mod op {
     pub const PONG: u8 = 0xA;
 }
 
-/// Appends a client frame header (always masked, as clients must) claiming `len` bytes.
+/// Appends a client frame header (always masked, as clients must) claiming `len` bytes,
+/// whatever `len` and the payload that follows (or does not) are.
 pub fn frame_header(out: &mut Vec<u8>, opcode: u8, fin: bool, len: u64, mask: [u8; 4]) {
-    out.push(if fin { 0x80 } else { 0 } | (opcode & 0x0f));
-    match len {
-        0..=125 => out.push(0x80 | len as u8),
-        126..=0xffff => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&len.to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&mask);
+    let header = FrameHeader {
+        is_final: fin,
+        opcode: OpCode::from(opcode & 0x0f),
+        mask: Some(mask),
+        ..FrameHeader::default()
+    };
+    header
+        .format(len, out)
+        .expect("writing to a Vec does not fail");
 }
 
 /// Appends a complete masked client frame.
@@ -229,57 +228,31 @@ pub struct ServerFrame {
 /// Parses one frame from the start of `buf`: `Ok(None)` needs more bytes; `Err` is a frame
 /// larger than `max`.
 pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(ServerFrame, usize)>, ()> {
-    if buf.len() < 2 {
+    let mut cursor = io::Cursor::new(buf);
+    let Some((header, len)) = FrameHeader::parse(&mut cursor).map_err(|_| ())? else {
         return Ok(None);
-    }
-    let fin = buf[0] & 0x80 != 0;
-    let opcode = buf[0] & 0x0f;
-    let masked = buf[1] & 0x80 != 0;
-    let (len, mut pos) = match buf[1] & 0x7f {
-        126 => {
-            if buf.len() < 4 {
-                return Ok(None);
-            }
-            (u64::from(u16::from_be_bytes([buf[2], buf[3]])), 4)
-        }
-        127 => {
-            if buf.len() < 10 {
-                return Ok(None);
-            }
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&buf[2..10]);
-            (u64::from_be_bytes(b), 10)
-        }
-        n => (u64::from(n), 2),
     };
     if len > max as u64 {
         return Err(());
     }
-    let mut mask = None;
-    if masked {
-        if buf.len() < pos + 4 {
-            return Ok(None);
-        }
-        mask = Some([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]);
-        pos += 4;
-    }
-    let len = len as usize;
-    if buf.len() < pos + len {
+    let start = cursor.position() as usize;
+    let end = start + len as usize;
+    if buf.len() < end {
         return Ok(None);
     }
-    let mut payload = buf[pos..pos + len].to_vec();
-    if let Some(m) = mask {
+    let mut payload = buf[start..end].to_vec();
+    if let Some(m) = header.mask {
         for (i, b) in payload.iter_mut().enumerate() {
             *b ^= m[i % 4];
         }
     }
     Ok(Some((
         ServerFrame {
-            fin,
-            opcode,
+            fin: header.is_final,
+            opcode: header.opcode.into(),
             payload,
         },
-        pos + len,
+        end,
     )))
 }
 

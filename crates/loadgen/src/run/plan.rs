@@ -96,7 +96,7 @@ fn targets(urls: &[String], default_path: &str, allow: bool) -> Result<Vec<Targe
 }
 
 fn source_ips(conn: &ConnArgs, targets: &[Target], sockets: u64) -> Result<Vec<IpAddr>, PlanError> {
-    match &conn.source_ips {
+    match &conn.pace.source_ips {
         Some(spec) => {
             let ips = parse_source_ips(spec).map_err(|e| bad(e.to_string()))?;
             Ok(ips)
@@ -118,7 +118,7 @@ fn check_run(run: &RunArgs, conn: &ConnArgs) -> Result<(), PlanError> {
     if conn.conns > 2_000_000 {
         return Err(bad("--conns is limited to 2,000,000"));
     }
-    if !(conn.ramp.is_finite() && conn.ramp >= 0.0) {
+    if !(conn.pace.ramp.is_finite() && conn.pace.ramp >= 0.0) {
         return Err(bad("--ramp must be a non-negative number"));
     }
     if run.duration.is_zero() || run.duration > Duration::from_secs(7 * 24 * 3600) {
@@ -130,10 +130,10 @@ fn check_run(run: &RunArgs, conn: &ConnArgs) -> Result<(), PlanError> {
     if run.sockets_per_process < 100 {
         return Err(bad("--sockets-per-process must be at least 100"));
     }
-    if run.tick < Duration::from_millis(100) {
+    if run.report.tick < Duration::from_millis(100) {
         return Err(bad("--tick must be at least 100ms"));
     }
-    if conn.read_buffer < 256 || conn.read_buffer > (16 << 20) {
+    if conn.pace.read_buffer < 256 || conn.pace.read_buffer > (16 << 20) {
         return Err(bad("--read-buffer must be between 256 bytes and 16 MiB"));
     }
     if let Some(w) = run.workers
@@ -264,7 +264,7 @@ impl Clients<'_> {
             kind: self.kind,
             targets: self.targets,
             conns: conn.conns,
-            ramp: conn.ramp,
+            ramp: conn.pace.ramp,
             duration: run.duration,
             drain: run.drain,
             topics: self.topics,
@@ -273,16 +273,16 @@ impl Clients<'_> {
             workers,
             processes,
             source_ips: self.source_ips,
-            connect_timeout: conn.connect_timeout,
+            connect_timeout: conn.pace.connect_timeout,
             subscribe_timeout: Duration::from_secs(10),
-            read_buffer: conn.read_buffer,
+            read_buffer: conn.pace.read_buffer,
             max_event: run.max_event.max(1024),
-            max_pending: conn.max_pending.max(1),
-            tick: run.tick,
-            server_pids: run.server_pids.clone(),
+            max_pending: conn.pace.max_pending.max(1),
+            tick: run.report.tick,
+            server_pids: run.report.server_pids.clone(),
             outputs: Outputs {
-                json: run.json.clone(),
-                html: run.html.clone(),
+                json: run.report.json.clone(),
+                html: run.report.html.clone(),
                 floor_us: run.floor_us,
                 strict: run.strict,
             },
@@ -422,11 +422,7 @@ pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
         conn: ConnArgs {
             // a plan of zero clients is refused; it is built for one and cut down below
             conns: a.good_conns.max(1),
-            ramp: a.ramp,
-            connect_timeout: a.connect_timeout,
-            max_pending: a.max_pending,
-            source_ips: a.source_ips.clone(),
-            read_buffer: a.read_buffer,
+            pace: a.pace.clone(),
         },
         run: a.run.clone(),
         topics: a.topics.clone(),
@@ -455,7 +451,7 @@ pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
         conns: a.conns,
         attacks,
         attack_timeout: a.attack_timeout,
-        connect_timeout: a.connect_timeout,
+        connect_timeout: a.pace.connect_timeout,
         slowloris_max: a.slowloris_max,
         slowloris_every: a.slowloris_every,
         max_slow: a.max_slow.unwrap_or(a.conns / 10).clamp(1, a.conns),

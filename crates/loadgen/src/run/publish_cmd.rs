@@ -66,7 +66,7 @@ pub fn config(a: &PublishCmdArgs) -> Result<PublishConfig, PlanError> {
 pub async fn run(a: &PublishCmdArgs, cfg: PublishConfig, args: Vec<String>, nofile: u64) -> Report {
     let started_unix_ms = crate::clock::unix_micros() / 1000;
     let t0 = Instant::now();
-    let mut servers = ServerWatch::new(&a.server_pids);
+    let mut servers = ServerWatch::new(&a.report.server_pids);
     let mut progress = Progress::new(Duration::from_secs(5));
     servers.sample(Mark::AfterConnect);
     servers.sample(Mark::MeasureStart);
@@ -83,7 +83,7 @@ pub async fn run(a: &PublishCmdArgs, cfg: PublishConfig, args: Vec<String>, nofi
     let publisher = Publisher::start(cfg);
     let stats = publisher.stats().clone();
     let mut timeline = Vec::new();
-    let mut ticker = tokio::time::interval(a.tick);
+    let mut ticker = tokio::time::interval(a.report.tick);
     ticker.tick().await;
     let end = tokio::time::Instant::now() + a.duration;
     let (mut last_t, mut last_ok) = (Instant::now(), 0u64);

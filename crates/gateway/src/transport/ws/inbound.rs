@@ -199,20 +199,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Inbound<S> {
 mod tests {
     use super::*;
 
+    use tungstenite::protocol::frame::{FrameHeader, coding::OpCode};
+
+    /// A masked client frame of `payload_len` bytes, its header written by tungstenite.
     fn frame(fin: bool, opcode: u8, payload_len: usize) -> Vec<u8> {
-        let mut f = vec![(u8::from(fin) << 7) | opcode];
-        match payload_len {
-            0..=125 => f.push(0x80 | payload_len as u8),
-            126..=65535 => {
-                f.push(0x80 | 126);
-                f.extend_from_slice(&(payload_len as u16).to_be_bytes());
-            }
-            _ => {
-                f.push(0x80 | 127);
-                f.extend_from_slice(&(payload_len as u64).to_be_bytes());
-            }
-        }
-        f.extend_from_slice(&[1, 2, 3, 4]);
+        let header = FrameHeader {
+            is_final: fin,
+            opcode: OpCode::from(opcode),
+            mask: Some([1, 2, 3, 4]),
+            ..FrameHeader::default()
+        };
+        let mut f = Vec::new();
+        header.format(payload_len as u64, &mut f).unwrap();
         f.extend(std::iter::repeat_n(b'x', payload_len));
         f
     }

@@ -396,12 +396,24 @@ pub async fn raw_ws(gw: &herald_gateway::Gateway) -> tokio::net::TcpStream {
 
 pub async fn send_frame(raw: &mut tokio::net::TcpStream, fin: bool, opcode: u8, payload: &[u8]) {
     use tokio::io::AsyncWriteExt as _;
-    assert!(payload.len() < 126);
-    let mask = [7u8, 1, 9, 3];
-    let mut frame = vec![(u8::from(fin) << 7) | opcode, 0x80 | payload.len() as u8];
-    frame.extend_from_slice(&mask);
-    frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    let mut frame = frame_header(fin, opcode, payload.len() as u64);
+    frame.extend_from_slice(payload);
     raw.write_all(&frame).await.unwrap();
+}
+
+/// A client frame header claiming a payload of `len` bytes, masked with zeros so the payload
+/// goes as is; tungstenite's codec writes it.
+pub fn frame_header(fin: bool, opcode: u8, len: u64) -> Vec<u8> {
+    use tokio_tungstenite::tungstenite::protocol::frame::{FrameHeader, coding::OpCode};
+    let header = FrameHeader {
+        is_final: fin,
+        opcode: OpCode::from(opcode),
+        mask: Some([0; 4]),
+        ..FrameHeader::default()
+    };
+    let mut out = Vec::with_capacity(14);
+    header.format(len, &mut out).unwrap();
+    out
 }
 
 /// Reads one unfragmented server frame: (opcode, payload).
