@@ -334,19 +334,25 @@ pub struct Gateway {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
+/// Binds the public and admin listeners of `config` with its `limits.listen_backlog`;
+/// serve them with [`run_validated`] after `TcpListener::from_std` on its runtime.
+pub fn bind_listeners(
+    config: &Config,
+) -> anyhow::Result<(std::net::TcpListener, std::net::TcpListener)> {
+    let backlog = config.limits.listen_backlog;
+    let public = server::bind(config.listen, backlog)
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let admin = server::bind(config.admin_listen, backlog)
+        .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
+    Ok((public, admin))
+}
+
 impl Gateway {
     /// Binds `config.listen` and `config.admin_listen` (port 0 picks a free port) and runs
     /// on two threads of its own.
     pub async fn start(config: Config) -> anyhow::Result<Self> {
         let loaded = config.validate()?;
-        let bind = |addr: SocketAddr, what: &str| -> anyhow::Result<std::net::TcpListener> {
-            let listener = std::net::TcpListener::bind(addr)
-                .with_context(|| format!("cannot listen on {addr} ({what})"))?;
-            listener.set_nonblocking(true)?;
-            Ok(listener)
-        };
-        let public = bind(config.listen, "public")?;
-        let admin = bind(config.admin_listen, "admin")?;
+        let (public, admin) = bind_listeners(&config)?;
         let public_addr = public.local_addr()?;
         let admin_addr = admin.local_addr()?;
         let scope = telemetry::metrics::Scope::new();

@@ -46,12 +46,9 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let public = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let admin = tokio::net::TcpListener::bind(config.admin_listen)
-            .await
-            .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
+        let (public, admin) = herald_gateway::bind_listeners(&config)?;
+        let public = tokio::net::TcpListener::from_std(public)?;
+        let admin = tokio::net::TcpListener::from_std(admin)?;
         let token = CancellationToken::new();
         shutdown::spawn_signal_handler(token.clone()).context("cannot install signal handlers")?;
         herald_gateway::run_validated(public, admin, config, loaded, token).await

@@ -141,6 +141,7 @@ impl Config {
         above_zero("limits.header_read_timeout", l.header_read_timeout)?;
         above_zero("limits.write_timeout", l.write_timeout)?;
         above_zero("limits.body_read_timeout", l.body_read_timeout)?;
+        within("limits.listen_backlog", l.listen_backlog, 1..=65_535)?;
         at_least("limits.admin_max_connections", l.admin_max_connections, 1)?;
         at_least(
             "limits.admin_max_connections_per_address",

@@ -385,6 +385,11 @@ pub struct LimitsConfig {
     /// another new topic gets 429 `topic_quota`. Subscribing to topics that exist is not
     /// counted.
     pub max_new_topics_per_client: usize,
+    /// Connections the kernel may hold completed but not yet accepted, per listener (the
+    /// `listen(2)` backlog; the kernel caps it at `net.core.somaxconn`). A burst of new
+    /// connections larger than this waits on SYN retransmits (1 s, then 3 s).
+    /// Bound: 1 to 65535.
+    pub listen_backlog: u32,
     /// Open connections on the admin listener; past it new ones are closed.
     /// Bound: At least 1.
     pub admin_max_connections: usize,
@@ -497,6 +502,7 @@ impl Default for LimitsConfig {
             max_header_bytes: 16 * 1024,
             body_read_timeout: Duration::from_secs(10),
             max_new_topics_per_client: 1_000,
+            listen_backlog: 4096,
             admin_max_connections: 1024,
             admin_max_connections_per_address: 64,
         }

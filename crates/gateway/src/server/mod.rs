@@ -162,6 +162,21 @@ pub struct ServeOptions {
     pub tls: Option<Arc<Tls>>,
 }
 
+/// A non-blocking listening socket on `addr` with a `listen(2)` backlog of `backlog`, for
+/// [`serve`] (through `TcpListener::from_std` on the runtime that serves it). Tokio's own
+/// `bind` fixes the backlog at 1024: a burst of 256 connects per 100 ms overflows it, and the
+/// clients over it wait a second for their SYN to be sent again.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    // A restarted node binds its port again while the old one's connections linger.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
+}
+
 /// Accepts connections on `listener` until `options.stop` is cancelled.
 pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions) {
     let permits = options.max_connections.map(|n| Arc::new(Semaphore::new(n)));
