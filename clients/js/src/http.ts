@@ -185,9 +185,11 @@ export class SseConnection extends HttpConnection {
               break;
             }
             case "herald.disconnect": {
-              const d = JSON.parse(e.data) as { reason?: string };
+              const d = JSON.parse(e.data) as { reason?: string; reconnect?: boolean };
               ending = { reason: `sse: disconnected: ${d.reason ?? "unknown"}` };
               if (d.reason === "token expired") ending.tokenExpired = true;
+              // Ended by the application with "stay away" (logged out, banned): no reconnect.
+              if (d.reconnect === false) ending.fatal = new HeraldError(0, "disconnected", d.reason ?? "disconnected");
               break;
             }
             default:

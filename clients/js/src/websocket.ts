@@ -179,6 +179,8 @@ export class WsConnection implements Connection {
     const info: CloseInfo = { reason: `WebSocket closed: ${code}${reason ? ` ${reason}` : ""}` };
     if (code === 1012) info.shutdown = true;
     if (code === 1008 && reason === "token expired") info.tokenExpired = true;
+    // 4001: ended by the application with "stay away" (logged out, banned): no reconnect.
+    if (code === 4001) info.fatal = new HeraldError(0, "disconnected", reason || "disconnected");
     this.fail(info);
   }
 

@@ -220,6 +220,7 @@ var WsConnection = class {
     const info = { reason: `WebSocket closed: ${code}${reason ? ` ${reason}` : ""}` };
     if (code === 1012) info.shutdown = true;
     if (code === 1008 && reason === "token expired") info.tokenExpired = true;
+    if (code === 4001) info.fatal = new HeraldError(0, "disconnected", reason || "disconnected");
     this.fail(info);
   }
   fail(info) {
@@ -495,6 +496,7 @@ var SseConnection = class extends HttpConnection {
               const d = JSON.parse(e.data);
               ending = { reason: `sse: disconnected: ${d.reason ?? "unknown"}` };
               if (d.reason === "token expired") ending.tokenExpired = true;
+              if (d.reconnect === false) ending.fatal = new HeraldError(0, "disconnected", d.reason ?? "disconnected");
               break;
             }
             default:

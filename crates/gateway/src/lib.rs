@@ -201,6 +201,10 @@ fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<(
             p.clone().run(state.registry().clone(), stop.clone()),
         ));
     }
+    if let Some(relay) = state.cluster().relay() {
+        let connections = state.cluster().connections().clone();
+        tasks.push(tokio::spawn(relay.clone().run(connections, stop.clone())));
+    }
     tasks
 }
 
@@ -259,7 +263,10 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
         upstream,
         others: Vec::new(),
     };
-    let cluster = cluster::Cluster::new(ids, lease, observers);
+    let relay = redis
+        .as_ref()
+        .map(|b| Arc::new(cluster::control::Relay::new(b.target(), &c.node_id)));
+    let cluster = cluster::Cluster::new(ids, lease, observers, relay);
     Ok((Arc::new(logs), cluster))
 }
 

@@ -61,6 +61,14 @@ pub fn admin_router(state: AppState) -> Router {
             "/v1/users/{user}/connections",
             get(api::admin::user_connections),
         )
+        .route(
+            "/v1/users/{user}/disconnect",
+            post(api::control::disconnect_user),
+        )
+        .route(
+            "/v1/connections/{id}/disconnect",
+            post(api::control::disconnect_connection),
+        )
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))

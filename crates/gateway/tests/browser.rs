@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use herald_gateway::{Config, Gateway};
 
+const USER_SECRET: &str = "browser-test-secret-0123456789abcdef";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_page_and_native_eventsource_reconnect() {
     if browser_support::skip() {
@@ -28,6 +30,15 @@ async fn demo_page_and_native_eventsource_reconnect() {
         ..Config::default()
     };
     config.sse.max_lifetime = Duration::from_secs(3);
+    // The page's own topics are open to all; `browser-user`'s token is checked.
+    config.auth.hs256_secret = Some(USER_SECRET.into());
+    config.auth.public_prefixes = vec!["demo-page".into(), "browser".into()];
+    let user_token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({"sub": "browser-user", "topics": ["private-room"], "exp": 4_000_000_000u64}),
+        &jsonwebtoken::EncodingKey::from_secret(USER_SECRET.as_bytes()),
+    )
+    .unwrap();
     config.sse.retry = Duration::from_millis(1500);
     let gw = Gateway::start(config.clone()).await.unwrap();
     let public = format!("http://{}", gw.public_addr);
@@ -45,6 +56,7 @@ async fn demo_page_and_native_eventsource_reconnect() {
             .arg(admin)
             .arg(tls_public)
             .arg(tls_admin)
+            .env("HERALD_USER_TOKEN", user_token)
             .current_dir(dir)
             .output()
             .expect("node runs")

@@ -157,16 +157,22 @@ fn unavailable(e: redis::RedisError) -> ApiError {
 }
 
 /// `GET /v1/users/{user}/connections`: the connections of a user (a token's `sub`) on every
-/// live node (needs Redis).
+/// live node (a node alone: its own).
 pub async fn user_connections(
     State(state): State<AppState>,
     Path(user): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Some(presence) = state.presence() else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "no_cluster",
-            "this node runs alone (no Redis configured)",
+        let ids: Vec<String> = state
+            .cluster()
+            .connections()
+            .of_user(&user)
+            .iter()
+            .map(u64::to_string)
+            .collect();
+        let node = state.config().cluster.node_id.clone();
+        return Ok(Json(
+            serde_json::json!({ "user": user, "nodes": { node: ids } }),
         ));
     };
     let nodes: serde_json::Map<String, serde_json::Value> = presence

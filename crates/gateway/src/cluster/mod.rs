@@ -7,8 +7,10 @@
 //! bridges' connection settings ([`crate::bridge::redis_conn`], [`crate::bridge::kafka_props`])
 //! and nothing imports it but the state and the server's start-up. Connection ids are unique
 //! across the cluster and across restarts ([`ids`]), with node numbers leased from Redis
-//! ([`lease`]).
+//! ([`lease`]). The server acts on live connections, whichever node holds them, through
+//! [`control`].
 
+pub mod control;
 pub mod ids;
 pub mod lease;
 pub mod presence;
@@ -44,6 +46,8 @@ pub struct Observers {
 pub struct Cluster {
     ids: Arc<ids::ConnectionIds>,
     lease: Option<Arc<lease::Lease>>,
+    connections: Arc<control::Connections>,
+    relay: Option<Arc<control::Relay>>,
     observers: Arc<[Arc<dyn ConnectionObserver>]>,
     presence: Option<Arc<presence::Presence>>,
     upstream: Option<Arc<upstream::Upstream>>,
@@ -56,15 +60,18 @@ impl Cluster {
             Arc::new(ids::ConnectionIds::new(0)),
             None,
             Observers::default(),
+            None,
         )
     }
 
     /// A node making connection ids with `ids` (its number leased by `lease` when Redis is
-    /// configured), observed by `observers`.
+    /// configured), observed by `observers`, relaying commands for connections through
+    /// `relay` when in a cluster.
     pub fn new(
         ids: Arc<ids::ConnectionIds>,
         lease: Option<Arc<lease::Lease>>,
         observers: Observers,
+        relay: Option<Arc<control::Relay>>,
     ) -> Self {
         let Observers {
             presence,
@@ -81,6 +88,8 @@ impl Cluster {
         Self {
             ids,
             lease,
+            connections: Arc::default(),
+            relay,
             observers: all.into(),
             presence,
             upstream,
@@ -102,17 +111,47 @@ impl Cluster {
         self.lease.as_ref()
     }
 
-    /// Why the node should not take clients (another process holds its node id), if so.
+    /// Why the node should not take clients (another process holds its node id, or commands
+    /// for connections cannot reach it yet), if so.
     pub fn not_ready_reason(&self) -> Option<String> {
-        self.lease.as_ref().and_then(|l| l.not_ready_reason())
+        if let Some(reason) = self.lease.as_ref().and_then(|l| l.not_ready_reason()) {
+            return Some(reason);
+        }
+        match &self.relay {
+            Some(relay) if !relay.is_reading() => Some("not reading the control stream yet".into()),
+            _ => None,
+        }
     }
 
-    /// Opens a connection of `transport` for `user`: counted in the metrics and, when anything
-    /// observes connections, given an id unique in the cluster ([`ids`]) and reported.
+    /// This node's live connections, for commands ([`control`]).
+    pub fn connections(&self) -> &Arc<control::Connections> {
+        &self.connections
+    }
+
+    /// The relay of commands to the other nodes, when Redis is configured.
+    pub fn relay(&self) -> Option<&Arc<control::Relay>> {
+        self.relay.as_ref()
+    }
+
+    /// Carries out `command` on this node's connections and, in a cluster, sends it to the
+    /// other nodes. Returns how many connections it ended here, or why it could not be sent.
+    pub async fn command(&self, command: &control::Command) -> Result<usize, String> {
+        let here = self.connections.apply(command);
+        if let Some(relay) = &self.relay {
+            relay.send(command).await.map_err(|e| e.to_string())?;
+        }
+        Ok(here)
+    }
+
+    /// Opens a connection of `transport` for `user`: given an id unique in the cluster
+    /// ([`ids`]), counted in the metrics, entered among the connections commands reach and,
+    /// when anything observes connections, reported.
     pub fn open(&self, transport: Transport, user: Option<&str>) -> Connection {
         let guard = crate::telemetry::metrics::transport(transport).open();
+        let id = self.ids.next();
+        let kicked = self.connections.enter(id, user);
         let observed = (!self.observers.is_empty()).then(|| {
-            let id = self.ids.next().to_string();
+            let id = id.to_string();
             for o in self.observers.iter() {
                 o.opened(&id, transport.as_str(), user);
             }
@@ -121,7 +160,13 @@ impl Cluster {
                 observers: self.observers.clone(),
             })
         });
-        Connection { guard, observed }
+        Connection {
+            guard,
+            id,
+            kicked: Some(kicked),
+            connections: self.connections.clone(),
+            observed,
+        }
     }
 }
 
@@ -129,6 +174,10 @@ impl Cluster {
 #[derive(Debug)]
 pub struct Connection {
     guard: ConnectionGuard,
+    id: u64,
+    /// Hears a command that ends the connection; `None` once heard (or its sender is gone).
+    kicked: Option<tokio::sync::oneshot::Receiver<control::Disconnect>>,
+    connections: Arc<control::Connections>,
     /// The connection's id and who is told about its life (boxed: none on a lone node).
     observed: Option<Box<Observed>>,
 }
@@ -145,14 +194,39 @@ impl Connection {
         self.guard.closing(reason);
     }
 
-    /// The connection's id, when it has one.
-    pub fn id(&self) -> Option<&str> {
-        self.observed.as_ref().map(|o| o.id.as_str())
+    /// The connection's id, unique in the cluster.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The connection now acts for `user` (a WebSocket client sent a new token): commands
+    /// for that user reach it, those for the one before no longer do.
+    pub fn set_user(&mut self, user: Option<&str>) {
+        if self.kicked.is_some() {
+            self.connections.set_user(self.id, user);
+        }
+    }
+
+    /// Resolves when a command ends the connection, with what the client is to be told;
+    /// never otherwise. Cancel-safe.
+    pub async fn kicked(&mut self) -> control::Disconnect {
+        if let Some(kicked) = &mut self.kicked {
+            let heard = kicked.await;
+            self.kicked = None;
+            if let Ok(disconnect) = heard {
+                self.guard.closing(CloseReason::Disconnected);
+                return disconnect;
+            }
+        }
+        std::future::pending().await
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        if self.kicked.is_some() {
+            self.connections.leave(self.id);
+        }
         if let Some(o) = &self.observed {
             let (transport, reason) = (self.guard.transport(), self.guard.reason());
             for observer in o.observers.iter() {
@@ -192,13 +266,11 @@ mod tests {
                 others: vec![log.clone()],
                 ..Default::default()
             },
+            None,
         );
         let mut a = cluster.open(Transport::Ws, Some("ann"));
         let b = cluster.open(Transport::Sse, None);
-        let (ia, ib): (u64, u64) = (
-            a.id().unwrap().parse().unwrap(),
-            b.id().unwrap().parse().unwrap(),
-        );
+        let (ia, ib) = (a.id(), b.id());
         assert!(ia < ib);
         assert_eq!((ids::node_of(ia), ids::node_of(ib)), (7, 7));
         let (ia, ib) = (ia.to_string(), ib.to_string());
@@ -214,6 +286,11 @@ mod tests {
                 format!("close {ib} sse client"),
             ]
         );
-        assert_eq!(Cluster::alone().open(Transport::Poll, None).id(), None);
+        let alone = Cluster::alone();
+        let c = alone.open(Transport::Poll, None);
+        assert_eq!(ids::node_of(c.id()), 0);
+        assert_eq!(alone.connections().len(), 1);
+        drop(c);
+        assert!(alone.connections().is_empty());
     }
 }

@@ -274,6 +274,8 @@ pub enum CloseReason {
     Done,
     /// The client's token expired.
     Expired,
+    /// The server ended it on a command (a user or connection disconnected by the admin API).
+    Disconnected,
 }
 
 impl CloseReason {
@@ -287,6 +289,7 @@ impl CloseReason {
             Self::Protocol => "protocol",
             Self::Done => "done",
             Self::Expired => "expired",
+            Self::Disconnected => "disconnected",
         }
     }
 }

@@ -387,6 +387,12 @@ pub struct SseStream {
     _charges: Box<[crate::limits::QuotaCharge]>,
 }
 
+/// `event: herald.disconnect` for a connection the server ended on a command.
+fn disconnect_event(disconnect: &crate::cluster::control::Disconnect) -> Bytes {
+    let data = serde_json::to_string(disconnect).expect("a disconnect serialises");
+    Bytes::from(format!("event: herald.disconnect\ndata: {data}\n\n"))
+}
+
 /// The end of a stream's life: `max` ±10 % at random, or never for zero.
 fn lifetime_deadline(max: Duration) -> Option<Pin<Box<Sleep>>> {
     if max.is_zero() {
@@ -437,6 +443,10 @@ impl SseStream {
                         "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
                     );
                     return Some(Bytes::from(frame));
+                }
+                disconnect = self.guard.kicked() => {
+                    self.done = true;
+                    return Some(disconnect_event(&disconnect));
                 }
                 _ = end_of_life(&mut self.expiry) => {
                     self.done = true;

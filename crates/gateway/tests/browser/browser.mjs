@@ -6,7 +6,9 @@
 //     the browser reconnects by itself with Last-Event-ID and gets exactly the messages published
 //     while it was away, then live ones.
 //  3. over TLS (optional arguments): the page loads over HTTP/2 and an EventSource on it receives
-//     a published message (SSE over HTTP/2 through a real browser).
+//     a published message (SSE over HTTP/2 through a real browser);
+//  4. with HERALD_USER_TOKEN (a token of user `browser-user`): herald-client holding it is
+//     disconnected by the admin API with "reconnect": false, and stays closed, telling why.
 // Usage: node browser.mjs PUBLIC_URL ADMIN_URL [TLS_PUBLIC_URL TLS_ADMIN_URL]
 // (exit code 0 = pass; prints the reason otherwise)
 import { chromium } from "playwright-core";
@@ -111,6 +113,34 @@ try {
     const h2got = await secure.evaluate(() => window.got);
     assert(JSON.stringify(h2got) === JSON.stringify(['{"over":"h2"}']), `over h2 got ${JSON.stringify(h2got)}`);
     console.log(`EventSource over HTTP/2 (TLS): page protocol ${protocol}, received ${h2got[0]}`);
+  }
+
+  // 4. The application logs its user out: herald-client hears "stay away" and stays closed.
+  const userToken = process.env.HERALD_USER_TOKEN;
+  if (userToken) {
+    const app = await browser.newPage();
+    await app.goto(`${base}/`);
+    await app.evaluate(async (token) => {
+      const { Herald } = await import("/herald-client.js");
+      window.events = [];
+      window.client = new Herald(location.origin, { token });
+      window.client.on("error", (e) => window.events.push(`error ${e.code ?? e.message}`));
+      window.client.on("state", (s) => window.events.push(`state ${s}`));
+      window.client.subscribe("private-room", () => {});
+    }, userToken);
+    await app.waitForFunction(() => window.client.state === "open", null, { timeout: 10000 });
+    const res = await fetch(`${admin}/v1/users/browser-user/disconnect`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ reason: "logged out", reconnect: false }),
+    });
+    assert(res.ok, `disconnect answered ${res.status}: ${await res.text()}`);
+    await app.waitForFunction(() => window.client.state === "closed", null, { timeout: 10000 });
+    const events = await app.evaluate(() => window.events);
+    assert(events.includes("error disconnected"), `events: ${JSON.stringify(events)}`);
+    const after = await (await fetch(`${admin}/v1/users/browser-user/connections`)).json();
+    assert(Object.values(after.nodes).every((ids) => ids.length === 0), `still connected: ${JSON.stringify(after)}`);
+    console.log(`herald-client: disconnected by the application, stays closed: ${JSON.stringify(events)}`);
   }
 } finally {
   await browser.close();

@@ -1,8 +1,8 @@
 //! One SSE lifecycle on every serving path. The same checks run over each path a client can
 //! reach an SSE stream by: the direct HTTP/1.1 path on the socket, hyper's HTTP/1.1 (an
 //! absolute-form request), TLS with HTTP/1.1 (direct) and TLS with HTTP/2 (hyper): delivery
-//! and heartbeat, the drain, token expiry, and the slow-consumer policy for a client that
-//! stops reading.
+//! and heartbeat, the drain, token expiry, a disconnect by the admin API, and the
+//! slow-consumer policy for a client that stops reading.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -226,6 +226,42 @@ async fn token_expiry_ends_streams_on_every_path() {
         );
         assert!(
             event.data.as_deref().unwrap().contains("token expired"),
+            "{path:?}"
+        );
+        assert!(s.sse.next_event().await.is_none(), "{path:?}: stream ends");
+        gw.stop().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_user_disconnected_by_the_admin_api_is_told_why_on_every_path() {
+    for path in PATHS {
+        let gw = spawn_gateway(config(path)).await;
+        let token = hs256_token(
+            SECRET,
+            &json!({"sub": "leaving", "exp": unix_now() + 3600, "topics": ["private"]}),
+        );
+        let mut s = open(&gw, path, "topic=private", Some(&token)).await;
+        s.sse.next_block().await.unwrap();
+        let resp = post_json(
+            format!("http://{}/v1/users/leaving/disconnect", gw.admin_addr),
+            &[],
+            &json!({"reason": "logged out", "reconnect": false}),
+        )
+        .await;
+        assert_eq!(resp.status(), 200, "{path:?}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["disconnected_here"], 1, "{path:?}");
+        let event = s.sse.next_event().await.unwrap();
+        assert_eq!(
+            event.event.as_deref(),
+            Some("herald.disconnect"),
+            "{path:?}"
+        );
+        let data: serde_json::Value = serde_json::from_str(event.data.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            data,
+            json!({"reason": "logged out", "reconnect": false}),
             "{path:?}"
         );
         assert!(s.sse.next_event().await.is_none(), "{path:?}: stream ends");

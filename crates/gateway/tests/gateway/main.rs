@@ -9,6 +9,7 @@ mod api;
 mod auth;
 mod clients;
 mod cluster;
+mod control;
 mod fanout;
 mod history;
 mod hostile;

@@ -54,6 +54,11 @@ pub mod close_code {
     pub const TOO_BIG: u16 = 1009;
     /// The server is restarting: reconnect (with a little random delay).
     pub const RESTART: u16 = 1012;
+    /// The server ended the connection on a command (the admin API); the client may come
+    /// back. The close reason is the command's.
+    pub const DISCONNECTED: u16 = 4000;
+    /// As [`DISCONNECTED`], and the client should not come back (logged out, banned).
+    pub const DISCONNECTED_STAY_AWAY: u16 = 4001;
 }
 
 /// The route.
@@ -297,6 +302,15 @@ impl<S: PeerStream> Connection<S> {
                 // Boxed: inbound frames are rare on a subscriber, and inlining this path would
                 // size every idle connection's task for it (measured: 2.2 KB vs 1 KB).
                 frame = self.socket.next() => Box::pin(self.on_frame(frame)).await,
+                disconnect = self.guard.kicked() => {
+                    let code = if disconnect.reconnect {
+                        close_code::DISCONNECTED
+                    } else {
+                        close_code::DISCONNECTED_STAY_AWAY
+                    };
+                    Box::pin(self.close(code, &disconnect.reason)).await;
+                    Flow::Close(CloseReason::Disconnected)
+                }
                 _ = expired(&mut self.expiry) => {
                     Box::pin(self.close(close_code::POLICY, "token expired")).await;
                     Flow::Close(CloseReason::Expired)
@@ -430,6 +444,7 @@ impl<S: PeerStream> Connection<S> {
         }
         self.charges.retain(|(name, _)| !denied.contains(name));
         self.expiry = expiry_of(&who);
+        self.guard.set_user(who.sub.as_deref());
         let expires = who
             .expires
             .and_then(|e| e.duration_since(std::time::UNIX_EPOCH).ok())
@@ -553,9 +568,9 @@ impl<S: PeerStream> Connection<S> {
                     FrameError::from(e)
                 }
             })?;
-        if let (Some(upstream), Some(connection)) = (self.state.upstream(), self.guard.id()) {
+        if let Some(upstream) = self.state.upstream() {
             upstream.published(
-                connection,
+                &self.guard.id().to_string(),
                 &prepared.topic,
                 prepared.event.as_ref(),
                 &prepared.payload,

@@ -1,0 +1,106 @@
+//! Admin endpoints that act on live connections, on whichever node holds them:
+//! `POST /v1/users/{user}/disconnect` and `POST /v1/connections/{id}/disconnect`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+
+use crate::api::publish::RequestBody;
+use crate::app::AppState;
+use crate::cluster::control::{Command, Disconnect, MAX_REASON, Target};
+use crate::error::ApiError;
+use crate::publish::bad_json;
+
+/// Body of a disconnect: both fields optional, the body too.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DisconnectRequest {
+    /// What the client is told (default "disconnected").
+    reason: Option<String>,
+    /// Whether the client should come back (default true).
+    reconnect: Option<bool>,
+}
+
+fn disconnect_of(body: &[u8]) -> Result<Disconnect, ApiError> {
+    let request: DisconnectRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        DisconnectRequest::default()
+    } else {
+        serde_json::from_slice(body).map_err(bad_json)?
+    };
+    let reason = request.reason.unwrap_or_else(|| "disconnected".into());
+    if reason.len() > MAX_REASON {
+        return Err(ApiError::bad_request(
+            "bad_reason",
+            format!("reason is limited to {MAX_REASON} bytes (a WebSocket close reason)"),
+        ));
+    }
+    Ok(Disconnect {
+        reason,
+        reconnect: request.reconnect.unwrap_or(true),
+    })
+}
+
+/// Carries out `command` here and relays it to the other nodes; answers how many
+/// connections it ended on this node and whether it went to the others.
+async fn command(state: &AppState, command: Command) -> Result<Json<serde_json::Value>, ApiError> {
+    let cluster = state.cluster();
+    let here = cluster.command(&command).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster_unavailable",
+            format!("done on this node only: the other nodes cannot be reached ({e})"),
+        )
+    })?;
+    Ok(Json(serde_json::json!({
+        "disconnected_here": here,
+        "relayed": cluster.relay().is_some(),
+    })))
+}
+
+/// `POST /v1/users/{user}/disconnect {"reason"?, "reconnect"?}`: ends every connection of the
+/// user (a token's `sub`) on every node.
+pub async fn disconnect_user(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    body: Result<RequestBody, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    if user.is_empty() || user.len() > 1024 {
+        return Err(ApiError::bad_request(
+            "bad_user",
+            "a user is 1 to 1024 bytes",
+        ));
+    }
+    let disconnect = disconnect_of(&body)?;
+    command(
+        &state,
+        Command {
+            target: Target::User(user),
+            disconnect,
+        },
+    )
+    .await
+}
+
+/// `POST /v1/connections/{id}/disconnect {"reason"?, "reconnect"?}`: ends one connection, by
+/// the id its client was given, on whichever node holds it.
+pub async fn disconnect_connection(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<RequestBody, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    let id: u64 = id.parse().map_err(|_| {
+        ApiError::bad_request("bad_connection", "a connection id is a decimal number")
+    })?;
+    let disconnect = disconnect_of(&body)?;
+    command(
+        &state,
+        Command {
+            target: Target::Connection(id),
+            disconnect,
+        },
+    )
+    .await
+}

@@ -1,0 +1,239 @@
+//! Acting on live connections through the admin API on one node: a user's connections or one
+//! connection disconnected with a reason the client sees, and bad requests refused. The
+//! same over a cluster is in `cluster.rs`; every SSE serving path is in `lifecycle.rs`.
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// A WebSocket connection of the token's `sub`, subscribed to `topic`.
+async fn ws_of(gw: &herald_gateway::Gateway, sub: &str, topic: &str) -> WsStream {
+    let mut ws = ws_connect(gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "auth", "token": token(json!({"sub": sub, "exp": unix_now() + 3600, "topics": [topic]}))}),
+    )
+    .await;
+    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
+    ws_subscribe(&mut ws, &[topic]).await;
+    ws
+}
+
+async fn user_ids(gw: &herald_gateway::Gateway, user: &str) -> Vec<String> {
+    let v = get_json(format!(
+        "http://{}/v1/users/{user}/connections",
+        gw.admin_addr
+    ))
+    .await;
+    v["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|ids| ids.as_array().unwrap().iter())
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn command(gw: &herald_gateway::Gateway, path: &str, body: Value) -> (u16, Value) {
+    let resp = post_json(format!("http://{}{path}", gw.admin_addr), &[], &body).await;
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_user_is_disconnected_everywhere_and_one_connection_by_its_id() {
+    let gw = spawn_gateway(token_config()).await;
+    let mut ann_ws = ws_of(&gw, "ann", "room").await;
+    let ann_sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
+    let mut ann_sse =
+        SseClient::connect(&gw, &format!("topic=room&token={ann_sse_token}"), None).await;
+    ann_sse.next_block().await.unwrap();
+    let mut bob = ws_of(&gw, "bob", "room").await;
+    let mut bob_too = ws_of(&gw, "bob", "room").await;
+    assert_eq!(user_ids(&gw, "ann").await.len(), 2);
+
+    let (status, body) = command(
+        &gw,
+        "/v1/users/ann/disconnect",
+        json!({"reason": "logged out", "reconnect": false}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["disconnected_here"], 2);
+    assert_eq!(body["relayed"], false);
+    assert_eq!(
+        ws_close_code(&mut ann_ws).await,
+        (4001, "logged out".into())
+    );
+    let event = ann_sse.next_event().await.unwrap();
+    assert_eq!(event.event.as_deref(), Some("herald.disconnect"));
+    assert_eq!(
+        serde_json::from_str::<Value>(event.data.as_deref().unwrap()).unwrap(),
+        json!({"reason": "logged out", "reconnect": false})
+    );
+    assert!(ann_sse.next_event().await.is_none(), "the stream ends");
+    assert!(user_ids(&gw, "ann").await.is_empty());
+
+    // Bob is untouched; then one of his connections goes, by id, with the default reason.
+    publish(&gw, "room", json!("still here")).await;
+    assert_eq!(ws_next(&mut bob).await["data"], "still here");
+    assert_eq!(ws_next(&mut bob_too).await["data"], "still here");
+    let ids = user_ids(&gw, "bob").await;
+    assert_eq!(ids.len(), 2);
+    let (status, body) = command(
+        &gw,
+        &format!("/v1/connections/{}/disconnect", ids[0]),
+        json!({}),
+    )
+    .await;
+    assert_eq!((status, body["disconnected_here"].as_u64()), (200, Some(1)));
+    // A node lists a user's connections in the order they opened: the first is `bob`.
+    assert_eq!(ws_close_code(&mut bob).await, (4000, "disconnected".into()));
+    publish(&gw, "room", json!("after")).await;
+    assert_eq!(ws_next(&mut bob_too).await["data"], "after");
+    let left = user_ids(&gw, "bob").await;
+    assert_eq!(left.len(), 1);
+    assert_ne!(left[0], ids[0]);
+    // Counted when each connection's task ends (after its close handshake).
+    let closed = r#"herald_connections_closed_total{transport="ws",reason="disconnected"}"#;
+    eventually(WAIT, || async { metric(&gw, closed).await == 2.0 }).await;
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_disconnect_requests_get_clear_errors() {
+    let gw = spawn_gateway(token_config()).await;
+    let long = "x".repeat(121);
+    let cases = [
+        (
+            "/v1/users/ann/disconnect",
+            json!({"reason": long}),
+            400,
+            "bad_reason",
+        ),
+        (
+            "/v1/users/ann/disconnect",
+            json!({"reason": 5}),
+            400,
+            "bad_json",
+        ),
+        (
+            "/v1/users/ann/disconnect",
+            json!({"why": "x"}),
+            400,
+            "bad_json",
+        ),
+        (
+            "/v1/connections/abc/disconnect",
+            json!({}),
+            400,
+            "bad_connection",
+        ),
+        (
+            "/v1/connections/-1/disconnect",
+            json!({}),
+            400,
+            "bad_connection",
+        ),
+    ];
+    for (path, body, status, code) in cases {
+        let (got, reply) = command(&gw, path, body.clone()).await;
+        assert_eq!(
+            (got, reply["code"].as_str()),
+            (status, Some(code)),
+            "{path} {body}"
+        );
+    }
+    // Nobody to disconnect is not an error: the answer says how many were.
+    let (status, reply) = command(&gw, "/v1/connections/12345/disconnect", json!({})).await;
+    assert_eq!(
+        (status, reply["disconnected_here"].as_u64()),
+        (200, Some(0))
+    );
+    // An empty body is the defaults.
+    let resp = get(
+        format!("http://{}/v1/users/nobody/connections", gw.admin_addr),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let resp = http()
+        .post(format!(
+            "http://{}/v1/users/nobody/disconnect",
+            gw.admin_addr
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_connections_on_every_node_of_a_cluster() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let p = format!("test-control-{:x}", rand::random::<u32>());
+    let node = |id: &str| {
+        let mut c = cluster_config(&p, id);
+        c.auth.hs256_secret = Some(SECRET.into());
+        c.cluster.presence_interval = std::time::Duration::from_millis(200);
+        c
+    };
+    let a = spawn_ready(node("a")).await;
+    let b = spawn_ready(node("b")).await;
+    let c = spawn_ready(node("c")).await;
+    let mut on_b = ws_of(&b, "zed", "hall").await;
+    let mut on_c = ws_of(&c, "zed", "hall").await;
+    let mut other = ws_of(&c, "yan", "hall").await;
+    let mut yan_too = ws_of(&b, "yan", "hall").await;
+
+    // Sent to a node that holds none of zed's connections: both others end theirs.
+    let (status, body) = command(
+        &a,
+        "/v1/users/zed/disconnect",
+        json!({"reason": "banned", "reconnect": false}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            body["disconnected_here"].as_u64(),
+            body["relayed"].as_bool()
+        ),
+        (Some(0), Some(true))
+    );
+    assert_eq!(ws_close_code(&mut on_b).await, (4001, "banned".into()));
+    assert_eq!(ws_close_code(&mut on_c).await, (4001, "banned".into()));
+
+    // One connection by its id, found through the cluster's registry, ended from node a.
+    // The registry fills within a presence interval.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let on_node_c = loop {
+        let ids = get_json(format!("http://{}/v1/users/yan/connections", a.admin_addr)).await;
+        if let Some(id) = ids["nodes"]["c"]
+            .as_array()
+            .and_then(|l| l.first())
+            .cloned()
+        {
+            break id;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "yan's connection on c is listed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let (status, _) = command(
+        &a,
+        &format!("/v1/connections/{}/disconnect", on_node_c.as_str().unwrap()),
+        json!({"reason": "moved"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(ws_close_code(&mut other).await, (4000, "moved".into()));
+    publish(&a, "hall", json!("still")).await;
+    assert_eq!(ws_next(&mut yan_too).await["data"], "still");
+    for node in [a, b, c] {
+        node.stop().await.unwrap();
+    }
+}
