@@ -6,14 +6,20 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-/// A WebSocket connection of the token's `sub`, subscribed to `topic`.
+/// A WebSocket connection of the token's `sub` (given at the handshake), subscribed to `topic`.
 async fn ws_of(gw: &herald_gateway::Gateway, sub: &str, topic: &str) -> WsStream {
+    let token = token(json!({"sub": sub, "exp": unix_now() + 3600, "topics": [topic]}));
+    let url = format!("ws://{}/v1/ws?token={token}", gw.public_addr);
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    ws_subscribe(&mut ws, &[topic]).await;
+    ws
+}
+
+/// A WebSocket connection that names its user in an `auth` frame after it opened.
+async fn ws_authenticating(gw: &herald_gateway::Gateway, sub: &str, topic: &str) -> WsStream {
     let mut ws = ws_connect(gw).await;
-    ws_send(
-        &mut ws,
-        json!({"type": "auth", "token": token(json!({"sub": sub, "exp": unix_now() + 3600, "topics": [topic]}))}),
-    )
-    .await;
+    let token = token(json!({"sub": sub, "exp": unix_now() + 3600, "topics": [topic]}));
+    ws_send(&mut ws, json!({"type": "auth", "token": token})).await;
     assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
     ws_subscribe(&mut ws, &[topic]).await;
     ws
@@ -43,7 +49,7 @@ async fn command(gw: &herald_gateway::Gateway, path: &str, body: Value) -> (u16,
 #[tokio::test]
 async fn a_user_is_disconnected_everywhere_and_one_connection_by_its_id() {
     let gw = spawn_gateway(token_config()).await;
-    let mut ann_ws = ws_of(&gw, "ann", "room").await;
+    let mut ann_ws = ws_authenticating(&gw, "ann", "room").await;
     let ann_sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
     let mut ann_sse =
         SseClient::connect(&gw, &format!("topic=room&token={ann_sse_token}"), None).await;
