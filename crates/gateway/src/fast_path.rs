@@ -65,10 +65,11 @@ impl FastPath for Direct {
                     // A task of its own, sized for the stream alone rather than for the
                     // accept loop's connection task (hyper's connection state).
                     let write_timeout = state.config().limits.write_timeout;
-                    crate::shutdown::spawn_connection(state.tracker(), "sse", async move {
-                        let _permits = permits;
-                        sse::serve_raw(stream, sse, write_timeout).await;
-                    });
+                    // Combinators, not an `async move` block (see `spawn_connection`).
+                    use futures_util::FutureExt as _;
+                    let served =
+                        sse::serve_raw(stream, sse, write_timeout).map(move |()| drop(permits));
+                    crate::shutdown::spawn_connection(state.tracker(), "sse", served);
                 }
                 Err(e) => {
                     // With CORS headers, so that a page can read why.

@@ -13,11 +13,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::bridge::redis_conn::{Purpose, RedisTarget, SharedConn};
@@ -57,54 +58,67 @@ pub struct Command {
 }
 
 /// The live connections of this node that the server can act on.
+///
+/// Per connection the table holds its id and its task's waker (no allocation of its own);
+/// the connection holds its id and user. A connection learns that a command ended it by one
+/// atomic load per wake-up ([`Self::poll_ended`]): the table is locked only after a command.
 #[derive(Debug, Default)]
 pub struct Connections {
     table: parking_lot::Mutex<Table>,
+    /// Bumped by every command that ended a connection here.
+    commands: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct Table {
-    by_id: HashMap<u64, Entry>,
+    /// Every live connection no command ended, with the waker of its task once it was polled.
+    wakers: HashMap<u64, Option<Waker>>,
+    /// The connections of each user (ended ones too, until they close).
     by_user: HashMap<Arc<str>, Vec<u64>>,
+    /// Connections a command ended, until they close: what they are to be told, until
+    /// they heard it.
+    ended: HashMap<u64, Option<Disconnect>>,
 }
 
-#[derive(Debug)]
-struct Entry {
-    user: Option<Arc<str>>,
-    kick: oneshot::Sender<Disconnect>,
+/// Where a connection stands with the commands: kept by the connection, passed to
+/// [`Connections::poll_ended`].
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// The command count when the connection last looked.
+    commands: u64,
+    /// Whether its waker is in the table.
+    registered: bool,
 }
 
 impl Connections {
-    /// Enters connection `id` of `user`; the receiver hears when a command ends it.
-    pub fn enter(&self, id: u64, user: Option<&str>) -> oneshot::Receiver<Disconnect> {
-        let (kick, kicked) = oneshot::channel();
+    /// Enters connection `id` of `user`; returns the user's name as the table shares it.
+    pub fn enter(&self, id: u64, user: Option<&str>) -> Option<Arc<str>> {
         let mut table = self.table.lock();
-        let user = user.map(|u| table.index(u, id));
-        table.by_id.insert(id, Entry { user, kick });
-        kicked
+        table.wakers.insert(id, None);
+        user.map(|u| table.index(u, id))
     }
 
-    /// Files connection `id` under `user` from now on.
-    pub fn set_user(&self, id: u64, user: Option<&str>) {
+    /// Files connection `id` under `user` instead of `old`; returns the new name, shared.
+    pub fn set_user(
+        &self,
+        id: u64,
+        old: Option<&Arc<str>>,
+        user: Option<&str>,
+    ) -> Option<Arc<str>> {
         let mut table = self.table.lock();
-        let old = match table.by_id.get_mut(&id) {
-            Some(entry) if entry.user.as_deref() != user => entry.user.take(),
-            _ => return,
-        };
         if let Some(old) = old {
-            table.unindex(&old, id);
+            table.unindex(old, id);
         }
-        let new = user.map(|u| table.index(u, id));
-        if let Some(entry) = table.by_id.get_mut(&id) {
-            entry.user = new;
-        }
+        user.map(|u| table.index(u, id))
     }
 
-    /// Removes connection `id` (it closed).
-    pub fn leave(&self, id: u64) {
+    /// Removes connection `id` of `user` (it closed).
+    pub fn leave(&self, id: u64, user: Option<&Arc<str>>) {
         let mut table = self.table.lock();
-        if let Some(Entry { user: Some(u), .. }) = table.by_id.remove(&id) {
-            table.unindex(&u, id);
+        table.wakers.remove(&id);
+        table.ended.remove(&id);
+        if let Some(u) = user {
+            table.unindex(u, id);
         }
     }
 
@@ -119,35 +133,59 @@ impl Connections {
                 .cloned()
                 .unwrap_or_default(),
         };
-        let mut ended = 0;
-        for id in ids {
-            let Some(entry) = table.by_id.remove(&id) else {
-                continue;
-            };
-            if let Some(u) = &entry.user {
-                table.unindex(u, id);
-            }
-            // A connection that is closing anyway has dropped its receiver.
-            if entry.kick.send(command.disconnect.clone()).is_ok() {
-                ended += 1;
+        let ids: Vec<u64> = ids
+            .into_iter()
+            .filter(|id| table.wakers.contains_key(id))
+            .collect();
+        if ids.is_empty() {
+            return 0;
+        }
+        // Counted before any task is woken: a woken task sees the new count.
+        self.commands.fetch_add(1, Ordering::AcqRel);
+        for &id in &ids {
+            table.ended.insert(id, Some(command.disconnect.clone()));
+            if let Some(waker) = table.wakers.remove(&id).flatten() {
+                waker.wake();
             }
         }
-        ended
+        ids.len()
     }
 
-    /// The ids of `user`'s connections on this node.
+    /// Whether a command ended connection `id`: ready with what the client is told. Called
+    /// from the connection's own task (its waker is kept from the first call).
+    pub fn poll_ended(&self, id: u64, seen: &mut Seen, cx: &mut Context<'_>) -> Poll<Disconnect> {
+        let now = self.commands.load(Ordering::Acquire);
+        if seen.registered && now == seen.commands {
+            return Poll::Pending;
+        }
+        let mut table = self.table.lock();
+        if let Some(disconnect) = table.ended.get_mut(&id).and_then(Option::take) {
+            return Poll::Ready(disconnect);
+        }
+        seen.commands = now;
+        if let Some(slot) = table.wakers.get_mut(&id) {
+            if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *slot = Some(cx.waker().clone());
+            }
+            seen.registered = true;
+        }
+        Poll::Pending
+    }
+
+    /// The ids of `user`'s live connections on this node (not those a command ended), in
+    /// the order they opened.
     pub fn of_user(&self, user: &str) -> Vec<u64> {
-        self.table
-            .lock()
-            .by_user
-            .get(user)
-            .cloned()
-            .unwrap_or_default()
+        let table = self.table.lock();
+        let ids = table.by_user.get(user).map_or(&[][..], Vec::as_slice);
+        ids.iter()
+            .copied()
+            .filter(|id| table.wakers.contains_key(id))
+            .collect()
     }
 
-    /// How many connections are entered (for tests and stats).
+    /// How many connections are live and not ended (for tests and stats).
     pub fn len(&self) -> usize {
-        self.table.lock().by_id.len()
+        self.table.lock().wakers.len()
     }
 
     /// Whether no connection is entered.
@@ -311,22 +349,56 @@ mod tests {
         }
     }
 
+    fn for_user(user: &str, reason: &str) -> Command {
+        Command {
+            target: Target::User(user.into()),
+            disconnect: disconnect(reason),
+        }
+    }
+
+    /// A connection as its task sees the table.
+    struct Conn {
+        id: u64,
+        seen: Seen,
+    }
+
+    impl Conn {
+        fn poll(&mut self, table: &Connections) -> Option<Disconnect> {
+            let mut cx = Context::from_waker(Waker::noop());
+            match table.poll_ended(self.id, &mut self.seen, &mut cx) {
+                Poll::Ready(d) => Some(d),
+                Poll::Pending => None,
+            }
+        }
+    }
+
+    fn conn(id: u64) -> Conn {
+        Conn {
+            id,
+            seen: Seen::default(),
+        }
+    }
+
     #[test]
     fn a_user_command_ends_each_of_the_users_connections_once() {
         let table = Connections::default();
-        let mut a1 = table.enter(1, Some("ann"));
-        let mut a2 = table.enter(2, Some("ann"));
-        let mut b = table.enter(3, Some("bob"));
-        let mut anon = table.enter(4, None);
-        let command = Command {
-            target: Target::User("ann".into()),
-            disconnect: disconnect("logged out"),
-        };
-        assert_eq!(table.apply(&command), 2);
-        assert_eq!(a1.try_recv().unwrap(), disconnect("logged out"));
-        assert_eq!(a2.try_recv().unwrap().reason, "logged out");
-        assert!(b.try_recv().is_err() && anon.try_recv().is_err());
-        assert_eq!(table.apply(&command), 0, "ann has no connection left");
+        let ann = table.enter(1, Some("ann"));
+        table.enter(2, Some("ann"));
+        table.enter(3, Some("bob"));
+        table.enter(4, None);
+        let (mut a1, mut a2, mut b, mut anon) = (conn(1), conn(2), conn(3), conn(4));
+        assert!(a1.poll(&table).is_none() && b.poll(&table).is_none());
+        assert_eq!(table.apply(&for_user("ann", "logged out")), 2);
+        assert_eq!(a1.poll(&table), Some(disconnect("logged out")));
+        assert_eq!(a2.poll(&table).unwrap().reason, "logged out");
+        assert!(b.poll(&table).is_none() && anon.poll(&table).is_none());
+        assert_eq!(
+            table.apply(&for_user("ann", "again")),
+            0,
+            "each is ended once"
+        );
+        table.leave(1, ann.as_ref());
+        table.leave(2, ann.as_ref());
         assert_eq!(table.len(), 2);
 
         let one = Command {
@@ -334,42 +406,54 @@ mod tests {
             disconnect: disconnect("bye"),
         };
         assert_eq!(table.apply(&one), 1);
-        assert_eq!(anon.try_recv().unwrap().reason, "bye");
-        table.leave(3);
+        assert_eq!(anon.poll(&table).unwrap().reason, "bye");
+        table.leave(4, None);
+        table.leave(3, Some(&Arc::from("bob")));
         assert!(table.is_empty());
-        assert!(table.table.lock().by_user.is_empty());
+        let t = table.table.lock();
+        assert!(t.by_user.is_empty() && t.ended.is_empty());
+    }
+
+    #[test]
+    fn a_polled_connection_is_woken_by_the_command_that_ends_it() {
+        use std::sync::atomic::AtomicBool;
+        struct Flag(AtomicBool);
+        impl std::task::Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let table = Connections::default();
+        table.enter(7, Some("cy"));
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut seen = Seen::default();
+        let mut cx = Context::from_waker(&waker);
+        assert!(table.poll_ended(7, &mut seen, &mut cx).is_pending());
+        assert_eq!(table.apply(&for_user("cy", "x")), 1);
+        assert!(flag.0.load(Ordering::SeqCst), "woken");
+        assert!(table.poll_ended(7, &mut seen, &mut cx).is_ready());
     }
 
     #[test]
     fn a_connection_that_changes_user_is_reached_by_the_new_one_only() {
         let table = Connections::default();
-        let mut c = table.enter(5, None);
-        table.set_user(5, Some("dee"));
+        let none = table.enter(5, None);
+        let dee = table.set_user(5, none.as_ref(), Some("dee"));
         assert_eq!(table.of_user("dee"), [5]);
-        table.set_user(5, Some("eve"));
+        let eve = table.set_user(5, dee.as_ref(), Some("eve"));
         assert!(table.of_user("dee").is_empty());
-        let for_dee = Command {
-            target: Target::User("dee".into()),
-            disconnect: disconnect("x"),
-        };
-        assert_eq!(table.apply(&for_dee), 0);
-        let for_eve = Command {
-            target: Target::User("eve".into()),
-            ..for_dee
-        };
-        assert_eq!(table.apply(&for_eve), 1);
-        assert!(c.try_recv().is_ok());
+        assert_eq!(table.apply(&for_user("dee", "x")), 0);
+        assert_eq!(table.apply(&for_user("eve", "x")), 1);
+        table.leave(5, eve.as_ref());
         assert!(table.table.lock().by_user.is_empty());
     }
 
     #[test]
     fn a_closed_connection_is_not_counted() {
         let table = Connections::default();
-        drop(table.enter(9, Some("cy")));
-        let command = Command {
-            target: Target::User("cy".into()),
-            disconnect: disconnect("x"),
-        };
-        assert_eq!(table.apply(&command), 0);
+        let cy = table.enter(9, Some("cy"));
+        table.leave(9, cy.as_ref());
+        assert_eq!(table.apply(&for_user("cy", "x")), 0);
     }
 }

@@ -149,7 +149,7 @@ impl Cluster {
     pub fn open(&self, transport: Transport, user: Option<&str>) -> Connection {
         let guard = crate::telemetry::metrics::transport(transport).open();
         let id = self.ids.next();
-        let kicked = self.connections.enter(id, user);
+        let named = self.connections.enter(id, user);
         let observed = (!self.observers.is_empty()).then(|| {
             let id = id.to_string();
             for o in self.observers.iter() {
@@ -163,7 +163,9 @@ impl Cluster {
         Connection {
             guard,
             id,
-            kicked: Some(kicked),
+            user: named,
+            seen: control::Seen::default(),
+            heard: false,
             connections: self.connections.clone(),
             observed,
         }
@@ -175,8 +177,11 @@ impl Cluster {
 pub struct Connection {
     guard: ConnectionGuard,
     id: u64,
-    /// Hears a command that ends the connection; `None` once heard (or its sender is gone).
-    kicked: Option<tokio::sync::oneshot::Receiver<control::Disconnect>>,
+    /// The user it acts for (a token's `sub`), as the command table shares the name.
+    user: Option<Arc<str>>,
+    /// Where it stands with the commands, and whether one ended it already.
+    seen: control::Seen,
+    heard: bool,
     connections: Arc<control::Connections>,
     /// The connection's id and who is told about its life (boxed: none on a lone node).
     observed: Option<Box<Observed>>,
@@ -202,31 +207,29 @@ impl Connection {
     /// The connection now acts for `user` (a WebSocket client sent a new token): commands
     /// for that user reach it, those for the one before no longer do.
     pub fn set_user(&mut self, user: Option<&str>) {
-        if self.kicked.is_some() {
-            self.connections.set_user(self.id, user);
+        if self.user.as_deref() != user {
+            self.user = self.connections.set_user(self.id, self.user.as_ref(), user);
         }
     }
 
     /// Resolves when a command ends the connection, with what the client is to be told;
-    /// never otherwise. Cancel-safe.
+    /// never otherwise. Cancel-safe; polled from the connection's own task.
     pub async fn kicked(&mut self) -> control::Disconnect {
-        if let Some(kicked) = &mut self.kicked {
-            let heard = kicked.await;
-            self.kicked = None;
-            if let Ok(disconnect) = heard {
-                self.guard.closing(CloseReason::Disconnected);
-                return disconnect;
-            }
+        if self.heard {
+            return std::future::pending().await;
         }
-        std::future::pending().await
+        let disconnect =
+            std::future::poll_fn(|cx| self.connections.poll_ended(self.id, &mut self.seen, cx))
+                .await;
+        self.heard = true;
+        self.guard.closing(CloseReason::Disconnected);
+        disconnect
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        if self.kicked.is_some() {
-            self.connections.leave(self.id);
-        }
+        self.connections.leave(self.id, self.user.as_ref());
         if let Some(o) = &self.observed {
             let (transport, reason) = (self.guard.transport(), self.guard.reason());
             for observer in o.observers.iter() {
