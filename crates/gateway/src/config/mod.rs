@@ -464,7 +464,7 @@ impl Default for WsConfig {
     fn default() -> Self {
         Self {
             max_message_size: 64 * 1024,
-            read_buffer_size: 1024,
+            read_buffer_size: 512,
             write_buffer_size: 0,
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
