@@ -69,6 +69,14 @@ pub fn admin_router(state: AppState) -> Router {
             "/v1/connections/{id}/disconnect",
             post(api::control::disconnect_connection),
         )
+        .route(
+            "/v1/users/{user}/subscribe",
+            post(api::control::subscribe_user),
+        )
+        .route(
+            "/v1/users/{user}/unsubscribe",
+            post(api::control::unsubscribe_user),
+        )
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))

@@ -1,5 +1,6 @@
 //! Admin endpoints that act on live connections, on whichever node holds them:
-//! `POST /v1/users/{user}/disconnect` and `POST /v1/connections/{id}/disconnect`.
+//! `POST /v1/users/{user}/disconnect`, `POST /v1/connections/{id}/disconnect`, and
+//! `POST /v1/users/{user}/subscribe` / `unsubscribe`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -8,7 +9,7 @@ use serde::Deserialize;
 
 use crate::api::publish::RequestBody;
 use crate::app::AppState;
-use crate::cluster::control::{Command, Disconnect, MAX_REASON, Target};
+use crate::cluster::control::{Action, Command, Disconnect, MAX_REASON, Target};
 use crate::error::ApiError;
 use crate::publish::bad_json;
 
@@ -42,8 +43,12 @@ fn disconnect_of(body: &[u8]) -> Result<Disconnect, ApiError> {
 }
 
 /// Carries out `command` here and relays it to the other nodes; answers how many
-/// connections it ended on this node and whether it went to the others.
-async fn command(state: &AppState, command: Command) -> Result<Json<serde_json::Value>, ApiError> {
+/// connections took it on this node (under `counted`) and whether it went to the others.
+async fn command(
+    state: &AppState,
+    command: Command,
+    counted: &str,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let cluster = state.cluster();
     let here = cluster.command(&command).await.map_err(|e| {
         ApiError::new(
@@ -53,7 +58,7 @@ async fn command(state: &AppState, command: Command) -> Result<Json<serde_json::
         )
     })?;
     Ok(Json(serde_json::json!({
-        "disconnected_here": here,
+        counted: here,
         "relayed": cluster.relay().is_some(),
     })))
 }
@@ -66,19 +71,15 @@ pub async fn disconnect_user(
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
-    if user.is_empty() || user.len() > 1024 {
-        return Err(ApiError::bad_request(
-            "bad_user",
-            "a user is 1 to 1024 bytes",
-        ));
-    }
+    check_user(&user)?;
     let disconnect = disconnect_of(&body)?;
     command(
         &state,
         Command {
             target: Target::User(user),
-            disconnect,
+            action: Action::Disconnect(disconnect),
         },
+        "disconnected_here",
     )
     .await
 }
@@ -99,8 +100,84 @@ pub async fn disconnect_connection(
         &state,
         Command {
             target: Target::Connection(id),
-            disconnect,
+            action: Action::Disconnect(disconnect),
         },
+        "disconnected_here",
+    )
+    .await
+}
+
+fn check_user(user: &str) -> Result<(), ApiError> {
+    if user.is_empty() || user.len() > 1024 {
+        return Err(ApiError::bad_request(
+            "bad_user",
+            "a user is 1 to 1024 bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// Body of a server-side (un)subscription.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicsRequest {
+    topics: Vec<String>,
+}
+
+/// The topics of a (un)subscription: 1 to `limits.max_subscriptions` valid names.
+fn topics_of(state: &AppState, body: &[u8]) -> Result<Vec<String>, ApiError> {
+    let request: TopicsRequest = serde_json::from_slice(body).map_err(bad_json)?;
+    let max = state.config().limits.max_subscriptions;
+    if request.topics.is_empty() || request.topics.len() > max {
+        return Err(ApiError::bad_request(
+            "bad_topics",
+            format!("topics must list 1 to {max} topics"),
+        ));
+    }
+    for topic in &request.topics {
+        herald_core::TopicName::new(topic)?;
+    }
+    Ok(request.topics)
+}
+
+/// `POST /v1/users/{user}/subscribe {"topics": [..]}`: subscribes every live connection of
+/// the user, on every node, to the topics from their live head (the client is told: a
+/// WebSocket `subscribed` frame with `"by": "server"`, an SSE `herald.subscribed` event).
+pub async fn subscribe_user(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    body: Result<RequestBody, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    check_user(&user)?;
+    let topics = topics_of(&state, &body)?;
+    command(
+        &state,
+        Command {
+            target: Target::User(user),
+            action: Action::Subscribe(topics),
+        },
+        "subscribed_here",
+    )
+    .await
+}
+
+/// `POST /v1/users/{user}/unsubscribe {"topics": [..]}`: the reverse of [`subscribe_user`].
+pub async fn unsubscribe_user(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    body: Result<RequestBody, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    check_user(&user)?;
+    let topics = topics_of(&state, &body)?;
+    command(
+        &state,
+        Command {
+            target: Target::User(user),
+            action: Action::Unsubscribe(topics),
+        },
+        "unsubscribed_here",
     )
     .await
 }

@@ -1,5 +1,6 @@
 //! Acting on live connections from the server side: disconnecting a user's connections or one
-//! connection, with a reason the client sees.
+//! connection, with a reason the client sees, and subscribing them to topics or unsubscribing
+//! them (server-side subscriptions).
 //!
 //! Every SSE and WebSocket connection of this node is in [`Connections`] while it lives, under
 //! its id and its user (a token's `sub`). A [`Command`] is carried out here at once and, when
@@ -11,7 +12,7 @@
 //! delivery. The stream is trimmed to [`STREAM_LEN`] commands; a node reads it from where it
 //! joined, so a command never reaches connections that open after it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
@@ -48,20 +49,36 @@ pub enum Target {
     Connection(u64),
 }
 
+/// What a command does to each connection it is for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// End the connection, telling the client why.
+    Disconnect(Disconnect),
+    /// Subscribe the connection to these topics (valid names), from their live head.
+    Subscribe(Vec<String>),
+    /// Drop these topics from the connection's subscriptions.
+    Unsubscribe(Vec<String>),
+}
+
 /// A command for live connections, as relayed between nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command {
     /// Who it is for.
     pub target: Target,
-    /// What they are told.
-    pub disconnect: Disconnect,
+    /// What it does.
+    pub action: Action,
 }
+
+/// Most commands waiting for one connection to take them; past it a command skips the
+/// connection (it is not counted as reached).
+pub const MAX_PENDING: usize = 16;
 
 /// The live connections of this node that the server can act on.
 ///
 /// Per connection the table holds its id and its task's waker (no allocation of its own);
 /// the connection holds its id and user. A connection learns that a command ended it by one
-/// atomic load per wake-up ([`Self::poll_ended`]): the table is locked only after a command.
+/// atomic load per wake-up ([`Self::poll_action`]): the table is locked only after a command.
 #[derive(Debug, Default)]
 pub struct Connections {
     table: parking_lot::Mutex<Table>,
@@ -75,13 +92,12 @@ struct Table {
     wakers: HashMap<u64, Option<Waker>>,
     /// The connections of each user (ended ones too, until they close).
     by_user: HashMap<Arc<str>, Vec<u64>>,
-    /// Connections a command ended, until they close: what they are to be told, until
-    /// they heard it.
-    ended: HashMap<u64, Option<Disconnect>>,
+    /// Commands a connection has not taken yet (at most [`MAX_PENDING`] each).
+    pending: HashMap<u64, VecDeque<Action>>,
 }
 
 /// Where a connection stands with the commands: kept by the connection, passed to
-/// [`Connections::poll_ended`].
+/// [`Connections::poll_action`].
 #[derive(Debug, Default)]
 pub struct Seen {
     /// The command count when the connection last looked.
@@ -116,13 +132,13 @@ impl Connections {
     pub fn leave(&self, id: u64, user: Option<&Arc<str>>) {
         let mut table = self.table.lock();
         table.wakers.remove(&id);
-        table.ended.remove(&id);
+        table.pending.remove(&id);
         if let Some(u) = user {
             table.unindex(u, id);
         }
     }
 
-    /// Ends the connections `command` is for on this node; returns how many.
+    /// Hands `command` to the connections it is for on this node; returns how many took it.
     pub fn apply(&self, command: &Command) -> usize {
         let mut table = self.table.lock();
         let ids = match &command.target {
@@ -135,7 +151,10 @@ impl Connections {
         };
         let ids: Vec<u64> = ids
             .into_iter()
-            .filter(|id| table.wakers.contains_key(id))
+            .filter(|id| {
+                table.wakers.contains_key(id)
+                    && table.pending.get(id).is_none_or(|q| q.len() < MAX_PENDING)
+            })
             .collect();
         if ids.is_empty() {
             return 0;
@@ -143,24 +162,42 @@ impl Connections {
         // Counted before any task is woken: a woken task sees the new count.
         self.commands.fetch_add(1, Ordering::AcqRel);
         for &id in &ids {
-            table.ended.insert(id, Some(command.disconnect.clone()));
-            if let Some(waker) = table.wakers.remove(&id).flatten() {
+            let queue = table.pending.entry(id).or_default();
+            let waker = match &command.action {
+                Action::Disconnect(_) => {
+                    // Nothing after an end: what was waiting is moot.
+                    queue.clear();
+                    queue.push_back(command.action.clone());
+                    table.wakers.remove(&id).flatten()
+                }
+                _ => {
+                    queue.push_back(command.action.clone());
+                    table.wakers.get(&id).cloned().flatten()
+                }
+            };
+            if let Some(waker) = waker {
                 waker.wake();
             }
         }
         ids.len()
     }
 
-    /// Whether a command ended connection `id`: ready with what the client is told. Called
-    /// from the connection's own task (its waker is kept from the first call).
-    pub fn poll_ended(&self, id: u64, seen: &mut Seen, cx: &mut Context<'_>) -> Poll<Disconnect> {
+    /// The next command for connection `id`, in the order they came. Called from the
+    /// connection's own task (its waker is kept from the first call).
+    pub fn poll_action(&self, id: u64, seen: &mut Seen, cx: &mut Context<'_>) -> Poll<Action> {
         let now = self.commands.load(Ordering::Acquire);
         if seen.registered && now == seen.commands {
             return Poll::Pending;
         }
         let mut table = self.table.lock();
-        if let Some(disconnect) = table.ended.get_mut(&id).and_then(Option::take) {
-            return Poll::Ready(disconnect);
+        if let Some(queue) = table.pending.get_mut(&id)
+            && let Some(action) = queue.pop_front()
+        {
+            if queue.is_empty() {
+                table.pending.remove(&id);
+            }
+            // `seen` stays behind: the next call looks again.
+            return Poll::Ready(action);
         }
         seen.commands = now;
         if let Some(slot) = table.wakers.get_mut(&id) {
@@ -352,7 +389,7 @@ mod tests {
     fn for_user(user: &str, reason: &str) -> Command {
         Command {
             target: Target::User(user.into()),
-            disconnect: disconnect(reason),
+            action: Action::Disconnect(disconnect(reason)),
         }
     }
 
@@ -364,9 +401,17 @@ mod tests {
 
     impl Conn {
         fn poll(&mut self, table: &Connections) -> Option<Disconnect> {
+            match self.next(table) {
+                Some(Action::Disconnect(d)) => Some(d),
+                Some(other) => panic!("not a disconnect: {other:?}"),
+                None => None,
+            }
+        }
+
+        fn next(&mut self, table: &Connections) -> Option<Action> {
             let mut cx = Context::from_waker(Waker::noop());
-            match table.poll_ended(self.id, &mut self.seen, &mut cx) {
-                Poll::Ready(d) => Some(d),
+            match table.poll_action(self.id, &mut self.seen, &mut cx) {
+                Poll::Ready(a) => Some(a),
                 Poll::Pending => None,
             }
         }
@@ -403,7 +448,7 @@ mod tests {
 
         let one = Command {
             target: Target::Connection(4),
-            disconnect: disconnect("bye"),
+            action: Action::Disconnect(disconnect("bye")),
         };
         assert_eq!(table.apply(&one), 1);
         assert_eq!(anon.poll(&table).unwrap().reason, "bye");
@@ -411,7 +456,7 @@ mod tests {
         table.leave(3, Some(&Arc::from("bob")));
         assert!(table.is_empty());
         let t = table.table.lock();
-        assert!(t.by_user.is_empty() && t.ended.is_empty());
+        assert!(t.by_user.is_empty() && t.pending.is_empty());
     }
 
     #[test]
@@ -429,10 +474,10 @@ mod tests {
         let waker = Waker::from(flag.clone());
         let mut seen = Seen::default();
         let mut cx = Context::from_waker(&waker);
-        assert!(table.poll_ended(7, &mut seen, &mut cx).is_pending());
+        assert!(table.poll_action(7, &mut seen, &mut cx).is_pending());
         assert_eq!(table.apply(&for_user("cy", "x")), 1);
         assert!(flag.0.load(Ordering::SeqCst), "woken");
-        assert!(table.poll_ended(7, &mut seen, &mut cx).is_ready());
+        assert!(table.poll_action(7, &mut seen, &mut cx).is_ready());
     }
 
     #[test]
@@ -447,6 +492,39 @@ mod tests {
         assert_eq!(table.apply(&for_user("eve", "x")), 1);
         table.leave(5, eve.as_ref());
         assert!(table.table.lock().by_user.is_empty());
+    }
+
+    #[test]
+    fn subscriptions_arrive_in_order_bounded_and_a_disconnect_drops_what_waits() {
+        let table = Connections::default();
+        table.enter(1, Some("fay"));
+        let mut c = conn(1);
+        assert!(c.next(&table).is_none());
+        let subscribe = |t: &str| Command {
+            target: Target::User("fay".into()),
+            action: Action::Subscribe(vec![t.into()]),
+        };
+        assert_eq!(table.apply(&subscribe("a")), 1);
+        assert_eq!(table.apply(&subscribe("b")), 1);
+        assert_eq!(c.next(&table), Some(Action::Subscribe(vec!["a".into()])));
+        assert_eq!(c.next(&table), Some(Action::Subscribe(vec!["b".into()])));
+        assert!(c.next(&table).is_none());
+        for _ in 0..MAX_PENDING {
+            assert_eq!(table.apply(&subscribe("x")), 1);
+        }
+        assert_eq!(table.apply(&subscribe("y")), 0, "a full queue skips");
+        assert_eq!(
+            table.apply(&for_user("fay", "bye")),
+            1,
+            "an end always fits"
+        );
+        assert_eq!(c.poll(&table).unwrap().reason, "bye");
+        assert!(c.next(&table).is_none());
+        assert_eq!(
+            table.apply(&subscribe("z")),
+            0,
+            "an ended connection takes nothing"
+        );
     }
 
     #[test]

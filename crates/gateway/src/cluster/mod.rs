@@ -212,18 +212,20 @@ impl Connection {
         }
     }
 
-    /// Resolves when a command ends the connection, with what the client is to be told;
-    /// never otherwise. Cancel-safe; polled from the connection's own task.
-    pub async fn kicked(&mut self) -> control::Disconnect {
+    /// The next command for this connection (in the order they came); never after one that
+    /// ended it. Cancel-safe; polled from the connection's own task.
+    pub async fn next_action(&mut self) -> control::Action {
         if self.heard {
             return std::future::pending().await;
         }
-        let disconnect =
-            std::future::poll_fn(|cx| self.connections.poll_ended(self.id, &mut self.seen, cx))
+        let action =
+            std::future::poll_fn(|cx| self.connections.poll_action(self.id, &mut self.seen, cx))
                 .await;
-        self.heard = true;
-        self.guard.closing(CloseReason::Disconnected);
-        disconnect
+        if matches!(action, control::Action::Disconnect(_)) {
+            self.heard = true;
+            self.guard.closing(CloseReason::Disconnected);
+        }
+        action
     }
 }
 

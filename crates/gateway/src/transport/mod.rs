@@ -128,6 +128,54 @@ pub fn topic_for_subscriber(
     Ok((topic, created.then_some(charge)))
 }
 
+/// A server-side subscription (the admin API's `POST /v1/users/{user}/subscribe`): `topics`
+/// added to `feed` from their live head, created when new and not charged to the client (the
+/// application asked, and the registry's own limit holds); all or nothing within the
+/// connection's topic limit. Returns each added topic with its starting position.
+pub fn subscribe_from_server(
+    state: &AppState,
+    feed: &mut Feed,
+    topics: &[String],
+) -> Result<Vec<(TopicName, herald_core::Cursor)>, ApiError> {
+    let names = topics
+        .iter()
+        .map(|t| TopicName::new(t).map_err(ApiError::from))
+        .collect::<Result<Vec<_>, _>>()?;
+    let new = names
+        .iter()
+        .filter(|n| !feed.positions().any(|(t, _)| t == *n))
+        .count();
+    let max = state.config().limits.max_subscriptions;
+    if feed.len() + new > max {
+        return Err(ApiError::bad_request(
+            "too_many_topics",
+            format!("at most {max} topics per connection"),
+        ));
+    }
+    let found = names
+        .iter()
+        .map(|n| state.registry().get_or_create(n).map_err(ApiError::from))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut started = Vec::with_capacity(found.len());
+    for topic in found {
+        let name = topic.name().clone();
+        let start = feed
+            .subscribe(topic, None)
+            .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
+        started.push((name, start));
+    }
+    Ok(started)
+}
+
+/// A server-side unsubscription: the topics of `topics` that `feed` held, now dropped.
+pub fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec<String> {
+    topics
+        .iter()
+        .filter(|t| feed.unsubscribe(t))
+        .cloned()
+        .collect()
+}
+
 /// A feed subscribed to `topics` for `client`, each resumed from its entry in `resume` when
 /// it has one; all or nothing. Returns the charges for the topics it created.
 pub fn open_feed(

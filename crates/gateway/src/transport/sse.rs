@@ -29,6 +29,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Delivery, SubscribeQuery, authorize, deliver, jitter, lost_json, open_feed};
 use crate::app::AppState;
+use crate::cluster::control::Action;
 use crate::error::ApiError;
 use crate::server::stream::{ClientStream, PeerInput};
 use crate::shutdown::DrainWait;
@@ -331,6 +332,7 @@ fn try_open(
         feed,
         metrics,
         guard: state.open_connection(Transport::Sse, who.sub.as_deref()),
+        state: state.clone(),
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
         last_write: Instant::now(),
@@ -363,6 +365,8 @@ pub struct SseStream {
     credentials: bool,
     metrics: &'static TransportMetrics,
     guard: crate::cluster::Connection,
+    /// For server-side subscriptions (the registry, the topic limit).
+    state: AppState,
     heartbeat: Duration,
     /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
     /// the timer wheel's lock on every delivery): when it fires early it is moved to
@@ -418,6 +422,31 @@ impl SseStream {
         Bytes::from(format!("retry: {}\n{}\n", retry.as_millis(), self.id))
     }
 
+    /// Subscribes to `topics` on the application's command: an event naming them, with the
+    /// `id:` of every position (so that a resume includes them), or `None` when refused
+    /// (counted).
+    fn subscribed_by_server(&mut self, topics: &[String]) -> Option<Bytes> {
+        match super::subscribe_from_server(&self.state, &mut self.feed, topics) {
+            Ok(started) => {
+                self.multi = self.feed.len() > 1;
+                let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
+                Some(self.topics_event("herald.subscribed", &names))
+            }
+            Err(e) => {
+                metrics::client_error("sse", e.code());
+                None
+            }
+        }
+    }
+
+    /// `event: <event>` with `data: {"topics": [...]}` and the `id:` of every position.
+    fn topics_event(&mut self, event: &str, topics: &[String]) -> Bytes {
+        self.id_line();
+        let data = serde_json::json!({ "topics": topics });
+        self.last_write = Instant::now();
+        Bytes::from(format!("{}event: {event}\ndata: {data}\n\n", self.id))
+    }
+
     /// `id: topic=cursor,...\n` for every subscribed topic, into `self.id`.
     fn id_line(&mut self) {
         let mut list = std::mem::take(&mut self.id);
@@ -445,10 +474,23 @@ impl SseStream {
                     );
                     return Some(Bytes::from(frame));
                 }
-                disconnect = self.guard.kicked() => {
-                    self.done = true;
-                    return Some(disconnect_event(&disconnect));
-                }
+                action = self.guard.next_action() => match action {
+                    Action::Disconnect(disconnect) => {
+                        self.done = true;
+                        return Some(disconnect_event(&disconnect));
+                    }
+                    Action::Subscribe(topics) => {
+                        if let Some(chunk) = self.subscribed_by_server(&topics) {
+                            return Some(chunk);
+                        }
+                    }
+                    Action::Unsubscribe(topics) => {
+                        let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
+                        if !removed.is_empty() {
+                            return Some(self.topics_event("herald.unsubscribed", &removed));
+                        }
+                    }
+                },
                 _ = end_of_life(&mut self.expiry) => {
                     self.done = true;
                     self.guard.closing(CloseReason::Expired);

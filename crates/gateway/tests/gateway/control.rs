@@ -1,5 +1,6 @@
 //! Acting on live connections through the admin API on one node: a user's connections or one
-//! connection disconnected with a reason the client sees, and bad requests refused. The
+//! connection disconnected with a reason the client sees, a user's connections subscribed to
+//! topics and unsubscribed by the server, and bad requests refused. The
 //! same over a cluster is in `cluster.rs`; every SSE serving path is in `lifecycle.rs`.
 
 use serde_json::{Value, json};
@@ -239,7 +240,124 @@ async fn commands_reach_connections_on_every_node_of_a_cluster() {
     assert_eq!(ws_close_code(&mut other).await, (4000, "moved".into()));
     publish(&a, "hall", json!("still")).await;
     assert_eq!(ws_next(&mut yan_too).await["data"], "still");
+
+    // A server-side subscription sent to node a reaches yan's connection on node b.
+    let (status, body) = command(
+        &a,
+        "/v1/users/yan/subscribe",
+        json!({"topics": ["yan-inbox"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["subscribed_here"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
+    let subscribed = ws_next(&mut yan_too).await;
+    assert_eq!(
+        (subscribed["type"].as_str(), subscribed["by"].as_str()),
+        (Some("subscribed"), Some("server"))
+    );
+    publish(&a, "yan-inbox", json!("for yan")).await;
+    let got = ws_next(&mut yan_too).await;
+    assert_eq!(
+        (got["topic"].as_str(), got["data"].as_str()),
+        (Some("yan-inbox"), Some("for yan"))
+    );
     for node in [a, b, c] {
         node.stop().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn the_server_subscribes_and_unsubscribes_a_users_connections() {
+    let gw = spawn_gateway(token_config()).await;
+    let mut ws = ws_of(&gw, "ann", "room").await;
+    let sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
+    let mut sse = SseClient::connect(&gw, &format!("topic=room&token={sse_token}"), None).await;
+    sse.next_block().await.unwrap();
+    let mut bob = ws_of(&gw, "bob", "room").await;
+
+    // Topics the token does not name: the application decides, not the token.
+    let (status, body) = command(
+        &gw,
+        "/v1/users/ann/subscribe",
+        json!({"topics": ["news", "alerts"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["subscribed_here"].as_u64()),
+        (200, Some(2)),
+        "{body}"
+    );
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(frame["type"], "subscribed");
+    assert_eq!(frame["by"], "server");
+    assert_eq!(frame["topics"], json!(["news", "alerts"]));
+    assert!(frame["cursors"]["news"].is_string());
+    let event = sse.next_event().await.unwrap();
+    assert_eq!(event.event.as_deref(), Some("herald.subscribed"));
+    assert_eq!(
+        event.data.as_deref(),
+        Some(r#"{"topics":["news","alerts"]}"#)
+    );
+    let id = sse.last_event_id.clone().unwrap();
+    assert!(
+        id.contains("news=") && id.contains("room="),
+        "a resume includes them: {id}"
+    );
+
+    publish(&gw, "news", json!("n1")).await;
+    assert_eq!(ws_next(&mut ws).await["data"], "n1");
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("n1")
+    );
+
+    let (status, body) = command(
+        &gw,
+        "/v1/users/ann/unsubscribe",
+        json!({"topics": ["news", "never"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["unsubscribed_here"].as_u64()),
+        (200, Some(2)),
+        "{body}"
+    );
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(
+        (frame["type"].as_str(), frame["topics"].clone()),
+        (Some("unsubscribed"), json!(["news"]))
+    );
+    let event = sse.next_event().await.unwrap();
+    assert_eq!(event.event.as_deref(), Some("herald.unsubscribed"));
+    // No more news; the rest goes on.
+    publish(&gw, "news", json!("n2")).await;
+    publish(&gw, "room", json!("r1")).await;
+    assert_eq!(ws_next(&mut ws).await["data"], "r1");
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("r1")
+    );
+    // Bob was never subscribed to news.
+    assert_eq!(ws_next(&mut bob).await["data"], "r1");
+
+    // Bad requests.
+    let too_many: Vec<String> = (0..65).map(|i| format!("t{i}")).collect();
+    let cases = [
+        (json!({"topics": []}), "bad_topics"),
+        (json!({"topics": too_many}), "bad_topics"),
+        (json!({"topics": ["bad topic"]}), "bad_topic"),
+        (json!({"topic": "x"}), "bad_json"),
+    ];
+    for (body, code) in cases {
+        let (status, reply) = command(&gw, "/v1/users/ann/subscribe", body.clone()).await;
+        assert_eq!(
+            (status, reply["code"].as_str()),
+            (400, Some(code)),
+            "{body}"
+        );
+    }
+    gw.stop().await.unwrap();
 }

@@ -34,6 +34,7 @@ pub mod inbound;
 
 use super::lost_json;
 use crate::app::AppState;
+use crate::cluster::control::Action;
 use crate::error::ApiError;
 use crate::limits::{Rate, TokenBucket};
 use crate::publish::{self, Publisher};
@@ -305,15 +306,7 @@ impl<S: PeerStream> Connection<S> {
                 // Boxed: inbound frames are rare on a subscriber, and inlining this path would
                 // size every idle connection's task for it (measured: 2.2 KB vs 1 KB).
                 frame = self.socket.next() => Box::pin(self.on_frame(frame)).await,
-                disconnect = self.guard.kicked() => {
-                    let code = if disconnect.reconnect {
-                        close_code::DISCONNECTED
-                    } else {
-                        close_code::DISCONNECTED_STAY_AWAY
-                    };
-                    Box::pin(self.close(code, &disconnect.reason)).await;
-                    Flow::Close(CloseReason::Disconnected)
-                }
+                action = self.guard.next_action() => Box::pin(self.on_action(action)).await,
                 _ = expired(&mut self.expiry) => {
                     Box::pin(self.close(close_code::POLICY, "token expired")).await;
                     Flow::Close(CloseReason::Expired)
@@ -335,6 +328,51 @@ impl<S: PeerStream> Connection<S> {
             }
         };
         self.guard.closing(reason);
+    }
+
+    /// A command of the application's (the admin API): an end with its reason, or a
+    /// server-side subscription told to the client as if it had asked (`"by": "server"`).
+    async fn on_action(&mut self, action: Action) -> Flow {
+        match action {
+            Action::Disconnect(disconnect) => {
+                let code = if disconnect.reconnect {
+                    close_code::DISCONNECTED
+                } else {
+                    close_code::DISCONNECTED_STAY_AWAY
+                };
+                self.close(code, &disconnect.reason).await;
+                Flow::Close(CloseReason::Disconnected)
+            }
+            Action::Subscribe(topics) => {
+                match super::subscribe_from_server(&self.state, &mut self.feed, &topics) {
+                    Ok(started) => {
+                        let cursors: serde_json::Map<String, serde_json::Value> = started
+                            .iter()
+                            .map(|(t, c)| (t.to_string(), c.to_string().into()))
+                            .collect();
+                        let names: Vec<&String> = cursors.keys().collect();
+                        let reply = serde_json::json!({
+                            "type": "subscribed", "topics": names, "cursors": cursors, "by": "server",
+                        });
+                        self.send_text(reply.to_string()).await
+                    }
+                    Err(e) => {
+                        metrics::client_error("ws", e.code());
+                        Flow::Continue
+                    }
+                }
+            }
+            Action::Unsubscribe(topics) => {
+                let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
+                if removed.is_empty() {
+                    return Flow::Continue;
+                }
+                self.charges
+                    .retain(|(name, _)| !removed.iter().any(|r| r == name.as_str()));
+                let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed, "by": "server" });
+                self.send_text(reply.to_string()).await
+            }
+        }
     }
 
     async fn on_frame(&mut self, frame: Option<Result<WsMessage, tungstenite::Error>>) -> Flow {
