@@ -70,18 +70,8 @@ pub async fn disconnect_user(
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let RequestBody(body) = body?;
-    check_user(&user)?;
-    let disconnect = disconnect_of(&body)?;
-    command(
-        &state,
-        Command {
-            target: Target::User(user),
-            action: Action::Disconnect(disconnect),
-        },
-        "disconnected_here",
-    )
-    .await
+    let action = |body: &[u8]| disconnect_of(body).map(Action::Disconnect);
+    for_user(&state, user, body, action, "disconnected_here").await
 }
 
 /// `POST /v1/connections/{id}/disconnect {"reason"?, "reconnect"?}`: ends one connection, by
@@ -105,6 +95,21 @@ pub async fn disconnect_connection(
         "disconnected_here",
     )
     .await
+}
+
+/// A command for every connection of `user`, its action read from the body by `action`.
+async fn for_user(
+    state: &AppState,
+    user: String,
+    body: Result<RequestBody, ApiError>,
+    action: impl FnOnce(&[u8]) -> Result<Action, ApiError>,
+    counted: &str,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    check_user(&user)?;
+    let action = action(&body)?;
+    let target = Target::User(user);
+    command(state, Command { target, action }, counted).await
 }
 
 fn check_user(user: &str) -> Result<(), ApiError> {
@@ -148,18 +153,8 @@ pub async fn subscribe_user(
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let RequestBody(body) = body?;
-    check_user(&user)?;
-    let topics = topics_of(&state, &body)?;
-    command(
-        &state,
-        Command {
-            target: Target::User(user),
-            action: Action::Subscribe(topics),
-        },
-        "subscribed_here",
-    )
-    .await
+    let action = |body: &[u8]| topics_of(&state, body).map(Action::Subscribe);
+    for_user(&state, user, body, action, "subscribed_here").await
 }
 
 /// `POST /v1/users/{user}/unsubscribe {"topics": [..]}`: the reverse of [`subscribe_user`].
@@ -168,16 +163,6 @@ pub async fn unsubscribe_user(
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let RequestBody(body) = body?;
-    check_user(&user)?;
-    let topics = topics_of(&state, &body)?;
-    command(
-        &state,
-        Command {
-            target: Target::User(user),
-            action: Action::Unsubscribe(topics),
-        },
-        "unsubscribed_here",
-    )
-    .await
+    let action = |body: &[u8]| topics_of(&state, body).map(Action::Unsubscribe);
+    for_user(&state, user, body, action, "unsubscribed_here").await
 }

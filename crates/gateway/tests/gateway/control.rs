@@ -309,10 +309,7 @@ async fn the_server_subscribes_and_unsubscribes_a_users_connections() {
 
     publish(&gw, "news", json!("n1")).await;
     assert_eq!(ws_next(&mut ws).await["data"], "n1");
-    assert_eq!(
-        sse.next_event().await.unwrap().data.as_deref(),
-        Some("n1")
-    );
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("n1"));
 
     let (status, body) = command(
         &gw,
@@ -336,10 +333,7 @@ async fn the_server_subscribes_and_unsubscribes_a_users_connections() {
     publish(&gw, "news", json!("n2")).await;
     publish(&gw, "room", json!("r1")).await;
     assert_eq!(ws_next(&mut ws).await["data"], "r1");
-    assert_eq!(
-        sse.next_event().await.unwrap().data.as_deref(),
-        Some("r1")
-    );
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("r1"));
     // Bob was never subscribed to news.
     assert_eq!(ws_next(&mut bob).await["data"], "r1");
 
