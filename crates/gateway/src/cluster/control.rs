@@ -149,11 +149,13 @@ impl Connections {
                 .cloned()
                 .unwrap_or_default(),
         };
+        // An end always fits (it replaces what waits); anything else needs room.
+        let ends = matches!(command.action, Action::Disconnect(_));
         let ids: Vec<u64> = ids
             .into_iter()
             .filter(|id| {
                 table.wakers.contains_key(id)
-                    && table.pending.get(id).is_none_or(|q| q.len() < MAX_PENDING)
+                    && (ends || table.pending.get(id).is_none_or(|q| q.len() < MAX_PENDING))
             })
             .collect();
         if ids.is_empty() {
