@@ -77,6 +77,7 @@ pub fn admin_router(state: AppState) -> Router {
             "/v1/users/{user}/unsubscribe",
             post(api::control::unsubscribe_user),
         )
+        .route("/v1/users/{user}/send", post(api::control::send_user))
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))

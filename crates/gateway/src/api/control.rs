@@ -1,6 +1,6 @@
 //! Admin endpoints that act on live connections, on whichever node holds them:
 //! `POST /v1/users/{user}/disconnect`, `POST /v1/connections/{id}/disconnect`, and
-//! `POST /v1/users/{user}/subscribe` / `unsubscribe`.
+//! `POST /v1/users/{user}/subscribe` / `unsubscribe`, and `POST /v1/users/{user}/send`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -165,4 +165,57 @@ pub async fn unsubscribe_user(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let action = |body: &[u8]| topics_of(&state, body).map(Action::Unsubscribe);
     for_user(&state, user, body, action, "unsubscribed_here").await
+}
+
+/// Body of a message sent to a user.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SendRequest {
+    data: Box<serde_json::value::RawValue>,
+    #[serde(default)]
+    event: Option<String>,
+}
+
+/// The personal topic of `user`: `user:<user>`, when that is a valid topic name.
+pub fn personal_topic(user: &str) -> Result<herald_core::TopicName, ApiError> {
+    herald_core::TopicName::new(&format!("user:{user}")).map_err(|_| {
+        ApiError::bad_request(
+            "bad_user",
+            "a user whose name is not made of topic characters ([A-Za-z0-9_.:@-]) has no personal topic",
+        )
+    })
+}
+
+/// `POST /v1/users/{user}/send {"data", "event"?}`: publishes to the user's personal topic
+/// `user:<user>` (through the log that feeds it, so it has an id, history and resume like any
+/// message) and subscribes every live connection of the user to that topic, on every node,
+/// from just before the message, so each gets it once whichever arrives first.
+pub async fn send_user(
+    State(state): State<AppState>,
+    Path(user): Path<String>,
+    body: Result<RequestBody, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    check_user(&user)?;
+    let topic = personal_topic(&user)?;
+    let request: SendRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    let prepared = crate::publish::prepare(
+        &state,
+        &crate::publish::Publisher::Trusted,
+        None,
+        topic.as_str(),
+        request.event.as_deref(),
+        &request.data,
+    )?;
+    let (topic, id) = crate::publish::route(&state, prepared, "http").await?;
+    let after = herald_core::Cursor::new(id.epoch, id.seq.saturating_sub(1));
+    let action = Action::Receive {
+        topic: topic.to_string(),
+        after: after.to_string(),
+    };
+    let target = Target::User(user);
+    let Json(mut answer) = command(&state, Command { target, action }, "reached_here").await?;
+    answer["topic"] = topic.as_str().into();
+    answer["id"] = id.to_string().into();
+    Ok(Json(answer))
 }

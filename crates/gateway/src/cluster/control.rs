@@ -59,6 +59,15 @@ pub enum Action {
     Subscribe(Vec<String>),
     /// Drop these topics from the connection's subscriptions.
     Unsubscribe(Vec<String>),
+    /// A message was sent to the connection's user on `topic` (their personal topic): be
+    /// subscribed to it, resuming after `after` (the position just before the message), so
+    /// the message arrives whether this command or the message reaches the node first.
+    Receive {
+        /// The personal topic.
+        topic: String,
+        /// The position the subscription resumes after (a cursor's text).
+        after: String,
+    },
 }
 
 /// A command for live connections, as relayed between nodes.

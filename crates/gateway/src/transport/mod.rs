@@ -128,14 +128,15 @@ pub fn topic_for_subscriber(
     Ok((topic, created.then_some(charge)))
 }
 
-/// A server-side subscription (the admin API's `POST /v1/users/{user}/subscribe`): `topics`
-/// added to `feed` from their live head, created when new and not charged to the client (the
+/// A server-side subscription (the admin API's `POST /v1/users/{user}/subscribe`, or a
+/// message sent to a user): `topics` added to `feed` from their live head (or after `after`), created when new and not charged to the client (the
 /// application asked, and the registry's own limit holds); all or nothing within the
 /// connection's topic limit. Returns each added topic with its starting position.
 pub fn subscribe_from_server(
     state: &AppState,
     feed: &mut Feed,
     topics: &[String],
+    after: Option<herald_core::Cursor>,
 ) -> Result<Vec<(TopicName, herald_core::Cursor)>, ApiError> {
     let names = topics
         .iter()
@@ -159,8 +160,11 @@ pub fn subscribe_from_server(
     let mut started = Vec::with_capacity(found.len());
     for topic in found {
         let name = topic.name().clone();
+        if feed.positions().any(|(t, _)| *t == name) {
+            continue; // held already: nothing to tell
+        }
         let start = feed
-            .subscribe(topic, None)
+            .subscribe(topic, after)
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
         started.push((name, start));
     }

@@ -422,11 +422,16 @@ impl SseStream {
         Bytes::from(format!("retry: {}\n{}\n", retry.as_millis(), self.id))
     }
 
-    /// Subscribes to `topics` on the application's command: an event naming them, with the
-    /// `id:` of every position (so that a resume includes them), or `None` when refused
-    /// (counted).
-    fn subscribed_by_server(&mut self, topics: &[String]) -> Option<Bytes> {
-        match super::subscribe_from_server(&self.state, &mut self.feed, topics) {
+    /// Subscribes to `topics` on the application's command (from their head, or after
+    /// `after`): an event naming them, with the `id:` of every position (so that a resume
+    /// includes them), or `None` when there is nothing new or it was refused (counted).
+    fn subscribed_by_server(
+        &mut self,
+        topics: &[String],
+        after: Option<herald_core::Cursor>,
+    ) -> Option<Bytes> {
+        match super::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
+            Ok(started) if started.is_empty() => None,
             Ok(started) => {
                 self.multi = self.feed.len() > 1;
                 let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
@@ -480,7 +485,13 @@ impl SseStream {
                         return Some(disconnect_event(&disconnect));
                     }
                     Action::Subscribe(topics) => {
-                        if let Some(chunk) = self.subscribed_by_server(&topics) {
+                        if let Some(chunk) = self.subscribed_by_server(&topics, None) {
+                            return Some(chunk);
+                        }
+                    }
+                    Action::Receive { topic, after } => {
+                        let after = after.parse().ok();
+                        if let Some(chunk) = self.subscribed_by_server(&[topic], after) {
                             return Some(chunk);
                         }
                     }

@@ -264,6 +264,38 @@ async fn commands_reach_connections_on_every_node_of_a_cluster() {
         (got["topic"].as_str(), got["data"].as_str()),
         (Some("yan-inbox"), Some("for yan"))
     );
+
+    // A message sent to yan through node a reaches yan's connection on node b, once.
+    let (status, body) = command(
+        &a,
+        "/v1/users/yan/send",
+        json!({"data": {"n": 1}, "event": "note"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["topic"].as_str()),
+        (200, Some("user:yan")),
+        "{body}"
+    );
+    let mut got = ws_next(&mut yan_too).await;
+    if got["type"] == "subscribed" {
+        got = ws_next(&mut yan_too).await;
+    }
+    assert_eq!(
+        (got["topic"].as_str(), got["id"].as_str()),
+        (Some("user:yan"), body["id"].as_str()),
+        "{got}"
+    );
+    assert_eq!(
+        (got["event"].as_str(), got["data"].clone()),
+        (Some("note"), json!({"n": 1}))
+    );
+    publish(&a, "hall", json!("after the note")).await;
+    assert_eq!(
+        ws_next(&mut yan_too).await["data"],
+        "after the note",
+        "the note came once"
+    );
     for node in [a, b, c] {
         node.stop().await.unwrap();
     }
@@ -353,5 +385,65 @@ async fn the_server_subscribes_and_unsubscribes_a_users_connections() {
             "{body}"
         );
     }
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_message_sent_to_a_user_reaches_each_of_its_connections_once() {
+    let gw = spawn_gateway(token_config()).await;
+    let mut ws = ws_of(&gw, "ann", "room").await;
+    let sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
+    let mut sse = SseClient::connect(&gw, &format!("topic=room&token={sse_token}"), None).await;
+    sse.next_block().await.unwrap();
+    let mut bob = ws_of(&gw, "bob", "room").await;
+
+    for n in 1..=2 {
+        let (status, body) = command(&gw, "/v1/users/ann/send", json!({"data": {"n": n}})).await;
+        assert_eq!(
+            (status, body["reached_here"].as_u64()),
+            (200, Some(2)),
+            "{body}"
+        );
+        assert_eq!(body["topic"], "user:ann");
+        if n == 1 {
+            // The first makes the personal topic part of each connection.
+            let frame = ws_next(&mut ws).await;
+            assert_eq!(
+                (frame["type"].as_str(), frame["by"].as_str()),
+                (Some("subscribed"), Some("server"))
+            );
+            assert_eq!(
+                sse.next_event().await.unwrap().event.as_deref(),
+                Some("herald.subscribed")
+            );
+        }
+        let got = ws_next(&mut ws).await;
+        assert_eq!(
+            (got["topic"].as_str(), got["id"].as_str()),
+            (Some("user:ann"), body["id"].as_str())
+        );
+        assert_eq!(got["data"], json!({"n": n}));
+        let event = sse.next_event().await.unwrap();
+        assert_eq!(
+            event.data.as_deref(),
+            Some(format!(r#"{{"n":{n}}}"#).as_str())
+        );
+    }
+    publish(&gw, "room", json!("r")).await;
+    assert_eq!(
+        ws_next(&mut ws).await["data"],
+        "r",
+        "each message came once"
+    );
+    assert_eq!(
+        ws_next(&mut bob).await["data"],
+        "r",
+        "bob got none of ann's"
+    );
+
+    let (status, reply) = command(&gw, "/v1/users/ann%20smith/send", json!({"data": 1})).await;
+    assert_eq!((status, reply["code"].as_str()), (400, Some("bad_user")));
+    let (status, reply) = command(&gw, "/v1/users/ann/send", json!({"event": "x"})).await;
+    assert_eq!((status, reply["code"].as_str()), (400, Some("bad_json")));
     gw.stop().await.unwrap();
 }

@@ -343,24 +343,10 @@ impl<S: PeerStream> Connection<S> {
                 self.close(code, &disconnect.reason).await;
                 Flow::Close(CloseReason::Disconnected)
             }
-            Action::Subscribe(topics) => {
-                match super::subscribe_from_server(&self.state, &mut self.feed, &topics) {
-                    Ok(started) => {
-                        let cursors: serde_json::Map<String, serde_json::Value> = started
-                            .iter()
-                            .map(|(t, c)| (t.to_string(), c.to_string().into()))
-                            .collect();
-                        let names: Vec<&String> = cursors.keys().collect();
-                        let reply = serde_json::json!({
-                            "type": "subscribed", "topics": names, "cursors": cursors, "by": "server",
-                        });
-                        self.send_text(reply.to_string()).await
-                    }
-                    Err(e) => {
-                        metrics::client_error("ws", e.code());
-                        Flow::Continue
-                    }
-                }
+            Action::Subscribe(topics) => self.subscribed_by_server(&topics, None).await,
+            Action::Receive { topic, after } => {
+                self.subscribed_by_server(&[topic], after.parse().ok())
+                    .await
             }
             Action::Unsubscribe(topics) => {
                 let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
@@ -371,6 +357,34 @@ impl<S: PeerStream> Connection<S> {
                     .retain(|(name, _)| !removed.iter().any(|r| r == name.as_str()));
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed, "by": "server" });
                 self.send_text(reply.to_string()).await
+            }
+        }
+    }
+
+    /// Subscribes to `topics` on the application's command (from their head, or after
+    /// `after`), telling the client with a `subscribed` frame marked `"by": "server"` when
+    /// anything is new; a refusal is counted.
+    async fn subscribed_by_server(
+        &mut self,
+        topics: &[String],
+        after: Option<herald_core::Cursor>,
+    ) -> Flow {
+        match super::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
+            Ok(started) if started.is_empty() => Flow::Continue,
+            Ok(started) => {
+                let cursors: serde_json::Map<String, serde_json::Value> = started
+                    .iter()
+                    .map(|(t, c)| (t.to_string(), c.to_string().into()))
+                    .collect();
+                let names: Vec<&String> = cursors.keys().collect();
+                let reply = serde_json::json!({
+                    "type": "subscribed", "topics": names, "cursors": cursors, "by": "server",
+                });
+                self.send_text(reply.to_string()).await
+            }
+            Err(e) => {
+                metrics::client_error("ws", e.code());
+                Flow::Continue
             }
         }
     }
