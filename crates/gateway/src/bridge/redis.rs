@@ -267,23 +267,24 @@ impl Bridge for RedisBridge {
             }
             let key = self.target.stream_key(shard);
             // A connection that broke while idle (Redis restarted, a sentinel failover) is
-            // made again: it costs a retry, not a failed publish.
+            // made again, and one that cannot be made yet (sentinels that have not agreed on
+            // the new master) is tried again: it costs a retry, not a failed publish.
             let mut attempt = 0;
             let id: Option<String> = loop {
                 attempt += 1;
                 let result = match self.publisher.get().await {
-                    Ok(mut conn) => {
-                        conn.xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
-                            .await
-                    }
-                    Err(e) => Err(e),
+                    Ok(mut conn) => conn
+                        .xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
+                        .await
+                        .map_err(|e| (self.publisher.failed(&e), e)),
+                    Err(e) => Err((true, e)),
                 };
                 match result {
                     Ok(id) => break id,
-                    Err(e) if self.publisher.failed(&e) && attempt < 3 => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err((true, _)) if attempt < 4 => {
+                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
                     }
-                    Err(e) => return Err(Self::unavailable(e)),
+                    Err((_, e)) => return Err(Self::unavailable(e)),
                 }
             };
             let id = id.ok_or_else(|| Self::unavailable("XADD returned no id"))?;
