@@ -26,6 +26,15 @@ async fn ws_authenticating(gw: &herald_gateway::Gateway, sub: &str, topic: &str)
     ws
 }
 
+/// Ann on a WebSocket and an SSE stream, Bob on a WebSocket, all subscribed to `room`.
+async fn ann_and_bob(gw: &herald_gateway::Gateway) -> (WsStream, SseClient, WsStream) {
+    let ws = ws_of(gw, "ann", "room").await;
+    let sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
+    let mut sse = SseClient::connect(gw, &format!("topic=room&token={sse_token}"), None).await;
+    sse.next_block().await.unwrap();
+    (ws, sse, ws_of(gw, "bob", "room").await)
+}
+
 async fn user_ids(gw: &herald_gateway::Gateway, user: &str) -> Vec<String> {
     let v = get_json(format!(
         "http://{}/v1/users/{user}/connections",
@@ -304,11 +313,7 @@ async fn commands_reach_connections_on_every_node_of_a_cluster() {
 #[tokio::test]
 async fn the_server_subscribes_and_unsubscribes_a_users_connections() {
     let gw = spawn_gateway(token_config()).await;
-    let mut ws = ws_of(&gw, "ann", "room").await;
-    let sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
-    let mut sse = SseClient::connect(&gw, &format!("topic=room&token={sse_token}"), None).await;
-    sse.next_block().await.unwrap();
-    let mut bob = ws_of(&gw, "bob", "room").await;
+    let (mut ws, mut sse, mut bob) = ann_and_bob(&gw).await;
 
     // Topics the token does not name: the application decides, not the token.
     let (status, body) = command(
@@ -391,11 +396,7 @@ async fn the_server_subscribes_and_unsubscribes_a_users_connections() {
 #[tokio::test]
 async fn a_message_sent_to_a_user_reaches_each_of_its_connections_once() {
     let gw = spawn_gateway(token_config()).await;
-    let mut ws = ws_of(&gw, "ann", "room").await;
-    let sse_token = token(json!({"sub": "ann", "exp": unix_now() + 3600, "topics": ["room"]}));
-    let mut sse = SseClient::connect(&gw, &format!("topic=room&token={sse_token}"), None).await;
-    sse.next_block().await.unwrap();
-    let mut bob = ws_of(&gw, "bob", "room").await;
+    let (mut ws, mut sse, mut bob) = ann_and_bob(&gw).await;
 
     for n in 1..=2 {
         let (status, body) = command(&gw, "/v1/users/ann/send", json!({"data": {"n": n}})).await;
