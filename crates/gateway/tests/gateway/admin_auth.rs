@@ -92,6 +92,21 @@ async fn admin_routes_need_a_key_but_probes_and_metrics_do_not() {
         assert_eq!(status, 401, "{path}");
     }
 
+    // Acting on connections needs the key too: nobody else may log users out or send to them.
+    for path in [
+        "/v1/users/ann/disconnect",
+        "/v1/connections/1/disconnect",
+        "/v1/users/ann/subscribe",
+        "/v1/users/ann/unsubscribe",
+        "/v1/users/ann/send",
+    ] {
+        let body = json!({"topics": ["t"], "data": 1});
+        let status = post_json(format!("{base}{path}"), &[], &body)
+            .await
+            .status();
+        assert_eq!(status, 401, "{path}");
+    }
+
     // Probes and the metrics scrape need nothing.
     for path in ["/healthz", "/readyz", "/metrics"] {
         let status = get(format!("{base}{path}"), &[]).await.status();
