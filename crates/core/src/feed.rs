@@ -6,13 +6,15 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use tokio_stream::StreamExt as _;
+use tokio_stream::Stream as _;
 use tokio_stream::StreamMap;
 use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::cursor::Cursor;
+use crate::direct::{DirectSub, DirectWriter};
 use crate::error::FeedError;
 use crate::history::LossReason;
 use crate::message::Message;
@@ -60,6 +62,9 @@ pub enum FeedEvent {
         /// Messages the live channel skipped.
         missed: u64,
     },
+    /// The rest of a frame the topic's fan-out wrote in part to a direct subscriber's socket
+    /// ([`Feed::link`]): write it before anything else.
+    Rest(Bytes),
 }
 
 #[derive(Debug)]
@@ -120,6 +125,18 @@ pub struct Feed {
     pending: VecDeque<FeedEvent>,
     policy: LagPolicy,
     max_subscriptions: usize,
+    /// The one topic's direct delivery, when the transport set it up ([`Self::link`]).
+    link: Option<Link>,
+    /// The rest of a frame the fan-out wrote in part, for the transport to write first.
+    rest: Option<Bytes>,
+}
+
+#[derive(Debug)]
+struct Link {
+    sub: Arc<DirectSub>,
+    /// The subscriber is direct (as far as this feed knows: the fan-out may have parked it
+    /// since): it holds no live receiver.
+    live: bool,
 }
 
 impl Feed {
@@ -131,7 +148,140 @@ impl Feed {
             pending: VecDeque::new(),
             policy,
             max_subscriptions,
+            link: None,
+            rest: None,
         }
+    }
+
+    /// Lets the topic's publisher write this feed's messages itself with `writer` while the
+    /// feed is idle, instead of waking the feed's task for each ([`crate::direct`]). Only for
+    /// a feed of one topic; subscribing to another topic ends it. False when not taken.
+    ///
+    /// The transport must call [`Self::hold`] before it writes anything itself, and write
+    /// what it returns first, and write [`FeedEvent::Rest`] when it comes.
+    pub fn link(&mut self, writer: Box<dyn DirectWriter>) -> bool {
+        if self.subs.len() != 1 || self.link.is_some() {
+            return false;
+        }
+        let sub = &self.subs[0];
+        self.link = Some(Link {
+            sub: sub.topic.attach_direct(writer, sub.position),
+            live: false,
+        });
+        true
+    }
+
+    /// Stops direct delivery for a moment, before the transport writes something of its own:
+    /// the live receiver takes over from the position reached. Returns the rest of a frame
+    /// the fan-out wrote in part, to write first. The feed goes direct again when it is idle.
+    pub fn hold(&mut self) -> Option<Bytes> {
+        if self.link.as_ref().is_some_and(|l| l.live) {
+            self.take_over();
+        }
+        self.rest.take()
+    }
+
+    /// When the topic's publisher last wrote to the socket itself.
+    pub fn last_direct_write(&self) -> Option<std::time::Instant> {
+        self.link.as_ref().and_then(|l| l.sub.last_write())
+    }
+
+    /// Whether the topic's publisher writes this feed's messages now.
+    pub fn is_direct(&self) -> bool {
+        self.link
+            .as_ref()
+            .is_some_and(|l| l.live && l.sub.is_direct())
+    }
+
+    /// The linked subscriber was parked (or is being held): take its position and partial
+    /// frame, and subscribe again live from there.
+    fn take_over(&mut self) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let handover = link.sub.take();
+        let was_live = std::mem::replace(&mut link.live, false);
+        if let Some(rest) = handover.rest {
+            self.rest = Some(rest);
+        }
+        let Some(sub) = self.subs.first_mut() else {
+            return;
+        };
+        sub.position = handover.position;
+        if was_live {
+            self.resume_after_park();
+        }
+    }
+
+    /// Subscribes the linked topic live again from the position the fan-out reached, with
+    /// what it missed meanwhile from history. A gap history no longer covers is a lag, under
+    /// the feed's policy.
+    fn resume_after_park(&mut self) {
+        let Some(sub) = self.subs.first_mut() else {
+            return;
+        };
+        let name = sub.topic.name().clone();
+        if sub.position.seq == 0 && sub.topic.head().epoch != sub.position.epoch {
+            // Nothing seen yet, and the topic's log set its epoch since: as `accept` does,
+            // take what the topic holds in that epoch.
+            return self.reopen(name);
+        }
+        let mut again = sub.topic.subscribe(Some(sub.position));
+        match again.lost {
+            None => {}
+            Some(reason @ LossReason::Epoch) => {
+                sub.position = again.start;
+                self.pending.push_back(FeedEvent::Lost {
+                    topic: name.clone(),
+                    reason,
+                });
+            }
+            Some(_) if self.policy == LagPolicy::RecoverOrNotify => {
+                // Told, then given what history still holds, as a lagging receiver would.
+                again = sub.topic.subscribe_all();
+                sub.position = again.start;
+                self.pending.push_back(FeedEvent::Lost {
+                    topic: name.clone(),
+                    reason: LossReason::Lagged,
+                });
+            }
+            Some(_) => self.pending.push_back(FeedEvent::Disconnect {
+                topic: name.clone(),
+                missed: 0,
+            }),
+        }
+        self.pending
+            .extend(again.replay.into_iter().map(FeedEvent::Message));
+        self.streams
+            .insert(name, LiveStream(Some(BroadcastStream::new(again.receiver))));
+    }
+
+    /// Ends direct delivery for good (a second topic, an unsubscribe, the end).
+    fn unlink(&mut self) {
+        if self.link.is_none() {
+            return;
+        }
+        self.take_over();
+        if let (Some(link), Some(sub)) = (self.link.take(), self.subs.first()) {
+            sub.topic.detach_direct(&link.sub);
+        }
+    }
+
+    /// Goes direct when idle and the topic has nothing this feed has not seen.
+    fn try_go_direct(&mut self) -> bool {
+        let (Some(link), [sub]) = (self.link.as_mut(), self.subs.as_slice()) else {
+            return false;
+        };
+        if link.live || !self.pending.is_empty() || self.rest.is_some() {
+            return false;
+        }
+        if !sub.topic.try_direct(&link.sub, sub.position) {
+            return false;
+        }
+        link.live = true;
+        let name = sub.topic.name().clone();
+        self.streams.remove(&name);
+        true
     }
 
     /// Subscribes to `topic`, resuming after `from` when given, and returns the position the
@@ -150,6 +300,7 @@ impl Feed {
                 max: self.max_subscriptions,
             });
         }
+        self.unlink();
         let sub = topic.subscribe(from);
         let name = topic.name().clone();
         if let Some(reason) = sub.lost {
@@ -171,6 +322,9 @@ impl Feed {
 
     /// Drops the subscription to `topic`; true when there was one.
     pub fn unsubscribe(&mut self, topic: &str) -> bool {
+        if self.subs.iter().any(|s| s.topic.name().as_str() == topic) {
+            self.unlink();
+        }
         let before = self.subs.len();
         self.subs.retain(|s| {
             let keep = s.topic.name().as_str() != topic;
@@ -199,27 +353,56 @@ impl Feed {
     /// Each subscribed topic with the position of the last message delivered on it (or where
     /// the subscription started), in subscription order.
     pub fn positions(&self) -> impl Iterator<Item = (&TopicName, Cursor)> {
-        self.subs.iter().map(|s| (s.topic.name(), s.position))
+        // A linked feed has one topic, whose position the fan-out moves while direct.
+        let direct = self
+            .link
+            .as_ref()
+            .filter(|l| l.live)
+            .map(|l| l.sub.position());
+        self.subs
+            .iter()
+            .map(move |s| (s.topic.name(), direct.unwrap_or(s.position)))
     }
 
     /// The next event. Cancel-safe: dropping the future loses nothing, so it can sit in a
-    /// `select!` beside timers and socket reads. Never returns while there is no subscription.
+    /// `select!` beside timers and socket reads. Never returns while there is no subscription
+    /// (or while the topic's publisher delivers directly).
     pub async fn next(&mut self) -> FeedEvent {
+        std::future::poll_fn(|cx| self.poll_next_event(cx)).await
+    }
+
+    fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<FeedEvent> {
         loop {
-            if let Some(event) = self.pop_pending() {
-                return event;
+            if let Some(rest) = self.rest.take() {
+                return Poll::Ready(FeedEvent::Rest(rest));
             }
-            let Some((name, item)) = self.streams.next().await else {
-                return std::future::pending().await;
-            };
-            match item {
-                Live::Message(message) => {
-                    if let Some(event) = self.accept(message) {
-                        return event;
+            if let Some(event) = self.pop_pending() {
+                return Poll::Ready(event);
+            }
+            if let Some(link) = self.link.as_ref().filter(|l| l.live) {
+                if link.sub.register(cx.waker()) {
+                    return Poll::Pending;
+                }
+                // Parked by the fan-out: this task takes over.
+                self.take_over();
+                continue;
+            }
+            match std::pin::Pin::new(&mut self.streams).poll_next(cx) {
+                Poll::Ready(Some((name, item))) => match item {
+                    Live::Message(message) => {
+                        if let Some(event) = self.accept(message) {
+                            return Poll::Ready(event);
+                        }
+                    }
+                    Live::Lagged(missed) => self.on_lag(name, missed),
+                    Live::Closed => self.reopen(name),
+                },
+                Poll::Ready(None) => return Poll::Pending,
+                Poll::Pending => {
+                    if !self.try_go_direct() {
+                        return Poll::Pending;
                     }
                 }
-                Live::Lagged(missed) => self.on_lag(name, missed),
-                Live::Closed => self.reopen(name),
             }
         }
     }
@@ -237,7 +420,10 @@ impl Feed {
         while let Some(event) = self.pending.pop_front() {
             let event = match event {
                 FeedEvent::Message(message) => self.accept(message),
-                other => self.is_subscribed(other_topic(&other)).then_some(other),
+                other => other
+                    .topic()
+                    .is_some_and(|t| self.is_subscribed(t))
+                    .then_some(other),
             };
             if event.is_some() {
                 return event;
@@ -348,25 +534,25 @@ impl Feed {
 
 impl Drop for Feed {
     fn drop(&mut self) {
+        if let (Some(link), Some(sub)) = (self.link.take(), self.subs.first()) {
+            sub.topic.detach_direct(&link.sub);
+        }
         for sub in &self.subs {
             sub.topic.touch();
         }
     }
 }
 
-fn other_topic(event: &FeedEvent) -> &TopicName {
-    match event {
-        FeedEvent::Message(m) => m.topic(),
-        FeedEvent::Lost { topic, .. }
-        | FeedEvent::Recovered { topic, .. }
-        | FeedEvent::Disconnect { topic, .. } => topic,
-    }
-}
-
 impl FeedEvent {
-    /// The topic the event is about.
-    pub fn topic(&self) -> &TopicName {
-        other_topic(self)
+    /// The topic the event is about (none for [`FeedEvent::Rest`]).
+    pub fn topic(&self) -> Option<&TopicName> {
+        match self {
+            FeedEvent::Message(m) => Some(m.topic()),
+            FeedEvent::Lost { topic, .. }
+            | FeedEvent::Recovered { topic, .. }
+            | FeedEvent::Disconnect { topic, .. } => Some(topic),
+            FeedEvent::Rest(_) => None,
+        }
     }
 }
 
@@ -400,8 +586,187 @@ mod tests {
                 FeedEvent::Lost { topic, reason } => format!("lost {topic} {}", reason.as_str()),
                 FeedEvent::Recovered { topic, missed } => format!("recovered {topic} {missed}"),
                 FeedEvent::Disconnect { topic, .. } => format!("disconnect {topic}"),
+                FeedEvent::Rest(rest) => format!("rest {}", String::from_utf8_lossy(&rest)),
             })
             .collect()
+    }
+
+    /// A socket in memory for direct delivery: takes up to `room` bytes, then would block.
+    #[derive(Clone, Default)]
+    struct Socket {
+        written: Arc<parking_lot::Mutex<Vec<u8>>>,
+        room: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Socket {
+        fn with_room(room: usize) -> Self {
+            let socket = Self::default();
+            socket.room.store(room, std::sync::atomic::Ordering::SeqCst);
+            socket
+        }
+
+        /// The data of every whole SSE frame written, in order, and what follows the last.
+        fn frames(&self) -> (Vec<String>, String) {
+            let text = String::from_utf8(self.written.lock().clone()).unwrap();
+            let mut parts: Vec<&str> = text.split("\n\n").collect();
+            let tail = parts.pop().unwrap_or_default().to_string();
+            let data = parts
+                .iter()
+                .map(|f| {
+                    f.lines()
+                        .find_map(|l| l.strip_prefix("data: "))
+                        .unwrap()
+                        .to_string()
+                })
+                .collect();
+            (data, tail)
+        }
+    }
+
+    impl DirectWriter for Socket {
+        fn frame(&self, message: &Message) -> Bytes {
+            message.sse_frame().clone()
+        }
+
+        fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = self.room.load(std::sync::atomic::Ordering::SeqCst);
+            if room == 0 {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            let n = room.min(buf.len());
+            self.room.fetch_sub(n, std::sync::atomic::Ordering::SeqCst);
+            self.written.lock().extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn delivered(&self, _bytes: usize, _message: &Message) {}
+    }
+
+    fn linked(t: &Arc<Topic>, socket: &Socket) -> Feed {
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe(t.clone(), None).unwrap();
+        assert!(feed.link(Box::new(socket.clone())));
+        assert!(feed.try_next().is_none());
+        assert!(feed.is_direct(), "an idle linked feed goes direct");
+        feed
+    }
+
+    #[tokio::test]
+    async fn an_idle_linked_feed_is_written_by_the_publisher_and_counted_once() {
+        let a = topic("a", 8, 8);
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        assert_eq!(a.subscriber_count(), 1);
+        publish(&a, 3);
+        assert_eq!(
+            socket.frames(),
+            (vec!["0".into(), "1".into(), "2".into()], String::new())
+        );
+        assert!(
+            drain(&mut feed).is_empty(),
+            "the task is not given them again"
+        );
+        let positions: Vec<_> = feed.positions().map(|(t, c)| format!("{t}={c}")).collect();
+        assert_eq!(positions, ["a=5-3"]);
+        assert_eq!(a.subscriber_count(), 1);
+        drop(feed);
+        assert_eq!(a.subscriber_count(), 0);
+        publish(&a, 1);
+        assert_eq!(
+            socket.frames().0.len(),
+            3,
+            "nothing is written after the end"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_would_block_parks_the_feed_which_resumes_from_history() {
+        let a = topic("a", 8, 8);
+        let first = a.publish(None, Payload::from_value(&serde_json::json!(0)));
+        let frame_len = first.sse_frame().len();
+        // Room for one frame and a half of the next (frames are the same length here).
+        let socket = Socket::with_room(frame_len + frame_len / 2);
+        let mut feed = linked(&a, &socket);
+        publish(&a, 4); // data 0..=3 at seq 2..=5
+        let (whole, tail) = socket.frames();
+        assert_eq!(whole, ["0"]);
+        assert!(!tail.is_empty(), "half a frame is on the wire");
+        assert!(!feed.is_direct());
+        // The task writes the rest of the frame first, then the messages from history.
+        let got = drain(&mut feed);
+        assert!(got[0].starts_with("rest "), "{got:?}");
+        assert_eq!(format!("{tail}{}", &got[0][5..]), first_frame_of(&a, 3));
+        assert_eq!(got[1..], ["a:4", "a:5"]);
+        // Caught up and idle: direct again, and the next message is written by the publisher.
+        assert!(feed.try_next().is_none());
+        assert!(feed.is_direct());
+        socket
+            .room
+            .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+        publish(&a, 1);
+        let written = String::from_utf8(socket.written.lock().clone()).unwrap();
+        assert!(written.ends_with(&first_frame_of(&a, 6)), "{written}");
+        assert!(drain(&mut feed).is_empty());
+    }
+
+    fn first_frame_of(t: &Topic, seq: u64) -> String {
+        let page = t.history(None, 64);
+        let m = page
+            .messages
+            .iter()
+            .find(|m| m.cursor().seq == seq)
+            .unwrap();
+        String::from_utf8(m.sse_frame().to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn hold_hands_the_stream_to_the_task_until_it_is_idle_again() {
+        let a = topic("a", 8, 8);
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        publish(&a, 1);
+        assert_eq!(feed.hold(), None);
+        assert!(!feed.is_direct());
+        publish(&a, 2);
+        assert_eq!(
+            socket.frames().0,
+            ["0"],
+            "held: the publisher does not write"
+        );
+        assert_eq!(drain(&mut feed), ["a:2", "a:3"]);
+        assert!(feed.is_direct());
+        assert_eq!(a.subscriber_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_second_topic_ends_direct_delivery() {
+        let (a, b) = (topic("a", 8, 8), topic("b", 8, 8));
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        publish(&a, 1);
+        feed.subscribe(b.clone(), None).unwrap();
+        assert!(!feed.is_direct());
+        publish(&a, 1);
+        publish(&b, 1);
+        let mut got = drain(&mut feed);
+        got.sort();
+        assert_eq!(got, ["a:2", "b:1"]);
+        assert_eq!(socket.frames().0, ["0"]);
+        assert_eq!(a.subscriber_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_queue_overflow_parks_direct_subscribers_who_recover_under_the_lag_policy() {
+        let a = topic("a", 2, 2);
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        // Hold the fan-out so that messages queue past the channel's capacity.
+        let running = a.direct.running_for_test();
+        publish(&a, 5);
+        drop(running);
+        publish(&a, 1);
+        assert!(!feed.is_direct());
+        assert_eq!(drain(&mut feed), ["lost a lagged", "a:5", "a:6"]);
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 //! shared as `bytes::Bytes`.
 
 pub mod cursor;
+pub mod direct;
 pub mod error;
 pub mod feed;
 pub mod history;
@@ -18,6 +19,7 @@ pub mod registry;
 pub mod topic;
 
 pub use cursor::{Cursor, ResumeList};
+pub use direct::{DirectSub, DirectWriter, FanOut};
 pub use error::{CursorError, EventNameError, FeedError, RegistryError, TopicNameError};
 pub use feed::{Feed, FeedEvent, LagPolicy};
 pub use history::{History, LossReason};

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
+use crate::direct::{DirectSet, DirectSub, DirectWriter, FanOut};
 use crate::history::{History, LossReason};
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
@@ -117,6 +118,8 @@ struct State {
 pub struct Topic {
     name: TopicName,
     state: Mutex<State>,
+    /// Subscribers the publisher writes to itself ([`crate::direct`]).
+    pub(crate) direct: DirectSet,
 }
 
 impl Topic {
@@ -162,6 +165,7 @@ impl Topic {
                 sender,
                 capacity,
             }),
+            direct: DirectSet::default(),
         }
     }
 
@@ -178,12 +182,16 @@ impl Topic {
 
     /// Publishes a message at the next position and returns it.
     pub fn publish(&self, event: Option<EventName>, data: Payload) -> Arc<Message> {
-        let mut state = self.state.lock();
-        let cursor = Cursor::new(state.epoch, state.head + 1);
-        Self::append(
-            &mut state,
-            Message::new(self.name.clone(), cursor, event, data),
-        )
+        let message = {
+            let mut state = self.state.lock();
+            let cursor = Cursor::new(state.epoch, state.head + 1);
+            self.append(
+                &mut state,
+                Message::new(self.name.clone(), cursor, event, data),
+            )
+        };
+        self.fan_out();
+        message
     }
 
     /// Delivers a message whose position was assigned elsewhere (a shared log such as a
@@ -200,22 +208,61 @@ impl Topic {
         event: Option<EventName>,
         data: Payload,
     ) -> Option<Arc<Message>> {
-        let mut state = self.state.lock();
-        if position.epoch == state.epoch && position.seq <= state.head {
-            return None;
-        }
-        state.anchored = true;
-        if position.epoch != state.epoch {
-            state.epoch = position.epoch;
-            state.history.reset(position.seq.saturating_sub(1));
-        }
-        Some(Self::append(
-            &mut state,
-            Message::new(self.name.clone(), position, event, data),
-        ))
+        let message = {
+            let mut state = self.state.lock();
+            if position.epoch == state.epoch && position.seq <= state.head {
+                return None;
+            }
+            state.anchored = true;
+            if position.epoch != state.epoch {
+                state.epoch = position.epoch;
+                state.history.reset(position.seq.saturating_sub(1));
+            }
+            self.append(
+                &mut state,
+                Message::new(self.name.clone(), position, event, data),
+            )
+        };
+        self.fan_out();
+        Some(message)
     }
 
-    fn append(state: &mut State, message: Message) -> Arc<Message> {
+    /// Writes queued messages to the direct subscribers, unless no one is attached or
+    /// another thread is at it.
+    fn fan_out(&self) -> FanOut {
+        if self.direct.len() == 0 {
+            return FanOut::default();
+        }
+        self.direct.fan_out()
+    }
+
+    /// Attaches a subscriber at `position` whose frames the publisher may write itself
+    /// ([`crate::direct`]); it is not direct until [`Self::try_direct`] says so.
+    pub(crate) fn attach_direct(
+        &self,
+        writer: Box<dyn DirectWriter>,
+        position: Cursor,
+    ) -> Arc<DirectSub> {
+        self.direct.attach(writer, position)
+    }
+
+    /// Detaches a direct subscriber (its writer, and the socket in it, is dropped).
+    pub(crate) fn detach_direct(&self, sub: &DirectSub) {
+        self.direct.detach(sub);
+        self.touch();
+    }
+
+    /// Makes `sub` direct when `position` is the topic's head: every later message is then
+    /// queued for the fan-out after this, under the same lock, so none is missed.
+    pub(crate) fn try_direct(&self, sub: &DirectSub, position: Cursor) -> bool {
+        let state = self.state.lock();
+        if Cursor::new(state.epoch, state.head) != position {
+            return false;
+        }
+        sub.go_direct(position)
+    }
+
+    fn append(&self, state: &mut State, message: Message) -> Arc<Message> {
         let message = Arc::new(message);
         if let Some(count) = state.unpublished.take() {
             count.fetch_sub(1, Ordering::Relaxed);
@@ -231,6 +278,9 @@ impl Topic {
         state.history.push(message.clone());
         // No receiver is not an error: the message stays in history.
         let _ = state.sender.send(message.clone());
+        if self.direct.len() > 0 {
+            self.direct.queue(&message, state.capacity);
+        }
         message
     }
 
@@ -347,7 +397,8 @@ impl Topic {
 
     /// Live subscribers on this node.
     pub fn subscriber_count(&self) -> usize {
-        self.state.lock().sender.receiver_count()
+        let receivers = self.state.lock().sender.receiver_count();
+        receivers + self.direct.direct_now()
     }
 
     /// A snapshot of the topic's counts.
@@ -355,7 +406,7 @@ impl Topic {
         let state = self.state.lock();
         TopicStats {
             name: self.name.clone(),
-            subscribers: state.sender.receiver_count(),
+            subscribers: state.sender.receiver_count() + self.direct.direct_now(),
             head: Cursor::new(state.epoch, state.head),
             history_len: state.history.len(),
             messages: state.messages,
@@ -382,7 +433,7 @@ impl Topic {
     /// and no history goes at once (a client resuming it later starts a new epoch).
     pub(crate) fn is_idle(&self, now: Instant, pressure: bool) -> bool {
         let mut state = self.state.lock();
-        if state.sender.receiver_count() > 0 {
+        if state.sender.receiver_count() > 0 || self.direct.len() > 0 {
             return false;
         }
         state.history.evict_expired(now);

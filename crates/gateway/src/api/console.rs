@@ -142,7 +142,8 @@ pub async fn tail(
                                 lost_json(&topic, reason)
                             ));
                         }
-                        Delivery::Nothing => continue,
+                        // The tail's feed is not linked to direct delivery: no partial frames.
+                        Delivery::Nothing | Delivery::Rest(_) => continue,
                         Delivery::Disconnect { .. } => return None,
                     },
                 }

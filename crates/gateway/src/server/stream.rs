@@ -73,31 +73,34 @@ impl ClientStream {
     /// tolerates) and dropped. Cancel-safe.
     pub async fn peer_input(&mut self) -> PeerInput {
         match self {
-            Self::Plain(tcp) => {
-                // `poll_read_ready` keeps one waker slot on the socket; `readable()` would
-                // join and leave the socket's waiter list on every wait. It also takes from
-                // the task's cooperative budget, so a stream of input yields to other tasks.
-                if std::future::poll_fn(|cx| tcp.poll_read_ready(cx))
-                    .await
-                    .is_err()
-                {
-                    return PeerInput::Gone;
-                }
-                // No buffer is held across the wait (it would be part of every idle
-                // stream's task): declared after it.
-                let mut scratch = [0u8; 1024];
-                match tcp.try_read(&mut scratch) {
-                    Ok(0) => PeerInput::Gone,
-                    Ok(n) => PeerInput::Sent(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => PeerInput::Sent(0),
-                    Err(_) => PeerInput::Gone,
-                }
-            }
+            Self::Plain(tcp) => plain_peer_input(tcp).await,
             Self::Tls(tls) => match tls.read(&mut [0u8; 256]).await {
                 Ok(0) | Err(_) => PeerInput::Gone,
                 Ok(n) => PeerInput::Sent(n),
             },
         }
+    }
+}
+
+/// [`ClientStream::peer_input`] on a plain TCP socket, which may be shared.
+pub async fn plain_peer_input(tcp: &TcpStream) -> PeerInput {
+    // `poll_read_ready` keeps one waker slot on the socket; `readable()` would join and leave
+    // the socket's waiter list on every wait. It also takes from the task's cooperative
+    // budget, so a stream of input yields to other tasks.
+    if std::future::poll_fn(|cx| tcp.poll_read_ready(cx))
+        .await
+        .is_err()
+    {
+        return PeerInput::Gone;
+    }
+    // No buffer is held across the wait (it would be part of every idle stream's task):
+    // declared after it.
+    let mut scratch = [0u8; 1024];
+    match tcp.try_read(&mut scratch) {
+        Ok(0) => PeerInput::Gone,
+        Ok(n) => PeerInput::Sent(n),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => PeerInput::Sent(0),
+        Err(_) => PeerInput::Gone,
     }
 }
 

@@ -225,6 +225,9 @@ pub enum Delivery {
         /// The topic it lagged on.
         topic: TopicName,
     },
+    /// Bytes to write as they are: the rest of a frame the topic's fan-out wrote in part to
+    /// a directly served socket (only a feed the transport linked gives these).
+    Rest(bytes::Bytes),
 }
 
 /// Maps a feed event to what the client sees, counting the slow-consumer outcomes in one
@@ -248,6 +251,7 @@ pub fn deliver(event: herald_core::FeedEvent, transport: &'static str) -> Delive
             tracing::debug!(%topic, missed, transport, "disconnecting a slow consumer");
             Delivery::Disconnect { topic }
         }
+        FeedEvent::Rest(rest) => Delivery::Rest(rest),
     }
 }
 

@@ -70,7 +70,8 @@ async fn poll(
     ) {
         Delivery::Message(m) => messages.push(m),
         Delivery::Lost { topic, reason } => lost.push(lost_json(&topic, reason)),
-        Delivery::Nothing => {}
+        // A poll's feed is not linked to direct delivery: it writes no partial frames.
+        Delivery::Nothing | Delivery::Rest(_) => {}
         // A poll ends with its answer anyway: the client is told it lost messages.
         Delivery::Disconnect { topic } => lost.push(lost_json(&topic, LossReason::Lagged)),
     };

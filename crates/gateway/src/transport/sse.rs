@@ -23,15 +23,17 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use herald_core::{Feed, FeedEvent, ResumeList};
+use futures_util::future::Either;
+use herald_core::{DirectWriter, Feed, FeedEvent, Message, ResumeList};
 use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::{Delivery, SubscribeQuery, authorize, deliver, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::cluster::control::Action;
 use crate::error::ApiError;
-use crate::server::stream::{ClientStream, PeerInput};
+use crate::server::stream::{ClientStream, PeerInput, plain_peer_input};
 use crate::shutdown::DrainWait;
 use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 
@@ -183,7 +185,60 @@ impl futures_util::Stream for SinkBody {
     }
 }
 
-/// Serves `sse` directly on `socket`: the response head, then [`serve`].
+/// A plain TCP socket shared by a stream's task and its topic's fan-out, which writes to it
+/// while the stream is idle ([`herald_core::direct`]); the task writes only after
+/// [`Feed::hold`], so the two never write at once.
+struct SharedTcp(Arc<TcpStream>);
+
+impl Sink for SharedTcp {
+    async fn write(&mut self, chunk: Bytes) -> io::Result<()> {
+        let mut buf = &chunk[..];
+        while !buf.is_empty() {
+            std::future::poll_fn(|cx| self.0.poll_write_ready(cx)).await?;
+            match self.0.try_write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn peer_input(&mut self) -> impl Future<Output = PeerInput> + Send {
+        plain_peer_input(&self.0)
+    }
+}
+
+/// What the topic's fan-out writes to a directly served stream: the message's shared frame.
+struct FrameWriter {
+    socket: Arc<TcpStream>,
+    json: bool,
+    metrics: &'static TransportMetrics,
+}
+
+impl DirectWriter for FrameWriter {
+    fn frame(&self, message: &Message) -> Bytes {
+        if self.json {
+            message.sse_json_frame().clone()
+        } else {
+            message.sse_frame().clone()
+        }
+    }
+
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.socket.try_write(buf)
+    }
+
+    fn delivered(&self, bytes: usize, message: &Message) {
+        self.metrics
+            .delivered(bytes, message.published_at().elapsed());
+    }
+}
+
+/// Serves `sse` directly on `socket`: the response head, then [`serve`]. A single-topic
+/// stream on plain TCP is written to by its topic's publisher while idle
+/// ([`herald_core::direct`]): a message does not wake this stream's task.
 pub fn serve_raw(
     socket: ClientStream,
     mut sse: SseStream,
@@ -215,7 +270,18 @@ pub fn serve_raw(
     first.extend_from_slice(&head);
     first.extend_from_slice(&opening);
     sse.queued = Some(Bytes::from(first));
-    serve(socket, sse, write_timeout)
+    match socket {
+        ClientStream::Plain(tcp) if !sse.multi => {
+            let socket = Arc::new(tcp);
+            sse.feed.link(Box::new(FrameWriter {
+                socket: socket.clone(),
+                json: sse.json,
+                metrics: sse.metrics,
+            }));
+            Either::Left(serve(SharedTcp(socket), sse, write_timeout))
+        }
+        socket => Either::Right(serve(socket, sse, write_timeout)),
+    }
 }
 
 /// An SSE stream's life on any path: each chunk written as one write, ending when the stream
@@ -242,7 +308,15 @@ pub async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeout: Dura
                 }
             },
         };
-        let Some(chunk) = chunk else { break };
+        let Some(mut chunk) = chunk else { break };
+        // The topic's fan-out stops writing before this task does; what it left half-written
+        // goes first.
+        if let Some(rest) = sse.feed.hold() {
+            let mut whole = Vec::with_capacity(rest.len() + chunk.len());
+            whole.extend_from_slice(&rest);
+            whole.extend_from_slice(&chunk);
+            chunk = Bytes::from(whole);
+        }
         match tokio::time::timeout(write_timeout, sink.write(chunk)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => break,
@@ -522,7 +596,10 @@ impl SseStream {
                     }
                 }
                 _ = self.sleep.as_mut() => {
-                    let due = self.last_write + self.heartbeat;
+                    // The topic's fan-out writes too, while the stream is direct.
+                    let direct = self.feed.last_direct_write().map(Instant::from_std);
+                    let last = direct.map_or(self.last_write, |d| d.max(self.last_write));
+                    let due = last + self.heartbeat;
                     if due > Instant::now() {
                         self.sleep.as_mut().reset(due);
                         continue;
@@ -573,6 +650,7 @@ impl SseStream {
                 Some(Bytes::from(frame))
             }
             Delivery::Nothing => None,
+            Delivery::Rest(rest) => Some(rest),
             Delivery::Disconnect { topic } => {
                 self.done = true;
                 self.guard.closing(CloseReason::Slow);

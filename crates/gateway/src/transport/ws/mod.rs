@@ -681,7 +681,8 @@ impl<S: PeerStream> Connection<S> {
                 let frame = format!(r#"{{"type":"lost",{}"#, &body[1..]);
                 Box::pin(self.send_text(frame)).await
             }
-            super::Delivery::Nothing => Flow::Continue,
+            // A WebSocket's feed is not linked to direct delivery: no partial frames.
+            super::Delivery::Nothing | super::Delivery::Rest(_) => Flow::Continue,
             super::Delivery::Disconnect { .. } => {
                 Box::pin(self.close(close_code::POLICY, "slow consumer")).await;
                 Flow::Close(CloseReason::Slow)

@@ -1,0 +1,411 @@
+//! Direct delivery: a topic's publisher writes each message to the sockets of its idle
+//! subscribers itself, in one loop, instead of waking one task per subscriber per message.
+//!
+//! A subscriber whose transport can write without waiting (a plain TCP socket and a frame
+//! encoded once per message) attaches a [`DirectWriter`] to its topic through its
+//! [`crate::Feed`]. While its feed is idle (nothing to replay, nothing on its live receiver)
+//! it is *direct*: the feed drops its live receiver, so a publish does not wake its task, and
+//! the topic's fan-out ([`DirectSet::fan_out`]) writes the message's frame straight to the
+//! socket when it is the subscriber's next one.
+//!
+//! A subscriber that cannot take a frame at once (the socket would block, or took only part
+//! of it), or that is offered a message that is not its next one, is *parked*: the fan-out
+//! stops writing to it and wakes its task, which finishes the partial frame, subscribes again
+//! from the position reached (replaying from history, under the lag policy like any
+//! subscriber that fell behind) and goes direct again once it has caught up. The task also
+//! parks its subscriber itself before it writes anything of its own (a heartbeat, a control
+//! event), so the socket has one writer at a time and frames never interleave.
+//!
+//! Ordering: a topic's messages are queued in order under the topic's lock and fanned out by
+//! one thread at a time (the first publisher that finds the fan-out free drains the queue;
+//! the others leave their messages to it), and each subscriber takes only the message right
+//! after its position. The per-connection order, the cursor semantics and the slow-consumer
+//! policy are those of the feed.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Waker;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::cursor::Cursor;
+use crate::message::Message;
+
+/// Writes a subscriber's frames to its socket without waiting.
+pub trait DirectWriter: Send + Sync + 'static {
+    /// The frame that carries `message` to this subscriber (encoded once per message and
+    /// shared).
+    fn frame(&self, message: &Message) -> Bytes;
+    /// Writes what the socket takes of `buf` now: how many bytes, or `WouldBlock`.
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
+    /// Counts a message delivered whole (`bytes` long).
+    fn delivered(&self, bytes: usize, message: &Message);
+}
+
+/// A subscriber's link to its topic's fan-out, shared by the topic and the subscriber's feed.
+pub struct DirectSub {
+    state: Mutex<LinkState>,
+    /// The topic's count of subscribers that are direct now (they hold no live receiver, so
+    /// the topic counts them here).
+    direct_now: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for DirectSub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("DirectSub")
+            .field("direct", &state.direct)
+            .field("position", &state.position)
+            .finish()
+    }
+}
+
+struct LinkState {
+    /// The fan-out writes to this subscriber.
+    direct: bool,
+    /// The last message written (or where the subscriber was when it went direct).
+    position: Cursor,
+    /// The rest of a frame the socket took only part of: written by the task before anything
+    /// else.
+    rest: Option<Bytes>,
+    /// When the fan-out last wrote (for the heartbeat).
+    last_write: Option<Instant>,
+    /// The task to wake when the subscriber is parked.
+    waker: Option<Waker>,
+    /// None once detached: the socket is not held past the subscription.
+    writer: Option<Box<dyn DirectWriter>>,
+    /// Slot in the topic's [`DirectSet`].
+    slot: usize,
+}
+
+/// What a parked subscriber's task takes over ([`DirectSub::take`]).
+#[derive(Debug)]
+pub struct Handover {
+    /// The position reached: subscribe again after it.
+    pub position: Cursor,
+    /// The rest of a frame to write before anything else.
+    pub rest: Option<Bytes>,
+}
+
+impl DirectSub {
+    fn new(writer: Box<dyn DirectWriter>, position: Cursor, direct_now: Arc<AtomicUsize>) -> Self {
+        Self {
+            direct_now,
+            state: Mutex::new(LinkState {
+                direct: false,
+                position,
+                rest: None,
+                last_write: None,
+                waker: None,
+                writer: Some(writer),
+                slot: usize::MAX,
+            }),
+        }
+    }
+
+    /// Whether the fan-out writes to this subscriber now.
+    pub fn is_direct(&self) -> bool {
+        self.state.lock().direct
+    }
+
+    /// While direct, registers `waker` to be woken when the subscriber is parked; false when
+    /// it is parked already.
+    pub(crate) fn register(&self, waker: &Waker) -> bool {
+        let mut state = self.state.lock();
+        if !state.direct {
+            return false;
+        }
+        match &state.waker {
+            Some(w) if w.will_wake(waker) => {}
+            _ => state.waker = Some(waker.clone()),
+        }
+        true
+    }
+
+    /// Parks the subscriber (if it was direct) and hands its position and any partial frame
+    /// over to its task.
+    pub(crate) fn take(&self) -> Handover {
+        let mut state = self.state.lock();
+        self.leave(&mut state);
+        state.waker = None;
+        Handover {
+            position: state.position,
+            rest: state.rest.take(),
+        }
+    }
+
+    /// The position reached.
+    pub(crate) fn position(&self) -> Cursor {
+        self.state.lock().position
+    }
+
+    /// When the fan-out last wrote to the socket.
+    pub fn last_write(&self) -> Option<Instant> {
+        self.state.lock().last_write
+    }
+
+    /// Goes direct at `position` (called under the topic's lock, with `position` its head).
+    pub(crate) fn go_direct(&self, position: Cursor) -> bool {
+        let mut state = self.state.lock();
+        if state.writer.is_none() {
+            return false;
+        }
+        state.position = position;
+        if !state.direct {
+            state.direct = true;
+            self.direct_now.fetch_add(1, Ordering::AcqRel);
+        }
+        true
+    }
+
+    /// Stops direct delivery (counted), with the state locked.
+    fn leave(&self, state: &mut LinkState) {
+        if state.direct {
+            state.direct = false;
+            self.direct_now.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Parks the subscriber: the fan-out stops writing to it and its task is woken.
+    fn park(&self, state: &mut LinkState) -> Offer {
+        self.leave(state);
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+        Offer::Parked
+    }
+
+    /// Drops the writer (and the socket with it): the subscription ended.
+    pub(crate) fn close(&self) {
+        let mut state = self.state.lock();
+        self.leave(&mut state);
+        state.writer = None;
+        state.waker = None;
+    }
+
+    pub(crate) fn slot(&self) -> usize {
+        self.state.lock().slot
+    }
+
+    /// Writes `message` when it is the subscriber's next one; parks it when the socket does
+    /// not take the whole frame or the message is not the next one.
+    fn offer(&self, message: &Message, now: Instant) -> Offer {
+        let mut state = self.state.lock();
+        if !state.direct {
+            return Offer::Skipped;
+        }
+        let cursor = message.cursor();
+        if cursor.epoch == state.position.epoch && cursor.seq <= state.position.seq {
+            return Offer::Skipped;
+        }
+        if cursor.epoch != state.position.epoch || cursor.seq != state.position.seq + 1 {
+            return self.park(&mut state);
+        }
+        let Some(writer) = state.writer.as_ref() else {
+            return Offer::Skipped;
+        };
+        let frame = writer.frame(message);
+        match writer.try_write(&frame) {
+            Ok(n) if n == frame.len() => {
+                writer.delivered(n, message);
+                state.position = cursor;
+                state.last_write = Some(now);
+                Offer::Written
+            }
+            Ok(n) => {
+                // Part of the frame is on the wire: the task writes the rest, then goes on
+                // after this message.
+                writer.delivered(frame.len(), message);
+                state.position = cursor;
+                state.last_write = Some(now);
+                state.rest = Some(frame.slice(n..));
+                self.park(&mut state)
+            }
+            // Would block, or failed: the task writes (or finds the error) from here on.
+            Err(_) => self.park(&mut state),
+        }
+    }
+}
+
+enum Offer {
+    Written,
+    Skipped,
+    Parked,
+}
+
+/// Counts of one fan-out pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FanOut {
+    /// Frames written whole or in part.
+    pub written: u64,
+    /// Subscribers parked (their task takes over).
+    pub parked: u64,
+}
+
+/// A topic's direct subscribers: a slab (attach and detach in O(1)), the list the fan-out
+/// walks (rebuilt only after the slab changed), and the messages waiting to be fanned out.
+#[derive(Default)]
+pub(crate) struct DirectSet {
+    slots: Mutex<Slots>,
+    /// Subscribers attached; read under the topic's lock before queueing a message.
+    attached: AtomicUsize,
+    /// Subscribers direct now.
+    direct_now: Arc<AtomicUsize>,
+    queue: Mutex<Queue>,
+    /// Held by the one thread fanning out.
+    running: Mutex<()>,
+}
+
+#[derive(Default)]
+struct Slots {
+    subs: Vec<Option<Arc<DirectSub>>>,
+    free: Vec<usize>,
+    /// What the fan-out walks; `None` after a change.
+    snapshot: Option<Arc<[Arc<DirectSub>]>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    messages: Vec<Arc<Message>>,
+    /// Messages were dropped from a full queue: every subscriber is parked and recovers
+    /// from history.
+    overflowed: bool,
+}
+
+impl std::fmt::Debug for DirectSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectSet")
+            .field("attached", &self.attached.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl DirectSet {
+    /// Subscribers attached.
+    pub(crate) fn len(&self) -> usize {
+        self.attached.load(Ordering::Acquire)
+    }
+
+    /// Subscribers direct now.
+    pub(crate) fn direct_now(&self) -> usize {
+        self.direct_now.load(Ordering::Acquire)
+    }
+
+    /// A new subscriber at `position`, attached (not direct yet).
+    pub(crate) fn attach(&self, writer: Box<dyn DirectWriter>, position: Cursor) -> Arc<DirectSub> {
+        let sub = Arc::new(DirectSub::new(writer, position, self.direct_now.clone()));
+        let mut slots = self.slots.lock();
+        let slot = match slots.free.pop() {
+            Some(slot) => {
+                slots.subs[slot] = Some(sub.clone());
+                slot
+            }
+            None => {
+                slots.subs.push(Some(sub.clone()));
+                slots.subs.len() - 1
+            }
+        };
+        sub.state.lock().slot = slot;
+        slots.snapshot = None;
+        self.attached.fetch_add(1, Ordering::AcqRel);
+        sub
+    }
+
+    pub(crate) fn detach(&self, sub: &DirectSub) {
+        let slot = sub.slot();
+        sub.close();
+        let mut slots = self.slots.lock();
+        let same = slots
+            .subs
+            .get(slot)
+            .and_then(|s| s.as_deref())
+            .is_some_and(|s| std::ptr::eq(s, sub));
+        if same {
+            slots.subs[slot] = None;
+            slots.free.push(slot);
+            slots.snapshot = None;
+            if self.attached.fetch_sub(1, Ordering::AcqRel) == 1 {
+                *slots = Slots::default();
+            }
+        }
+    }
+
+    /// Queues `message` for the fan-out; called under the topic's lock, so the queue is in
+    /// the topic's order. At most `capacity` wait: past that the oldest are dropped and every
+    /// subscriber is parked (it recovers from history, as a lagging subscriber does).
+    pub(crate) fn queue(&self, message: &Arc<Message>, capacity: usize) {
+        let mut queue = self.queue.lock();
+        if queue.messages.len() >= capacity.max(1) {
+            queue.messages.clear();
+            queue.overflowed = true;
+        }
+        queue.messages.push(message.clone());
+    }
+
+    /// Holds the fan-out, as another thread fanning out would.
+    #[cfg(test)]
+    pub(crate) fn running_for_test(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.running.lock()
+    }
+
+    fn snapshot(&self) -> Arc<[Arc<DirectSub>]> {
+        let mut slots = self.slots.lock();
+        if let Some(snapshot) = &slots.snapshot {
+            return snapshot.clone();
+        }
+        let snapshot: Arc<[Arc<DirectSub>]> = slots.subs.iter().flatten().cloned().collect();
+        slots.snapshot = Some(snapshot.clone());
+        snapshot
+    }
+
+    /// Fans the queued messages out until the queue is empty, unless another thread is at it
+    /// (that thread takes these messages too).
+    pub(crate) fn fan_out(&self) -> FanOut {
+        let mut counts = FanOut::default();
+        loop {
+            let Some(running) = self.running.try_lock() else {
+                return counts;
+            };
+            loop {
+                let Queue {
+                    messages,
+                    overflowed,
+                } = std::mem::take(&mut *self.queue.lock());
+                if messages.is_empty() && !overflowed {
+                    break;
+                }
+                let subs = self.snapshot();
+                if overflowed {
+                    for sub in subs.iter() {
+                        let mut state = sub.state.lock();
+                        if state.direct {
+                            sub.park(&mut state);
+                            counts.parked += 1;
+                        }
+                    }
+                    continue;
+                }
+                let now = Instant::now();
+                for message in &messages {
+                    for sub in subs.iter() {
+                        match sub.offer(message, now) {
+                            Offer::Written => counts.written += 1,
+                            Offer::Parked => counts.parked += 1,
+                            Offer::Skipped => {}
+                        }
+                    }
+                }
+            }
+            drop(running);
+            // A publisher that found the fan-out busy after the last look at the queue, and
+            // before it was released, left its message to this thread: look once more.
+            let queue = self.queue.lock();
+            if queue.messages.is_empty() && !queue.overflowed {
+                return counts;
+            }
+        }
+    }
+}
