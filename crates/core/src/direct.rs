@@ -43,6 +43,11 @@ pub trait DirectWriter: Send + Sync + 'static {
     fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
     /// Counts a message delivered whole (`bytes` long).
     fn delivered(&self, bytes: usize, message: &Message);
+    /// Whether the fan-out may start writing now (false while the transport's own writer
+    /// has a frame half out).
+    fn ready(&self) -> bool {
+        true
+    }
 }
 
 /// A subscriber's link to its topic's fan-out, shared by the topic and the subscriber's feed.
@@ -135,6 +140,18 @@ impl DirectSub {
             position: state.position,
             rest: state.rest.take(),
         }
+    }
+
+    /// Parks the subscriber before its task writes to the socket itself, and returns the
+    /// rest of a frame the fan-out wrote in part, to write first. The feed finds the link
+    /// parked on its next poll and takes over from the position reached.
+    pub fn park_for_write(&self) -> Option<Bytes> {
+        self.take().rest
+    }
+
+    /// Whether the writer lets the fan-out start writing.
+    pub(crate) fn writer_ready(&self) -> bool {
+        self.state.lock().writer.as_ref().is_some_and(|w| w.ready())
     }
 
     /// The position reached.

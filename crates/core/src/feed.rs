@@ -181,6 +181,11 @@ impl Feed {
         self.rest.take()
     }
 
+    /// The link to the topic's fan-out, while the feed has one.
+    pub fn direct_link(&self) -> Option<&Arc<DirectSub>> {
+        self.link.as_ref().map(|l| &l.sub)
+    }
+
     /// When the topic's publisher last wrote to the socket itself.
     pub fn last_direct_write(&self) -> Option<std::time::Instant> {
         self.link.as_ref().and_then(|l| l.sub.last_write())
@@ -272,7 +277,8 @@ impl Feed {
         let (Some(link), [sub]) = (self.link.as_mut(), self.subs.as_slice()) else {
             return false;
         };
-        if link.live || !self.pending.is_empty() || self.rest.is_some() {
+        if link.live || !self.pending.is_empty() || self.rest.is_some() || !link.sub.writer_ready()
+        {
             return false;
         }
         if !sub.topic.try_direct(&link.sub, sub.position) {
@@ -753,6 +759,34 @@ mod tests {
         assert_eq!(got, ["a:2", "b:1"]);
         assert_eq!(socket.frames().0, ["0"]);
         assert_eq!(a.subscriber_count(), 1);
+    }
+
+    #[test]
+    fn publishers_on_several_threads_are_written_in_order_once() {
+        let a = topic("a", 1024, 1024);
+        let sockets: Vec<Socket> = (0..8).map(|_| Socket::with_room(usize::MAX)).collect();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let mut feeds: Vec<Feed> = sockets.iter().map(|s| linked(&a, s)).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| publish(&a, 100));
+            }
+        });
+        for (socket, feed) in sockets.iter().zip(&mut feeds) {
+            // Written by the fan-out, or (had it parked) by the task: together, every
+            // position once, in order.
+            let text = String::from_utf8(socket.written.lock().clone()).unwrap();
+            let mut seqs: Vec<u64> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("id: a="))
+                .map(|id| id.parse::<Cursor>().unwrap().seq)
+                .collect();
+            seqs.extend(drain(feed).iter().map(|e| e[2..].parse::<u64>().unwrap()));
+            assert_eq!(seqs, (1..=400).collect::<Vec<_>>());
+        }
     }
 
     #[tokio::test]

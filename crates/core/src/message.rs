@@ -76,7 +76,9 @@ pub struct Message {
     published_at: Instant,
     sse: OnceLock<Bytes>,
     sse_json: OnceLock<Bytes>,
-    ws: OnceLock<Bytes>,
+    /// The WebSocket frame as it goes on the wire (header and payload), and its payload: a
+    /// zero-copy slice of it.
+    ws: OnceLock<(Bytes, Bytes)>,
 }
 
 impl Message {
@@ -172,7 +174,22 @@ impl Message {
     /// `{"type":"message","topic":..,"id":..,"event":..,"data":..}` (`event` only when named).
     /// Always valid UTF-8.
     pub fn ws_frame(&self) -> &Bytes {
-        self.ws.get_or_init(|| self.encode_ws())
+        &self.ws_encoded().1
+    }
+
+    /// [`Self::ws_frame`] as a whole WebSocket frame from a server (RFC 6455 section 5.2:
+    /// final, text, unmasked, then the payload), for a socket written without a WebSocket
+    /// library in between (direct delivery).
+    pub fn ws_wire_frame(&self) -> &Bytes {
+        &self.ws_encoded().0
+    }
+
+    fn ws_encoded(&self) -> &(Bytes, Bytes) {
+        self.ws.get_or_init(|| {
+            let wire = self.encode_ws();
+            let payload = wire.slice(ws_header_len(wire.len())..);
+            (wire, payload)
+        })
     }
 
     fn encode_sse(&self) -> Bytes {
@@ -220,10 +237,34 @@ impl Message {
             let _ = write!(out, r#","event":"{}""#, event.as_str());
         }
         out.push_str(r#","data":"#);
-        let mut out = BytesMut::from(out.as_bytes());
-        out.put_slice(raw);
-        out.put_u8(b'}');
-        out.freeze()
+        let len = out.len() + raw.len() + 1;
+        let mut wire = BytesMut::with_capacity(10 + len);
+        // Final fragment, text; no mask from a server; the length in 7, 16 or 64 bits.
+        wire.put_u8(0x81);
+        match len {
+            0..=125 => wire.put_u8(len as u8),
+            126..=0xffff => {
+                wire.put_u8(126);
+                wire.put_u16(len as u16);
+            }
+            _ => {
+                wire.put_u8(127);
+                wire.put_u64(len as u64);
+            }
+        }
+        wire.put_slice(out.as_bytes());
+        wire.put_slice(raw);
+        wire.put_u8(b'}');
+        wire.freeze()
+    }
+}
+
+/// The length of the header of a server's WebSocket frame `total` bytes long in all.
+fn ws_header_len(total: usize) -> usize {
+    match total {
+        0..=127 => 2,
+        128..=0x1_0003 => 4,
+        _ => 10,
     }
 }
 

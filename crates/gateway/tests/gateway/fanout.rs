@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use futures_util::StreamExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use herald_core::LagPolicy;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -161,5 +161,83 @@ async fn a_slow_sse_consumer_is_dropped_after_the_write_timeout() {
         Some("still here")
     );
     drop(stuck);
+    gw.stop().await.unwrap();
+}
+
+/// Publishes `count` messages of about 50 KB to `topic`, numbered from `from`: more than a
+/// loopback socket's buffers hold, so a client that does not read makes the server's writes
+/// block part-way through a frame.
+async fn flood(gw: &herald_gateway::Gateway, topic: &str, from: u64, count: u64) {
+    let pad = "y".repeat(50_000);
+    for n in from..from + count {
+        publish(gw, topic, json!({"n": n, "pad": pad})).await;
+    }
+}
+
+fn stall_config() -> herald_gateway::config::Config {
+    let mut config = test_config();
+    config.topics.history_len = 512;
+    config.topics.channel_capacity = 512;
+    config.limits.write_timeout = Duration::from_secs(30);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_frames_stay_whole_when_a_stalled_client_pings_and_reads_again() {
+    let gw = spawn_gateway(stall_config()).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe(&mut ws, &["stall"]).await;
+    // Idle now: the topic's publisher writes to the socket itself.
+    publish(&gw, "stall", json!({"n": 0})).await;
+    assert_eq!(ws_next(&mut ws).await["data"]["n"], 0);
+    flood(&gw, "stall", 1, 300).await;
+    // The server's side is full: the client's requests are answered between the frames the
+    // fan-out left half-written and the rest.
+    ws_send(&mut ws, json!({"type": "ping", "data": "p1"})).await;
+    ws.send(WsMessage::Ping("raw".into())).await.unwrap();
+    let (mut got, mut pong) = (Vec::new(), false);
+    while got.len() < 300 || !pong {
+        let frame = ws_next(&mut ws).await;
+        match frame["type"].as_str() {
+            Some("message") => got.push(frame["data"]["n"].as_u64().unwrap()),
+            Some("pong") => {
+                assert_eq!(frame["data"], "p1");
+                pong = true;
+            }
+            other => panic!("unexpected frame {other:?}: {frame}"),
+        }
+    }
+    assert_eq!(got, (1..=300).collect::<Vec<_>>());
+    // Caught up: written directly again.
+    publish(&gw, "stall", json!({"n": 301})).await;
+    assert_eq!(ws_next(&mut ws).await["data"]["n"], 301);
+    assert_eq!(topic_subscribers(&gw, "stall").await, 1);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_that_stalls_and_reads_again_gets_every_event_whole() {
+    let gw = spawn_gateway(stall_config()).await;
+    let mut sse = SseClient::connect(&gw, "topic=stall", None).await;
+    sse.next_block().await.unwrap();
+    publish(&gw, "stall", json!({"n": 0})).await;
+    let first = sse.next_event().await.unwrap();
+    assert!(first.data.unwrap().starts_with(r#"{"n":0"#));
+    // The client's body is not read while the flood goes out.
+    flood(&gw, "stall", 1, 300).await;
+    for n in 1..=301u64 {
+        if n == 301 {
+            publish(&gw, "stall", json!({"n": n})).await;
+        }
+        let event = sse.next_event().await.unwrap();
+        let data: serde_json::Value = serde_json::from_str(&event.data.unwrap()).unwrap();
+        assert_eq!(data["n"], n);
+        let id = event.id.unwrap();
+        assert!(
+            id.starts_with("stall=") && id.ends_with(&format!("-{}", n + 1)),
+            "{id}"
+        );
+    }
+    assert_eq!(topic_subscribers(&gw, "stall").await, 1);
     gw.stop().await.unwrap();
 }

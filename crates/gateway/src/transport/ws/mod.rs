@@ -30,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, Utf8Bytes};
 
+mod direct;
 pub mod inbound;
 
 use super::lost_json;
@@ -145,6 +146,22 @@ pub async fn upgrade_raw(
     ) {
         return;
     }
+    match stream {
+        // Plain TCP is shared with the topic's fan-out while the connection is idle.
+        ClientStream::Plain(tcp) => {
+            serve(state, direct::SharedSocket::new(tcp), who, permits).await;
+        }
+        stream => serve(state, stream, who, permits).await,
+    }
+}
+
+/// Runs an accepted WebSocket connection on `stream`, on a task of its own.
+async fn serve<S: PeerStream>(
+    state: &AppState,
+    stream: S,
+    who: crate::auth::Identity,
+    permits: crate::limits::Permits,
+) {
     let ws = &state.config().ws;
     let stream = inbound::Inbound::new(stream, Rate::new(ws.inbound_rate, ws.inbound_burst));
     let config = WebSocketConfig::default()
@@ -326,8 +343,22 @@ impl<S: PeerStream> Connection<S> {
             if let Flow::Close(reason) = flow {
                 break reason;
             }
+            self.relink();
         };
         self.guard.closing(reason);
+    }
+
+    /// Links a feed of one topic to its topic's fan-out when the socket can be written to
+    /// directly ([`direct`]), and tells the socket which link to park before it writes.
+    fn relink(&mut self) {
+        let stream = self.socket.get_mut().get_mut();
+        if self.feed.direct_link().is_none()
+            && self.feed.len() == 1
+            && let Some(writer) = stream.direct_writer(self.metrics)
+        {
+            self.feed.link(writer);
+        }
+        stream.set_link(self.feed.direct_link());
     }
 
     /// A command of the application's (the admin API): an end with its reason, or a
@@ -681,8 +712,20 @@ impl<S: PeerStream> Connection<S> {
                 let frame = format!(r#"{{"type":"lost",{}"#, &body[1..]);
                 Box::pin(self.send_text(frame)).await
             }
-            // A WebSocket's feed is not linked to direct delivery: no partial frames.
-            super::Delivery::Nothing | super::Delivery::Rest(_) => Flow::Continue,
+            super::Delivery::Nothing => Flow::Continue,
+            // The fan-out wrote part of a frame and stopped: the rest goes out first.
+            super::Delivery::Rest(rest) => {
+                self.socket.get_mut().get_mut().write_rest(rest);
+                let timeout = self.state.config().limits.write_timeout;
+                match tokio::time::timeout(timeout, self.socket.flush()).await {
+                    Ok(Ok(())) => Flow::Continue,
+                    Ok(Err(_)) => Flow::Close(CloseReason::Client),
+                    Err(_) => {
+                        metrics::slow_consumer("disconnected");
+                        Flow::Close(CloseReason::Slow)
+                    }
+                }
+            }
             super::Delivery::Disconnect { .. } => {
                 Box::pin(self.close(close_code::POLICY, "slow consumer")).await;
                 Flow::Close(CloseReason::Slow)

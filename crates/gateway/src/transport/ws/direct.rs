@@ -1,0 +1,290 @@
+//! Direct delivery on a WebSocket served over plain TCP ([`herald_core::direct`]): while a
+//! single-topic connection's feed is idle, its topic's publisher writes each message's
+//! whole frame (encoded once, [`herald_core::Message::ws_wire_frame`]) to the socket itself.
+//!
+//! tungstenite writes on this socket too (replies, pings, close frames, and a pong while it
+//! reads), so [`SharedSocket`] is a gate in front of it: before tungstenite's bytes go out,
+//! the link is parked (the fan-out stops writing to it) and what the fan-out left
+//! half-written is written first. The link goes direct again only once tungstenite has
+//! flushed everything it wrote ([`FrameWriter::ready`]), so a frame of tungstenite's is never
+//! cut by one of the fan-out's.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf as _, Bytes};
+use herald_core::{DirectSub, DirectWriter, Message};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::server::stream::PeerStream;
+use crate::telemetry::metrics::TransportMetrics;
+
+/// A plain TCP socket shared by a connection's task (through tungstenite) and its topic's
+/// fan-out.
+pub struct SharedSocket {
+    tcp: Arc<TcpStream>,
+    /// The feed's link to its topic's fan-out, while it has one.
+    link: Option<Arc<DirectSub>>,
+    /// Written before tungstenite's next bytes: the rest of a frame the fan-out wrote in part.
+    rest: Option<Bytes>,
+    /// tungstenite wrote and has not flushed yet: its frame may be half out.
+    dirty: Arc<AtomicBool>,
+}
+
+impl SharedSocket {
+    /// Shares `tcp`.
+    pub fn new(tcp: TcpStream) -> Self {
+        Self {
+            tcp: Arc::new(tcp),
+            link: None,
+            rest: None,
+            dirty: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Writes [`Self::rest`] out first.
+    fn poll_rest(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some(rest) = self.rest.as_mut() {
+            ready!(self.tcp.poll_write_ready(cx))?;
+            match self.tcp.try_write(rest) {
+                Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Ok(n) if n == rest.len() => self.rest = None,
+                Ok(n) => rest.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Stops the fan-out before this task writes: takes over what it left half-written.
+    fn park(&mut self) {
+        let Some(link) = &self.link else { return };
+        if let Some(rest) = link.park_for_write() {
+            self.rest = Some(match self.rest.take() {
+                None => rest,
+                Some(before) => [before, rest].concat().into(),
+            });
+        }
+    }
+}
+
+impl PeerStream for SharedSocket {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.tcp.peer_addr().ok().map(|a| a.ip())
+    }
+
+    fn direct_writer(&self, metrics: &'static TransportMetrics) -> Option<Box<dyn DirectWriter>> {
+        Some(Box::new(FrameWriter {
+            tcp: self.tcp.clone(),
+            dirty: self.dirty.clone(),
+            metrics,
+        }))
+    }
+
+    fn set_link(&mut self, link: Option<&Arc<DirectSub>>) {
+        let same = match (&self.link, link) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.park();
+            self.link = link.cloned();
+        }
+    }
+
+    fn write_rest(&mut self, rest: Bytes) {
+        self.park();
+        self.rest = Some(match self.rest.take() {
+            None => rest,
+            Some(before) => [before, rest].concat().into(),
+        });
+        // Out with tungstenite's next flush, before anything else.
+        self.dirty.store(true, Ordering::Release);
+    }
+}
+
+impl AsyncRead for SharedSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.tcp.poll_read_ready(cx))?;
+            match self.tcp.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SharedSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // Dirty before the fan-out is parked: it must not go direct again until flushed.
+        this.dirty.store(true, Ordering::Release);
+        this.park();
+        ready!(this.poll_rest(cx))?;
+        loop {
+            ready!(this.tcp.poll_write_ready(cx))?;
+            match this.tcp.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_rest(cx))?;
+        // tungstenite flushes its stream only once its own buffer is out: nothing of its is
+        // half-written now.
+        this.dirty.store(false, Ordering::Release);
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.park();
+        ready!(this.poll_rest(cx))?;
+        Poll::Ready(socket2::SockRef::from(&*this.tcp).shutdown(std::net::Shutdown::Write))
+    }
+}
+
+/// What the topic's fan-out writes to a directly served WebSocket: the message's whole frame.
+struct FrameWriter {
+    tcp: Arc<TcpStream>,
+    dirty: Arc<AtomicBool>,
+    metrics: &'static TransportMetrics,
+}
+
+impl DirectWriter for FrameWriter {
+    fn frame(&self, message: &Message) -> Bytes {
+        message.ws_wire_frame().clone()
+    }
+
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.tcp.try_write(buf)
+    }
+
+    fn delivered(&self, _bytes: usize, message: &Message) {
+        // The payload's length, as the task's own path counts it.
+        self.metrics
+            .delivered(message.ws_frame().len(), message.published_at().elapsed());
+    }
+
+    fn ready(&self) -> bool {
+        !self.dirty.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use herald_core::{Feed, LagPolicy, Payload, Topic, TopicConfig, TopicName};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tungstenite::protocol::frame::FrameHeader;
+    use tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+
+    use crate::telemetry::metrics::{self, Transport};
+
+    /// The frames in `wire`: (opcode, payload); panics on a malformed stream.
+    fn frames(wire: &[u8]) -> Vec<(OpCode, Vec<u8>)> {
+        let mut cursor = std::io::Cursor::new(wire);
+        let mut out = Vec::new();
+        while (cursor.position() as usize) < wire.len() {
+            let (header, len) = FrameHeader::parse(&mut cursor)
+                .unwrap()
+                .expect("a whole header");
+            assert!(header.is_final && header.mask.is_none(), "{header:?}");
+            let start = cursor.position() as usize;
+            let end = start + len as usize;
+            assert!(end <= wire.len(), "a frame cut short");
+            out.push((header.opcode, wire[start..end].to_vec()));
+            cursor.set_position(end as u64);
+        }
+        out
+    }
+
+    #[test]
+    fn the_wire_frame_is_what_tungstenite_reads() {
+        for len in [10, 125, 126, 200, 65_535, 70_000] {
+            let topic = Topic::new(TopicName::new("t").unwrap(), &TopicConfig::default());
+            let m = topic.publish(
+                None,
+                Payload::from_value(&serde_json::json!("x".repeat(len))),
+            );
+            let got = frames(m.ws_wire_frame());
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].0, OpCode::Data(Data::Text));
+            assert_eq!(&got[0].1[..], &m.ws_frame()[..]);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_task_s_own_bytes_follow_the_rest_of_a_frame_the_fan_out_left_half_written() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        socket2::SockRef::from(&server)
+            .set_send_buffer_size(16 * 1024)
+            .unwrap();
+        let mut socket = SharedSocket::new(server);
+        let config = TopicConfig {
+            channel_capacity: 64,
+            history_len: 64,
+            ..TopicConfig::default()
+        };
+        let topic = Arc::new(Topic::new(TopicName::new("t").unwrap(), &config));
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe(topic.clone(), None).unwrap();
+        let writer = socket.direct_writer(metrics::transport(Transport::Ws));
+        assert!(feed.link(writer.unwrap()));
+        socket.set_link(feed.direct_link());
+        assert!(feed.try_next().is_none());
+        assert!(feed.is_direct());
+        // Messages go out until the socket takes part of one and the link is parked.
+        let pad = "z".repeat(10_000);
+        let mut published = 0;
+        while feed.is_direct() {
+            topic.publish(None, Payload::from_value(&serde_json::json!(pad)));
+            published += 1;
+            assert!(published < 1000, "the socket never filled");
+        }
+        // tungstenite writes a pong now, before the feed has looked: it goes out after the
+        // rest of the half-written frame, and the client reads every frame whole.
+        let reader = tokio::spawn(async move {
+            let mut wire = Vec::new();
+            client.read_to_end(&mut wire).await.unwrap();
+            wire
+        });
+        socket.write_all(&[0x8a, 0x00]).await.unwrap();
+        socket.flush().await.unwrap();
+        socket.shutdown().await.unwrap();
+        drop(socket);
+        drop(feed);
+        let got = frames(&reader.await.unwrap());
+        let (pong, texts) = got.split_last().unwrap();
+        assert_eq!(pong.0, OpCode::Control(Control::Pong));
+        assert!(!texts.is_empty());
+        assert!(texts.iter().all(|(op, _)| *op == OpCode::Data(Data::Text)));
+    }
+}
