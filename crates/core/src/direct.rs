@@ -38,11 +38,11 @@ use crate::message::Message;
 pub trait DirectWriter: Send + Sync + 'static {
     /// The frame that carries `message` to this subscriber (encoded once per message and
     /// shared).
-    fn frame(&self, message: &Message) -> Bytes;
+    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes;
     /// Writes what the socket takes of `buf` now: how many bytes, or `WouldBlock`.
     fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
-    /// Counts a message delivered whole (`bytes` long).
-    fn delivered(&self, bytes: usize, message: &Message);
+    /// Counts a message delivered (its frame `bytes` long), written at `now`.
+    fn delivered(&self, bytes: usize, message: &Message, now: Instant);
     /// Whether the fan-out may start writing now (false while the transport's own writer
     /// has a frame half out).
     fn ready(&self) -> bool {
@@ -187,12 +187,11 @@ impl DirectSub {
     }
 
     /// Parks the subscriber: the fan-out stops writing to it and its task is woken.
-    fn park(&self, state: &mut LinkState) -> Offer {
+    fn park(&self, state: &mut LinkState) {
         self.leave(state);
         if let Some(waker) = state.waker.take() {
             waker.wake();
         }
-        Offer::Parked
     }
 
     /// Drops the writer (and the socket with it): the subscription ended.
@@ -209,33 +208,32 @@ impl DirectSub {
 
     /// Writes `message` when it is the subscriber's next one; parks it when the socket does
     /// not take the whole frame or the message is not the next one.
-    fn offer(&self, message: &Message, now: Instant) -> Offer {
+    fn offer(&self, message: &Message, now: Instant) {
         let mut state = self.state.lock();
         if !state.direct {
-            return Offer::Skipped;
+            return;
         }
         let cursor = message.cursor();
         if cursor.epoch == state.position.epoch && cursor.seq <= state.position.seq {
-            return Offer::Skipped;
+            return;
         }
         if cursor.epoch != state.position.epoch || cursor.seq != state.position.seq + 1 {
             return self.park(&mut state);
         }
         let Some(writer) = state.writer.as_ref() else {
-            return Offer::Skipped;
+            return;
         };
         let frame = writer.frame(message);
-        match writer.try_write(&frame) {
+        match writer.try_write(frame) {
             Ok(n) if n == frame.len() => {
-                writer.delivered(n, message);
+                writer.delivered(n, message, now);
                 state.position = cursor;
                 state.last_write = Some(now);
-                Offer::Written
             }
             Ok(n) => {
                 // Part of the frame is on the wire: the task writes the rest, then goes on
                 // after this message.
-                writer.delivered(frame.len(), message);
+                writer.delivered(frame.len(), message, now);
                 state.position = cursor;
                 state.last_write = Some(now);
                 state.rest = Some(frame.slice(n..));
@@ -247,23 +245,12 @@ impl DirectSub {
     }
 }
 
-enum Offer {
-    Written,
-    Skipped,
-    Parked,
-}
+/// Subscribers per fan-out group: a topic's direct subscribers are fanned out by group, the
+/// first on the publishing thread and each other one on a task of its own, so a large topic's
+/// fan-out spreads over the runtime's workers as the per-subscriber tasks did.
+const GROUP: usize = 1024;
 
-/// Counts of one fan-out pass.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FanOut {
-    /// Frames written whole or in part.
-    pub written: u64,
-    /// Subscribers parked (their task takes over).
-    pub parked: u64,
-}
-
-/// A topic's direct subscribers: a slab (attach and detach in O(1)), the list the fan-out
-/// walks (rebuilt only after the slab changed), and the messages waiting to be fanned out.
+/// A topic's direct subscribers, in groups of [`GROUP`] slots (attach and detach in O(1)).
 #[derive(Default)]
 pub(crate) struct DirectSet {
     slots: Mutex<Slots>,
@@ -271,24 +258,37 @@ pub(crate) struct DirectSet {
     attached: AtomicUsize,
     /// Subscribers direct now.
     direct_now: Arc<AtomicUsize>,
-    queue: Mutex<Queue>,
-    /// Held by the one thread fanning out.
-    running: Mutex<()>,
 }
 
 #[derive(Default)]
 struct Slots {
-    subs: Vec<Option<Arc<DirectSub>>>,
+    groups: Vec<Arc<Group>>,
+    /// Free slots (`group * GROUP + index`).
     free: Vec<usize>,
-    /// What the fan-out walks; `None` after a change.
+}
+
+/// One group's subscribers, the messages waiting to be fanned out to them, and the lock of
+/// the one thread or task fanning out to them.
+#[derive(Default)]
+pub(crate) struct Group {
+    subs: Mutex<GroupSubs>,
+    queue: Mutex<Queue>,
+    pub(crate) running: Mutex<()>,
+}
+
+#[derive(Default)]
+struct GroupSubs {
+    slots: Vec<Option<Arc<DirectSub>>>,
+    len: usize,
+    /// What the fan-out walks, rebuilt only after a change.
     snapshot: Option<Arc<[Arc<DirectSub>]>>,
 }
 
 #[derive(Default)]
 struct Queue {
     messages: Vec<Arc<Message>>,
-    /// Messages were dropped from a full queue: every subscriber is parked and recovers
-    /// from history.
+    /// Messages were dropped from a full queue: every subscriber of the group is parked and
+    /// recovers from history.
     overflowed: bool,
 }
 
@@ -316,17 +316,23 @@ impl DirectSet {
         let sub = Arc::new(DirectSub::new(writer, position, self.direct_now.clone()));
         let mut slots = self.slots.lock();
         let slot = match slots.free.pop() {
-            Some(slot) => {
-                slots.subs[slot] = Some(sub.clone());
-                slot
-            }
+            Some(slot) => slot,
             None => {
-                slots.subs.push(Some(sub.clone()));
-                slots.subs.len() - 1
+                slots.groups.push(Arc::default());
+                let first = (slots.groups.len() - 1) * GROUP;
+                slots.free.extend((first..first + GROUP).rev());
+                slots.free.pop().expect("a fresh group has free slots")
             }
         };
+        let mut group = slots.groups[slot / GROUP].subs.lock();
+        let index = slot % GROUP;
+        if group.slots.len() <= index {
+            group.slots.resize(index + 1, None);
+        }
+        group.slots[index] = Some(sub.clone());
+        group.len += 1;
+        group.snapshot = None;
         sub.state.lock().slot = slot;
-        slots.snapshot = None;
         self.attached.fetch_add(1, Ordering::AcqRel);
         sub
     }
@@ -335,56 +341,102 @@ impl DirectSet {
         let slot = sub.slot();
         sub.close();
         let mut slots = self.slots.lock();
-        let same = slots
-            .subs
-            .get(slot)
+        let Some(group) = slots.groups.get(slot / GROUP).cloned() else {
+            return;
+        };
+        let mut subs = group.subs.lock();
+        let same = subs
+            .slots
+            .get(slot % GROUP)
             .and_then(|s| s.as_deref())
             .is_some_and(|s| std::ptr::eq(s, sub));
-        if same {
-            slots.subs[slot] = None;
-            slots.free.push(slot);
-            slots.snapshot = None;
-            if self.attached.fetch_sub(1, Ordering::AcqRel) == 1 {
-                *slots = Slots::default();
+        if !same {
+            return;
+        }
+        subs.slots[slot % GROUP] = None;
+        subs.len -= 1;
+        subs.snapshot = None;
+        drop(subs);
+        slots.free.push(slot);
+        if self.attached.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *slots = Slots::default();
+        }
+    }
+
+    /// Queues `message` for the fan-out of every group with subscribers; called under the
+    /// topic's lock, so each queue is in the topic's order. At most `capacity` wait in a
+    /// group: past that the oldest are dropped and the group's subscribers are parked (they
+    /// recover from history, as a lagging subscriber does).
+    pub(crate) fn queue(&self, message: &Arc<Message>, capacity: usize) {
+        let slots = self.slots.lock();
+        for group in &slots.groups {
+            if group.subs.lock().len == 0 {
+                continue;
+            }
+            let mut queue = group.queue.lock();
+            if queue.messages.len() >= capacity.max(1) {
+                queue.messages.clear();
+                queue.overflowed = true;
+            }
+            queue.messages.push(message.clone());
+        }
+    }
+
+    /// Fans the queued messages out: the first group with work on this thread, every other
+    /// one on a task of its own (when there is a runtime). A group another thread is at
+    /// already is left to it: it takes these messages too.
+    pub(crate) fn fan_out(&self) {
+        let groups: Vec<Arc<Group>> = self.slots.lock().groups.clone();
+        let mut here = None;
+        for group in groups {
+            if !group.has_work() {
+                continue;
+            }
+            if here.is_none() {
+                here = Some(group);
+                continue;
+            }
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move { group.fan_out() });
+                }
+                Err(_) => group.fan_out(),
             }
         }
-    }
-
-    /// Queues `message` for the fan-out; called under the topic's lock, so the queue is in
-    /// the topic's order. At most `capacity` wait: past that the oldest are dropped and every
-    /// subscriber is parked (it recovers from history, as a lagging subscriber does).
-    pub(crate) fn queue(&self, message: &Arc<Message>, capacity: usize) {
-        let mut queue = self.queue.lock();
-        if queue.messages.len() >= capacity.max(1) {
-            queue.messages.clear();
-            queue.overflowed = true;
+        if let Some(group) = here {
+            group.fan_out();
         }
-        queue.messages.push(message.clone());
     }
 
-    /// Holds the fan-out, as another thread fanning out would.
+    /// Holds every group's fan-out, as another thread fanning out would.
     #[cfg(test)]
-    pub(crate) fn running_for_test(&self) -> parking_lot::MutexGuard<'_, ()> {
-        self.running.lock()
+    pub(crate) fn running_for_test(&self) -> Vec<Arc<Group>> {
+        self.slots.lock().groups.clone()
+    }
+}
+
+impl Group {
+    fn has_work(&self) -> bool {
+        let queue = self.queue.lock();
+        !queue.messages.is_empty() || queue.overflowed
     }
 
     fn snapshot(&self) -> Arc<[Arc<DirectSub>]> {
-        let mut slots = self.slots.lock();
-        if let Some(snapshot) = &slots.snapshot {
+        let mut subs = self.subs.lock();
+        if let Some(snapshot) = &subs.snapshot {
             return snapshot.clone();
         }
-        let snapshot: Arc<[Arc<DirectSub>]> = slots.subs.iter().flatten().cloned().collect();
-        slots.snapshot = Some(snapshot.clone());
+        let snapshot: Arc<[Arc<DirectSub>]> = subs.slots.iter().flatten().cloned().collect();
+        subs.snapshot = Some(snapshot.clone());
         snapshot
     }
 
-    /// Fans the queued messages out until the queue is empty, unless another thread is at it
-    /// (that thread takes these messages too).
-    pub(crate) fn fan_out(&self) -> FanOut {
-        let mut counts = FanOut::default();
+    /// Fans the group's queued messages out until its queue is empty, unless another thread
+    /// is at it.
+    fn fan_out(&self) {
         loop {
             let Some(running) = self.running.try_lock() else {
-                return counts;
+                return;
             };
             loop {
                 let Queue {
@@ -400,7 +452,6 @@ impl DirectSet {
                         let mut state = sub.state.lock();
                         if state.direct {
                             sub.park(&mut state);
-                            counts.parked += 1;
                         }
                     }
                     continue;
@@ -408,20 +459,15 @@ impl DirectSet {
                 let now = Instant::now();
                 for message in &messages {
                     for sub in subs.iter() {
-                        match sub.offer(message, now) {
-                            Offer::Written => counts.written += 1,
-                            Offer::Parked => counts.parked += 1,
-                            Offer::Skipped => {}
-                        }
+                        sub.offer(message, now);
                     }
                 }
             }
             drop(running);
             // A publisher that found the fan-out busy after the last look at the queue, and
             // before it was released, left its message to this thread: look once more.
-            let queue = self.queue.lock();
-            if queue.messages.is_empty() && !queue.overflowed {
-                return counts;
+            if !self.has_work() {
+                return;
             }
         }
     }

@@ -630,8 +630,8 @@ mod tests {
     }
 
     impl DirectWriter for Socket {
-        fn frame(&self, message: &Message) -> Bytes {
-            message.sse_frame().clone()
+        fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+            message.sse_frame()
         }
 
         fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
@@ -645,7 +645,7 @@ mod tests {
             Ok(n)
         }
 
-        fn delivered(&self, _bytes: usize, _message: &Message) {}
+        fn delivered(&self, _bytes: usize, _message: &Message, _now: std::time::Instant) {}
     }
 
     fn linked(t: &Arc<Topic>, socket: &Socket) -> Feed {
@@ -789,13 +789,35 @@ mod tests {
         }
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_topic_is_fanned_out_by_groups_on_several_tasks_in_order() {
+        let a = topic("a", 64, 64);
+        let sockets: Vec<Socket> = (0..2500).map(|_| Socket::with_room(usize::MAX)).collect();
+        let _feeds: Vec<Feed> = sockets.iter().map(|s| linked(&a, s)).collect();
+        assert_eq!(a.subscriber_count(), 2500);
+        publish(&a, 20);
+        let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for socket in &sockets {
+            while socket.frames().0.len() < 20 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a group was not fanned out"
+                );
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(socket.frames(), (expected.clone(), String::new()));
+        }
+    }
+
     #[tokio::test]
     async fn a_queue_overflow_parks_direct_subscribers_who_recover_under_the_lag_policy() {
         let a = topic("a", 2, 2);
         let socket = Socket::with_room(usize::MAX);
         let mut feed = linked(&a, &socket);
         // Hold the fan-out so that messages queue past the channel's capacity.
-        let running = a.direct.running_for_test();
+        let groups = a.direct.running_for_test();
+        let running: Vec<_> = groups.iter().map(|g| g.running.lock()).collect();
         publish(&a, 5);
         drop(running);
         publish(&a, 1);

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
-use crate::direct::{DirectSet, DirectSub, DirectWriter, FanOut};
+use crate::direct::{DirectSet, DirectSub, DirectWriter};
 use crate::history::{History, LossReason};
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
@@ -229,11 +229,10 @@ impl Topic {
 
     /// Writes queued messages to the direct subscribers, unless no one is attached or
     /// another thread is at it.
-    fn fan_out(&self) -> FanOut {
-        if self.direct.len() == 0 {
-            return FanOut::default();
+    fn fan_out(&self) {
+        if self.direct.len() > 0 {
+            self.direct.fan_out();
         }
-        self.direct.fan_out()
     }
 
     /// Attaches a subscriber at `position` whose frames the publisher may write itself

@@ -120,6 +120,13 @@ pub async fn plain_peer_input(tcp: &TcpStream) -> PeerInput {
     }
 }
 
+/// One `send(2)` on a shared socket for the topic's fan-out, without tokio's readiness
+/// bookkeeping (a cache miss per socket per message): a `WouldBlock` here leaves tokio's
+/// readiness stale, and the task's own write finds that out with one more `send` of its own.
+pub fn direct_send(socket: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    socket2::SockRef::from(socket).send(buf)
+}
+
 impl AsyncRead for ClientStream {
     fn poll_read(
         self: Pin<&mut Self>,

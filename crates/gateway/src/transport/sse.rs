@@ -218,21 +218,21 @@ struct FrameWriter {
 }
 
 impl DirectWriter for FrameWriter {
-    fn frame(&self, message: &Message) -> Bytes {
+    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
         if self.json {
-            message.sse_json_frame().clone()
+            message.sse_json_frame()
         } else {
-            message.sse_frame().clone()
+            message.sse_frame()
         }
     }
 
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.socket.try_write(buf)
+        crate::server::stream::direct_send(&self.socket, buf)
     }
 
-    fn delivered(&self, bytes: usize, message: &Message) {
+    fn delivered(&self, bytes: usize, message: &Message, now: std::time::Instant) {
         self.metrics
-            .delivered(bytes, message.published_at().elapsed());
+            .delivered(bytes, now.saturating_duration_since(message.published_at()));
     }
 }
 

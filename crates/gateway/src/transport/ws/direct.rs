@@ -174,18 +174,20 @@ struct FrameWriter {
 }
 
 impl DirectWriter for FrameWriter {
-    fn frame(&self, message: &Message) -> Bytes {
-        message.ws_wire_frame().clone()
+    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+        message.ws_wire_frame()
     }
 
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.tcp.try_write(buf)
+        crate::server::stream::direct_send(&self.tcp, buf)
     }
 
-    fn delivered(&self, _bytes: usize, message: &Message) {
+    fn delivered(&self, _bytes: usize, message: &Message, now: std::time::Instant) {
         // The payload's length, as the task's own path counts it.
-        self.metrics
-            .delivered(message.ws_frame().len(), message.published_at().elapsed());
+        self.metrics.delivered(
+            message.ws_frame().len(),
+            now.saturating_duration_since(message.published_at()),
+        );
     }
 
     fn ready(&self) -> bool {
