@@ -2,13 +2,54 @@
 //!
 //! `raw` measures the broadcast channel alone (publish + N `try_recv`); `feed` goes through
 //! the per-connection `Feed` every transport uses (dedupe by position, lag handling) and
-//! takes the message's shared SSE frame, as the SSE transport does.
+//! takes the message's shared SSE frame, as the SSE transport does. `direct` links each feed
+//! to the topic's fan-out (herald_core::direct), as an idle single-topic SSE stream on plain
+//! TCP is: the publish itself hands the frame to every subscriber's writer, here one that
+//! only counts bytes, so the figure is the fan-out's own cost per delivery, before send(2).
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use herald_benches::{small_payload, topic};
-use herald_core::{Feed, FeedEvent, LagPolicy};
+use herald_core::{DirectWriter, Feed, FeedEvent, LagPolicy, Message};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A socket that takes everything and counts it.
+struct Counting(Arc<AtomicUsize>);
+
+impl DirectWriter for Counting {
+    fn frame<'m>(&self, message: &'m Message) -> &'m bytes::Bytes {
+        message.sse_frame()
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.fetch_add(buf.len(), Ordering::Relaxed);
+        Ok(buf.len())
+    }
+
+    fn delivered(&self, _bytes: usize, _message: &Message, _now: std::time::Instant) {}
+}
+
+/// N feeds linked to one topic's fan-out and gone direct. Outside a runtime, so every group
+/// is fanned out on the publishing thread.
+fn direct(c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, n: usize) {
+    let t = topic("bench-direct", 16);
+    let written = Arc::new(AtomicUsize::new(0));
+    let _feeds: Vec<Feed> = (0..n)
+        .map(|_| {
+            let mut f = Feed::new(LagPolicy::default(), 1);
+            f.subscribe(t.clone(), None).expect("subscribes");
+            assert!(f.link(Box::new(Counting(written.clone()))));
+            assert!(f.try_next().is_none() && f.is_direct());
+            f
+        })
+        .collect();
+    c.bench_with_input(BenchmarkId::new("direct", n), &n, |b, _| {
+        b.iter(|| t.publish(None, small_payload()))
+    });
+    assert!(written.load(Ordering::Relaxed) > 0);
+}
 
 fn fanout(c: &mut Criterion) {
     let mut group = c.benchmark_group("fanout");
@@ -32,6 +73,8 @@ fn fanout(c: &mut Criterion) {
             },
         );
         drop(receivers);
+
+        direct(&mut group, subscribers);
 
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -6,6 +6,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use tokio::sync::broadcast;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio_stream::Stream as _;
@@ -83,8 +85,19 @@ enum Live {
 }
 
 /// A topic's live receiver as a stream that says when its channel closed, rather than
-/// ending silently inside the `StreamMap`.
-struct LiveStream(Option<BroadcastStream<Arc<Message>>>);
+/// ending silently inside the `StreamMap`. The receiver becomes a stream (a boxed future)
+/// only when first polled: a feed that goes direct before that never allocates one.
+enum LiveStream {
+    Receiver(broadcast::Receiver<Arc<Message>>),
+    Stream(BroadcastStream<Arc<Message>>),
+    Closed,
+}
+
+impl LiveStream {
+    fn new(receiver: broadcast::Receiver<Arc<Message>>) -> Self {
+        Self::Receiver(receiver)
+    }
+}
 
 impl std::fmt::Debug for LiveStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -96,7 +109,13 @@ impl tokio_stream::Stream for LiveStream {
     type Item = Live;
 
     fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Live>> {
-        let Some(stream) = self.0.as_mut() else {
+        if let Self::Receiver(_) = &*self {
+            let Self::Receiver(receiver) = std::mem::replace(&mut *self, Self::Closed) else {
+                unreachable!("matched above")
+            };
+            *self = Self::Stream(BroadcastStream::new(receiver));
+        }
+        let Self::Stream(stream) = &mut *self else {
             return Poll::Ready(None);
         };
         match std::pin::Pin::new(stream).poll_next(cx) {
@@ -106,7 +125,7 @@ impl tokio_stream::Stream for LiveStream {
                 Poll::Ready(Some(Live::Lagged(n)))
             }
             Poll::Ready(None) => {
-                self.0 = None;
+                *self = Self::Closed;
                 Poll::Ready(Some(Live::Closed))
             }
         }
@@ -257,8 +276,7 @@ impl Feed {
         }
         self.pending
             .extend(again.replay.into_iter().map(FeedEvent::Message));
-        self.streams
-            .insert(name, LiveStream(Some(BroadcastStream::new(again.receiver))));
+        self.streams.insert(name, LiveStream::new(again.receiver));
     }
 
     /// Ends direct delivery for good (a second topic, an unsubscribe, the end).
@@ -317,8 +335,7 @@ impl Feed {
         }
         self.pending
             .extend(sub.replay.into_iter().map(FeedEvent::Message));
-        self.streams
-            .insert(name, LiveStream(Some(BroadcastStream::new(sub.receiver))));
+        self.streams.insert(name, LiveStream::new(sub.receiver));
         self.subs.push(Sub {
             topic,
             position: sub.start,
@@ -393,6 +410,11 @@ impl Feed {
                 self.take_over();
                 continue;
             }
+            // Caught up with the topic: go direct before the receiver is ever polled (it
+            // holds nothing this feed has not seen).
+            if self.try_go_direct() {
+                continue;
+            }
             match std::pin::Pin::new(&mut self.streams).poll_next(cx) {
                 Poll::Ready(Some((name, item))) => match item {
                     Live::Message(message) => {
@@ -403,12 +425,7 @@ impl Feed {
                     Live::Lagged(missed) => self.on_lag(name, missed),
                     Live::Closed => self.reopen(name),
                 },
-                Poll::Ready(None) => return Poll::Pending,
-                Poll::Pending => {
-                    if !self.try_go_direct() {
-                        return Poll::Pending;
-                    }
-                }
+                Poll::Ready(None) | Poll::Pending => return Poll::Pending,
             }
         }
     }
@@ -502,10 +519,7 @@ impl Feed {
         }
         self.pending
             .extend(again.replay.into_iter().map(FeedEvent::Message));
-        self.streams.insert(
-            topic,
-            LiveStream(Some(BroadcastStream::new(again.receiver))),
-        );
+        self.streams.insert(topic, LiveStream::new(again.receiver));
     }
 
     fn on_lag(&mut self, topic: TopicName, missed: u64) {

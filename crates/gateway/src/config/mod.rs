@@ -254,6 +254,11 @@ pub struct TopicsConfig {
     /// cluster's logs, so subscribers alone can never make a publish fail.
     /// Bound: Above 0, at most 1.
     pub unpublished_share: f64,
+    /// Let a topic's publisher write each message to the sockets of its idle single-topic SSE
+    /// and WebSocket subscribers on plain TCP itself (in groups, on the runtime's workers),
+    /// instead of waking one task per subscriber per message (docs/architecture.md, "Direct
+    /// delivery"). `false` delivers every message through the subscriber's own task.
+    pub direct_delivery: bool,
 }
 
 /// Server-Sent Events.
@@ -446,6 +451,7 @@ impl Default for TopicsConfig {
             channel_capacity: core.topic.channel_capacity,
             reclaim_interval: Duration::from_secs(30),
             unpublished_share: core.max_unpublished as f64 / core.max_topics as f64,
+            direct_delivery: true,
         }
     }
 }

@@ -271,7 +271,7 @@ pub fn serve_raw(
     first.extend_from_slice(&opening);
     sse.queued = Some(Bytes::from(first));
     match socket {
-        ClientStream::Plain(tcp) if !sse.multi => {
+        ClientStream::Plain(tcp) if !sse.multi && sse.state.config().topics.direct_delivery => {
             let socket = Arc::new(tcp);
             sse.feed.link(Box::new(FrameWriter {
                 socket: socket.clone(),

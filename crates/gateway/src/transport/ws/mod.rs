@@ -148,7 +148,7 @@ pub async fn upgrade_raw(
     }
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
-        ClientStream::Plain(tcp) => {
+        ClientStream::Plain(tcp) if state.config().topics.direct_delivery => {
             serve(state, direct::SharedSocket::new(tcp), who, permits).await;
         }
         stream => serve(state, stream, who, permits).await,
