@@ -28,16 +28,27 @@ export async function until(what, cond, ms = 15000) {
   }
 }
 
-/** A free loopback port (bound to 0, then released). */
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
+/** Ports handed out by `freePort` in this process: nodes keep theirs across restarts. */
+const given = new Set();
+
+/** A free loopback port (bound to 0, then released), never one handed out before here: the
+ * kernel may offer a port again once it is released, and a node's two listeners must
+ * differ. */
+export async function freePort() {
+  for (;;) {
+    const port = await new Promise((resolve, reject) => {
+      const s = net.createServer();
+      s.once("error", reject);
+      s.listen(0, "127.0.0.1", () => {
+        const { port } = s.address();
+        s.close(() => resolve(port));
+      });
     });
-  });
+    if (!given.has(port)) {
+      given.add(port);
+      return port;
+    }
+  }
 }
 
 /** A `herald` process. `restart()` starts it again on the same ports. */
