@@ -254,6 +254,9 @@ impl Feed {
         match again.lost {
             None => {}
             Some(reason @ LossReason::Epoch) => {
+                // The topic's log moved to another epoch: told, then given everything the
+                // topic holds in the new one, as `accept` does for a live subscriber.
+                again = sub.topic.subscribe_all();
                 sub.position = again.start;
                 self.pending.push_back(FeedEvent::Lost {
                     topic: name.clone(),
@@ -822,6 +825,27 @@ mod tests {
             }
             assert_eq!(socket.frames(), (expected.clone(), String::new()));
         }
+    }
+
+    #[tokio::test]
+    async fn a_direct_subscriber_whose_log_moves_to_another_epoch_is_told_then_gets_the_message() {
+        let config = TopicConfig {
+            channel_capacity: 8,
+            history_len: 8,
+            history_ttl: Duration::from_secs(60),
+            log_fed: true,
+        };
+        let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
+        let data = |v: &str| Payload::from_value(&serde_json::json!(v));
+        a.ingest(Cursor::new(5, 1), None, data("before")).unwrap();
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        a.ingest(Cursor::new(5, 2), None, data("direct")).unwrap();
+        assert_eq!(socket.frames().0, ["direct"]);
+        // The log lost its data: its next message is in a new epoch.
+        a.ingest(Cursor::new(9, 1), None, data("after")).unwrap();
+        assert_eq!(drain(&mut feed), ["lost a epoch", "a:1"]);
+        assert_eq!(socket.frames().0, ["direct"]);
     }
 
     #[tokio::test]

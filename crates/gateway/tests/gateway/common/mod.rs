@@ -298,10 +298,15 @@ impl SseClient {
         }
     }
 
-    /// The next event that carries data (what `EventSource` would dispatch).
+    /// The next event that carries data (what `EventSource` would dispatch). Heartbeats
+    /// keep a stream from stalling, so the wait for data has a bound of its own: a test fails
+    /// instead of hanging on a stream that only pings.
     pub async fn next_event(&mut self) -> Option<SseEvent> {
+        let deadline = tokio::time::Instant::now() + 6 * WAIT;
         loop {
-            let block = self.next_block().await?;
+            let block = tokio::time::timeout_at(deadline, self.next_block())
+                .await
+                .expect("no SSE event with data in time (only heartbeats)")?;
             if block.data.is_some() {
                 return Some(block);
             }
