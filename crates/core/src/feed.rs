@@ -37,6 +37,18 @@ pub enum LagPolicy {
     Disconnect,
 }
 
+/// Where a new subscription begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// With the next message published.
+    Live,
+    /// After this position (a resumed subscription): the history after it is replayed first,
+    /// or a loss reported when history no longer covers it.
+    After(Cursor),
+    /// With the newest `n` messages history holds (fewer if it holds fewer), then live.
+    Last(usize),
+}
+
 /// One thing for a transport to do.
 #[derive(Clone, Debug)]
 pub enum FeedEvent {
@@ -319,6 +331,16 @@ impl Feed {
         topic: Arc<Topic>,
         from: Option<Cursor>,
     ) -> Result<Cursor, FeedError> {
+        let start = match from {
+            Some(cursor) => Start::After(cursor),
+            None => Start::Live,
+        };
+        self.subscribe_from(topic, start)
+    }
+
+    /// Subscribes to `topic` from `start` ([`Self::subscribe`] with a choice of where to
+    /// begin); returns the position the subscription starts after.
+    pub fn subscribe_from(&mut self, topic: Arc<Topic>, start: Start) -> Result<Cursor, FeedError> {
         if let Some(sub) = self.subs.iter().find(|s| s.topic.name() == topic.name()) {
             return Ok(sub.position);
         }
@@ -328,7 +350,11 @@ impl Feed {
             });
         }
         self.unlink();
-        let sub = topic.subscribe(from);
+        let sub = match start {
+            Start::Live => topic.subscribe(None),
+            Start::After(cursor) => topic.subscribe(Some(cursor)),
+            Start::Last(n) => topic.subscribe_last(n),
+        };
         let name = topic.name().clone();
         if let Some(reason) = sub.lost {
             self.pending.push_back(FeedEvent::Lost {
@@ -663,6 +689,28 @@ mod tests {
         }
 
         fn delivered(&self, _bytes: usize, _message: &Message, _now: std::time::Instant) {}
+    }
+
+    #[test]
+    fn a_subscription_can_start_with_the_last_n_messages_held() {
+        let a = topic("a", 16, 4);
+        publish(&a, 6); // seq 1..=6; history holds 3..=6
+        let start = |n| {
+            let mut feed = Feed::new(LagPolicy::default(), 4);
+            let after = feed.subscribe_from(a.clone(), Start::Last(n)).unwrap();
+            (after.seq, drain(&mut feed))
+        };
+        assert_eq!(start(2), (4, vec!["a:5".into(), "a:6".into()]));
+        assert_eq!(start(0), (6, vec![]));
+        // More than history holds: what it holds, and no loss signal.
+        let (after, all) = start(10);
+        assert_eq!((after, all.len()), (2, 4), "{all:?}");
+        assert_eq!(all[0], "a:3");
+        // Live messages follow the replay without a gap or a duplicate.
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe_from(a.clone(), Start::Last(1)).unwrap();
+        publish(&a, 1);
+        assert_eq!(drain(&mut feed), ["a:6", "a:7"]);
     }
 
     fn linked(t: &Arc<Topic>, socket: &Socket) -> Feed {

@@ -21,7 +21,7 @@ pub mod topic;
 pub use cursor::{Cursor, ResumeList};
 pub use direct::{DirectSub, DirectWriter};
 pub use error::{CursorError, EventNameError, FeedError, RegistryError, TopicNameError};
-pub use feed::{Feed, FeedEvent, LagPolicy};
+pub use feed::{Feed, FeedEvent, LagPolicy, Start};
 pub use history::{History, LossReason};
 pub use message::{Message, Payload};
 pub use name::{EventName, TopicName};

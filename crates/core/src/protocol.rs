@@ -11,12 +11,14 @@ use serde_json::value::RawValue;
 /// A command sent by a WebSocket client, borrowed from the frame's text.
 #[derive(Debug)]
 pub enum Command<'a> {
-    /// `{"type":"subscribe","topics":[...],"cursors":{topic: cursor}}`
+    /// `{"type":"subscribe","topics":[...],"cursors":{topic: cursor},"last":N}`
     Subscribe {
         /// Topics to add (not yet validated).
         topics: Vec<String>,
         /// Where to resume each topic (not yet validated); missing topics start now.
         cursors: HashMap<String, String>,
+        /// Topics without a cursor start with the newest `last` messages history holds.
+        last: Option<usize>,
     },
     /// `{"type":"unsubscribe","topics":[...]}`
     Unsubscribe {
@@ -76,6 +78,8 @@ struct Frame<'a> {
     #[serde(default)]
     cursors: Option<HashMap<String, String>>,
     #[serde(default)]
+    last: Option<usize>,
+    #[serde(default)]
     topic: Option<String>,
     #[serde(default)]
     event: Option<String>,
@@ -120,6 +124,7 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
         "subscribe" => Command::Subscribe {
             topics: frame.topics.ok_or_else(|| missing("topics"))?,
             cursors: frame.cursors.unwrap_or_default(),
+            last: frame.last,
         },
         "unsubscribe" => Command::Unsubscribe {
             topics: frame.topics.ok_or_else(|| missing("topics"))?,
@@ -155,13 +160,17 @@ mod tests {
 
     #[test]
     fn parses_each_command() {
-        let Command::Subscribe { topics, cursors } =
-            parse(r#"{"type":"subscribe","topics":["a"],"cursors":{"a":"1-2"}}"#).unwrap()
+        let Command::Subscribe {
+            topics,
+            cursors,
+            last,
+        } = parse(r#"{"type":"subscribe","topics":["a"],"cursors":{"a":"1-2"},"last":3}"#).unwrap()
         else {
             panic!("subscribe");
         };
         assert_eq!(topics, ["a"]);
         assert_eq!(cursors, HashMap::from([("a".into(), "1-2".into())]));
+        assert_eq!(last, Some(3));
         assert!(matches!(
             parse(r#"{"type":"unsubscribe","topics":[]}"#).unwrap(),
             Command::Unsubscribe { topics } if topics.is_empty()

@@ -336,6 +336,29 @@ impl Topic {
         }
     }
 
+    /// Subscribes live with the newest `n` messages history holds replayed first (fewer when
+    /// it holds fewer, and no loss signal for those it does not: the subscriber asked for at
+    /// most `n`).
+    pub fn subscribe_last(&self, n: usize) -> Subscription {
+        let mut state = self.state.lock();
+        state.last_active = Instant::now();
+        state.history.evict_expired(Instant::now());
+        let receiver = state.sender.subscribe();
+        let (before, mut replay) = state.history.all();
+        let skip = replay.len().saturating_sub(n);
+        let seq = match skip.checked_sub(1) {
+            Some(i) => replay[i].cursor().seq,
+            None => before,
+        };
+        replay.drain(..skip);
+        Subscription {
+            receiver,
+            start: Cursor::new(state.epoch, seq),
+            replay,
+            lost: None,
+        }
+    }
+
     /// Subscribes live with everything history holds replayed first: for a subscriber that
     /// has seen nothing of the topic yet and must not miss what arrived since it joined.
     pub(crate) fn subscribe_all(&self) -> Subscription {

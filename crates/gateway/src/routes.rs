@@ -78,6 +78,10 @@ pub fn admin_router(state: AppState) -> Router {
             post(api::control::unsubscribe_user),
         )
         .route("/v1/users/{user}/send", post(api::control::send_user))
+        .route(
+            "/v1/connections/{id}/send",
+            post(api::control::send_connection),
+        )
         .route("/healthz", get(api::admin::healthz))
         .route("/readyz", get(api::admin::readyz))
         .route("/metrics", get(api::admin::metrics))

@@ -119,6 +119,7 @@ pub async fn tail(
         &state,
         std::slice::from_ref(&topic),
         &ResumeList::new(),
+        None,
         "admin",
     )?;
     let slot = (slot, charges);

@@ -1,6 +1,7 @@
 //! Admin endpoints that act on live connections, on whichever node holds them:
 //! `POST /v1/users/{user}/disconnect`, `POST /v1/connections/{id}/disconnect`, and
-//! `POST /v1/users/{user}/subscribe` / `unsubscribe`, and `POST /v1/users/{user}/send`.
+//! `POST /v1/users/{user}/subscribe` / `unsubscribe`, and `POST /v1/users/{user}/send` and
+//! `POST /v1/connections/{id}/send`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -82,9 +83,7 @@ pub async fn disconnect_connection(
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
-    let id: u64 = id.parse().map_err(|_| {
-        ApiError::bad_request("bad_connection", "a connection id is a decimal number")
-    })?;
+    let id = connection_id(&id)?;
     let disconnect = disconnect_of(&body)?;
     command(
         &state,
@@ -95,6 +94,12 @@ pub async fn disconnect_connection(
         "disconnected_here",
     )
     .await
+}
+
+/// A connection id from a path: the decimal number its client was given.
+fn connection_id(id: &str) -> Result<u64, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::bad_request("bad_connection", "a connection id is a decimal number"))
 }
 
 /// A command for every connection of `user`, its action read from the body by `action`.
@@ -198,23 +203,47 @@ pub async fn send_user(
     let RequestBody(body) = body?;
     check_user(&user)?;
     let topic = personal_topic(&user)?;
-    let request: SendRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    send(&state, topic, Target::User(user), &body).await
+}
+
+/// `POST /v1/connections/{id}/send {"data", "event"?}`: a message to one connection, on
+/// whichever node holds it: published to the connection's own topic `conn:<id>` and the
+/// connection subscribed to it from just before the message, as [`send_user`] does for a
+/// user.
+pub async fn send_connection(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<RequestBody, ApiError>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let RequestBody(body) = body?;
+    let id = connection_id(&id)?;
+    let topic = herald_core::TopicName::new(&format!("conn:{id}"))?;
+    send(&state, topic, Target::Connection(id), &body).await
+}
+
+/// Publishes the message in `body` to `topic` and has `target`'s connections receive it.
+async fn send(
+    state: &AppState,
+    topic: herald_core::TopicName,
+    target: Target,
+    body: &[u8],
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let request: SendRequest = serde_json::from_slice(body).map_err(bad_json)?;
     let prepared = crate::publish::prepare(
-        &state,
+        state,
         &crate::publish::Publisher::Trusted,
         None,
         topic.as_str(),
         request.event.as_deref(),
         &request.data,
     )?;
-    let (topic, id) = crate::publish::route(&state, prepared, "http").await?;
+    let (topic, id) = crate::publish::route(state, prepared, "http").await?;
     let after = herald_core::Cursor::new(id.epoch, id.seq.saturating_sub(1));
     let action = Action::Receive {
         topic: topic.to_string(),
         after: after.to_string(),
     };
-    let target = Target::User(user);
-    let Json(mut answer) = command(&state, Command { target, action }, "reached_here").await?;
+    let Json(mut answer) = command(state, Command { target, action }, "reached_here").await?;
     answer["topic"] = topic.as_str().into();
     answer["id"] = id.to_string().into();
     Ok(Json(answer))

@@ -6,7 +6,7 @@ pub mod ws;
 
 use std::sync::Arc;
 
-use herald_core::{Feed, ResumeList, Topic, TopicName};
+use herald_core::{Feed, ResumeList, Start, Topic, TopicName};
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -34,6 +34,9 @@ pub struct SubscribeQuery {
     pub last_event_id: Option<String>,
     /// `cursor`: the long-poll resume list.
     pub cursor: Option<String>,
+    /// `last`: topics without a resume position start with the newest `last` messages
+    /// history holds.
+    pub last: Option<usize>,
     /// `timeout`: seconds a long-poll may be held.
     pub timeout: Option<String>,
     /// `token`: a JWT, for clients that cannot set `Authorization`.
@@ -62,6 +65,11 @@ impl SubscribeQuery {
                 }
                 "lastEventId" => parsed.last_event_id = Some(value.into_owned()),
                 "cursor" => parsed.cursor = Some(value.into_owned()),
+                "last" => {
+                    parsed.last = Some(value.parse().map_err(|_| {
+                        ApiError::bad_request("bad_last", "last must be a whole number of messages")
+                    })?)
+                }
                 "timeout" => parsed.timeout = Some(value.into_owned()),
                 "token" => parsed.token = Some(value.into_owned()),
                 "format" => {
@@ -181,11 +189,13 @@ pub fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec<String
 }
 
 /// A feed subscribed to `topics` for `client`, each resumed from its entry in `resume` when
-/// it has one; all or nothing. Returns the charges for the topics it created.
+/// it has one, else started with the newest `last` messages or live; all or nothing. Returns
+/// the charges for the topics it created.
 pub fn open_feed(
     state: &AppState,
     topics: &[TopicName],
     resume: &ResumeList,
+    last: Option<usize>,
     client: &str,
 ) -> Result<(Feed, Charges), ApiError> {
     let config = state.config();
@@ -198,11 +208,21 @@ pub fn open_feed(
     }
     let mut feed = Feed::new(config.lag_policy, config.limits.max_subscriptions);
     for topic in found {
-        let from = resume.get(topic.name().as_str());
-        feed.subscribe(topic, from)
+        let from = start_of(resume.get(topic.name().as_str()), last);
+        feed.subscribe_from(topic, from)
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
     }
     Ok((feed, charges))
+}
+
+/// Where a subscription starts: after the client's cursor when it gave one, else with the
+/// newest `last` messages when it asked for them, else live.
+pub fn start_of(cursor: Option<herald_core::Cursor>, last: Option<usize>) -> Start {
+    match (cursor, last) {
+        (Some(cursor), _) => Start::After(cursor),
+        (None, Some(n)) => Start::Last(n),
+        (None, None) => Start::Live,
+    }
 }
 
 /// What a feed event means for a client, whatever its transport; each transport writes it

@@ -11,6 +11,7 @@ use herald_core::{FeedEvent, LossReason, ResumeList};
 
 use super::{Delivery, SubscribeQuery, authorize, deliver, lost_json, open_feed};
 use crate::app::AppState;
+use crate::cluster::control::{Action, Disconnect};
 use crate::error::ApiError;
 use crate::telemetry::metrics::{self, CloseReason, Transport};
 
@@ -57,10 +58,12 @@ async fn poll(
     };
     let (cors, who) = authorize(state, headers, &query)?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
-    let (mut feed, _charges) = open_feed(state, &query.topics, &resume, &client)?;
+    let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Poll);
-    let mut guard = metrics.open();
-    guard.closing(CloseReason::Done);
+    // A waiting poll is a connection the admin API can end (`disconnect` in the answer).
+    let mut connection = state.cluster().open(Transport::Poll, who.sub.as_deref());
+    connection.closing(CloseReason::Done);
+    let mut disconnect = None;
 
     let mut messages = Vec::new();
     let mut lost = Vec::new();
@@ -93,7 +96,8 @@ async fn poll(
                 }
             }
             _ = tokio::time::sleep(timeout) => {}
-            _ = state.shutdown().cancelled() => guard.closing(CloseReason::Shutdown),
+            _ = state.shutdown().cancelled() => connection.closing(CloseReason::Shutdown),
+            ended = ended(&mut connection) => disconnect = Some(ended),
         }
     }
 
@@ -120,7 +124,12 @@ async fn poll(
     body.extend_from_slice(lost.join(",").as_bytes());
     body.extend_from_slice(br#"],"cursor":""#);
     body.extend_from_slice(cursor.as_bytes());
-    body.extend_from_slice(br#""}"#);
+    body.push(b'"');
+    if let Some(disconnect) = disconnect {
+        body.extend_from_slice(br#","disconnect":"#);
+        body.extend_from_slice(&serde_json::to_vec(&disconnect).unwrap_or_default());
+    }
+    body.push(b'}');
     let mut response = body.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -138,6 +147,17 @@ async fn poll(
             .insert(header::VARY, HeaderValue::from_static("origin"));
     }
     Ok(response)
+}
+
+/// Waits until the admin API ends the poll's connection. A poll holds no subscriptions of
+/// its own between requests, so server-side (un)subscriptions and sends are not for it: the
+/// application reaches a polling client through its topics (e.g. the personal topic).
+async fn ended(connection: &mut crate::cluster::Connection) -> Disconnect {
+    loop {
+        if let Action::Disconnect(d) = connection.next_action().await {
+            return d;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -397,7 +397,7 @@ fn try_open(
         who,
     } = check(state, headers, query)?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
-    let (feed, charges) = open_feed(state, &query.topics, &resume, &client)?;
+    let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1,

@@ -305,6 +305,27 @@ async fn commands_reach_connections_on_every_node_of_a_cluster() {
         "after the note",
         "the note came once"
     );
+
+    // A message to yan's connection on node b, by its id, sent through node c.
+    let ids = get_json(format!("http://{}/v1/users/yan/connections", c.admin_addr)).await;
+    let on_node_b = ids["nodes"]["b"][0].as_str().unwrap().to_string();
+    let (status, body) = command(
+        &c,
+        &format!("/v1/connections/{on_node_b}/send"),
+        json!({"data": "direct"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["reached_here"].as_u64()),
+        (200, Some(0)),
+        "{body}"
+    );
+    assert_eq!(ws_next(&mut yan_too).await["type"], "subscribed");
+    let got = ws_next(&mut yan_too).await;
+    assert_eq!(
+        (got["topic"].as_str(), got["data"].as_str()),
+        (Some(format!("conn:{on_node_b}").as_str()), Some("direct"))
+    );
     for node in [a, b, c] {
         node.stop().await.unwrap();
     }
@@ -446,5 +467,97 @@ async fn a_message_sent_to_a_user_reaches_each_of_its_connections_once() {
     assert_eq!((status, reply["code"].as_str()), (400, Some("bad_user")));
     let (status, reply) = command(&gw, "/v1/users/ann/send", json!({"event": "x"})).await;
     assert_eq!((status, reply["code"].as_str()), (400, Some("bad_json")));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_message_sent_to_one_connection_reaches_that_connection_only() {
+    let gw = spawn_gateway(token_config()).await;
+    let mut first = ws_of(&gw, "cy", "room").await;
+    let mut second = ws_of(&gw, "cy", "room").await;
+    // A node lists a user's connections in the order they opened: the first is `first`.
+    let ids = user_ids(&gw, "cy").await;
+    assert_eq!(ids.len(), 2);
+
+    let path = format!("/v1/connections/{}/send", ids[0]);
+    let (status, body) = command(&gw, &path, json!({"data": "just you", "event": "dm"})).await;
+    assert_eq!(
+        (status, body["reached_here"].as_u64()),
+        (200, Some(1)),
+        "{body}"
+    );
+    let topic = format!("conn:{}", ids[0]);
+    assert_eq!(body["topic"].as_str(), Some(topic.as_str()));
+    let frame = ws_next(&mut first).await;
+    assert_eq!(
+        (frame["type"].as_str(), frame["by"].as_str()),
+        (Some("subscribed"), Some("server"))
+    );
+    let got = ws_next(&mut first).await;
+    assert_eq!(
+        (
+            got["topic"].as_str(),
+            got["id"].as_str(),
+            got["event"].as_str()
+        ),
+        (Some(topic.as_str()), body["id"].as_str(), Some("dm"))
+    );
+    assert_eq!(got["data"], "just you");
+    publish(&gw, "room", json!("to all")).await;
+    assert_eq!(ws_next(&mut first).await["data"], "to all", "it came once");
+    assert_eq!(
+        ws_next(&mut second).await["data"],
+        "to all",
+        "the other connection got none of it"
+    );
+
+    // A connection that is not there: published, reached nobody.
+    let (status, body) = command(&gw, "/v1/connections/12345/send", json!({"data": 1})).await;
+    assert_eq!((status, body["reached_here"].as_u64()), (200, Some(0)));
+    let (status, body) = command(&gw, "/v1/connections/x1/send", json!({"data": 1})).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("bad_connection"))
+    );
+    let (status, body) = command(&gw, &path, json!({"event": "x"})).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("bad_json")));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiting_poll_is_answered_with_the_disconnect() {
+    let gw = spawn_gateway(token_config()).await;
+    let t = token(json!({"sub": "dee", "exp": unix_now() + 3600, "topics": ["room"]}));
+    let url = format!(
+        "http://{}/v1/poll?topic=room&timeout=25&token={t}",
+        gw.public_addr
+    );
+    let waiting = tokio::spawn(async move {
+        let resp = http().get(url).send().await.unwrap();
+        (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+    });
+    eventually(WAIT, || async { user_ids(&gw, "dee").await.len() == 1 }).await;
+    // Server-side subscriptions are not for a poll: it goes on waiting.
+    let (status, body) = command(&gw, "/v1/users/dee/subscribe", json!({"topics": ["x"]})).await;
+    assert_eq!((status, body["subscribed_here"].as_u64()), (200, Some(1)));
+    let (status, body) = command(
+        &gw,
+        "/v1/users/dee/disconnect",
+        json!({"reason": "logged out", "reconnect": false}),
+    )
+    .await;
+    assert_eq!((status, body["disconnected_here"].as_u64()), (200, Some(1)));
+    let (status, answer) = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["disconnect"],
+        json!({"reason": "logged out", "reconnect": false})
+    );
+    assert_eq!(answer["messages"], json!([]));
+    assert!(
+        answer["cursor"].as_str().unwrap().starts_with("room="),
+        "{answer}"
+    );
+    assert!(user_ids(&gw, "dee").await.is_empty(), "the poll left");
     gw.stop().await.unwrap();
 }

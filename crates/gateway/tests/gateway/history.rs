@@ -128,3 +128,81 @@ async fn the_public_listener_serves_history_to_those_who_may_subscribe() {
     );
     gw.stop().await.unwrap();
 }
+
+/// "Start from the last N messages" on subscribe, the same on every transport: SSE and poll
+/// take `?last=N`, a WebSocket `subscribe` takes `"last": N`; a cursor wins over it; fewer
+/// are given when history holds fewer.
+#[tokio::test]
+async fn every_transport_can_start_with_the_last_n_messages() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(publish(&gw, "lastn", json!(i)).await);
+    }
+
+    let mut sse = SseClient::connect(&gw, "topic=lastn&last=2", None).await;
+    for (i, id) in ids.iter().enumerate().skip(3) {
+        let event = sse.next_event().await.unwrap();
+        assert_eq!(
+            (event.data.as_deref(), event.id.as_deref()),
+            (
+                Some(i.to_string().as_str()),
+                Some(format!("lastn={id}").as_str())
+            )
+        );
+    }
+
+    let poll = get_json(format!(
+        "http://{}/v1/poll?topic=lastn&last=3&timeout=0",
+        gw.public_addr
+    ))
+    .await;
+    assert_eq!(data(&poll), [json!(2), json!(3), json!(4)], "{poll}");
+
+    let mut ws = ws_connect(&gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["lastn", "empty-lastn"], "last": 10}),
+    )
+    .await;
+    let reply = ws_next(&mut ws).await;
+    assert_eq!(reply["type"], "subscribed", "{reply}");
+    for i in 0..5 {
+        assert_eq!(
+            ws_next(&mut ws).await["data"],
+            json!(i),
+            "all 5 held, no more"
+        );
+    }
+
+    // A cursor wins over `last`; live messages follow without a gap.
+    let query = format!("topic=lastn&last=4&lastEventId=lastn%3D{}", ids[3]);
+    let mut resumed = SseClient::connect(&gw, &query, None).await;
+    assert_eq!(
+        resumed.next_event().await.unwrap().data.as_deref(),
+        Some("4")
+    );
+    publish(&gw, "lastn", json!(5)).await;
+    assert_eq!(
+        resumed.next_event().await.unwrap().data.as_deref(),
+        Some("5")
+    );
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("5"));
+    assert_eq!(ws_next(&mut ws).await["data"], json!(5));
+
+    let resp = get(
+        format!("http://{}/v1/sse?topic=lastn&last=-1", gw.public_addr),
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], "bad_last");
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["other"], "last": "two"}),
+    )
+    .await;
+    assert_eq!(ws_next(&mut ws).await["code"], "bad_frame");
+    gw.stop().await.unwrap();
+}

@@ -487,7 +487,11 @@ impl<S: PeerStream> Connection<S> {
     async fn on_command(&mut self, text: &str) -> Result<Flow, FrameError> {
         let command = protocol::parse(text).map_err(|e| FrameError::new(e.code, e.reason))?;
         match command {
-            Command::Subscribe { topics, cursors } => self.subscribe(topics, cursors).await,
+            Command::Subscribe {
+                topics,
+                cursors,
+                last,
+            } => self.subscribe(topics, cursors, last).await,
             Command::Unsubscribe { topics } => {
                 let mut removed = Vec::with_capacity(topics.len());
                 for topic in topics
@@ -561,6 +565,7 @@ impl<S: PeerStream> Connection<S> {
         &mut self,
         topics: Vec<String>,
         cursors: HashMap<String, String>,
+        last: Option<usize>,
     ) -> Result<Flow, FrameError> {
         let max = self.state.config().limits.max_subscriptions;
         if topics.len() > max {
@@ -579,7 +584,7 @@ impl<S: PeerStream> Connection<S> {
                 Some(c) => Some(c.parse::<Cursor>().map_err(ApiError::from)?),
                 None => None,
             };
-            wanted.push((name, from));
+            wanted.push((name, super::start_of(from, last)));
         }
         for name in cursors.keys() {
             if !topics.contains(name) {
@@ -620,7 +625,7 @@ impl<S: PeerStream> Connection<S> {
             let name = topic.name().to_string();
             let start = self
                 .feed
-                .subscribe(topic, from)
+                .subscribe_from(topic, from)
                 .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
             started.insert(name, start.to_string().into());
         }
