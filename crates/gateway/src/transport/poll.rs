@@ -35,7 +35,8 @@ async fn poll(
     peer: std::net::IpAddr,
 ) -> Result<Response, ApiError> {
     let config = state.config();
-    let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
+    let hooked = state.hooks().has(crate::hooks::Hook::Connect);
+    let mut query = SubscribeQuery::parse(query, config.limits.max_subscriptions, hooked)?;
     let resume: ResumeList = match &query.cursor {
         Some(c) => c.parse()?,
         None => ResumeList::new(),
@@ -56,7 +57,7 @@ async fn poll(
         }
         None => config.poll.timeout,
     };
-    let (cors, who) = authorize(state, headers, &query)?;
+    let (cors, who) = authorize(state, headers, &mut query, "poll", None, peer).await?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Poll);
