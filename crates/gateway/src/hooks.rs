@@ -344,6 +344,15 @@ fn denied(reason: String) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, "denied", reason)
 }
 
+/// `reason` cut to fit a WebSocket close frame (120 bytes), at a character boundary.
+pub fn close_reason(reason: &str) -> String {
+    let mut end = reason.len().min(120);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason[..end].to_string()
+}
+
 /// Cuts `reason` to [`MAX_REASON_BYTES`] at a character boundary; an empty one is named.
 fn bounded_reason(reason: Option<String>) -> String {
     let mut reason = reason

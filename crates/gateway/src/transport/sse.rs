@@ -431,7 +431,15 @@ async fn try_open(
         cors,
         retry: config.sse.retry,
         _charges: charges.into_boxed_slice(),
+        refresh: None,
     };
+    if who.expires.is_some() && state.hooks().has(crate::hooks::Hook::Refresh) {
+        stream.refresh = Some(Box::new(Refresh {
+            forwarded: state.hooks().forwarded(headers),
+            who,
+            peer,
+        }));
+    }
     let first = stream.opening(config.sse.retry);
     metrics.sent(first.len());
     stream.queued = Some(first);
@@ -473,6 +481,16 @@ pub struct SseStream {
     retry: Duration,
     /// The topics this stream's subscription created, charged to its client.
     _charges: Box<[crate::limits::QuotaCharge]>,
+    /// What the refresh hook is told, when it is configured and the stream's credentials
+    /// expire (boxed, only then).
+    refresh: Option<Box<Refresh>>,
+}
+
+/// An SSE client as the refresh hook is told about it.
+struct Refresh {
+    who: crate::auth::Identity,
+    peer: std::net::IpAddr,
+    forwarded: crate::hooks::Forwarded,
 }
 
 /// `event: herald.disconnect` for a connection the server ended on a command.
@@ -525,6 +543,46 @@ impl SseStream {
                 None
             }
         }
+    }
+
+    /// The credentials expired: the refresh hook, when configured, may extend them;
+    /// otherwise, or when it refuses, the stream ends with `herald.disconnect` and the
+    /// reason. `None`: extended.
+    async fn on_expiry(&mut self) -> Option<Bytes> {
+        let mut reason = "token expired".to_string();
+        if let Some(refresh) = &mut self.refresh {
+            let caller = crate::hooks::Caller {
+                transport: "sse",
+                client: Some(self.guard.id()),
+                remote: refresh.peer,
+                who: &refresh.who,
+                headers: &refresh.forwarded,
+            };
+            match self.state.hooks().refresh(&caller).await {
+                Ok(Some(grant)) => {
+                    grant.apply(&mut refresh.who);
+                    self.guard.set_user(refresh.who.sub.as_deref());
+                    self.expiry = refresh
+                        .who
+                        .time_left()
+                        .map(|left| Box::pin(tokio::time::sleep(left)));
+                    return None;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let text = e.to_string();
+                    reason = text
+                        .split_once(": ")
+                        .map_or(text.clone(), |(_, r)| r.to_string());
+                }
+            }
+        }
+        self.done = true;
+        self.guard.closing(CloseReason::Expired);
+        let data = serde_json::json!({ "reason": reason });
+        Some(Bytes::from(format!(
+            "event: herald.disconnect\ndata: {data}\n\n"
+        )))
     }
 
     /// `event: <event>` with `data: {"topics": [...]}` and the `id:` of every position.
@@ -586,11 +644,9 @@ impl SseStream {
                     }
                 },
                 _ = end_of_life(&mut self.expiry) => {
-                    self.done = true;
-                    self.guard.closing(CloseReason::Expired);
-                    return Some(Bytes::from_static(
-                        b"event: herald.disconnect\ndata: {\"reason\":\"token expired\"}\n\n",
-                    ));
+                    if let Some(chunk) = Box::pin(self.on_expiry()).await {
+                        return Some(chunk);
+                    }
                 }
                 _ = end_of_life(&mut self.lifetime) => {
                     self.done = true;

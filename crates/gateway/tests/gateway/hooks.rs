@@ -576,3 +576,46 @@ async fn requests_past_max_in_flight_are_not_sent_and_count_as_unavailable() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn the_refresh_hook_extends_expiring_connections_then_ends_them_with_its_reason() {
+    // Connections get one second; the first refresh of each extends by one more, the second
+    // refuses.
+    let refreshed = Arc::new(Mutex::new(std::collections::HashMap::<String, u32>::new()));
+    let seen = refreshed.clone();
+    let backend = Backend::start(move |hook, body| match hook {
+        "connect" => Reply::Json(json!({"result": "allow", "user": "r", "expires_in": 1})),
+        _ => {
+            let mut seen = seen.lock().unwrap();
+            let n = seen.entry(body["client"].to_string()).or_default();
+            *n += 1;
+            if *n == 1 {
+                Reply::Json(json!({"result": "allow", "expires_in": 1}))
+            } else {
+                deny("session ended")
+            }
+        }
+    })
+    .await;
+    let gw = spawn_gateway(hooked(test_config(), &backend, &["connect", "refresh"])).await;
+    let started = Instant::now();
+    let mut ws = ws_connect(&gw).await;
+    let mut sse = SseClient::connect(&gw, "topic=news", None).await;
+    assert_eq!(
+        ws_close_code(&mut ws).await,
+        (1008, "session ended".to_string())
+    );
+    let end = sse.rest(WAIT).await;
+    assert!(
+        end.contains("event: herald.disconnect\ndata: {\"reason\":\"session ended\"}"),
+        "{end}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "extended once"
+    );
+    let calls = backend.calls("refresh");
+    assert_eq!(calls.len(), 4, "two per connection");
+    assert_eq!(calls[0].0["user"], "r");
+    gw.stop().await.unwrap();
+}
