@@ -294,7 +294,7 @@ impl Hooks {
         );
         fields.insert("remote_addr".into(), caller.remote.to_string().into());
         fields.insert("user".into(), caller.who.sub.clone().into());
-        fields.insert("token".into(), caller.who.token_claims().into());
+        fields.insert("token".into(), caller.who.token_claims());
         if let Some(info) = &caller.who.info {
             fields.insert(
                 "info".into(),

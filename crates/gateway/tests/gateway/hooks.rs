@@ -370,6 +370,12 @@ async fn the_subscribe_hook_decides_instead_of_the_token_rules() {
     let (sse, body) = sse_get(&gw, "topic=secret", &[]).await;
     assert_eq!((sse, body["reason"].as_str()), (403, Some("not yours")));
     assert_eq!(sse_get(&gw, "topic=private", &[]).await.0, 200);
+    let history = get(
+        format!("http://{}/v1/topics/secret/history", gw.public_addr),
+        &[],
+    )
+    .await;
+    assert_eq!(history.status(), 403, "history reads ask the same hook");
     let calls = backend.calls("subscribe");
     assert_eq!(calls[0].0["topics"], json!(["private", "secret"]));
     assert_eq!(calls[0].0["transport"], "ws");
