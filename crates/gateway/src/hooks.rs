@@ -260,10 +260,14 @@ impl Hooks {
 
     /// Asks the refresh hook whether an expiring connection may go on: `Ok(Some(grant))`
     /// with its new lifetime (`expires_in`; a grant without one is a refusal), `Ok(None)`
-    /// when the token rules decide (the credentials have expired), else the refusal.
+    /// when the token rules decide (no hook, or it is unavailable under either policy: the
+    /// credentials have expired), else the application's refusal.
     pub async fn refresh(&self, caller: &Caller<'_>) -> Result<Option<Grant>, ApiError> {
-        let Some(answer) = self.ask(Hook::Refresh, caller, serde_json::json!({})).await else {
-            return Ok(None);
+        let answer = match self.ask(Hook::Refresh, caller, serde_json::json!({})).await {
+            // Unavailable: whatever the policy, the credentials have expired.
+            None => return Ok(None),
+            Some(Err(e)) if e.code() == "hook_unavailable" => return Ok(None),
+            Some(answer) => answer,
         };
         let grant = grant(Hook::Refresh, answer)?;
         if grant.expires_in.is_none() {
