@@ -12,7 +12,7 @@
 //! The callers are the places where the token rules are applied, one per decision, so that
 //! every path that serves a client asks the same way: [`crate::transport::authorize`] (SSE on
 //! the raw socket and through hyper, HTTP/2, TLS; long-poll), the WebSocket handshake and its
-//! `subscribe` command, and the publish pipeline ([`crate::publish::authorize`]).
+//! `subscribe` command, and the publish pipeline ([`crate::publish::prepare`]).
 //!
 //! Metrics: `herald_hook_requests_total{hook,result}` (`allow`, `deny`, `unavailable`,
 //! `timeout`, `overloaded`), `herald_hook_duration_seconds{hook}` and
