@@ -259,13 +259,12 @@ async fn the_connect_hook_allows_and_denies_with_its_reason_on_every_path() {
         assert_eq!(status, 200, "{path:?}: {body}");
         gw.stop().await.unwrap();
     }
-    let sse = allowing.calls("connect");
+    let calls = allowing.calls("connect");
     assert!(
-        sse[0].0["client"]
+        calls.iter().all(|(c, _)| c["client"]
             .as_str()
-            .is_some_and(|id| id.parse::<u64>().is_ok()),
-        "an SSE stream names its connection id: {}",
-        sse[0].0
+            .is_some_and(|id| id.parse::<u64>().is_ok())),
+        "every SSE stream and poll names its connection id: {calls:?}"
     );
 }
 
