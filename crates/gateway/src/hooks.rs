@@ -326,6 +326,15 @@ impl Hooks {
 /// Turns an allowing answer into a grant (bounded), or a refusal.
 fn grant(hook: Hook, answer: Result<Answer, ApiError>) -> Result<Grant, ApiError> {
     let answer = answer?;
+    if let Some(user) = &answer.user
+        && (user.is_empty() || user.len() > MAX_USER_BYTES)
+    {
+        tracing::warn!(
+            hook = hook.as_str(),
+            len = user.len(),
+            "hook answered a user name that is empty or over 256 bytes; ignored"
+        );
+    }
     Ok(Grant {
         user: answer
             .user
