@@ -58,7 +58,8 @@ pub struct Identity {
     pub expires: Option<SystemTime>,
     /// What the application's connect hook said about the client, sent with its later hook
     /// requests.
-    pub info: Option<std::sync::Arc<serde_json::value::RawValue>>,
+    /// (JSON text; one word per connection, shared by its clones.)
+    pub info: Option<std::sync::Arc<String>>,
     /// Whether a token was presented (its claims are sent to the hooks).
     token: bool,
 }

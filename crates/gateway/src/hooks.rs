@@ -67,9 +67,13 @@ impl Hook {
     }
 }
 
-/// The headers of a client's request that hook requests carry (`hooks.forward_headers`).
+/// The headers of a client's request that hook requests carry (`hooks.forward_headers`):
+/// one word, and no allocation when there are none (a WebSocket connection keeps them).
 #[derive(Clone, Debug, Default)]
-pub struct Forwarded(Box<[(HeaderName, HeaderValue)]>);
+pub struct Forwarded(Option<Box<HeaderList>>);
+
+#[derive(Clone, Debug)]
+struct HeaderList(Vec<(HeaderName, HeaderValue)>);
 
 /// Who a hook request is about: the client, as the gateway knows it.
 #[derive(Debug)]
@@ -94,7 +98,7 @@ pub struct Grant {
     /// Topics to subscribe the connection to on the application's behalf.
     pub topics: Vec<String>,
     /// Data about the connection, kept with it and sent with its later hook requests.
-    pub info: Option<Arc<RawValue>>,
+    pub info: Option<Arc<String>>,
     /// How long the connection's credentials last from now (then the refresh hook is asked).
     pub expires_in: Option<Duration>,
 }
@@ -205,18 +209,17 @@ impl Hooks {
         let Some(inner) = &self.0 else {
             return Forwarded::default();
         };
-        Forwarded(
-            inner
-                .forward
-                .iter()
-                .flat_map(|name| {
-                    headers
-                        .get_all(name)
-                        .iter()
-                        .map(|v| (name.clone(), v.clone()))
-                })
-                .collect(),
-        )
+        let found: Vec<_> = inner
+            .forward
+            .iter()
+            .flat_map(|name| {
+                headers
+                    .get_all(name)
+                    .iter()
+                    .map(|v| (name.clone(), v.clone()))
+            })
+            .collect();
+        Forwarded((!found.is_empty()).then(|| Box::new(HeaderList(found))))
     }
 
     /// Asks the connect hook about a client that asked for `topics`: `Ok(None)` when the
@@ -302,7 +305,7 @@ impl Hooks {
         if let Some(info) = &caller.who.info {
             fields.insert(
                 "info".into(),
-                serde_json::from_str(info.get()).unwrap_or_default(),
+                serde_json::from_str(info).unwrap_or_default(),
             );
         }
         match inner.call(hook, url, caller.headers, &body).await {
@@ -344,7 +347,7 @@ fn grant(hook: Hook, answer: Result<Answer, ApiError>) -> Result<Grant, ApiError
         } else {
             Vec::new()
         },
-        info: answer.info.map(Arc::from),
+        info: answer.info.map(|i| Arc::new(i.get().to_owned())),
         expires_in: answer
             .expires_in
             .filter(|s| *s > 0)
@@ -406,7 +409,7 @@ impl Inner {
             .post(url.clone())
             .header("content-type", "application/json")
             .body(body.to_string());
-        for (name, value) in headers.0.iter() {
+        for (name, value) in headers.0.iter().flat_map(|h| h.0.iter()) {
             request = request.header(name, value);
         }
         let answer = tokio::time::timeout(self.timeout, async {
@@ -464,7 +467,7 @@ mod tests {
         let g = grant(Hook::Connect, Ok(a)).unwrap();
         assert_eq!(g.user.as_deref(), Some("u1"));
         assert_eq!(g.topics, ["a"]);
-        assert_eq!(g.info.unwrap().get(), r#"{"name":"Ann"}"#);
+        assert_eq!(g.info.unwrap().as_str(), r#"{"name":"Ann"}"#);
         assert!(serde_json::from_str::<Answer>(r#"{"result":"maybe"}"#).is_err());
         assert!(serde_json::from_str::<Answer>(r#"{}"#).is_err());
         assert_eq!(bounded_reason(None), "denied by the application");
@@ -479,6 +482,6 @@ mod tests {
         assert!(!hooks.has(Hook::Connect));
         let mut headers = HeaderMap::new();
         headers.insert("cookie", HeaderValue::from_static("s=1"));
-        assert!(hooks.forwarded(&headers).0.is_empty());
+        assert!(hooks.forwarded(&headers).0.is_none());
     }
 }

@@ -211,11 +211,19 @@ async fn serve<S: PeerStream>(
         .max_frame_size(Some(ws.max_message_size));
     let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
     let granted = std::mem::take(&mut opened.granted);
-    let connection = Connection::new(state.clone(), socket, who, opened);
+    let mut connection = Connection::new(state.clone(), socket, who, opened);
+    // The connect hook's topics are subscribed and told here, before the connection's task
+    // starts, so that its state holds nothing for them.
+    if !granted.is_empty()
+        && let Flow::Close(reason) = connection.subscribed_by_server(&granted, None).await
+    {
+        connection.guard.closing(reason);
+        return;
+    }
     // Combinators, not an `async move` block (see `spawn_connection`): a block would keep the
     // connection a second time beside `run`'s state (measured: ~1 KB per idle connection).
     use futures_util::FutureExt as _;
-    let served = connection.run(granted).map(move |()| drop(permits));
+    let served = connection.run().map(move |()| drop(permits));
     crate::shutdown::spawn_connection(state.tracker(), "ws", served);
 }
 
@@ -350,15 +358,7 @@ impl<S: PeerStream> Connection<S> {
         }
     }
 
-    /// The connection's life; `granted`: topics the connect hook subscribed it to, told to
-    /// the client first (`subscribed`, `"by": "server"`).
-    async fn run(mut self, granted: Vec<String>) {
-        if !granted.is_empty()
-            && let Flow::Close(reason) = self.subscribed_by_server(&granted, None).await
-        {
-            self.guard.closing(reason);
-            return;
-        }
+    async fn run(mut self) {
         let (every, idle_timeout) = {
             let ws = &self.state.config().ws;
             (ws.ping_interval, ws.idle_timeout)
@@ -932,9 +932,8 @@ mod lifecycle_tests {
         let server = inbound::Inbound::new(server, Rate::new(ws.inbound_rate, ws.inbound_burst));
         let server = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
         let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
-        let task = tokio::spawn(
-            Connection::new(state.clone(), server, who, Opened::default()).run(Vec::new()),
-        );
+        let task =
+            tokio::spawn(Connection::new(state.clone(), server, who, Opened::default()).run());
         Client {
             ws: client,
             state,
