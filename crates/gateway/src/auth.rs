@@ -65,8 +65,9 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The token's claims Herald reads (`sub`, `exp`, `topics`, `publish`), as the hooks send
-    /// them; `null` without a token.
+    /// The token's claims Herald reads besides `sub` (`exp`, `topics`, `publish`), as the
+    /// hooks send them (the user goes as a field of its own: a hook may have replaced it);
+    /// `null` without a token.
     pub fn token_claims(&self) -> serde_json::Value {
         if !self.token {
             return serde_json::Value::Null;
@@ -75,9 +76,7 @@ impl Identity {
             .expires
             .and_then(|e| e.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_secs());
-        serde_json::json!({
-            "sub": self.sub, "exp": exp, "topics": self.subscribe, "publish": self.publish,
-        })
+        serde_json::json!({ "exp": exp, "topics": self.subscribe, "publish": self.publish })
     }
 
     /// Time left before the token expires (`None`: no token, never).

@@ -379,6 +379,7 @@ async fn the_subscribe_hook_decides_instead_of_the_token_rules() {
     assert_eq!(calls[0].0["topics"], json!(["private", "secret"]));
     assert_eq!(calls[0].0["transport"], "ws");
     assert_eq!(calls[0].0["user"], Value::Null);
+    assert_eq!(calls[0].0["token"], Value::Null, "no token, no claims");
     gw.stop().await.unwrap();
 }
 
