@@ -11,8 +11,10 @@
 //!
 //! The callers are the places where the token rules are applied, one per decision, so that
 //! every path that serves a client asks the same way: [`crate::transport::authorize`] (SSE on
-//! the raw socket and through hyper, HTTP/2, TLS; long-poll), the WebSocket handshake and its
-//! `subscribe` command, and the publish pipeline ([`crate::publish::prepare`]).
+//! the raw socket and through hyper, HTTP/2, TLS; long-poll), the WebSocket handshake,
+//! [`crate::transport::may_subscribe`] (the WebSocket `subscribe` command, public history
+//! reads), the publish pipeline ([`crate::publish::prepare`]), and the token-expiry branch of
+//! the SSE and WebSocket lifecycles (refresh).
 //!
 //! Metrics: `herald_hook_requests_total{hook,result}` (`allow`, `deny`, `unavailable`,
 //! `timeout`, `overloaded`), `herald_hook_duration_seconds{hook}` and
@@ -20,6 +22,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -162,7 +165,13 @@ struct Inner {
     permits: Arc<Semaphore>,
     on_unavailable: OnUnavailable,
     forward: Box<[HeaderName]>,
+    /// When each hook's failure was last logged at `warn` (ms after `started`, 0: never).
+    warned: [AtomicU64; 4],
+    started: Instant,
 }
+
+/// Least time between two `warn` lines about the same hook's failures.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 impl Hooks {
     /// The hooks `config` names (validated: [`HooksConfig::validate`]).
@@ -194,6 +203,8 @@ impl Hooks {
                 .iter()
                 .filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok())
                 .collect(),
+            warned: Default::default(),
+            started: Instant::now(),
         }))
     }
 
@@ -441,16 +452,37 @@ impl Inner {
             }
             Ok(Ok(answer)) => ("deny", Outcome::Denied(bounded_reason(answer.reason))),
             Ok(Err(why)) => {
-                tracing::warn!(hook = hook.as_str(), %url, error = %why, "hook unavailable");
+                self.log_failure(hook, url, &why);
                 ("unavailable", Outcome::Unavailable)
             }
             Err(_) => {
-                tracing::warn!(hook = hook.as_str(), %url, timeout = ?self.timeout, "hook timed out");
+                let why = format!("no answer within {:?}", self.timeout);
+                self.log_failure(hook, url, &why);
                 ("timeout", Outcome::Unavailable)
             }
         };
         metrics::hook_request(hook.as_str(), result);
         outcome
+    }
+
+    /// Logs a failed hook request: at `warn` at most once every [`WARN_EVERY`] per hook (a
+    /// backend that is down would otherwise log every client's request), else at `debug`.
+    /// The URL's password is never logged.
+    fn log_failure(&self, hook: Hook, url: &reqwest::Url, why: &str) {
+        let url = crate::config::secrets::redact_url(url.as_str());
+        let now = self.started.elapsed().as_millis() as u64 + 1;
+        let last = &self.warned[hook as usize];
+        let previous = last.load(Ordering::Relaxed);
+        let due = previous == 0 || now.saturating_sub(previous) >= WARN_EVERY.as_millis() as u64;
+        if due
+            && last
+                .compare_exchange(previous, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(hook = hook.as_str(), %url, error = %why, "hook unavailable (more failures of it in the next 10 s are logged at debug; see herald_hook_requests_total)");
+        } else {
+            tracing::debug!(hook = hook.as_str(), %url, error = %why, "hook unavailable");
+        }
     }
 }
 
