@@ -366,9 +366,10 @@ fn grant(hook: Hook, answer: Result<Answer, ApiError>) -> Result<Grant, ApiError
     })
 }
 
-/// The refusal a client sees when the application denied: 403 `denied` with its reason.
+/// The refusal a client sees when the application denied: 403 `forbidden`, as a refusal by
+/// the token rules (clients already treat it as final), with the application's reason.
 fn denied(reason: String) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, "denied", reason)
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", reason)
 }
 
 /// `reason` cut to fit a WebSocket close frame (120 bytes), at a character boundary.

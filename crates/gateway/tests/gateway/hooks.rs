@@ -234,7 +234,7 @@ async fn the_connect_hook_allows_and_denies_with_its_reason_on_every_path() {
         let gw = spawn_gateway(hooked(base, &backend, &["connect"])).await;
         let (status, body) = subscribe_on(&gw, path, "topic=news", "session=nope").await;
         assert_eq!(status, 403, "{path:?}: {body}");
-        assert_eq!(body["code"], "denied", "{path:?}");
+        assert_eq!(body["code"], "forbidden", "{path:?}");
         assert_eq!(body["reason"], "sign in first", "{path:?}");
         gw.stop().await.unwrap();
     }
@@ -327,7 +327,7 @@ async fn a_websocket_refused_by_the_connect_hook_gets_a_403_before_the_upgrade()
         tokio_tungstenite::tungstenite::Error::Http(response) => {
             assert_eq!(response.status(), 403);
             let body: Value = serde_json::from_slice(response.body().as_deref().unwrap()).unwrap();
-            assert_eq!(body, json!({"code": "denied", "reason": "banned"}));
+            assert_eq!(body, json!({"code": "forbidden", "reason": "banned"}));
         }
         other => panic!("expected an HTTP refusal, got {other}"),
     }
@@ -361,7 +361,7 @@ async fn the_subscribe_hook_decides_instead_of_the_token_rules() {
     let refused = ws_next(&mut ws).await;
     assert_eq!(
         refused,
-        json!({"type": "error", "code": "denied", "reason": "not yours"})
+        json!({"type": "error", "code": "forbidden", "reason": "not yours"})
     );
     ws_subscribe(&mut ws, &["private"]).await;
     publish(&gw, "private", json!(1)).await;
@@ -406,7 +406,10 @@ async fn the_publish_hook_decides_for_http_and_websocket_clients() {
     let refused = post_json(&url, &[], &json!({"topic": "locked", "data": 1})).await;
     assert_eq!(refused.status(), 403);
     let body: Value = refused.json().await.unwrap();
-    assert_eq!(body, json!({"code": "denied", "reason": "read-only topic"}));
+    assert_eq!(
+        body,
+        json!({"code": "forbidden", "reason": "read-only topic"})
+    );
     let (first, headers) = backend.calls("publish")[0].clone();
     assert_eq!(first["transport"], "http");
     assert_eq!(first["data"], 1);
@@ -425,7 +428,7 @@ async fn the_publish_hook_decides_for_http_and_websocket_clients() {
     .await;
     assert_eq!(
         ws_next(&mut ws).await,
-        json!({"type": "error", "code": "denied", "reason": "read-only topic"})
+        json!({"type": "error", "code": "forbidden", "reason": "read-only topic"})
     );
     ws_send(
         &mut ws,
