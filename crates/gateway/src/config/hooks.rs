@@ -208,4 +208,21 @@ mod tests {
             "hooks.timeout must be within 1ms..=60s"
         );
     }
+
+    #[test]
+    fn a_password_in_a_hook_url_is_never_printed() {
+        let hooks = HooksConfig {
+            publish_url: Some("http://herald:s3cret@10.0.0.5:3000/publish".into()),
+            ..HooksConfig::default()
+        };
+        hooks.validate().unwrap();
+        let text = toml::to_string(&hooks).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("10.0.0.5:3000/publish"), "{text}");
+        let bad = HooksConfig {
+            connect_url: Some("https://herald:s3cret@backend/connect".into()),
+            ..HooksConfig::default()
+        };
+        assert!(!bad.validate().unwrap_err().to_string().contains("s3cret"));
+    }
 }
