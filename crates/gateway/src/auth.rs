@@ -54,11 +54,31 @@ pub struct Identity {
     pub sub: Option<String>,
     subscribe: Vec<String>,
     publish: Vec<String>,
-    /// When the token expires.
+    /// When the token expires (or the lifetime a hook gave ends).
     pub expires: Option<SystemTime>,
+    /// What the application's connect hook said about the client, sent with its later hook
+    /// requests.
+    /// (JSON text; one word per connection, shared by its clones.)
+    pub info: Option<std::sync::Arc<String>>,
+    /// Whether a token was presented (its claims are sent to the hooks).
+    token: bool,
 }
 
 impl Identity {
+    /// The token's claims Herald reads besides `sub` (`exp`, `topics`, `publish`), as the
+    /// hooks send them (the user goes as a field of its own: a hook may have replaced it);
+    /// `null` without a token.
+    pub fn token_claims(&self) -> serde_json::Value {
+        if !self.token {
+            return serde_json::Value::Null;
+        }
+        let exp = self
+            .expires
+            .and_then(|e| e.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_secs());
+        serde_json::json!({ "exp": exp, "topics": self.subscribe, "publish": self.publish })
+    }
+
     /// Time left before the token expires (`None`: no token, never).
     pub fn time_left(&self) -> Option<Duration> {
         self.expires.map(|e| {
@@ -207,6 +227,8 @@ impl Auth {
                         subscribe: c.topics,
                         publish: c.publish,
                         expires: Some(expires),
+                        info: None,
+                        token: true,
                     });
                 }
                 Err(e) => last = Some(e),

@@ -147,8 +147,18 @@ impl Cluster {
     /// ([`ids`]), counted in the metrics, entered among the connections commands reach and,
     /// when anything observes connections, reported.
     pub fn open(&self, transport: Transport, user: Option<&str>) -> Connection {
+        self.open_as(self.ids.next(), transport, user)
+    }
+
+    /// A connection id unique in the cluster, for a connection that is not open yet (the
+    /// hooks name it before it opens with [`Self::open_as`]).
+    pub fn next_id(&self) -> u64 {
+        self.ids.next()
+    }
+
+    /// Like [`Self::open`], with an id from [`Self::next_id`].
+    pub fn open_as(&self, id: u64, transport: Transport, user: Option<&str>) -> Connection {
         let guard = crate::telemetry::metrics::transport(transport).open();
-        let id = self.ids.next();
         let named = self.connections.enter(id, user);
         let observed = (!self.observers.is_empty()).then(|| {
             let id = id.to_string();
