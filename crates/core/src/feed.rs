@@ -155,11 +155,12 @@ pub struct Feed {
     streams: StreamMap<TopicName, LiveStream>,
     pending: VecDeque<FeedEvent>,
     policy: LagPolicy,
-    max_subscriptions: usize,
+    /// `u32` (it packs beside `policy`): every connection holds a feed.
+    max_subscriptions: u32,
     /// The one topic's direct delivery, when the transport set it up ([`Self::link`]).
     link: Option<Link>,
     /// The rest of a frame the fan-out wrote in part, for the transport to write first.
-    rest: Option<Bytes>,
+    rest: Option<Box<Bytes>>,
 }
 
 #[derive(Debug)]
@@ -178,7 +179,7 @@ impl Feed {
             streams: StreamMap::new(),
             pending: VecDeque::new(),
             policy,
-            max_subscriptions,
+            max_subscriptions: u32::try_from(max_subscriptions).unwrap_or(u32::MAX),
             link: None,
             rest: None,
         }
@@ -209,7 +210,7 @@ impl Feed {
         if self.link.as_ref().is_some_and(|l| l.live) {
             self.take_over();
         }
-        self.rest.take()
+        self.rest.take().map(|rest| *rest)
     }
 
     /// The link to the topic's fan-out, while the feed has one.
@@ -238,7 +239,8 @@ impl Feed {
         let handover = link.sub.take();
         let was_live = std::mem::replace(&mut link.live, false);
         if let Some(rest) = handover.rest {
-            self.rest = Some(rest);
+            // Boxed: rare (a partial write), and every idle feed carries the field.
+            self.rest = Some(Box::new(rest));
         }
         let Some(sub) = self.subs.first_mut() else {
             return;
@@ -344,9 +346,9 @@ impl Feed {
         if let Some(sub) = self.subs.iter().find(|s| s.topic.name() == topic.name()) {
             return Ok(sub.position);
         }
-        if self.subs.len() >= self.max_subscriptions {
+        if self.subs.len() >= self.max_subscriptions as usize {
             return Err(FeedError::TooManySubscriptions {
-                max: self.max_subscriptions,
+                max: self.max_subscriptions as usize,
             });
         }
         self.unlink();
@@ -432,7 +434,7 @@ impl Feed {
     fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<FeedEvent> {
         loop {
             if let Some(rest) = self.rest.take() {
-                return Poll::Ready(FeedEvent::Rest(rest));
+                return Poll::Ready(FeedEvent::Rest(*rest));
             }
             if let Some(event) = self.pop_pending() {
                 return Poll::Ready(event);

@@ -416,11 +416,9 @@ async fn try_open(
         metrics,
         guard: state.open_connection_as(id, Transport::Sse, who.sub.as_deref()),
         state: state.clone(),
-        heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
         last_write: Instant::now(),
         shutdown: state.drain().wait(),
-        jitter: config.shutdown.reconnect_jitter,
         id: String::new(),
         queued: None,
         done: false,
@@ -428,8 +426,7 @@ async fn try_open(
         expiry: who
             .time_left()
             .map(|left| Box::pin(tokio::time::sleep(left))),
-        cors,
-        retry: config.sse.retry,
+        cors: cors.map(String::into_boxed_str),
         _charges: charges.into_boxed_slice(),
         refresh: None,
     };
@@ -458,7 +455,6 @@ pub struct SseStream {
     guard: crate::cluster::Connection,
     /// For server-side subscriptions (the registry, the topic limit).
     state: AppState,
-    heartbeat: Duration,
     /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
     /// the timer wheel's lock on every delivery): when it fires early it is moved to
     /// `last_write + heartbeat`.
@@ -466,7 +462,6 @@ pub struct SseStream {
     last_write: Instant,
     /// The drain, waited for with one atomic load per wake-up (see [`crate::shutdown::Drain`]).
     shutdown: DrainWait,
-    jitter: Duration,
     /// Scratch space for the multi-topic `id:` line.
     id: String,
     /// A chunk to send before anything else (the body after a multi-topic `id:` line).
@@ -475,10 +470,9 @@ pub struct SseStream {
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<Pin<Box<Sleep>>>,
     /// The browser origin allowed to read the stream (CORS), when the request had one.
-    cors: Option<String>,
+    cors: Option<Box<str>>,
     /// When the stream ends by itself (`sse.max_lifetime`), if ever (boxed only when set).
     lifetime: Option<Pin<Box<Sleep>>>,
-    retry: Duration,
     /// The topics this stream's subscription created, charged to its client.
     _charges: Box<[crate::limits::QuotaCharge]>,
     /// What the refresh hook is told, when it is configured and the stream's credentials
@@ -614,7 +608,7 @@ impl SseStream {
                 _ = &mut self.shutdown => {
                     self.done = true;
                     self.guard.closing(CloseReason::Shutdown);
-                    let retry = jitter(self.jitter).as_millis();
+                    let retry = jitter(self.state.config().shutdown.reconnect_jitter).as_millis();
                     let frame = format!(
                         "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
                     );
@@ -652,7 +646,8 @@ impl SseStream {
                     self.done = true;
                     self.guard.closing(CloseReason::Done);
                     // The lifetime itself is jittered; the client comes back after `sse.retry`.
-                    return Some(Bytes::from(format!("retry: {}\n\n", self.retry.as_millis())));
+                    let retry = self.state.config().sse.retry;
+                    return Some(Bytes::from(format!("retry: {}\n\n", retry.as_millis())));
                 }
                 event = self.feed.next() => {
                     if let Some(chunk) = self.on_event(event) {
@@ -664,13 +659,14 @@ impl SseStream {
                     // The topic's fan-out writes too, while the stream is direct.
                     let direct = self.feed.last_direct_write().map(Instant::from_std);
                     let last = direct.map_or(self.last_write, |d| d.max(self.last_write));
-                    let due = last + self.heartbeat;
+                    let heartbeat = self.state.config().sse.heartbeat;
+                    let due = last + heartbeat;
                     if due > Instant::now() {
                         self.sleep.as_mut().reset(due);
                         continue;
                     }
                     self.last_write = Instant::now();
-                    self.sleep.as_mut().reset(self.last_write + self.heartbeat);
+                    self.sleep.as_mut().reset(self.last_write + heartbeat);
                     self.metrics.sent(PING.len());
                     return Some(PING);
                 }
