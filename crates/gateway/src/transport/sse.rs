@@ -405,7 +405,7 @@ fn try_open(
         credentials: config.auth.cors_credentials,
         feed,
         metrics,
-        guard: state.open_connection(Transport::Sse, who.sub.as_deref()),
+        guard: state.open_connection(Transport::Sse, &who),
         state: state.clone(),
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
@@ -423,6 +423,9 @@ fn try_open(
         retry: config.sse.retry,
         _charges: charges.into_boxed_slice(),
     };
+    stream
+        .guard
+        .subscribed_to(stream.feed.positions().map(|(t, _)| t));
     let first = stream.opening(config.sse.retry);
     metrics.sent(first.len());
     stream.queued = Some(first);
@@ -508,6 +511,8 @@ impl SseStream {
             Ok(started) if started.is_empty() => None,
             Ok(started) => {
                 self.multi = self.feed.len() > 1;
+                self.guard
+                    .subscribed_to(self.feed.positions().map(|(t, _)| t));
                 let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
                 Some(self.topics_event("herald.subscribed", &names))
             }
@@ -572,6 +577,8 @@ impl SseStream {
                     Action::Unsubscribe(topics) => {
                         let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
                         if !removed.is_empty() {
+                            self.guard
+                                .subscribed_to(self.feed.positions().map(|(t, _)| t));
                             return Some(self.topics_event("herald.unsubscribed", &removed));
                         }
                     }

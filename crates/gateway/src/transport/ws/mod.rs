@@ -290,7 +290,7 @@ impl<S: PeerStream> Connection<S> {
     fn new(state: AppState, socket: Socket<S>, who: crate::auth::Identity) -> Self {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
-        let guard = state.open_connection(Transport::Ws, who.sub.as_deref());
+        let guard = state.open_connection(Transport::Ws, &who);
         Self {
             expiry: expiry_of(&who),
             publish_bucket: None,
@@ -361,6 +361,13 @@ impl<S: PeerStream> Connection<S> {
         stream.set_link(self.feed.direct_link());
     }
 
+    /// Tells the presence members this connection's topics, after they changed (never on
+    /// delivery).
+    fn members_follow(&mut self) {
+        self.guard
+            .subscribed_to(self.feed.positions().map(|(t, _)| t));
+    }
+
     /// A command of the application's (the admin API): an end with its reason, or a
     /// server-side subscription told to the client as if it had asked (`"by": "server"`).
     async fn on_action(&mut self, action: Action) -> Flow {
@@ -384,6 +391,7 @@ impl<S: PeerStream> Connection<S> {
                 if removed.is_empty() {
                     return Flow::Continue;
                 }
+                self.members_follow();
                 self.charges
                     .retain(|(name, _)| !removed.iter().any(|r| r == name.as_str()));
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed, "by": "server" });
@@ -403,6 +411,7 @@ impl<S: PeerStream> Connection<S> {
         match super::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
             Ok(started) if started.is_empty() => Flow::Continue,
             Ok(started) => {
+                self.members_follow();
                 let cursors: serde_json::Map<String, serde_json::Value> = started
                     .iter()
                     .map(|(t, c)| (t.to_string(), c.to_string().into()))
@@ -504,6 +513,9 @@ impl<S: PeerStream> Connection<S> {
                     }
                 }
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed });
+                if !removed.is_empty() {
+                    self.members_follow();
+                }
                 Ok(self.send_text(reply.to_string()).await)
             }
             Command::Auth { token } => self.authenticate(&token).await,
@@ -536,7 +548,11 @@ impl<S: PeerStream> Connection<S> {
         }
         self.charges.retain(|(name, _)| !denied.contains(name));
         self.expiry = expiry_of(&who);
-        self.guard.set_user(who.sub.as_deref());
+        if !denied.is_empty() {
+            self.members_follow();
+        }
+        self.guard
+            .set_identity(who.sub.as_deref(), who.info.clone());
         let expires = who
             .expires
             .and_then(|e| e.duration_since(std::time::UNIX_EPOCH).ok())
@@ -629,6 +645,7 @@ impl<S: PeerStream> Connection<S> {
                 .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
             started.insert(name, start.to_string().into());
         }
+        self.members_follow();
         let names: Vec<&str> = started.keys().map(String::as_str).collect();
         let reply =
             serde_json::json!({ "type": "subscribed", "topics": names, "cursors": started });
