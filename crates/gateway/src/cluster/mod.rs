@@ -342,4 +342,37 @@ mod tests {
         drop(c);
         assert!(alone.connections().is_empty());
     }
+
+    #[test]
+    fn a_connection_s_subscriptions_are_members_until_it_closes() {
+        let cluster = Cluster::alone();
+        let info: Arc<str> = Arc::from(r#"{"app":"x"}"#);
+        let mut a = cluster.open(Transport::Ws, Some("ann"), Some(info.clone()));
+        let topics: Vec<herald_core::TopicName> = ["news", "chat"]
+            .iter()
+            .map(|t| herald_core::TopicName::new(t).unwrap())
+            .collect();
+        a.subscribed_to(&topics);
+        let members = cluster.members();
+        let (page, _) = members.page("news", None, 10);
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].0, a.id());
+        assert_eq!(page[0].1.who.user.as_deref(), Some("ann"));
+        assert_eq!(page[0].1.who.info.as_deref(), Some(&*info));
+        a.set_user(Some("bob"));
+        let (page, _) = members.page("chat", None, 10);
+        assert_eq!(page[0].1.who.user.as_deref(), Some("bob"));
+        assert_eq!(page[0].1.who.info.as_deref(), Some(&*info), "kept");
+        a.subscribed_to(&topics[..1]);
+        assert!(members.page("chat", None, 10).0.is_empty());
+        let poll = {
+            let mut m = cluster.member(Transport::Poll, None, None);
+            m.set_topics(&topics[..1]);
+            m
+        };
+        assert_eq!(members.len(), 2);
+        drop(a);
+        drop(poll);
+        assert!(members.is_empty());
+    }
 }

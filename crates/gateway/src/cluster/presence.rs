@@ -790,4 +790,92 @@ mod tests {
         );
         assert_eq!(writes.presence.set, set(&[("news", "1")]));
     }
+
+    fn topic(name: &str) -> TopicName {
+        TopicName::new(name).unwrap()
+    }
+
+    fn topics(list: &[&str]) -> HashSet<TopicName> {
+        list.iter().map(|t| topic(t)).collect()
+    }
+
+    #[test]
+    fn member_changes_set_delete_and_drop_the_hashes_of_emptied_topics() {
+        use crate::cluster::members::TopicChange;
+        let mut held = Held::default();
+        held.member_topics = topics(&["chat", "news"]);
+        let changes = Changes {
+            overflow: false,
+            topics: vec![
+                TopicChange {
+                    topic: topic("chat"),
+                    set: vec![],
+                    del: vec![7],
+                    empty: true,
+                },
+                TopicChange {
+                    topic: topic("fresh"),
+                    set: vec![(9, "{}".into())],
+                    del: vec![],
+                    empty: false,
+                },
+                TopicChange {
+                    topic: topic("gone"),
+                    set: vec![],
+                    del: vec![3],
+                    empty: true,
+                },
+                TopicChange {
+                    topic: topic("news"),
+                    set: vec![(1, "{}".into())],
+                    del: vec![2],
+                    empty: false,
+                },
+            ],
+        };
+        let writes = held.member_changes(changes);
+        assert_eq!(
+            writes.del,
+            [topic("chat")],
+            "a topic never written is not deleted"
+        );
+        assert!(!writes.clear_index);
+        assert_eq!(writes.index_rem, [topic("chat")]);
+        assert_eq!(writes.index_add, [topic("fresh")]);
+        assert_eq!(
+            writes.hashes,
+            [
+                (
+                    topic("fresh"),
+                    HashWrites {
+                        set: set(&[("9", "{}")]),
+                        del: vec![]
+                    }
+                ),
+                (
+                    topic("news"),
+                    HashWrites {
+                        set: set(&[("1", "{}")]),
+                        del: vec!["2".into()]
+                    }
+                ),
+            ]
+        );
+        assert_eq!(writes.after, topics(&["fresh", "news"]));
+        held.flushed(HashMap::new(), writes.after);
+        assert_eq!(held.member_topics, topics(&["fresh", "news"]));
+    }
+
+    #[test]
+    fn a_member_rewrite_deletes_whatever_redis_may_hold_first() {
+        let mut held = Held::default();
+        held.member_topics = topics(&["old"]);
+        let all = vec![(topic("news"), vec![(1, "{}".to_string()), (2, "{}".into())])];
+        let writes = held.member_rewrite(&["stale".into(), "news".into()], all);
+        assert_eq!(writes.del, [topic("news"), topic("old"), topic("stale")]);
+        assert!(writes.clear_index);
+        assert_eq!(writes.index_add, [topic("news")]);
+        assert_eq!(writes.hashes[0].1.set, set(&[("1", "{}"), ("2", "{}")]));
+        assert_eq!(writes.after, topics(&["news"]));
+    }
 }
