@@ -17,6 +17,7 @@ mod kafka;
 mod lifecycle;
 mod limits;
 mod poll;
+mod presence;
 mod shutdown;
 mod sse;
 mod tls;
