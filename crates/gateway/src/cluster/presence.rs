@@ -802,8 +802,10 @@ mod tests {
     #[test]
     fn member_changes_set_delete_and_drop_the_hashes_of_emptied_topics() {
         use crate::cluster::members::TopicChange;
-        let mut held = Held::default();
-        held.member_topics = topics(&["chat", "news"]);
+        let mut held = Held {
+            member_topics: topics(&["chat", "news"]),
+            ..Held::default()
+        };
         let changes = Changes {
             overflow: false,
             topics: vec![
@@ -868,8 +870,10 @@ mod tests {
 
     #[test]
     fn a_member_rewrite_deletes_whatever_redis_may_hold_first() {
-        let mut held = Held::default();
-        held.member_topics = topics(&["old"]);
+        let held = Held {
+            member_topics: topics(&["old"]),
+            ..Held::default()
+        };
         let all = vec![(topic("news"), vec![(1, "{}".to_string()), (2, "{}".into())])];
         let writes = held.member_rewrite(&["stale".into(), "news".into()], all);
         assert_eq!(writes.del, [topic("news"), topic("old"), topic("stale")]);
