@@ -1,6 +1,6 @@
 //! Who is subscribed to each topic on this node, for `GET /v1/presence/{topic}?members=true`:
-//! every subscription of a connection (SSE, WebSocket) or of a held long-poll is a member of
-//! its topic, with the connection's id, its user (a token's `sub`), its transport, when it
+//! every subscription of a connection (SSE, WebSocket, or a long-poll while it waits) is a
+//! member of its topic, with the connection's id, its user (a token's `sub`), its transport, when it
 //! subscribed, and the token's `info` claim.
 //!
 //! A lone node answers from this table. In a cluster, [`super::presence`] writes the changes
@@ -8,8 +8,8 @@
 //! same pipeline: the table keeps which (topic, connection) pairs changed since the last
 //! flush, not a queue of events.
 //!
-//! Bounds: one entry per subscription, so at most (open connections + held long-polls) ×
-//! `limits.max_subscriptions` entries, each about 40 bytes plus its map's overhead; a
+//! Bounds: one entry per subscription, so at most open connections (waiting polls included)
+//! × `limits.max_subscriptions` entries, each about 40 bytes plus its map's overhead; a
 //! connection's user and `info` (at most [`crate::auth::MAX_INFO_BYTES`]) are shared by all
 //! of its entries. The pairs changed between two flushes are bounded by [`MAX_CHANGES`]; past
 //! it the flusher rewrites the node's members. The table is touched when a connection
@@ -283,7 +283,7 @@ impl Members {
     }
 }
 
-/// One connection's (or held long-poll's) place in [`Members`]: the topics it is a member
+/// One connection's place in [`Members`]: the topics it is a member
 /// of, until it is dropped.
 #[derive(Debug)]
 pub struct Membership {

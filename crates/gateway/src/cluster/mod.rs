@@ -365,11 +365,8 @@ mod tests {
         assert_eq!(page[0].1.who.info.as_deref(), Some(&*info), "kept");
         a.subscribed_to(&topics[..1]);
         assert!(members.page("chat", None, 10).0.is_empty());
-        let poll = {
-            let mut m = cluster.member(Transport::Poll, None, None);
-            m.set_topics(&topics[..1]);
-            m
-        };
+        let mut poll = cluster.open(Transport::Poll, None, None);
+        poll.subscribed_to(&topics[..1]);
         assert_eq!(members.len(), 2);
         drop(a);
         drop(poll);

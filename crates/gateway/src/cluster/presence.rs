@@ -14,7 +14,7 @@
 //! | `<prefix>:node:<id>:members` | set | topics with members on that node (the hashes below) |
 //! | `<prefix>:node:<id>:members:<topic>` | hash | connection id → `{"since":..,"transport":..,"user":..,"info"?:{..}}` |
 //!
-//! The member hashes hold every subscription of the node's connections and held long-polls
+//! The member hashes hold every subscription of the node's connections (waiting long-polls included)
 //! ([`super::members`]): a flush writes the members that joined, left or changed token since
 //! the last one, deletes the hash of a topic left without members, and refreshes the TTL of
 //! each hash (one `EXPIRE` per topic with members on the node, every interval).
