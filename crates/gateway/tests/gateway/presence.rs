@@ -190,6 +190,28 @@ async fn members_of_a_lone_node_are_listed_on_every_transport_with_user_and_info
     gw.stop().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_websocket_that_sends_a_token_is_listed_under_its_new_user_and_info() {
+    let gw = spawn_gateway(token_config()).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe(&mut ws, &["public.lobby"]).await;
+    let (_, page) = members_page(&gw, "public.lobby", "").await;
+    assert_eq!(page["members"][0]["user"], Value::Null);
+    let since = page["members"][0]["since"].clone();
+    let dee = user_token("dee", Some(json!({"plan": "pro"})));
+    ws_send(&mut ws, json!({"type": "auth", "token": dee})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
+    let (_, page) = members_page(&gw, "public.lobby", "").await;
+    let member = &page["members"][0];
+    assert_eq!(
+        (&member["user"], &member["info"], &member["since"]),
+        (&json!("dee"), &json!({"plan": "pro"}), &since),
+        "the same subscription, now for dee: {page}"
+    );
+    drop(ws);
+    gw.stop().await.unwrap();
+}
+
 /// An SSE subscriber of `topic` spoken by hand (cheaper than a client each), open once the
 /// response head arrived.
 async fn raw_sse(gw: &herald_gateway::Gateway, topic: &str) -> tokio::net::TcpStream {
