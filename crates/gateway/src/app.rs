@@ -34,6 +34,7 @@ struct Inner {
     auth: crate::auth::Auth,
     publish_limits: crate::limits::PublishLimits,
     topic_quota: Arc<crate::limits::TopicQuota>,
+    hooks: crate::hooks::Hooks,
 }
 
 impl AppState {
@@ -94,6 +95,7 @@ impl AppState {
             100_000,
         );
         let topic_quota = crate::limits::TopicQuota::new(config.limits.max_new_topics_per_client);
+        let hooks = crate::hooks::Hooks::from_config(&config.hooks);
         Self(Arc::new(Inner {
             config,
             registry,
@@ -107,6 +109,7 @@ impl AppState {
             auth,
             publish_limits,
             topic_quota,
+            hooks,
         }))
     }
 
@@ -180,6 +183,11 @@ impl AppState {
         &self.0.auth
     }
 
+    /// The application's HTTP hooks.
+    pub fn hooks(&self) -> &crate::hooks::Hooks {
+        &self.0.hooks
+    }
+
     /// The cluster presence, when Redis is configured.
     pub fn presence(&self) -> Option<&Arc<crate::cluster::presence::Presence>> {
         self.0.cluster.presence()
@@ -201,6 +209,19 @@ impl AppState {
         self.0
             .cluster
             .open(transport, who.sub.as_deref(), who.info.clone())
+    }
+
+    /// Like [`Self::open_connection`], with an id taken before the connection opened
+    /// ([`crate::cluster::Cluster::next_id`], named to the hooks).
+    pub fn open_connection_as(
+        &self,
+        id: u64,
+        transport: crate::telemetry::metrics::Transport,
+        who: &crate::auth::Identity,
+    ) -> crate::cluster::Connection {
+        self.0
+            .cluster
+            .open_as(id, transport, who.sub.as_deref(), who.info.clone())
     }
 
     /// Publishes: through the log that feeds the topic when the node is in a cluster (the
@@ -228,10 +249,13 @@ impl AppState {
             })
     }
 
-    /// Whether the public listener serves the publish API: in dev mode, or to API keys or
-    /// tokens allowed to publish.
+    /// Whether the public listener serves the publish API: in dev mode, or to API keys,
+    /// tokens allowed to publish, or clients the publish hook allows.
     pub fn publishes_publicly(&self) -> bool {
-        self.config().dev || self.auth().has_api_keys() || self.auth().enabled()
+        self.config().dev
+            || self.auth().has_api_keys()
+            || self.auth().enabled()
+            || self.hooks().has(crate::hooks::Hook::Publish)
     }
 
     /// Sets readiness.

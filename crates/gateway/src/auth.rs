@@ -64,13 +64,32 @@ pub struct Identity {
     pub sub: Option<String>,
     subscribe: Vec<String>,
     publish: Vec<String>,
-    /// When the token expires.
+    /// When the token expires (or the lifetime a hook gave ends).
     pub expires: Option<SystemTime>,
-    /// The token's `info` claim (a JSON object, compact, at most [`MAX_INFO_BYTES`]).
-    pub info: Option<Arc<str>>,
+    /// The token's `info` claim (a JSON object, compact, at most [`MAX_INFO_BYTES`]), or what
+    /// the application's connect hook said about the client instead; sent with its later
+    /// hook requests and listed with its presence members.
+    /// (JSON text; one word per connection, shared by its clones.)
+    pub info: Option<std::sync::Arc<String>>,
+    /// Whether a token was presented (its claims are sent to the hooks).
+    token: bool,
 }
 
 impl Identity {
+    /// The token's claims Herald reads besides `sub` (`exp`, `topics`, `publish`), as the
+    /// hooks send them (the user goes as a field of its own: a hook may have replaced it);
+    /// `null` without a token.
+    pub fn token_claims(&self) -> serde_json::Value {
+        if !self.token {
+            return serde_json::Value::Null;
+        }
+        let exp = self
+            .expires
+            .and_then(|e| e.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_secs());
+        serde_json::json!({ "exp": exp, "topics": self.subscribe, "publish": self.publish })
+    }
+
     /// Time left before the token expires (`None`: no token, never).
     pub fn time_left(&self) -> Option<Duration> {
         self.expires.map(|e| {
@@ -221,6 +240,7 @@ impl Auth {
                         publish: c.publish,
                         expires: Some(expires),
                         info,
+                        token: true,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -314,7 +334,7 @@ impl Auth {
 }
 
 /// A token's `info` claim as kept: a JSON object, compact, at most [`MAX_INFO_BYTES`].
-fn info_of(info: serde_json::Value) -> Result<Arc<str>, String> {
+fn info_of(info: serde_json::Value) -> Result<Arc<String>, String> {
     if !info.is_object() {
         return Err("the info claim must be a JSON object".into());
     }
@@ -325,7 +345,7 @@ fn info_of(info: serde_json::Value) -> Result<Arc<str>, String> {
             text.len()
         ));
     }
-    Ok(Arc::from(text))
+    Ok(Arc::new(text))
 }
 
 /// Exact names, `prefix*` patterns, or `*`.

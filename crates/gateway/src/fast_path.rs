@@ -50,11 +50,19 @@ impl FastPath for Direct {
                 headers,
             } = request;
             if route == ws::PATH {
-                ws::upgrade_raw(state, stream, &headers, query.as_deref(), permits).await;
+                ws::upgrade_raw(
+                    state,
+                    stream,
+                    &headers,
+                    query.as_deref(),
+                    peer.ip(),
+                    permits,
+                )
+                .await;
                 return;
             }
             let mut stream = stream;
-            let opened = sse::open(state, &headers, query.as_deref(), peer.ip());
+            let opened = sse::open(state, &headers, query.as_deref(), peer.ip()).await;
             let cors = match &opened {
                 Ok(_) => Vec::new(),
                 Err(_) => crate::api::cors::raw_headers(state, &headers),

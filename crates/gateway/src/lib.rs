@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod fast_path;
 pub mod health;
+pub mod hooks;
 pub mod limits;
 pub mod publish;
 pub mod routes;

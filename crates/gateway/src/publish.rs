@@ -9,14 +9,17 @@ use serde_json::value::RawValue;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::hooks::{Caller, Hook};
 use crate::telemetry::metrics;
 
 /// Who publishes.
-pub enum Publisher {
+pub enum Publisher<'a> {
     /// The admin listener, dev mode, or a valid API key: any topic.
     Trusted,
-    /// A token: the topics its `publish` claim allows.
-    Token(crate::auth::Identity),
+    /// A client (a WebSocket connection, or a request with a token on the public listener):
+    /// what the publish hook allows when it is configured, else the topics its token's
+    /// `publish` claim allows.
+    Client(Caller<'a>),
 }
 
 /// Counts `n` publishes against `key`'s rate limit.
@@ -48,27 +51,23 @@ pub struct Prepared {
 /// The publish pipeline every publish goes through (HTTP on either listener, batches,
 /// WebSocket `publish`), up to routing: validate the topic, authorise `publisher` for it,
 /// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
-/// its messages come through here), then validate the event name and the payload.
-pub fn prepare(
+/// its messages come through here), then validate the event name and the payload. With the
+/// publish hook configured, a client is authorised last, once the message is known valid,
+/// by the application ([`crate::hooks::Hooks::publish`]).
+pub async fn prepare(
     state: &AppState,
-    publisher: &Publisher,
+    publisher: &Publisher<'_>,
     rate_key: Option<&str>,
     topic: &str,
     event: Option<&str>,
     data: &RawValue,
 ) -> Result<Prepared, ApiError> {
     let topic = TopicName::new(topic)?;
-    if let Publisher::Token(who) = publisher
-        && !state.auth().may_publish(who, topic.as_str())
+    let hooked = state.hooks().has(Hook::Publish);
+    if let Publisher::Client(caller) = publisher
+        && !hooked
     {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "publishing to {:?} needs an API key or a token whose publish claim allows it",
-                topic.as_str()
-            ),
-        ));
+        token_may_publish(state, caller, &topic)?;
     }
     if let Some(key) = rate_key {
         admit(state, key, 1)?;
@@ -91,11 +90,44 @@ pub fn prepare(
             ),
         ));
     }
+    if let Publisher::Client(caller) = publisher
+        && hooked
+        && !state
+            .hooks()
+            .publish(
+                caller,
+                topic.as_str(),
+                event.as_ref().map(|e| e.as_str()),
+                data,
+            )
+            .await?
+    {
+        token_may_publish(state, caller, &topic)?;
+    }
     Ok(Prepared {
         topic,
         event,
         payload,
     })
+}
+
+/// The token rule for a client's publish: its `publish` claim must match the topic.
+fn token_may_publish(
+    state: &AppState,
+    caller: &Caller<'_>,
+    topic: &TopicName,
+) -> Result<(), ApiError> {
+    if state.auth().may_publish(caller.who, topic.as_str()) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "publishing to {:?} needs an API key or a token whose publish claim allows it",
+            topic.as_str()
+        ),
+    ))
 }
 
 /// The pipeline's last step: to the publishing bridge, or the local registry; counted in

@@ -192,6 +192,7 @@ impl Config {
             false => None,
         };
         self.admin.validate(self.admin_listen)?;
+        self.hooks.validate()?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
         }

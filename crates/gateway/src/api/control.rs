@@ -236,7 +236,8 @@ async fn send(
         topic.as_str(),
         request.event.as_deref(),
         &request.data,
-    )?;
+    )
+    .await?;
     let (topic, id) = crate::publish::route(state, prepared, "http").await?;
     let after = herald_core::Cursor::new(id.epoch, id.seq.saturating_sub(1));
     let action = Action::Receive {

@@ -46,11 +46,13 @@ pub async fn admin(
     page(&state, &topic, &query)
 }
 
-/// `GET /v1/topics/{topic}/history` on the public listener: a topic the client's token (or
-/// the public prefixes) lets it subscribe to.
+/// `GET /v1/topics/{topic}/history` on the public listener: a topic the client may subscribe
+/// to (the subscribe hook decides when configured, else the token or the public prefixes:
+/// [`crate::transport::may_subscribe`]).
 pub async fn public(
     State(state): State<AppState>,
     headers: HeaderMap,
+    extensions: axum::http::Extensions,
     Path(topic): Path<String>,
     Query(query): Query<HistoryQuery>,
 ) -> Result<Response, ApiError> {
@@ -58,9 +60,17 @@ pub async fn public(
         state.auth().check_origin(&headers)?;
         let who = state.auth().identify(&headers, query.token.as_deref())?;
         herald_core::name::validate_topic(&topic)?;
-        if !state.auth().may_subscribe(&who, &topic) {
-            return Err(crate::auth::forbidden(&topic));
-        }
+        let forwarded = state.hooks().forwarded(&headers);
+        let caller = crate::hooks::Caller {
+            transport: "http",
+            client: None,
+            remote: extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip()),
+            who: &who,
+            headers: &forwarded,
+        };
+        crate::transport::may_subscribe(&state, &caller, &[topic.as_str()]).await?;
         page(&state, &topic, &query)
     };
     answer

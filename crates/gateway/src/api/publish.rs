@@ -9,8 +9,10 @@ use serde_json::value::RawValue;
 use std::net::SocketAddr;
 
 use crate::app::AppState;
+use crate::auth::Identity;
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::hooks::{Caller, Forwarded, Hook};
 use crate::limits::publisher_key;
 use crate::publish::{Publisher, admit, bad_json, prepare, route};
 use crate::telemetry::metrics;
@@ -118,21 +120,23 @@ async fn counted<T>(handler: impl Future<Output = Result<T, ApiError>>) -> Resul
         .inspect_err(|e| metrics::client_error("http", e.code()))
 }
 
-/// Who publishes, with the key of their rate limit.
+/// Who publishes on the public listener, with the key of their rate limit: `None` for a
+/// trusted publisher (an API key, dev mode), else the client's identity (a token's; none at
+/// all when the publish hook decides).
 fn public_publisher(
     state: &AppState,
     headers: &HeaderMap,
     peer: std::net::IpAddr,
-) -> Result<(Publisher, String), ApiError> {
+) -> Result<(Option<Identity>, String), ApiError> {
     if state.auth().api_key_ok(headers) {
         let key = headers
             .get("x-api-key")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        return Ok((Publisher::Trusted, format!("key:{key}")));
+        return Ok((None, format!("key:{key}")));
     }
     if state.config().dev {
-        return Ok((Publisher::Trusted, publisher_key(None, peer)));
+        return Ok((None, publisher_key(None, peer)));
     }
     if headers.contains_key("x-api-key") {
         return Err(ApiError::new(
@@ -142,9 +146,9 @@ fn public_publisher(
         ));
     }
     match state.auth().identify(headers, None)? {
-        who if who.sub.is_some() || who.expires.is_some() => {
+        who if who.sub.is_some() || who.expires.is_some() || state.hooks().has(Hook::Publish) => {
             let key = publisher_key(who.sub.as_deref(), peer);
-            Ok((Publisher::Token(who), key))
+            Ok((Some(who), key))
         }
         _ => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -163,7 +167,9 @@ pub async fn publish_public(
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
-        let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
+        let (who, key) = public_publisher(&state, &headers, peer.ip())?;
+        let forwarded = state.hooks().forwarded(&headers);
+        let publisher = client_publisher(who.as_ref(), peer.ip(), &forwarded);
         let RequestBody(body) = body?;
         let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
         publish_one(&state, request, &publisher, Some(&key))
@@ -181,10 +187,31 @@ pub async fn publish_batch_public(
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
-        let (publisher, key) = public_publisher(&state, &headers, peer.ip())?;
+        let (who, key) = public_publisher(&state, &headers, peer.ip())?;
+        let forwarded = state.hooks().forwarded(&headers);
+        let publisher = client_publisher(who.as_ref(), peer.ip(), &forwarded);
         batch(&state, body, &publisher, Some(&key)).await
     })
     .await
+}
+
+/// The publisher of a public request: trusted without an identity, else a client of the
+/// HTTP API (the hooks see `"transport": "http"`).
+fn client_publisher<'a>(
+    who: Option<&'a Identity>,
+    peer: std::net::IpAddr,
+    headers: &'a Forwarded,
+) -> Publisher<'a> {
+    match who {
+        None => Publisher::Trusted,
+        Some(who) => Publisher::Client(Caller {
+            transport: "http",
+            client: None,
+            remote: peer,
+            who,
+            headers,
+        }),
+    }
 }
 
 /// Publishes up to `limits.max_batch_publish` messages in order; answers
@@ -202,7 +229,7 @@ pub async fn publish_batch(
 async fn batch(
     state: &AppState,
     body: Result<RequestBody, ApiError>,
-    publisher: &Publisher,
+    publisher: &Publisher<'_>,
     limit_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
@@ -236,7 +263,7 @@ async fn batch(
 async fn publish_one(
     state: &AppState,
     request: PublishRequest,
-    publisher: &Publisher,
+    publisher: &Publisher<'_>,
     rate_key: Option<&str>,
 ) -> Result<serde_json::Value, ApiError> {
     let prepared = prepare(
@@ -246,7 +273,8 @@ async fn publish_one(
         &request.topic,
         request.event.as_deref(),
         &request.data,
-    )?;
+    )
+    .await?;
     let (topic, id) = route(state, prepared, "http").await?;
     Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
 }

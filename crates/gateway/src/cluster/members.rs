@@ -31,8 +31,9 @@ pub struct Who {
     pub transport: &'static str,
     /// The user (a token's `sub`); `None` for an anonymous client.
     pub user: Option<Arc<str>>,
-    /// The token's `info` claim, a JSON object as compact text.
-    pub info: Option<Arc<str>>,
+    /// The token's `info` claim (or the connect hook's `info`), JSON text of at most
+    /// [`crate::auth::MAX_INFO_BYTES`]: a hook's larger `info` is not listed.
+    pub info: Option<Arc<String>>,
 }
 
 /// One subscription of one connection to one topic.
@@ -283,6 +284,12 @@ impl Members {
     }
 }
 
+/// The `info` members carry: a token's is bounded already, a connect hook's may be larger
+/// (up to its answer's size) and is then left out, to keep each entry bounded.
+fn listed(info: Option<Arc<String>>) -> Option<Arc<String>> {
+    info.filter(|i| i.len() <= crate::auth::MAX_INFO_BYTES)
+}
+
 /// One connection's place in [`Members`]: the topics it is a member
 /// of, until it is dropped.
 #[derive(Debug)]
@@ -297,6 +304,10 @@ pub struct Membership {
 impl Membership {
     /// Connection `id`, as `who`, a member of nothing yet.
     pub fn new(members: Arc<Members>, id: u64, who: Who) -> Self {
+        let who = Who {
+            info: listed(who.info),
+            ..who
+        };
         Self {
             id,
             who: Arc::new(who),
@@ -336,7 +347,8 @@ impl Membership {
     }
 
     /// The connection now acts for `user`, with the token's `info`: its entries say so.
-    pub fn set_who(&mut self, user: Option<Arc<str>>, info: Option<Arc<str>>) {
+    pub fn set_who(&mut self, user: Option<Arc<str>>, info: Option<Arc<String>>) {
+        let info = listed(info);
         if self.who.user == user && self.who.info == info {
             return;
         }
@@ -355,7 +367,7 @@ impl Membership {
     }
 
     /// The token's `info` the entries carry.
-    pub fn info(&self) -> Option<&Arc<str>> {
+    pub fn info(&self) -> Option<&Arc<String>> {
         self.who.info.as_ref()
     }
 }
@@ -379,7 +391,7 @@ mod tests {
         Who {
             transport: "ws",
             user: user.map(Arc::from),
-            info: info.map(Arc::from),
+            info: info.map(|i| Arc::new(i.to_string())),
         }
     }
 

@@ -153,8 +153,8 @@ impl Cluster {
         Ok(here)
     }
 
-    /// Opens a connection of `transport` for `user` (whose token's `info` claim is `info`):
-    /// given an id unique in the cluster ([`ids`]), counted in the metrics, entered among the
+    /// Opens a connection of `transport` for `user` (whose token's `info` is `info`): given an
+    /// id unique in the cluster ([`ids`]), counted in the metrics, entered among the
     /// connections commands reach and, when anything observes connections, reported. Its
     /// subscriptions are entered in [`members`] as the transport reports them
     /// ([`Connection::subscribed_to`]).
@@ -162,10 +162,26 @@ impl Cluster {
         &self,
         transport: Transport,
         user: Option<&str>,
-        info: Option<Arc<str>>,
+        info: Option<Arc<String>>,
+    ) -> Connection {
+        self.open_as(self.ids.next(), transport, user, info)
+    }
+
+    /// A connection id unique in the cluster, for a connection that is not open yet (the
+    /// hooks name it before it opens with [`Self::open_as`]).
+    pub fn next_id(&self) -> u64 {
+        self.ids.next()
+    }
+
+    /// Like [`Self::open`], with an id from [`Self::next_id`].
+    pub fn open_as(
+        &self,
+        id: u64,
+        transport: Transport,
+        user: Option<&str>,
+        info: Option<Arc<String>>,
     ) -> Connection {
         let guard = crate::telemetry::metrics::transport(transport).open();
-        let id = self.ids.next();
         let named = self.connections.enter(id, user);
         let observed = (!self.observers.is_empty()).then(|| {
             let id = id.to_string();
@@ -239,7 +255,7 @@ impl Connection {
     /// The connection now acts for `user` with a token whose `info` claim is `info` (a
     /// WebSocket client sent a new token): commands for that user reach it, and its entries
     /// in [`members`] name the new user and info.
-    pub fn set_identity(&mut self, user: Option<&str>, info: Option<Arc<str>>) {
+    pub fn set_identity(&mut self, user: Option<&str>, info: Option<Arc<String>>) {
         if self.user.as_deref() != user {
             self.user = self.connections.set_user(self.id, self.user.as_ref(), user);
         }
@@ -346,7 +362,7 @@ mod tests {
     #[test]
     fn a_connection_s_subscriptions_are_members_until_it_closes() {
         let cluster = Cluster::alone();
-        let info: Arc<str> = Arc::from(r#"{"app":"x"}"#);
+        let info = Arc::new(r#"{"app":"x"}"#.to_string());
         let mut a = cluster.open(Transport::Ws, Some("ann"), Some(info.clone()));
         let topics: Vec<herald_core::TopicName> = ["news", "chat"]
             .iter()
@@ -358,11 +374,11 @@ mod tests {
         assert_eq!(page.len(), 1);
         assert_eq!(page[0].0, a.id());
         assert_eq!(page[0].1.who.user.as_deref(), Some("ann"));
-        assert_eq!(page[0].1.who.info.as_deref(), Some(&*info));
+        assert_eq!(page[0].1.who.info, Some(info.clone()));
         a.set_user(Some("bob"));
         let (page, _) = members.page("chat", None, 10);
         assert_eq!(page[0].1.who.user.as_deref(), Some("bob"));
-        assert_eq!(page[0].1.who.info.as_deref(), Some(&*info), "kept");
+        assert_eq!(page[0].1.who.info, Some(info.clone()), "kept");
         a.subscribed_to(&topics[..1]);
         assert!(members.page("chat", None, 10).0.is_empty());
         let mut poll = cluster.open(Transport::Poll, None, None);

@@ -115,6 +115,41 @@ pub struct Cli {
     /// TLS private key (PEM) for the public listener.
     #[arg(long, env = "HERALD_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
+    /// URL of the connect hook (`http://…`): the application's backend decides who connects.
+    #[arg(
+        long,
+        env = "HERALD_HOOKS_CONNECT_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub hooks_connect_url: Option<String>,
+    /// URL of the subscribe hook.
+    #[arg(
+        long,
+        env = "HERALD_HOOKS_SUBSCRIBE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub hooks_subscribe_url: Option<String>,
+    /// URL of the publish hook.
+    #[arg(
+        long,
+        env = "HERALD_HOOKS_PUBLISH_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub hooks_publish_url: Option<String>,
+    /// URL of the refresh hook.
+    #[arg(
+        long,
+        env = "HERALD_HOOKS_REFRESH_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub hooks_refresh_url: Option<String>,
+    /// What an unavailable hook means: deny or allow (the token rules decide).
+    #[arg(long, env = "HERALD_HOOKS_ON_UNAVAILABLE", value_name = "POLICY")]
+    pub hooks_on_unavailable: Option<super::OnUnavailable>,
     /// Admin listener access (keys, open /metrics, insecure).
     #[command(flatten)]
     pub admin: admin::AdminArgs,
@@ -168,6 +203,11 @@ fn defaults() -> Vec<(&'static str, String)> {
         ("auth_allowed_origins", list(&d.auth.allowed_origins, "any")),
         ("tls_cert", "none (plain HTTP)".into()),
         ("tls_key", "none".into()),
+        ("hooks_connect_url", "none".into()),
+        ("hooks_subscribe_url", "none".into()),
+        ("hooks_publish_url", "none".into()),
+        ("hooks_refresh_url", "none".into()),
+        ("hooks_on_unavailable", name(&d.hooks.on_unavailable)),
         (
             "admin_api_keys",
             list(&d.admin.api_keys, "none (required off loopback)"),
@@ -288,6 +328,19 @@ impl Cli {
         }
         if let Some(v) = &self.kafka_feeds {
             config.cluster.kafka_feeds = v.clone();
+        }
+        for (flag, url) in [
+            (&self.hooks_connect_url, &mut config.hooks.connect_url),
+            (&self.hooks_subscribe_url, &mut config.hooks.subscribe_url),
+            (&self.hooks_publish_url, &mut config.hooks.publish_url),
+            (&self.hooks_refresh_url, &mut config.hooks.refresh_url),
+        ] {
+            if let Some(v) = flag {
+                *url = Some(v.clone());
+            }
+        }
+        if let Some(v) = self.hooks_on_unavailable {
+            config.hooks.on_unavailable = v;
         }
         config
             .cluster

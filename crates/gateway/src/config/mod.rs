@@ -11,10 +11,12 @@ use serde::{Deserialize, Serialize};
 
 pub mod admin;
 mod cli;
+pub mod hooks;
 pub mod secrets;
 
 pub use admin::AdminConfig;
 pub use cli::{Cli, Command, HealthArgs};
+pub use hooks::{HooksConfig, OnUnavailable};
 
 /// Herald's whole configuration. Every field has a default; `herald --print-config` prints
 /// them all as TOML.
@@ -58,6 +60,8 @@ pub struct Config {
     pub tls: TlsConfig,
     /// Access to the admin listener.
     pub admin: AdminConfig,
+    /// HTTP hooks: the application's backend decides who may connect, subscribe and publish.
+    pub hooks: HooksConfig,
 }
 
 /// TLS (rustls) on the public listener: HTTP/1.1 and HTTP/2 (ALPN), SSE, WebSocket and
@@ -436,6 +440,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             tls: TlsConfig::default(),
             admin: AdminConfig::default(),
+            hooks: HooksConfig::default(),
         }
     }
 }

@@ -57,6 +57,15 @@ pub const DRAINING: &str = "herald_draining";
 /// `limits.max_connections`: open connections the public listener takes (gauge).
 pub const CONNECTIONS_MAX: &str = "herald_connections_max";
 
+/// Hook requests to the application's backend, by `hook` (`connect`, `subscribe`,
+/// `publish`, `refresh`) and `result` (`allow`, `deny`, `unavailable`, `timeout`,
+/// `overloaded`: not called, `hooks.max_in_flight` reached).
+pub const HOOK_REQUESTS: &str = "herald_hook_requests_total";
+/// Time a hook took to answer (or fail), by `hook`.
+pub const HOOK_DURATION: &str = "herald_hook_duration_seconds";
+/// Hook requests waiting for an answer (gauge).
+pub const HOOKS_IN_FLIGHT: &str = "herald_hooks_in_flight";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 fn recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
@@ -65,6 +74,13 @@ fn recorder() -> metrics_exporter_prometheus::PrometheusRecorder {
     ];
     PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(DELIVERY_LATENCY.into()), &buckets)
+        .expect("bucket list is not empty")
+        .set_buckets_for_metric(
+            Matcher::Full(HOOK_DURATION.into()),
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ],
+        )
         .expect("bucket list is not empty")
         .build_recorder()
 }
@@ -171,6 +187,16 @@ fn describe() {
         CONNECTIONS_MAX,
         "Open connections the public listener takes (limits.max_connections)."
     );
+    describe_counter!(
+        HOOK_REQUESTS,
+        "Hook requests to the application's backend, by hook and result."
+    );
+    describe_histogram!(
+        HOOK_DURATION,
+        metrics::Unit::Seconds,
+        "Time a hook took to answer or fail, by hook."
+    );
+    describe_gauge!(HOOKS_IN_FLIGHT, "Hook requests waiting for an answer.");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     super::process::describe();
 }
@@ -386,4 +412,19 @@ pub fn bridge_message(bridge: &'static str, direction: &'static str) {
 /// Records how old (`age_ms`) the message just read from `bridge`'s log was.
 pub fn bridge_lag(bridge: &'static str, age_ms: u64) {
     gauge!(BRIDGE_LAG, "bridge" => bridge).set(age_ms as f64 / 1000.0);
+}
+
+/// Counts a hook request's `result`.
+pub fn hook_request(hook: &'static str, result: &'static str) {
+    counter!(HOOK_REQUESTS, "hook" => hook, "result" => result).increment(1);
+}
+
+/// Records how long a hook took.
+pub fn hook_duration(hook: &'static str, took: Duration) {
+    histogram!(HOOK_DURATION, "hook" => hook).record(took.as_secs_f64());
+}
+
+/// The gauge of hook requests in flight.
+pub fn hooks_in_flight() -> Gauge {
+    gauge!(HOOKS_IN_FLIGHT)
 }

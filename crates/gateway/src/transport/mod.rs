@@ -10,6 +10,7 @@ use herald_core::{Feed, ResumeList, Start, Topic, TopicName};
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::hooks::{Caller, Hook};
 use crate::limits::QuotaCharge;
 
 /// The form of an SSE stream's messages (`format` query parameter).
@@ -46,8 +47,14 @@ pub struct SubscribeQuery {
 }
 
 impl SubscribeQuery {
-    /// Parses the query; unknown parameters are ignored (cache busters and the like).
-    pub fn parse(query: Option<&str>, max_topics: usize) -> Result<Self, ApiError> {
+    /// Parses the query; unknown parameters are ignored (cache busters and the like). A
+    /// query without a topic is refused unless `topics_may_come` (the connect hook may give
+    /// them; [`authorize`] checks again).
+    pub fn parse(
+        query: Option<&str>,
+        max_topics: usize,
+        topics_may_come: bool,
+    ) -> Result<Self, ApiError> {
         let mut parsed = Self::default();
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match &*key {
@@ -55,10 +62,7 @@ impl SubscribeQuery {
                     let topic = TopicName::new(&value)?;
                     if !parsed.topics.contains(&topic) {
                         if parsed.topics.len() >= max_topics {
-                            return Err(ApiError::bad_request(
-                                "too_many_topics",
-                                format!("at most {max_topics} topics per connection"),
-                            ));
+                            return Err(too_many_topics(max_topics));
                         }
                         parsed.topics.push(topic);
                     }
@@ -87,33 +91,109 @@ impl SubscribeQuery {
                 _ => {}
             }
         }
-        if parsed.topics.is_empty() {
-            return Err(ApiError::bad_request(
-                "no_topic",
-                "give at least one topic: ?topic=NAME (repeat for more)",
-            ));
+        if parsed.topics.is_empty() && !topics_may_come {
+            return Err(no_topic());
         }
         Ok(parsed)
     }
 }
 
-/// Checks the browser origin and the client's token, and that it may subscribe to every one
-/// of `topics`. Returns the origin to allow in CORS headers, and who the client is.
-pub fn authorize(
+/// Checks the browser origin, the client's token and the application's connect hook, and
+/// that the client may subscribe to every one of the query's topics ([`may_subscribe`]).
+/// Topics the connect hook gave are added to the query (they need no further check: the
+/// application asked); a query left with no topic is refused. `transport`, `client` (the
+/// connection's id, when it will have one) and `peer` are what the hooks are told. Returns
+/// the origin to allow in CORS headers, and who the client is. Every path that serves SSE
+/// and long-poll decides here.
+pub async fn authorize(
     state: &AppState,
     headers: &axum::http::HeaderMap,
-    query: &SubscribeQuery,
+    query: &mut SubscribeQuery,
+    transport: &'static str,
+    client: Option<u64>,
+    peer: std::net::IpAddr,
 ) -> Result<(Option<String>, crate::auth::Identity), ApiError> {
     let origin = state.auth().check_origin(headers)?.map(str::to_owned);
-    let who = state.auth().identify(headers, query.token.as_deref())?;
-    if let Some(denied) = query
+    let mut who = state.auth().identify(headers, query.token.as_deref())?;
+    let forwarded = state.hooks().forwarded(headers);
+    let mut granted = Vec::new();
+    if state.hooks().has(Hook::Connect) {
+        let names: Vec<&str> = query.topics.iter().map(TopicName::as_str).collect();
+        let caller = Caller {
+            transport,
+            client,
+            remote: peer,
+            who: &who,
+            headers: &forwarded,
+        };
+        if let Some(grant) = state.hooks().connect(&caller, &names).await? {
+            grant.apply(&mut who);
+            granted = grant.topics;
+        }
+    }
+    let asked: Vec<&str> = query
         .topics
         .iter()
-        .find(|t| !state.auth().may_subscribe(&who, t.as_str()))
-    {
-        return Err(crate::auth::forbidden(denied.as_str()));
+        .map(TopicName::as_str)
+        .filter(|t| !granted.iter().any(|g| g == t))
+        .collect();
+    let caller = Caller {
+        transport,
+        client,
+        remote: peer,
+        who: &who,
+        headers: &forwarded,
+    };
+    may_subscribe(state, &caller, &asked).await?;
+    let max = state.config().limits.max_subscriptions;
+    for topic in granted {
+        let topic = TopicName::new(&topic)?;
+        if !query.topics.contains(&topic) {
+            if query.topics.len() >= max {
+                return Err(too_many_topics(max));
+            }
+            query.topics.push(topic);
+        }
+    }
+    if query.topics.is_empty() {
+        return Err(no_topic());
     }
     Ok((origin, who))
+}
+
+/// Whether the client `caller` names may subscribe to `topics` (all or nothing): the
+/// application's subscribe hook decides when it is configured; otherwise, or when it is
+/// unavailable and `hooks.on_unavailable = "allow"`, the token rules do. The one decision
+/// for every transport (SSE, long-poll, the WebSocket `subscribe` command).
+pub async fn may_subscribe(
+    state: &AppState,
+    caller: &Caller<'_>,
+    topics: &[&str],
+) -> Result<(), ApiError> {
+    if topics.is_empty() || state.hooks().subscribe(caller, topics).await? {
+        return Ok(());
+    }
+    match topics
+        .iter()
+        .find(|t| !state.auth().may_subscribe(caller.who, t))
+    {
+        Some(denied) => Err(crate::auth::forbidden(denied)),
+        None => Ok(()),
+    }
+}
+
+fn too_many_topics(max: usize) -> ApiError {
+    ApiError::bad_request(
+        "too_many_topics",
+        format!("at most {max} topics per connection"),
+    )
+}
+
+fn no_topic() -> ApiError {
+    ApiError::bad_request(
+        "no_topic",
+        "give at least one topic: ?topic=NAME (repeat for more)",
+    )
 }
 
 /// The topics a subscription created, charged to its client while it lasts (see

@@ -35,7 +35,8 @@ async fn poll(
     peer: std::net::IpAddr,
 ) -> Result<Response, ApiError> {
     let config = state.config();
-    let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
+    let hooked = state.hooks().has(crate::hooks::Hook::Connect);
+    let mut query = SubscribeQuery::parse(query, config.limits.max_subscriptions, hooked)?;
     let resume: ResumeList = match &query.cursor {
         Some(c) => c.parse()?,
         None => ResumeList::new(),
@@ -56,13 +57,14 @@ async fn poll(
         }
         None => config.poll.timeout,
     };
-    let (cors, who) = authorize(state, headers, &query)?;
+    let id = state.cluster().next_id();
+    let (cors, who) = authorize(state, headers, &mut query, "poll", Some(id), peer).await?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Poll);
     // A waiting poll is a connection the admin API can end (`disconnect` in the answer), and
     // a presence member of its topics while it waits.
-    let mut connection = state.open_connection(Transport::Poll, &who);
+    let mut connection = state.open_connection_as(id, Transport::Poll, &who);
     connection.closing(CloseReason::Done);
     connection.subscribed_to(feed.positions().map(|(t, _)| t));
     let mut disconnect = None;

@@ -77,10 +77,10 @@ pub async fn handler(
     let query = request.uri().query();
     let peer = super::peer_ip(&request);
     if request.method() == axum::http::Method::HEAD {
-        check(&state, headers, query)?;
+        check(&state, headers, query, None, peer).await?;
         return Ok(([(header::CONTENT_TYPE, "text/event-stream")], ()).into_response());
     }
-    let mut stream = open(&state, headers, query, peer)?;
+    let mut stream = open(&state, headers, query, peer).await?;
     let cors = stream.cors.take();
     let (sink, body) = BodySink::new();
     let write_timeout = state.config().limits.write_timeout;
@@ -330,14 +330,15 @@ pub async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeout: Dura
     }
 }
 
-/// Validates an SSE request from `peer` and subscribes: the stream to serve, or why not.
-pub fn open(
+/// Validates an SSE request from `peer` (asking the application's hooks when configured) and
+/// subscribes: the stream to serve, or why not.
+pub async fn open(
     state: &AppState,
     headers: &HeaderMap,
     query: Option<&str>,
     peer: std::net::IpAddr,
 ) -> Result<SseStream, ApiError> {
-    let result = try_open(state, headers, query, peer);
+    let result = try_open(state, headers, query, peer).await;
     if let Err(e) = &result {
         metrics::client_error("sse", e.code());
     }
@@ -352,7 +353,13 @@ struct Checked {
     who: crate::auth::Identity,
 }
 
-fn check(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<Checked, ApiError> {
+async fn check(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    client: Option<u64>,
+    peer: std::net::IpAddr,
+) -> Result<Checked, ApiError> {
     if state.shutdown().is_cancelled() {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -361,7 +368,8 @@ fn check(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<C
         ));
     }
     let config = state.config();
-    let query = SubscribeQuery::parse(query, config.limits.max_subscriptions)?;
+    let hooked = state.hooks().has(crate::hooks::Hook::Connect);
+    let mut query = SubscribeQuery::parse(query, config.limits.max_subscriptions, hooked)?;
     let last_event_id = match headers.get("last-event-id") {
         Some(v) => Some(
             v.to_str()
@@ -374,7 +382,7 @@ fn check(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<C
         Some(id) => id.parse()?,
         None => ResumeList::new(),
     };
-    let (cors, who) = authorize(state, headers, &query)?;
+    let (cors, who) = authorize(state, headers, &mut query, "sse", client, peer).await?;
     Ok(Checked {
         query,
         resume,
@@ -383,19 +391,20 @@ fn check(state: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<C
     })
 }
 
-fn try_open(
+async fn try_open(
     state: &AppState,
     headers: &HeaderMap,
     query: Option<&str>,
     peer: std::net::IpAddr,
 ) -> Result<SseStream, ApiError> {
     let config = state.config();
+    let id = state.cluster().next_id();
     let Checked {
         query,
         resume,
         cors,
         who,
-    } = check(state, headers, query)?;
+    } = check(state, headers, query, Some(id), peer).await?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Sse);
@@ -405,7 +414,7 @@ fn try_open(
         credentials: config.auth.cors_credentials,
         feed,
         metrics,
-        guard: state.open_connection(Transport::Sse, &who),
+        guard: state.open_connection_as(id, Transport::Sse, &who),
         state: state.clone(),
         heartbeat: config.sse.heartbeat,
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
@@ -422,10 +431,18 @@ fn try_open(
         cors,
         retry: config.sse.retry,
         _charges: charges.into_boxed_slice(),
+        refresh: None,
     };
     stream
         .guard
         .subscribed_to(stream.feed.positions().map(|(t, _)| t));
+    if who.expires.is_some() && state.hooks().has(crate::hooks::Hook::Refresh) {
+        stream.refresh = Some(Box::new(Refresh {
+            forwarded: state.hooks().forwarded(headers),
+            who,
+            peer,
+        }));
+    }
     let first = stream.opening(config.sse.retry);
     metrics.sent(first.len());
     stream.queued = Some(first);
@@ -467,6 +484,16 @@ pub struct SseStream {
     retry: Duration,
     /// The topics this stream's subscription created, charged to its client.
     _charges: Box<[crate::limits::QuotaCharge]>,
+    /// What the refresh hook is told, when it is configured and the stream's credentials
+    /// expire (boxed, only then).
+    refresh: Option<Box<Refresh>>,
+}
+
+/// An SSE client as the refresh hook is told about it.
+struct Refresh {
+    who: crate::auth::Identity,
+    peer: std::net::IpAddr,
+    forwarded: crate::hooks::Forwarded,
 }
 
 /// `event: herald.disconnect` for a connection the server ended on a command.
@@ -521,6 +548,47 @@ impl SseStream {
                 None
             }
         }
+    }
+
+    /// The credentials expired: the refresh hook, when configured, may extend them;
+    /// otherwise, or when it refuses, the stream ends with `herald.disconnect` and the
+    /// reason. `None`: extended.
+    async fn on_expiry(&mut self) -> Option<Bytes> {
+        let mut reason = "token expired".to_string();
+        if let Some(refresh) = &mut self.refresh {
+            let caller = crate::hooks::Caller {
+                transport: "sse",
+                client: Some(self.guard.id()),
+                remote: refresh.peer,
+                who: &refresh.who,
+                headers: &refresh.forwarded,
+            };
+            match self.state.hooks().refresh(&caller).await {
+                Ok(Some(grant)) => {
+                    grant.apply(&mut refresh.who);
+                    self.guard
+                        .set_identity(refresh.who.sub.as_deref(), refresh.who.info.clone());
+                    self.expiry = refresh
+                        .who
+                        .time_left()
+                        .map(|left| Box::pin(tokio::time::sleep(left)));
+                    return None;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let text = e.to_string();
+                    reason = text
+                        .split_once(": ")
+                        .map_or(text.clone(), |(_, r)| r.to_string());
+                }
+            }
+        }
+        self.done = true;
+        self.guard.closing(CloseReason::Expired);
+        let data = serde_json::json!({ "reason": reason });
+        Some(Bytes::from(format!(
+            "event: herald.disconnect\ndata: {data}\n\n"
+        )))
     }
 
     /// `event: <event>` with `data: {"topics": [...]}` and the `id:` of every position.
@@ -584,11 +652,9 @@ impl SseStream {
                     }
                 },
                 _ = end_of_life(&mut self.expiry) => {
-                    self.done = true;
-                    self.guard.closing(CloseReason::Expired);
-                    return Some(Bytes::from_static(
-                        b"event: herald.disconnect\ndata: {\"reason\":\"token expired\"}\n\n",
-                    ));
+                    if let Some(chunk) = Box::pin(self.on_expiry()).await {
+                        return Some(chunk);
+                    }
                 }
                 _ = end_of_life(&mut self.lifetime) => {
                     self.done = true;
@@ -737,20 +803,21 @@ mod tests {
     }
 
     /// A stream on topic `t` for a client at 127.0.0.1 that sent no headers.
-    fn open_t(state: &AppState) -> SseStream {
+    async fn open_t(state: &AppState) -> SseStream {
         open(
             state,
             &HeaderMap::new(),
             Some("topic=t"),
             [127, 0, 0, 1].into(),
         )
+        .await
         .unwrap()
     }
 
     #[tokio::test]
     async fn delivers_then_ends_on_the_drain_with_a_retry_hint() {
         let (state, shutdown) = state();
-        let sse = open_t(&state);
+        let sse = open_t(&state).await;
         let client = TestClient::default();
         let served = tokio::spawn(serve(client.clone(), sse, Duration::from_millis(200)));
         let topic = TopicName::new("t").unwrap();
@@ -776,7 +843,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_takes_nothing_is_dropped_within_the_write_timeout() {
         let (state, _shutdown) = state();
-        let sse = open_t(&state);
+        let sse = open_t(&state).await;
         let client = TestClient {
             stalled: true,
             ..Default::default()
@@ -799,7 +866,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_keeps_sending_is_closed() {
         let (state, _shutdown) = state();
-        let sse = open_t(&state);
+        let sse = open_t(&state).await;
         let client = TestClient::default();
         // A few stray bytes are tolerated...
         client.input.lock().unwrap().push(100);

@@ -12,6 +12,7 @@ mod cluster;
 mod control;
 mod fanout;
 mod history;
+mod hooks;
 mod hostile;
 mod kafka;
 mod lifecycle;

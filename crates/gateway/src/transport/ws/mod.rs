@@ -37,6 +37,7 @@ use super::lost_json;
 use crate::app::AppState;
 use crate::cluster::control::Action;
 use crate::error::ApiError;
+use crate::hooks::{Caller, Forwarded};
 use crate::limits::{Rate, TokenBucket};
 use crate::publish::{self, Publisher};
 use crate::server::stream::{ClientStream, PeerStream};
@@ -105,19 +106,40 @@ pub async fn upgrade_raw(
     mut stream: ClientStream,
     headers: &HeaderMap,
     query: Option<&str>,
+    peer: std::net::IpAddr,
     permits: crate::limits::Permits,
 ) {
-    let handshake = validate_handshake(state, headers).and_then(|key| {
+    let id = state.cluster().next_id();
+    let forwarded = state.hooks().forwarded(headers);
+    let handshake = async {
+        let key = validate_handshake(state, headers)?;
         // A page from an origin that is not allowed must not get a socket (cross-site
         // WebSocket hijacking), whatever credentials its browser attaches.
         state.auth().check_origin(headers)?;
         let token = form_urlencoded::parse(query.unwrap_or("").as_bytes())
             .find(|(k, _)| k == "token")
             .map(|(_, v)| v.into_owned());
-        let who = state.auth().identify(headers, token.as_deref())?;
-        Ok((key, who))
-    });
-    let (key, who) = match handshake {
+        let mut who = state.auth().identify(headers, token.as_deref())?;
+        // The application decides before the upgrade, so that a refusal is an HTTP answer
+        // with its reason.
+        let caller = Caller {
+            transport: "ws",
+            client: Some(id),
+            remote: peer,
+            who: &who,
+            headers: &forwarded,
+        };
+        let granted = match state.hooks().connect(&caller, &[]).await? {
+            Some(grant) => {
+                grant.apply(&mut who);
+                grant.topics
+            }
+            None => Vec::new(),
+        };
+        Ok::<_, ApiError>((key, who, granted))
+    }
+    .await;
+    let (key, who, granted) = match handshake {
         Ok(pair) => pair,
         Err(e) => {
             metrics::client_error("ws", e.code());
@@ -146,13 +168,29 @@ pub async fn upgrade_raw(
     ) {
         return;
     }
+    let opened = Opened {
+        id: Some(id),
+        forwarded,
+        granted,
+    };
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
         ClientStream::Plain(tcp) if state.config().topics.direct_delivery => {
-            serve(state, direct::SharedSocket::new(tcp), who, permits).await;
+            serve(state, direct::SharedSocket::new(tcp), who, opened, permits).await;
         }
-        stream => serve(state, stream, who, permits).await,
+        stream => serve(state, stream, who, opened, permits).await,
     }
+}
+
+/// What the handshake settled besides the identity.
+#[derive(Debug, Default)]
+struct Opened {
+    /// The connection's id, named to the connect hook.
+    id: Option<u64>,
+    /// The upgrade request's headers the hooks forward.
+    forwarded: Forwarded,
+    /// Topics the connect hook subscribed the connection to.
+    granted: Vec<String>,
 }
 
 /// Runs an accepted WebSocket connection on `stream`, on a task of its own.
@@ -160,6 +198,7 @@ async fn serve<S: PeerStream>(
     state: &AppState,
     stream: S,
     who: crate::auth::Identity,
+    mut opened: Opened,
     permits: crate::limits::Permits,
 ) {
     let ws = &state.config().ws;
@@ -171,7 +210,16 @@ async fn serve<S: PeerStream>(
         .max_message_size(Some(ws.max_message_size))
         .max_frame_size(Some(ws.max_message_size));
     let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
-    let connection = Connection::new(state.clone(), socket, who);
+    let granted = std::mem::take(&mut opened.granted);
+    let mut connection = Connection::new(state.clone(), socket, who, opened);
+    // The connect hook's topics are subscribed and told here, before the connection's task
+    // starts, so that its state holds nothing for them.
+    if !granted.is_empty()
+        && let Flow::Close(reason) = connection.subscribed_by_server(&granted, None).await
+    {
+        connection.guard.closing(reason);
+        return;
+    }
     // Combinators, not an `async move` block (see `spawn_connection`): a block would keep the
     // connection a second time beside `run`'s state (measured: ~1 KB per idle connection).
     use futures_util::FutureExt as _;
@@ -272,6 +320,8 @@ struct Connection<S> {
     /// The topics this connection's subscriptions created, charged to its client while
     /// subscribed (most connections create none).
     charges: Vec<(TopicName, crate::limits::QuotaCharge)>,
+    /// The upgrade request's headers the hooks forward (none without hooks).
+    forwarded: Forwarded,
 }
 
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
@@ -287,14 +337,18 @@ async fn expired(expiry: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>) {
 }
 
 impl<S: PeerStream> Connection<S> {
-    fn new(state: AppState, socket: Socket<S>, who: crate::auth::Identity) -> Self {
+    fn new(state: AppState, socket: Socket<S>, who: crate::auth::Identity, opened: Opened) -> Self {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
-        let guard = state.open_connection(Transport::Ws, &who);
+        let guard = match opened.id {
+            Some(id) => state.open_connection_as(id, Transport::Ws, &who),
+            None => state.open_connection(Transport::Ws, &who),
+        };
         Self {
             expiry: expiry_of(&who),
             publish_bucket: None,
             charges: Vec::new(),
+            forwarded: opened.forwarded,
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
@@ -324,10 +378,7 @@ impl<S: PeerStream> Connection<S> {
                 // size every idle connection's task for it (measured: 2.2 KB vs 1 KB).
                 frame = self.socket.next() => Box::pin(self.on_frame(frame)).await,
                 action = self.guard.next_action() => Box::pin(self.on_action(action)).await,
-                _ = expired(&mut self.expiry) => {
-                    Box::pin(self.close(close_code::POLICY, "token expired")).await;
-                    Flow::Close(CloseReason::Expired)
-                }
+                _ = expired(&mut self.expiry) => Box::pin(self.on_expiry()).await,
                 event = self.feed.next() => self.on_event(event).await,
                 _ = ping.tick() => {
                     if self.socket.get_ref().last_frame().elapsed() > idle_timeout {
@@ -536,11 +587,19 @@ impl<S: PeerStream> Connection<S> {
     /// Every subscription held is checked against the new identity: those it does not allow
     /// are dropped, and an error frame names them.
     async fn authenticate(&mut self, token: &str) -> Result<Flow, FrameError> {
-        let who = self.state.auth().verify(token)?;
+        let mut who = self.state.auth().verify(token)?;
+        // The new token's `info` claim when it has one, else what the connection had (the
+        // connect hook's, or the previous token's).
+        if who.info.is_none() {
+            who.info = self.who.info.take();
+        }
+        // With the subscribe hook, the application allowed what is held: a new token
+        // changes nothing there.
+        let hooked = self.state.hooks().has(crate::hooks::Hook::Subscribe);
         let denied: Vec<TopicName> = self
             .feed
             .positions()
-            .filter(|(topic, _)| !self.state.auth().may_subscribe(&who, topic.as_str()))
+            .filter(|(topic, _)| !hooked && !self.state.auth().may_subscribe(&who, topic.as_str()))
             .map(|(topic, _)| topic.clone())
             .collect();
         for topic in &denied {
@@ -593,9 +652,6 @@ impl<S: PeerStream> Connection<S> {
         let mut wanted = Vec::with_capacity(topics.len());
         for topic in &topics {
             let name = TopicName::new(topic).map_err(ApiError::from)?;
-            if !self.state.auth().may_subscribe(&self.who, name.as_str()) {
-                return Err(crate::auth::forbidden(name.as_str()).into());
-            }
             let from = match cursors.get(topic) {
                 Some(c) => Some(c.parse::<Cursor>().map_err(ApiError::from)?),
                 None => None,
@@ -620,11 +676,13 @@ impl<S: PeerStream> Connection<S> {
                 format!("at most {max} topics per connection"),
             ));
         }
-        // All or nothing: every topic is found or created before any is subscribed, so a
-        // refusal part-way (the topic limit) leaves the connection as it was.
         let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
             return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
         };
+        let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+        super::may_subscribe(&self.state, &self.caller(peer), &names).await?;
+        // All or nothing: every topic is found or created before any is subscribed, so a
+        // refusal part-way (the topic limit) leaves the connection as it was.
         let client = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
         let topics = wanted
             .into_iter()
@@ -666,10 +724,11 @@ impl<S: PeerStream> Connection<S> {
         let publisher = if self.state.config().dev {
             Publisher::Trusted
         } else {
-            Publisher::Token(self.who.clone())
+            Publisher::Client(self.caller(peer))
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
         let prepared = publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
+            .await
             .map_err(|e| {
                 if e.code() == "publish_rate" {
                     metrics::client_error("ws", "publish_rate");
@@ -689,6 +748,41 @@ impl<S: PeerStream> Connection<S> {
         let (name, id) = publish::route(&self.state, prepared, "ws").await?;
         let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
+    }
+
+    /// The credentials expired: the refresh hook, when configured, may extend them (and
+    /// name the user again); otherwise, or when it refuses, the connection closes with 1008
+    /// and the reason.
+    async fn on_expiry(&mut self) -> Flow {
+        let mut reason = "token expired".to_string();
+        if self.state.hooks().has(crate::hooks::Hook::Refresh)
+            && let Some(peer) = self.socket.get_ref().get_ref().peer_ip()
+        {
+            match self.state.hooks().refresh(&self.caller(peer)).await {
+                Ok(Some(grant)) => {
+                    grant.apply(&mut self.who);
+                    self.guard
+                        .set_identity(self.who.sub.as_deref(), self.who.info.clone());
+                    self.expiry = expiry_of(&self.who);
+                    return Flow::Continue;
+                }
+                Ok(None) => {}
+                Err(e) => reason = crate::hooks::close_reason(&FrameError::from(e).reason),
+            }
+        }
+        self.close(close_code::POLICY, &reason).await;
+        Flow::Close(CloseReason::Expired)
+    }
+
+    /// The connection as the hooks are told about it.
+    fn caller(&self, peer: std::net::IpAddr) -> Caller<'_> {
+        Caller {
+            transport: "ws",
+            client: Some(self.guard.id()),
+            remote: peer,
+            who: &self.who,
+            headers: &self.forwarded,
+        }
     }
 
     /// Counts one publish against this connection's own rate (the publisher's rate is the
@@ -860,7 +954,8 @@ mod lifecycle_tests {
         let server = inbound::Inbound::new(server, Rate::new(ws.inbound_rate, ws.inbound_burst));
         let server = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
         let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
-        let task = tokio::spawn(Connection::new(state.clone(), server, who).run());
+        let task =
+            tokio::spawn(Connection::new(state.clone(), server, who, Opened::default()).run());
         Client {
             ws: client,
             state,
