@@ -212,6 +212,52 @@ async fn a_websocket_that_sends_a_token_is_listed_under_its_new_user_and_info() 
     gw.stop().await.unwrap();
 }
 
+/// A connect hook at the returned URL that allows as user `u42` with `info`: a small one,
+/// or one over 1 KiB when the client asks for topic `big`.
+async fn connect_hook() -> String {
+    async fn answer(axum::Json(request): axum::Json<Value>) -> axum::Json<Value> {
+        let big = request["topics"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("big"));
+        let info = if big {
+            json!({ "blob": "x".repeat(2000) })
+        } else {
+            json!({ "name": "Ann" })
+        };
+        axum::Json(json!({"result": "allow", "user": "u42", "info": info}))
+    }
+    let app = axum::Router::new().route("/connect", axum::routing::post(answer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/connect", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn a_connect_hook_s_user_and_info_are_listed_and_a_large_info_is_left_out() {
+    let mut config = test_config();
+    config.hooks.connect_url = Some(connect_hook().await);
+    let gw = spawn_gateway(config).await;
+    let mut small = SseClient::connect(&gw, "topic=small", None).await;
+    small.next_block().await.unwrap();
+    let mut big = SseClient::connect(&gw, "topic=big", None).await;
+    big.next_block().await.unwrap();
+    let (_, page) = members_page(&gw, "small", "").await;
+    let member = &page["members"][0];
+    assert_eq!(
+        (&member["user"], &member["info"]),
+        (&json!("u42"), &json!({"name": "Ann"})),
+        "{page}"
+    );
+    let (_, page) = members_page(&gw, "big", "").await;
+    let member = &page["members"][0];
+    assert_eq!(member["user"], "u42");
+    assert!(member.get("info").is_none(), "over 1 KiB: {member}");
+    drop((small, big));
+    gw.stop().await.unwrap();
+}
+
 /// An SSE subscriber of `topic` spoken by hand (cheaper than a client each), open once the
 /// response head arrived.
 async fn raw_sse(gw: &herald_gateway::Gateway, topic: &str) -> tokio::net::TcpStream {
