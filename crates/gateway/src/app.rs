@@ -198,14 +198,17 @@ impl AppState {
         self.0.cluster.upstream()
     }
 
-    /// Opens a client connection of `transport` for `user` (counted, and reported to the
-    /// cluster's observers with an id unique in the cluster).
+    /// Opens a client connection of `transport` for `who` (counted, and reported to the
+    /// cluster's observers with an id unique in the cluster; its subscriptions listed as
+    /// presence members with the token's user and `info`).
     pub fn open_connection(
         &self,
         transport: crate::telemetry::metrics::Transport,
-        user: Option<&str>,
+        who: &crate::auth::Identity,
     ) -> crate::cluster::Connection {
-        self.0.cluster.open(transport, user)
+        self.0
+            .cluster
+            .open(transport, who.sub.as_deref(), who.info.clone())
     }
 
     /// Like [`Self::open_connection`], with an id taken before the connection opened
@@ -214,9 +217,11 @@ impl AppState {
         &self,
         id: u64,
         transport: crate::telemetry::metrics::Transport,
-        user: Option<&str>,
+        who: &crate::auth::Identity,
     ) -> crate::cluster::Connection {
-        self.0.cluster.open_as(id, transport, user)
+        self.0
+            .cluster
+            .open_as(id, transport, who.sub.as_deref(), who.info.clone())
     }
 
     /// Publishes: through the log that feeds the topic when the node is in a cluster (the

@@ -5,7 +5,10 @@
 //! headers, or a WebSocket `auth` frame) are JWTs signed with HS256 (shared secret), RS256 or
 //! ES256 (PEM public keys, or a JWKS file). Claims: `sub` (the user), `exp` (required), `topics`
 //! (what the token may subscribe to) and `publish` (what it may publish to); each a list of
-//! exact names or prefix patterns ending in `*` (`orders.*`, or `*` for everything).
+//! exact names or prefix patterns ending in `*` (`orders.*`, or `*` for everything). An
+//! optional `info` claim, a JSON object of at most [`MAX_INFO_BYTES`] (compact), describes the
+//! client to the admin API's presence members; a token whose `info` is anything else is
+//! refused.
 //!
 //! Rules, in order:
 //! - `user:<sub>` topics are readable only with a token whose `sub` is `<sub>`.
@@ -16,6 +19,7 @@
 //!   `publish` matches. (The admin listener is trusted: keep it private.)
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -34,6 +38,10 @@ const LEEWAY_SECS: u64 = 5;
 /// into timers that overflow.
 const MAX_EXP: u64 = 253_402_300_799;
 
+/// Largest `info` claim accepted, in bytes of compact JSON: it is kept with each of the
+/// connection's subscriptions while it lives (shared) and written to Redis with them.
+pub const MAX_INFO_BYTES: usize = 1024;
+
 /// The claims Herald reads (`nbf` is checked by the validation, with the same leeway as
 /// `exp`).
 #[derive(Debug, Deserialize)]
@@ -45,6 +53,8 @@ struct Claims {
     topics: Vec<String>,
     #[serde(default)]
     publish: Vec<String>,
+    #[serde(default)]
+    info: Option<serde_json::Value>,
 }
 
 /// Who a client is.
@@ -56,8 +66,9 @@ pub struct Identity {
     publish: Vec<String>,
     /// When the token expires (or the lifetime a hook gave ends).
     pub expires: Option<SystemTime>,
-    /// What the application's connect hook said about the client, sent with its later hook
-    /// requests.
+    /// The token's `info` claim (a JSON object, compact, at most [`MAX_INFO_BYTES`]), or what
+    /// the application's connect hook said about the client instead; sent with its later
+    /// hook requests and listed with its presence members.
     /// (JSON text; one word per connection, shared by its clones.)
     pub info: Option<std::sync::Arc<String>>,
     /// Whether a token was presented (its claims are sent to the hooks).
@@ -222,12 +233,13 @@ impl Auth {
                         .checked_add(Duration::from_secs(c.exp))
                         .filter(|_| c.exp <= MAX_EXP)
                         .ok_or_else(|| invalid(format!("exp {} is out of range", c.exp)))?;
+                    let info = c.info.map(info_of).transpose().map_err(invalid)?;
                     return Ok(Identity {
                         sub: c.sub,
                         subscribe: c.topics,
                         publish: c.publish,
                         expires: Some(expires),
-                        info: None,
+                        info,
                         token: true,
                     });
                 }
@@ -321,6 +333,21 @@ impl Auth {
     }
 }
 
+/// A token's `info` claim as kept: a JSON object, compact, at most [`MAX_INFO_BYTES`].
+fn info_of(info: serde_json::Value) -> Result<Arc<String>, String> {
+    if !info.is_object() {
+        return Err("the info claim must be a JSON object".into());
+    }
+    let text = info.to_string();
+    if text.len() > MAX_INFO_BYTES {
+        return Err(format!(
+            "the info claim is {} bytes of JSON; at most {MAX_INFO_BYTES} are accepted",
+            text.len()
+        ));
+    }
+    Ok(Arc::new(text))
+}
+
 /// Exact names, `prefix*` patterns, or `*`.
 fn matches_any(patterns: &[String], topic: &str) -> bool {
     patterns.iter().any(|p| match p.strip_suffix('*') {
@@ -350,5 +377,20 @@ mod tests {
         assert!(!matches_any(&p, "newsroom"));
         assert!(!matches_any(&p, "order"));
         assert!(matches_any(&["*".to_string()], "anything"));
+    }
+
+    #[test]
+    fn info_is_a_bounded_json_object() {
+        let ok = info_of(serde_json::json!({"device": "phone", "v": [1, 2]})).unwrap();
+        assert_eq!(&*ok, r#"{"device":"phone","v":[1,2]}"#);
+        assert!(
+            info_of(serde_json::json!("text"))
+                .unwrap_err()
+                .contains("object")
+        );
+        let big = serde_json::json!({ "x": "y".repeat(MAX_INFO_BYTES) });
+        assert!(info_of(big).unwrap_err().contains("at most 1024"));
+        let fits = serde_json::json!({ "x": "y".repeat(MAX_INFO_BYTES - 8) });
+        assert_eq!(info_of(fits).unwrap().len(), MAX_INFO_BYTES);
     }
 }

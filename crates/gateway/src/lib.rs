@@ -198,9 +198,12 @@ fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<(
         tasks.push(tokio::spawn(lease.clone().run(stop.clone())));
     }
     if let Some(p) = state.presence() {
-        tasks.push(tokio::spawn(
-            p.clone().run(state.registry().clone(), stop.clone()),
-        ));
+        let members = state.cluster().members().clone();
+        tasks.push(tokio::spawn(p.clone().run(
+            state.registry().clone(),
+            members,
+            stop.clone(),
+        )));
     }
     if let Some(relay) = state.cluster().relay() {
         let connections = state.cluster().connections().clone();

@@ -1,4 +1,5 @@
-//! Admin endpoints: topic stats, health, readiness and metrics.
+//! Admin endpoints: topic stats, presence (counts and members), health, readiness and
+//! metrics.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -8,6 +9,7 @@ use herald_core::TopicStats;
 use serde::Deserialize;
 
 use crate::app::AppState;
+use crate::cluster::presence::NodeCursor;
 use crate::error::ApiError;
 use crate::telemetry::metrics;
 
@@ -102,13 +104,51 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Query of `GET /v1/presence/{topic}`: `members=true` lists the members, a page of
+/// `limit` at a time from `cursor`.
+#[derive(Debug, Default, Deserialize)]
+pub struct PresenceQuery {
+    members: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+/// Members listed per page when the query gives no `limit`.
+pub const MEMBERS_PAGE: usize = 100;
+/// Most members listed per page.
+pub const MAX_MEMBERS_PAGE: usize = 1000;
+
 /// `GET /v1/presence/{topic}`: subscribers of a topic across the cluster (each live node's
 /// count, refreshed every `cluster.presence_interval`), or on this node when it runs alone.
+///
+/// With `members=true`: the subscribers themselves, `{"user","conn","node","since",
+/// "transport","info"?}` each, a page of `limit` (default [`MEMBERS_PAGE`], at most
+/// [`MAX_MEMBERS_PAGE`]) at a time; `next` is the `cursor` of the next page, null after the
+/// last. In a cluster the listing is as fresh as the nodes' last flush, and a member that
+/// joins or leaves while the pages are read may be listed twice or missed (see
+/// [`crate::cluster::presence::Presence::topic_members`]).
 pub async fn presence(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    Query(q): Query<PresenceQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     herald_core::name::validate_topic(&name)?;
+    match q.members.as_deref() {
+        Some("true") => return members(&state, name, &q).await,
+        None | Some("false") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "bad_members",
+                format!("members must be `true` or `false`, not {other:?}"),
+            ));
+        }
+    }
+    if q.limit.is_some() || q.cursor.is_some() {
+        return Err(ApiError::bad_request(
+            "bad_query",
+            "limit and cursor page the member list: add members=true",
+        ));
+    }
     let Some(presence) = state.presence() else {
         let local = state
             .registry()
@@ -127,6 +167,119 @@ pub async fn presence(
     Ok(Json(
         serde_json::json!({ "topic": name, "subscribers": total, "nodes": nodes }),
     ))
+}
+
+/// Where a page of members starts: after a connection id (a node alone), or at a place
+/// in the walk over the cluster's nodes.
+#[derive(Debug, PartialEq)]
+enum PageCursor {
+    Local(u64),
+    Node(NodeCursor),
+}
+
+impl PageCursor {
+    /// `l.<id>`, or `n.<scan>.<skip>.<node id in hex>`: opaque to clients, safe in a URL.
+    fn text(&self) -> String {
+        match self {
+            Self::Local(after) => format!("l.{after}"),
+            Self::Node(c) => {
+                let hex: String = c.node.bytes().map(|b| format!("{b:02x}")).collect();
+                format!("n.{}.{}.{hex}", c.scan, c.skip)
+            }
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('.');
+        let cursor = match parts.next()? {
+            "l" => Self::Local(parts.next()?.parse().ok()?),
+            "n" => {
+                let scan = parts.next()?.parse().ok()?;
+                let skip = parts.next()?.parse().ok()?;
+                let hex = parts.next()?;
+                if hex.len() % 2 != 0 || !hex.is_ascii() {
+                    return None;
+                }
+                let bytes = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+                    .collect::<Option<Vec<u8>>>()?;
+                let node = String::from_utf8(bytes).ok()?;
+                Self::Node(NodeCursor { node, scan, skip })
+            }
+            _ => return None,
+        };
+        parts.next().is_none().then_some(cursor)
+    }
+}
+
+/// `GET /v1/presence/{topic}?members=true&limit=N&cursor=C`: one page of the topic's members.
+async fn members(
+    state: &AppState,
+    topic: String,
+    q: &PresenceQuery,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = match q.limit.as_deref() {
+        None => MEMBERS_PAGE,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_MEMBERS_PAGE).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "bad_limit",
+                    format!("limit must be a whole number from 1 to {MAX_MEMBERS_PAGE}"),
+                )
+            })?,
+    };
+    let from = match q.cursor.as_deref() {
+        None => None,
+        Some(text) => Some(PageCursor::parse(text).ok_or_else(|| {
+            ApiError::bad_request(
+                "bad_cursor",
+                "cursor must be the `next` of a previous page of this listing",
+            )
+        })?),
+    };
+    let foreign = || {
+        ApiError::bad_request(
+            "bad_cursor",
+            "this cursor comes from a listing of another kind (a node alone, or a cluster)",
+        )
+    };
+    let (members, next) = match state.presence() {
+        None => {
+            let after = match from {
+                None => None,
+                Some(PageCursor::Local(after)) => Some(after),
+                Some(PageCursor::Node(_)) => return Err(foreign()),
+            };
+            let node = &state.config().cluster.node_id;
+            let (page, more) = state.cluster().members().page(&topic, after, limit);
+            let next = more
+                .then(|| page.last().map(|(id, _)| PageCursor::Local(*id)))
+                .flatten();
+            let members: Vec<_> = page.iter().map(|(id, m)| m.listed(*id, node)).collect();
+            (members, next)
+        }
+        Some(presence) => {
+            let from = match from {
+                None => None,
+                Some(PageCursor::Node(c)) => Some(c),
+                Some(PageCursor::Local(_)) => return Err(foreign()),
+            };
+            let (members, next) = presence
+                .topic_members(&topic, from.as_ref(), limit)
+                .await
+                .map_err(unavailable)?;
+            (members, next.map(PageCursor::Node))
+        }
+    };
+    Ok(Json(serde_json::json!({
+        "topic": topic,
+        "members": members,
+        "next": next.map(|c| c.text()),
+    })))
 }
 
 /// `GET /v1/cluster/nodes`: live nodes and their open connections (needs Redis).
@@ -183,4 +336,38 @@ pub async fn user_connections(
         .map(|(node, ids)| (node, ids.into()))
         .collect();
     Ok(Json(serde_json::json!({ "user": user, "nodes": nodes })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_cursors_read_back_and_anything_else_is_refused() {
+        for cursor in [
+            PageCursor::Local(42),
+            PageCursor::Node(NodeCursor {
+                node: "node-a.eu:1".into(),
+                scan: 17,
+                skip: 3,
+            }),
+        ] {
+            let text = cursor.text();
+            assert!(text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'));
+            assert_eq!(PageCursor::parse(&text), Some(cursor));
+        }
+        for bad in [
+            "",
+            "l",
+            "l.x",
+            "l.1.2",
+            "n.1.2",
+            "n.1.2.6",
+            "n.1.2.zz",
+            "x.1",
+            "n.-1.0.61",
+        ] {
+            assert_eq!(PageCursor::parse(bad), None, "{bad:?}");
+        }
+    }
 }

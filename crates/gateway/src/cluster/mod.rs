@@ -8,11 +8,13 @@
 //! and nothing imports it but the state and the server's start-up. Connection ids are unique
 //! across the cluster and across restarts ([`ids`]), with node numbers leased from Redis
 //! ([`lease`]). The server acts on live connections, whichever node holds them, through
-//! [`control`].
+//! [`control`]. Which connections are subscribed to each topic is in [`members`], which
+//! presence writes to Redis in a cluster.
 
 pub mod control;
 pub mod ids;
 pub mod lease;
+pub mod members;
 pub mod presence;
 pub mod upstream;
 
@@ -47,6 +49,7 @@ pub struct Cluster {
     ids: Arc<ids::ConnectionIds>,
     lease: Option<Arc<lease::Lease>>,
     connections: Arc<control::Connections>,
+    members: Arc<members::Members>,
     relay: Option<Arc<control::Relay>>,
     observers: Arc<[Arc<dyn ConnectionObserver>]>,
     presence: Option<Arc<presence::Presence>>,
@@ -89,6 +92,8 @@ impl Cluster {
             ids,
             lease,
             connections: Arc::default(),
+            // Presence takes the changes and writes them to Redis.
+            members: Arc::new(members::Members::new(presence.is_some())),
             relay,
             observers: all.into(),
             presence,
@@ -128,6 +133,11 @@ impl Cluster {
         &self.connections
     }
 
+    /// Who is subscribed to each topic on this node.
+    pub fn members(&self) -> &Arc<members::Members> {
+        &self.members
+    }
+
     /// The relay of commands to the other nodes, when Redis is configured.
     pub fn relay(&self) -> Option<&Arc<control::Relay>> {
         self.relay.as_ref()
@@ -143,11 +153,18 @@ impl Cluster {
         Ok(here)
     }
 
-    /// Opens a connection of `transport` for `user`: given an id unique in the cluster
-    /// ([`ids`]), counted in the metrics, entered among the connections commands reach and,
-    /// when anything observes connections, reported.
-    pub fn open(&self, transport: Transport, user: Option<&str>) -> Connection {
-        self.open_as(self.ids.next(), transport, user)
+    /// Opens a connection of `transport` for `user` (whose token's `info` is `info`): given an
+    /// id unique in the cluster ([`ids`]), counted in the metrics, entered among the
+    /// connections commands reach and, when anything observes connections, reported. Its
+    /// subscriptions are entered in [`members`] as the transport reports them
+    /// ([`Connection::subscribed_to`]).
+    pub fn open(
+        &self,
+        transport: Transport,
+        user: Option<&str>,
+        info: Option<Arc<String>>,
+    ) -> Connection {
+        self.open_as(self.ids.next(), transport, user, info)
     }
 
     /// A connection id unique in the cluster, for a connection that is not open yet (the
@@ -157,7 +174,13 @@ impl Cluster {
     }
 
     /// Like [`Self::open`], with an id from [`Self::next_id`].
-    pub fn open_as(&self, id: u64, transport: Transport, user: Option<&str>) -> Connection {
+    pub fn open_as(
+        &self,
+        id: u64,
+        transport: Transport,
+        user: Option<&str>,
+        info: Option<Arc<String>>,
+    ) -> Connection {
         let guard = crate::telemetry::metrics::transport(transport).open();
         let named = self.connections.enter(id, user);
         let observed = (!self.observers.is_empty()).then(|| {
@@ -170,9 +193,15 @@ impl Cluster {
                 observers: self.observers.clone(),
             })
         });
+        let who = members::Who {
+            transport: transport.as_str(),
+            user: named.clone(),
+            info,
+        };
         Connection {
             guard,
             id,
+            membership: members::Membership::new(self.members.clone(), id, who),
             user: named,
             seen: control::Seen::default(),
             heard: false,
@@ -193,6 +222,8 @@ pub struct Connection {
     seen: control::Seen,
     heard: bool,
     connections: Arc<control::Connections>,
+    /// The topics it is subscribed to, as [`members`] lists them.
+    membership: members::Membership,
     /// The connection's id and who is told about its life (boxed: none on a lone node).
     observed: Option<Box<Observed>>,
 }
@@ -217,9 +248,28 @@ impl Connection {
     /// The connection now acts for `user` (a WebSocket client sent a new token): commands
     /// for that user reach it, those for the one before no longer do.
     pub fn set_user(&mut self, user: Option<&str>) {
+        let info = self.membership.info().cloned();
+        self.set_identity(user, info);
+    }
+
+    /// The connection now acts for `user` with a token whose `info` claim is `info` (a
+    /// WebSocket client sent a new token): commands for that user reach it, and its entries
+    /// in [`members`] name the new user and info.
+    pub fn set_identity(&mut self, user: Option<&str>, info: Option<Arc<String>>) {
         if self.user.as_deref() != user {
             self.user = self.connections.set_user(self.id, self.user.as_ref(), user);
         }
+        self.membership.set_who(self.user.clone(), info);
+    }
+
+    /// The connection is subscribed to exactly `topics` now (its feed's topics, after it
+    /// subscribed or unsubscribed): [`members`] lists it under those. Called only when the
+    /// subscriptions change, never on delivery.
+    pub fn subscribed_to<'a>(
+        &mut self,
+        topics: impl IntoIterator<Item = &'a herald_core::TopicName>,
+    ) {
+        self.membership.set_topics(topics);
     }
 
     /// The next command for this connection (in the order they came); never after one that
@@ -283,8 +333,8 @@ mod tests {
             },
             None,
         );
-        let mut a = cluster.open(Transport::Ws, Some("ann"));
-        let b = cluster.open(Transport::Sse, None);
+        let mut a = cluster.open(Transport::Ws, Some("ann"), None);
+        let b = cluster.open(Transport::Sse, None, None);
         let (ia, ib) = (a.id(), b.id());
         assert!(ia < ib);
         assert_eq!((ids::node_of(ia), ids::node_of(ib)), (7, 7));
@@ -302,10 +352,40 @@ mod tests {
             ]
         );
         let alone = Cluster::alone();
-        let c = alone.open(Transport::Poll, None);
+        let c = alone.open(Transport::Poll, None, None);
         assert_eq!(ids::node_of(c.id()), 0);
         assert_eq!(alone.connections().len(), 1);
         drop(c);
         assert!(alone.connections().is_empty());
+    }
+
+    #[test]
+    fn a_connection_s_subscriptions_are_members_until_it_closes() {
+        let cluster = Cluster::alone();
+        let info = Arc::new(r#"{"app":"x"}"#.to_string());
+        let mut a = cluster.open(Transport::Ws, Some("ann"), Some(info.clone()));
+        let topics: Vec<herald_core::TopicName> = ["news", "chat"]
+            .iter()
+            .map(|t| herald_core::TopicName::new(t).unwrap())
+            .collect();
+        a.subscribed_to(&topics);
+        let members = cluster.members();
+        let (page, _) = members.page("news", None, 10);
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].0, a.id());
+        assert_eq!(page[0].1.who.user.as_deref(), Some("ann"));
+        assert_eq!(page[0].1.who.info, Some(info.clone()));
+        a.set_user(Some("bob"));
+        let (page, _) = members.page("chat", None, 10);
+        assert_eq!(page[0].1.who.user.as_deref(), Some("bob"));
+        assert_eq!(page[0].1.who.info, Some(info.clone()), "kept");
+        a.subscribed_to(&topics[..1]);
+        assert!(members.page("chat", None, 10).0.is_empty());
+        let mut poll = cluster.open(Transport::Poll, None, None);
+        poll.subscribed_to(&topics[..1]);
+        assert_eq!(members.len(), 2);
+        drop(a);
+        drop(poll);
+        assert!(members.is_empty());
     }
 }

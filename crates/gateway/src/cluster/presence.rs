@@ -11,10 +11,19 @@
 //! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..,"user":..}` |
 //! | `<prefix>:node:<id>:users` | hash | user (token `sub`) → its connection ids, comma-separated |
 //! | `<prefix>:node:<id>:presence` | hash | topic → subscribers on that node |
+//! | `<prefix>:node:<id>:members` | set | topics with members on that node (the hashes below) |
+//! | `<prefix>:node:<id>:members:<topic>` | hash | connection id → `{"since":..,"transport":..,"user":..,"info"?:{..}}` |
+//!
+//! The member hashes hold every subscription of the node's connections (waiting long-polls included)
+//! ([`super::members`]): a flush writes the members that joined, left or changed token since
+//! the last one, deletes the hash of a topic left without members, and refreshes the TTL of
+//! each hash (one `EXPIRE` per topic with members on the node, every interval).
 //!
 //! A node that dies stops refreshing: its keys expire after `3 × presence_interval` and it
-//! drops out of the live set, so its connections and subscribers stop being counted. After a
-//! Redis outage the node rewrites everything it holds. On a Redis Cluster the prefix is a hash
+//! drops out of the live set, so its connections, subscribers and members stop being counted
+//! (readers only look at live nodes). After a Redis outage the node rewrites everything it
+//! holds, deleting first the member hashes the set names (a node restarted under the same id
+//! leaves none of its past members behind). On a Redis Cluster the prefix is a hash
 //! tag (`{<prefix>}`), so these keys share a slot and a flush stays one pipeline.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -24,9 +33,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use herald_core::Registry;
+use herald_core::{Registry, TopicName};
 
 use super::ConnectionObserver;
+use super::members::{Changes, Members};
 use crate::bridge::now_ms;
 use crate::bridge::redis_conn::{RedisTarget, SharedConn};
 use crate::config::ClusterConfig;
@@ -36,6 +46,21 @@ const NAME: &str = "redis_presence";
 /// Connection changes queued between flushes; past it they are dropped (and counted) and the
 /// next flush rewrites the node's whole entry.
 const QUEUE: usize = 65_536;
+/// Most `HSCAN`s one page of members takes (a page may end short of its limit after them).
+pub const MAX_SCANS: usize = 64;
+
+/// Where a page of a topic's members starts in the cluster: a node (by id), an `HSCAN`
+/// cursor in its hash of the topic's members, and how many of that scan's members the last
+/// page took already.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCursor {
+    /// The node's id.
+    pub node: String,
+    /// The `HSCAN` cursor.
+    pub scan: u64,
+    /// Members of that scan to skip.
+    pub skip: usize,
+}
 
 #[derive(Debug)]
 enum Change {
@@ -116,8 +141,24 @@ impl Presence {
         format!("{}:node:{node}:presence", self.prefix)
     }
 
-    /// Flushes changes, and `registry`'s subscriber counts, every interval until `stop`.
-    pub async fn run(self: Arc<Self>, registry: Arc<Registry>, stop: CancellationToken) {
+    /// The set of topics with members on `node`.
+    fn members_index_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:members", self.prefix)
+    }
+
+    /// The members of `topic` on `node`.
+    fn members_key(&self, node: &str, topic: &str) -> String {
+        format!("{}:node:{node}:members:{topic}", self.prefix)
+    }
+
+    /// Flushes changes, `registry`'s subscriber counts and the changes of `members`, every
+    /// interval until `stop`.
+    pub async fn run(
+        self: Arc<Self>,
+        registry: Arc<Registry>,
+        members: Arc<Members>,
+        stop: CancellationToken,
+    ) {
         let Some(mut rx) = self.rx.lock().take() else {
             return;
         };
@@ -141,6 +182,24 @@ impl Presence {
                 .map(|s| (s.name.to_string(), s.subscribers))
                 .collect();
             let writes = held.writes(&subscribers);
+            // Members: what changed, or everything (and the hashes Redis may hold from
+            // before, named by the index) on a rewrite.
+            let changes = members.take_changes();
+            let member_writes = if held.rewrite || changes.overflow {
+                let index = self.members_index_key(&self.node_id);
+                let mut read = redis::pipe();
+                read.smembers(&index);
+                match self.conn.query::<(Vec<String>,)>(&read).await {
+                    Ok((stale,)) => held.member_rewrite(&stale, members.snapshot()),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "presence flush failed; will rewrite");
+                        held.failed();
+                        continue;
+                    }
+                }
+            } else {
+                held.member_changes(changes)
+            };
             let mut pipe = redis::pipe();
             let (ck, pk, uk) = (
                 self.conns_key(&self.node_id),
@@ -156,21 +215,134 @@ impl Presence {
             pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
             pipe.expire(&uk, ttl).ignore();
             pipe.expire(self.nodes_key(), ttl * 20).ignore();
+            self.write_members(&mut pipe, &member_writes, ttl);
             match self.conn.query::<()>(&pipe).await {
-                Ok(()) => held.flushed(subscribers),
+                Ok(()) => held.flushed(subscribers, member_writes.after),
                 Err(e) => {
                     tracing::debug!(error = %e, "presence flush failed; will rewrite");
+                    held.member_topics.extend(member_writes.after);
+                    held.member_topics.extend(member_writes.del);
                     held.failed();
                 }
             }
         }
         // Leave the cluster's view cleanly.
         let mut pipe = redis::pipe();
+        for topic in &held.member_topics {
+            pipe.del(self.members_key(&self.node_id, topic.as_str()))
+                .ignore();
+        }
+        pipe.del(self.members_index_key(&self.node_id)).ignore();
         pipe.del(self.conns_key(&self.node_id)).ignore();
         pipe.del(self.presence_key(&self.node_id)).ignore();
         pipe.del(self.users_key(&self.node_id)).ignore();
         pipe.zrem(self.nodes_key(), &self.node_id).ignore();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.query::<()>(&pipe)).await;
+    }
+
+    /// Adds `writes` to `pipe`: hashes deleted, the index, members set and deleted, and the
+    /// TTL of every member hash that remains (`ttl` seconds), in that order (a hash that
+    /// exists is in the index, should the pipeline stop part-way).
+    fn write_members(&self, pipe: &mut redis::Pipeline, writes: &MemberWrites, ttl: i64) {
+        let node = &self.node_id;
+        let index = self.members_index_key(node);
+        for topic in &writes.del {
+            pipe.del(self.members_key(node, topic.as_str())).ignore();
+        }
+        if writes.clear_index {
+            pipe.del(&index).ignore();
+        }
+        for chunk in writes.index_rem.chunks(1000) {
+            pipe.srem(&index, names(chunk)).ignore();
+        }
+        for chunk in writes.index_add.chunks(1000) {
+            pipe.sadd(&index, names(chunk)).ignore();
+        }
+        for (topic, hash) in &writes.hashes {
+            let key = self.members_key(node, topic.as_str());
+            for chunk in hash.set.chunks(1000) {
+                pipe.hset_multiple(&key, chunk).ignore();
+            }
+            for chunk in hash.del.chunks(1000) {
+                pipe.hdel(&key, chunk).ignore();
+            }
+        }
+        for topic in &writes.after {
+            pipe.expire(self.members_key(node, topic.as_str()), ttl)
+                .ignore();
+        }
+        pipe.expire(&index, ttl).ignore();
+    }
+
+    /// Up to `limit` members of `topic` on the live nodes, from `from` (the start when
+    /// `None`), and where the next page starts (`None`: that was the last).
+    ///
+    /// The walk goes node by node in the order of their ids, through each node's hash with
+    /// `HSCAN`; a page may hold fewer than `limit` members and still have a next one (it
+    /// stops after [`MAX_SCANS`] scans). Like `SCAN`, a member that joins or leaves during
+    /// the walk may be listed twice or missed; members present throughout are listed.
+    pub async fn topic_members(
+        &self,
+        topic: &str,
+        from: Option<&NodeCursor>,
+        limit: usize,
+    ) -> redis::RedisResult<(Vec<serde_json::Value>, Option<NodeCursor>)> {
+        let mut nodes = self.live_nodes().await?;
+        nodes.sort_unstable();
+        let (mut i, mut scan, mut skip) = match from {
+            None => (0, 0, 0),
+            Some(c) => match nodes.binary_search(&c.node) {
+                Ok(i) => (i, c.scan, c.skip),
+                // The node left: on to the next one.
+                Err(i) => (i, 0, 0),
+            },
+        };
+        let mut page = Vec::with_capacity(limit.min(1000));
+        for _ in 0..MAX_SCANS {
+            let Some(node) = nodes.get(i) else {
+                return Ok((page, None));
+            };
+            let want = limit - page.len();
+            let mut pipe = redis::pipe();
+            pipe.cmd("HSCAN")
+                .arg(self.members_key(node, topic))
+                .arg(scan)
+                .arg("COUNT")
+                .arg(want.max(10));
+            let ((next, fields),): ((u64, Vec<(String, String)>),) = self.conn.query(&pipe).await?;
+            let found = fields.len().saturating_sub(skip);
+            for (conn, entry) in fields.into_iter().skip(skip).take(want) {
+                let Ok(mut member) = serde_json::from_str::<serde_json::Value>(&entry) else {
+                    continue;
+                };
+                member["conn"] = conn.into();
+                member["node"] = node.as_str().into();
+                page.push(member);
+            }
+            if found > want {
+                // The scan gave more than the page takes: the next page scans from the same
+                // place and skips what this one took.
+                let node = node.clone();
+                let skip = skip + want;
+                return Ok((page, Some(NodeCursor { node, scan, skip })));
+            }
+            skip = 0;
+            if next == 0 {
+                i += 1;
+                scan = 0;
+            } else {
+                scan = next;
+            }
+            if page.len() == limit {
+                break;
+            }
+        }
+        let next = nodes.get(i).map(|node| NodeCursor {
+            node: node.clone(),
+            scan,
+            skip,
+        });
+        Ok((page, next))
     }
 
     /// Live nodes (refreshed within the TTL).
@@ -247,6 +419,8 @@ struct Held {
     removed: Vec<String>,
     /// Subscribers per topic as last written.
     presence: HashMap<String, usize>,
+    /// Topics whose member hash Redis may hold (after a failed flush, more than it does).
+    member_topics: HashSet<TopicName>,
     /// Write everything (first flush, after a failed one, after dropped changes).
     rewrite: bool,
 }
@@ -261,6 +435,7 @@ impl Default for Held {
             added: Vec::new(),
             removed: Vec::new(),
             presence: HashMap::new(),
+            member_topics: HashSet::new(),
             rewrite: true,
         }
     }
@@ -271,6 +446,27 @@ impl Default for Held {
 struct HashWrites {
     set: Vec<(String, String)>,
     del: Vec<String>,
+}
+
+/// The names of `topics`, as Redis arguments.
+fn names(topics: &[TopicName]) -> Vec<&str> {
+    topics.iter().map(TopicName::as_str).collect()
+}
+
+/// A flush's writes to the node's member hashes and their index (the set of their topics).
+#[derive(Debug, Default, PartialEq)]
+struct MemberWrites {
+    /// Hashes deleted whole, first: on a rewrite every one Redis may hold, else those of the
+    /// topics left without members.
+    del: Vec<TopicName>,
+    /// Whether the index is deleted (a rewrite), before it is added to.
+    clear_index: bool,
+    index_rem: Vec<TopicName>,
+    index_add: Vec<TopicName>,
+    /// Members set and deleted, per topic (connection ids as decimal text).
+    hashes: Vec<(TopicName, HashWrites)>,
+    /// The topics with a member hash once the flush is done (their TTL is refreshed).
+    after: HashSet<TopicName>,
 }
 
 /// A flush's writes to the node's three hashes; `rewrite` replaces each whole.
@@ -418,8 +614,73 @@ impl Held {
         }
     }
 
-    /// The flush succeeded: `subscribers` is what Redis holds now.
-    fn flushed(&mut self, subscribers: HashMap<String, usize>) {
+    /// The member writes that replace what Redis holds with `all` (every member of the node,
+    /// by topic), deleting first the hashes of `stale` (what the index names) and of every
+    /// topic written before.
+    fn member_rewrite(
+        &self,
+        stale: &[String],
+        all: Vec<(TopicName, Vec<(u64, String)>)>,
+    ) -> MemberWrites {
+        let mut del: BTreeSet<TopicName> = self.member_topics.iter().cloned().collect();
+        del.extend(stale.iter().filter_map(|t| TopicName::new(t).ok()));
+        let hashes: Vec<(TopicName, HashWrites)> = all
+            .into_iter()
+            .map(|(topic, members)| {
+                let set = members
+                    .into_iter()
+                    .map(|(id, json)| (id.to_string(), json))
+                    .collect();
+                (topic, HashWrites { set, del: vec![] })
+            })
+            .collect();
+        MemberWrites {
+            del: del.into_iter().collect(),
+            clear_index: true,
+            index_rem: Vec::new(),
+            index_add: hashes.iter().map(|(t, _)| t.clone()).collect(),
+            after: hashes.iter().map(|(t, _)| t.clone()).collect(),
+            hashes,
+        }
+    }
+
+    /// The member writes of `changes` (taken since the last flush).
+    fn member_changes(&self, changes: Changes) -> MemberWrites {
+        let mut writes = MemberWrites {
+            after: self.member_topics.clone(),
+            ..MemberWrites::default()
+        };
+        for change in changes.topics {
+            let written = self.member_topics.contains(&change.topic);
+            if change.empty {
+                if written {
+                    writes.after.remove(&change.topic);
+                    writes.index_rem.push(change.topic.clone());
+                    writes.del.push(change.topic);
+                }
+                continue;
+            }
+            if !written {
+                writes.index_add.push(change.topic.clone());
+                writes.after.insert(change.topic.clone());
+            }
+            let hash = HashWrites {
+                set: change
+                    .set
+                    .into_iter()
+                    .map(|(id, json)| (id.to_string(), json))
+                    .collect(),
+                del: change.del.iter().map(u64::to_string).collect(),
+            };
+            writes.hashes.push((change.topic, hash));
+        }
+        writes
+    }
+
+    /// The flush succeeded: `subscribers` is what Redis holds now, and the member hashes of
+    /// `member_topics`.
+    fn flushed(&mut self, subscribers: HashMap<String, usize>, member_topics: HashSet<TopicName>) {
+        self.member_topics = member_topics;
         self.rewrite = false;
         self.changed_users.clear();
         self.added.clear();
@@ -480,7 +741,7 @@ mod tests {
             ])
         );
         assert_eq!(writes.presence.set, set(&[("chat", "1"), ("news", "2")]));
-        held.flushed(counts(&[("news", 2), ("chat", 1)]));
+        held.flushed(counts(&[("news", 2), ("chat", 1)]), HashSet::new());
 
         // Nothing changed: nothing but the refresh.
         let idle = held.writes(&counts(&[("news", 2), ("chat", 1)]));
@@ -513,7 +774,7 @@ mod tests {
     fn a_failed_flush_is_followed_by_a_rewrite_of_what_is_held() {
         let mut held = Held::default();
         held.apply(open("n-0", Some("ann")), 1);
-        held.flushed(counts(&[("news", 1)]));
+        held.flushed(counts(&[("news", 1)]), HashSet::new());
         held.apply(closed("n-0"), 2);
         held.apply(open("n-1", None), 3);
         held.failed();
@@ -528,5 +789,97 @@ mod tests {
             set(&[("n-1", r#"{"transport":"ws","since":3}"#)])
         );
         assert_eq!(writes.presence.set, set(&[("news", "1")]));
+    }
+
+    fn topic(name: &str) -> TopicName {
+        TopicName::new(name).unwrap()
+    }
+
+    fn topics(list: &[&str]) -> HashSet<TopicName> {
+        list.iter().map(|t| topic(t)).collect()
+    }
+
+    #[test]
+    fn member_changes_set_delete_and_drop_the_hashes_of_emptied_topics() {
+        use crate::cluster::members::TopicChange;
+        let mut held = Held {
+            member_topics: topics(&["chat", "news"]),
+            ..Held::default()
+        };
+        let changes = Changes {
+            overflow: false,
+            topics: vec![
+                TopicChange {
+                    topic: topic("chat"),
+                    set: vec![],
+                    del: vec![7],
+                    empty: true,
+                },
+                TopicChange {
+                    topic: topic("fresh"),
+                    set: vec![(9, "{}".into())],
+                    del: vec![],
+                    empty: false,
+                },
+                TopicChange {
+                    topic: topic("gone"),
+                    set: vec![],
+                    del: vec![3],
+                    empty: true,
+                },
+                TopicChange {
+                    topic: topic("news"),
+                    set: vec![(1, "{}".into())],
+                    del: vec![2],
+                    empty: false,
+                },
+            ],
+        };
+        let writes = held.member_changes(changes);
+        assert_eq!(
+            writes.del,
+            [topic("chat")],
+            "a topic never written is not deleted"
+        );
+        assert!(!writes.clear_index);
+        assert_eq!(writes.index_rem, [topic("chat")]);
+        assert_eq!(writes.index_add, [topic("fresh")]);
+        assert_eq!(
+            writes.hashes,
+            [
+                (
+                    topic("fresh"),
+                    HashWrites {
+                        set: set(&[("9", "{}")]),
+                        del: vec![]
+                    }
+                ),
+                (
+                    topic("news"),
+                    HashWrites {
+                        set: set(&[("1", "{}")]),
+                        del: vec!["2".into()]
+                    }
+                ),
+            ]
+        );
+        assert_eq!(writes.after, topics(&["fresh", "news"]));
+        held.flushed(HashMap::new(), writes.after);
+        assert_eq!(held.member_topics, topics(&["fresh", "news"]));
+    }
+
+    #[test]
+    fn a_member_rewrite_deletes_whatever_redis_may_hold_first() {
+        let held = Held {
+            member_topics: topics(&["old"]),
+            ..Held::default()
+        };
+        let all = vec![(topic("news"), vec![(1, "{}".to_string()), (2, "{}".into())])];
+        let writes = held.member_rewrite(&["stale".into(), "news".into()], all);
+        assert_eq!(writes.del, [topic("news"), topic("old"), topic("stale")]);
+        assert!(writes.clear_index);
+        assert_eq!(writes.index_add, [topic("news")]);
+        assert_eq!(writes.hashes[0].1.set, set(&[("1", "{}"), ("2", "{}")]));
+        assert_eq!(writes.after, topics(&["news"]));
     }
 }

@@ -62,11 +62,11 @@ async fn poll(
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Poll);
-    // A waiting poll is a connection the admin API can end (`disconnect` in the answer).
-    let mut connection = state
-        .cluster()
-        .open_as(id, Transport::Poll, who.sub.as_deref());
+    // A waiting poll is a connection the admin API can end (`disconnect` in the answer), and
+    // a presence member of its topics while it waits.
+    let mut connection = state.open_connection_as(id, Transport::Poll, &who);
     connection.closing(CloseReason::Done);
+    connection.subscribed_to(feed.positions().map(|(t, _)| t));
     let mut disconnect = None;
 
     let mut messages = Vec::new();

@@ -414,7 +414,7 @@ async fn try_open(
         credentials: config.auth.cors_credentials,
         feed,
         metrics,
-        guard: state.open_connection_as(id, Transport::Sse, who.sub.as_deref()),
+        guard: state.open_connection_as(id, Transport::Sse, &who),
         state: state.clone(),
         sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
         last_write: Instant::now(),
@@ -430,6 +430,9 @@ async fn try_open(
         _charges: charges.into_boxed_slice(),
         refresh: None,
     };
+    stream
+        .guard
+        .subscribed_to(stream.feed.positions().map(|(t, _)| t));
     if who.expires.is_some() && state.hooks().has(crate::hooks::Hook::Refresh) {
         stream.refresh = Some(Box::new(Refresh {
             forwarded: state.hooks().forwarded(headers),
@@ -529,6 +532,8 @@ impl SseStream {
             Ok(started) if started.is_empty() => None,
             Ok(started) => {
                 self.multi = self.feed.len() > 1;
+                self.guard
+                    .subscribed_to(self.feed.positions().map(|(t, _)| t));
                 let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
                 Some(self.topics_event("herald.subscribed", &names))
             }
@@ -555,7 +560,8 @@ impl SseStream {
             match self.state.hooks().refresh(&caller).await {
                 Ok(Some(grant)) => {
                     grant.apply(&mut refresh.who);
-                    self.guard.set_user(refresh.who.sub.as_deref());
+                    self.guard
+                        .set_identity(refresh.who.sub.as_deref(), refresh.who.info.clone());
                     self.expiry = refresh
                         .who
                         .time_left()
@@ -633,6 +639,8 @@ impl SseStream {
                     Action::Unsubscribe(topics) => {
                         let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
                         if !removed.is_empty() {
+                            self.guard
+                                .subscribed_to(self.feed.positions().map(|(t, _)| t));
                             return Some(self.topics_event("herald.unsubscribed", &removed));
                         }
                     }

@@ -18,6 +18,7 @@ mod kafka;
 mod lifecycle;
 mod limits;
 mod poll;
+mod presence;
 mod shutdown;
 mod sse;
 mod tls;

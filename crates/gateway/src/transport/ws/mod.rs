@@ -341,8 +341,8 @@ impl<S: PeerStream> Connection<S> {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
         let guard = match opened.id {
-            Some(id) => state.open_connection_as(id, Transport::Ws, who.sub.as_deref()),
-            None => state.open_connection(Transport::Ws, who.sub.as_deref()),
+            Some(id) => state.open_connection_as(id, Transport::Ws, &who),
+            None => state.open_connection(Transport::Ws, &who),
         };
         Self {
             expiry: expiry_of(&who),
@@ -412,6 +412,13 @@ impl<S: PeerStream> Connection<S> {
         stream.set_link(self.feed.direct_link());
     }
 
+    /// Tells the presence members this connection's topics, after they changed (never on
+    /// delivery).
+    fn members_follow(&mut self) {
+        self.guard
+            .subscribed_to(self.feed.positions().map(|(t, _)| t));
+    }
+
     /// A command of the application's (the admin API): an end with its reason, or a
     /// server-side subscription told to the client as if it had asked (`"by": "server"`).
     async fn on_action(&mut self, action: Action) -> Flow {
@@ -435,6 +442,7 @@ impl<S: PeerStream> Connection<S> {
                 if removed.is_empty() {
                     return Flow::Continue;
                 }
+                self.members_follow();
                 self.charges
                     .retain(|(name, _)| !removed.iter().any(|r| r == name.as_str()));
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed, "by": "server" });
@@ -454,6 +462,7 @@ impl<S: PeerStream> Connection<S> {
         match super::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
             Ok(started) if started.is_empty() => Flow::Continue,
             Ok(started) => {
+                self.members_follow();
                 let cursors: serde_json::Map<String, serde_json::Value> = started
                     .iter()
                     .map(|(t, c)| (t.to_string(), c.to_string().into()))
@@ -555,6 +564,9 @@ impl<S: PeerStream> Connection<S> {
                     }
                 }
                 let reply = serde_json::json!({ "type": "unsubscribed", "topics": removed });
+                if !removed.is_empty() {
+                    self.members_follow();
+                }
                 Ok(self.send_text(reply.to_string()).await)
             }
             Command::Auth { token } => self.authenticate(&token).await,
@@ -576,7 +588,11 @@ impl<S: PeerStream> Connection<S> {
     /// are dropped, and an error frame names them.
     async fn authenticate(&mut self, token: &str) -> Result<Flow, FrameError> {
         let mut who = self.state.auth().verify(token)?;
-        who.info = self.who.info.take();
+        // The new token's `info` claim when it has one, else what the connection had (the
+        // connect hook's, or the previous token's).
+        if who.info.is_none() {
+            who.info = self.who.info.take();
+        }
         // With the subscribe hook, the application allowed what is held: a new token
         // changes nothing there.
         let hooked = self.state.hooks().has(crate::hooks::Hook::Subscribe);
@@ -591,7 +607,11 @@ impl<S: PeerStream> Connection<S> {
         }
         self.charges.retain(|(name, _)| !denied.contains(name));
         self.expiry = expiry_of(&who);
-        self.guard.set_user(who.sub.as_deref());
+        if !denied.is_empty() {
+            self.members_follow();
+        }
+        self.guard
+            .set_identity(who.sub.as_deref(), who.info.clone());
         let expires = who
             .expires
             .and_then(|e| e.duration_since(std::time::UNIX_EPOCH).ok())
@@ -683,6 +703,7 @@ impl<S: PeerStream> Connection<S> {
                 .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
             started.insert(name, start.to_string().into());
         }
+        self.members_follow();
         let names: Vec<&str> = started.keys().map(String::as_str).collect();
         let reply =
             serde_json::json!({ "type": "subscribed", "topics": names, "cursors": started });
@@ -740,7 +761,8 @@ impl<S: PeerStream> Connection<S> {
             match self.state.hooks().refresh(&self.caller(peer)).await {
                 Ok(Some(grant)) => {
                     grant.apply(&mut self.who);
-                    self.guard.set_user(self.who.sub.as_deref());
+                    self.guard
+                        .set_identity(self.who.sub.as_deref(), self.who.info.clone());
                     self.expiry = expiry_of(&self.who);
                     return Flow::Continue;
                 }
