@@ -19,6 +19,7 @@ pub fn topic(name: &str, capacity: usize) -> Arc<Topic> {
         history_len: 64,
         history_ttl: Duration::from_secs(60),
         log_fed: false,
+        lag_policy: None,
     };
     Arc::new(Topic::new(
         TopicName::new(name).expect("valid name"),

@@ -35,6 +35,10 @@ pub enum LagPolicy {
     RecoverOrDisconnect,
     /// Disconnect at once.
     Disconnect,
+    /// Skip to the newest message: the subscriber gets the newest message history holds and
+    /// goes on live from there, without a loss signal (for tickers and state feeds, where
+    /// only the latest value matters).
+    Coalesce,
 }
 
 /// Where a new subscription begins.
@@ -68,6 +72,14 @@ pub enum FeedEvent {
         topic: TopicName,
         /// Messages the live channel skipped.
         missed: u64,
+    },
+    /// The subscriber lagged on `topic` under [`LagPolicy::Coalesce`]: it skipped `skipped`
+    /// messages and goes on from the newest (count it; nothing to tell the client).
+    Coalesced {
+        /// The topic.
+        topic: TopicName,
+        /// Messages skipped (at least; the live channel's count).
+        skipped: u64,
     },
     /// The subscriber is too slow: close the connection with a reason saying so.
     Disconnect {
@@ -259,6 +271,7 @@ impl Feed {
             return;
         };
         let name = sub.topic.name().clone();
+        let policy = sub.topic.lag_policy().unwrap_or(self.policy);
         if sub.position.seq == 0 && sub.topic.head().epoch != sub.position.epoch {
             // Nothing seen yet, and the topic's log set its epoch since: as `accept` does,
             // take what the topic holds in that epoch.
@@ -277,7 +290,16 @@ impl Feed {
                     reason,
                 });
             }
-            Some(_) if self.policy == LagPolicy::RecoverOrNotify => {
+            Some(_) if policy == LagPolicy::Coalesce => {
+                again = sub.topic.subscribe_last(1);
+                let skipped = again.start.seq.saturating_sub(sub.position.seq);
+                sub.position = again.start;
+                self.pending.push_back(FeedEvent::Coalesced {
+                    topic: name.clone(),
+                    skipped,
+                });
+            }
+            Some(_) if policy == LagPolicy::RecoverOrNotify => {
                 // Told, then given what history still holds, as a lagging receiver would.
                 again = sub.topic.subscribe_all();
                 sub.position = again.start;
@@ -560,11 +582,27 @@ impl Feed {
     }
 
     fn on_lag(&mut self, topic: TopicName, missed: u64) {
-        let Some(sub) = self.subs.iter().find(|s| *s.topic.name() == topic) else {
+        let Some(sub) = self.subs.iter_mut().find(|s| *s.topic.name() == topic) else {
             return;
         };
-        let recovered = match self.policy {
-            LagPolicy::Disconnect => None,
+        let policy = sub.topic.lag_policy().unwrap_or(self.policy);
+        if policy == LagPolicy::Coalesce {
+            // A fresh receiver at the head, after the newest message held: what the old one
+            // still buffers is skipped.
+            let again = sub.topic.subscribe_last(1);
+            let skipped = again.start.seq.saturating_sub(sub.position.seq).max(missed);
+            sub.position = again.start;
+            self.pending.push_back(FeedEvent::Coalesced {
+                topic: topic.clone(),
+                skipped,
+            });
+            self.pending
+                .extend(again.replay.into_iter().map(FeedEvent::Message));
+            self.streams.insert(topic, LiveStream::new(again.receiver));
+            return;
+        }
+        let recovered = match policy {
+            LagPolicy::Disconnect | LagPolicy::Coalesce => None,
             LagPolicy::RecoverOrNotify | LagPolicy::RecoverOrDisconnect => {
                 sub.topic.since(sub.position).ok()
             }
@@ -576,7 +614,7 @@ impl Feed {
                 self.pending
                     .extend(replay.into_iter().map(FeedEvent::Message));
             }
-            None if self.policy == LagPolicy::RecoverOrNotify => {
+            None if policy == LagPolicy::RecoverOrNotify => {
                 self.pending.push_back(FeedEvent::Lost {
                     topic,
                     reason: LossReason::Lagged,
@@ -607,6 +645,7 @@ impl FeedEvent {
             FeedEvent::Message(m) => Some(m.topic()),
             FeedEvent::Lost { topic, .. }
             | FeedEvent::Recovered { topic, .. }
+            | FeedEvent::Coalesced { topic, .. }
             | FeedEvent::Disconnect { topic, .. } => Some(topic),
             FeedEvent::Rest(_) => None,
         }
@@ -626,6 +665,7 @@ mod tests {
             history_len,
             history_ttl: Duration::from_secs(60),
             log_fed: false,
+            lag_policy: None,
         };
         Arc::new(Topic::with_epoch(TopicName::new(name).unwrap(), &config, 5))
     }
@@ -642,6 +682,7 @@ mod tests {
                 FeedEvent::Message(m) => format!("{}:{}", m.topic(), m.cursor().seq),
                 FeedEvent::Lost { topic, reason } => format!("lost {topic} {}", reason.as_str()),
                 FeedEvent::Recovered { topic, missed } => format!("recovered {topic} {missed}"),
+                FeedEvent::Coalesced { topic, skipped } => format!("coalesced {topic} {skipped}"),
                 FeedEvent::Disconnect { topic, .. } => format!("disconnect {topic}"),
                 FeedEvent::Rest(rest) => format!("rest {}", String::from_utf8_lossy(&rest)),
             })
@@ -697,6 +738,30 @@ mod tests {
         }
 
         fn delivered(&self, _bytes: usize, _message: &Message, _now: std::time::Instant) {}
+    }
+
+    #[test]
+    fn a_coalescing_topic_s_slow_subscriber_skips_to_the_newest_message() {
+        let config = TopicConfig {
+            channel_capacity: 4,
+            history_len: 8,
+            history_ttl: Duration::from_secs(60),
+            log_fed: false,
+            lag_policy: Some(LagPolicy::Coalesce),
+        };
+        let ticker = Arc::new(Topic::with_epoch(TopicName::new("t").unwrap(), &config, 5));
+        // The feed's own policy is to disconnect; the topic's wins.
+        let mut feed = Feed::new(LagPolicy::Disconnect, 4);
+        feed.subscribe(ticker.clone(), None).unwrap();
+        publish(&ticker, 10);
+        let got = drain(&mut feed);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].starts_with("coalesced t "), "{got:?}");
+        assert_eq!(got[1], "t:10");
+        publish(&ticker, 1);
+        assert_eq!(drain(&mut feed), ["t:11"]);
+        let positions: Vec<_> = feed.positions().map(|(t, c)| format!("{t}={c}")).collect();
+        assert_eq!(positions, ["t=5-11"]);
     }
 
     #[test]
@@ -890,6 +955,7 @@ mod tests {
             history_len: 8,
             history_ttl: Duration::from_secs(60),
             log_fed: true,
+            lag_policy: None,
         };
         let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
         let data = |v: &str| Payload::from_value(&serde_json::json!(v));
@@ -1058,6 +1124,7 @@ mod tests {
             shards: 1,
             max_topics: 8,
             max_unpublished: 8,
+            namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 8,
                 ..TopicConfig::default()
@@ -1091,8 +1158,10 @@ mod tests {
             shards: 1,
             max_topics: 8,
             max_unpublished: 8,
+            namespaces: Default::default(),
             topic: TopicConfig {
                 log_fed: true,
+                lag_policy: None,
                 ..TopicConfig::default()
             },
         });

@@ -26,8 +26,20 @@ pub struct RegistryConfig {
     /// it [`Registry::get_or_create_for_subscriber`] fails. The rest of `max_topics` stays
     /// for publishers and logs, so subscribers alone cannot make a publish fail.
     pub max_unpublished: usize,
-    /// Limits of every topic.
+    /// Limits of every topic outside the namespaces below.
     pub topic: TopicConfig,
+    /// Limits of the topics of a namespace (the part of a name before its first `:`), by
+    /// namespace.
+    pub namespaces: HashMap<String, TopicConfig>,
+}
+
+impl RegistryConfig {
+    /// The limits of the topic named `name`: its namespace's, else the default.
+    pub fn topic_config(&self, name: &str) -> &TopicConfig {
+        name.split_once(':')
+            .and_then(|(ns, _)| self.namespaces.get(ns))
+            .unwrap_or(&self.topic)
+    }
 }
 
 impl Default for RegistryConfig {
@@ -37,6 +49,7 @@ impl Default for RegistryConfig {
             max_topics: 100_000,
             max_unpublished: 25_000,
             topic: TopicConfig::default(),
+            namespaces: HashMap::new(),
         }
     }
 }
@@ -185,9 +198,13 @@ impl Registry {
             });
         }
         let topic = Arc::new(if unpublished {
-            Topic::for_subscriber(name.clone(), &self.config.topic, self.unpublished.clone())
+            Topic::for_subscriber(
+                name.clone(),
+                self.config.topic_config(name.as_str()),
+                self.unpublished.clone(),
+            )
         } else {
-            Topic::new(name.clone(), &self.config.topic)
+            Topic::new(name.clone(), self.config.topic_config(name.as_str()))
         });
         shard.insert(name.clone(), topic.clone());
         Ok((topic, true))
@@ -279,11 +296,13 @@ mod tests {
             shards: 4,
             max_topics,
             max_unpublished: max_topics,
+            namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 4,
                 history_len: 4,
                 history_ttl: Duration::from_millis(1),
                 log_fed: false,
+                lag_policy: None,
             },
         })
     }
@@ -328,6 +347,7 @@ mod tests {
             shards: 4,
             max_topics: 3,
             max_unpublished: 3,
+            namespaces: Default::default(),
             topic: TopicConfig {
                 history_ttl: Duration::from_secs(600),
                 ..TopicConfig::default()
@@ -373,6 +393,7 @@ mod tests {
             shards: 4,
             max_topics: 4,
             max_unpublished: 2,
+            namespaces: Default::default(),
             topic: TopicConfig::default(),
         });
         // Held by their subscribers (the Arcs): nothing can be reclaimed.

@@ -9,6 +9,7 @@ use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
 use crate::direct::{DirectSet, DirectSub, DirectWriter};
+use crate::feed::LagPolicy;
 use crate::history::{History, LossReason};
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
@@ -27,6 +28,9 @@ pub struct TopicConfig {
     /// epoch is not known here until the log delivers its first message, so until then a
     /// resume cursor of any epoch is taken as "not arrived yet" rather than as lost.
     pub log_fed: bool,
+    /// What happens to this topic's subscribers that fall behind, when not the feed's own
+    /// policy (a namespace's `lag_policy`).
+    pub lag_policy: Option<LagPolicy>,
 }
 
 impl Default for TopicConfig {
@@ -36,6 +40,7 @@ impl Default for TopicConfig {
             history_len: 256,
             history_ttl: Duration::from_secs(300),
             log_fed: false,
+            lag_policy: None,
         }
     }
 }
@@ -117,6 +122,8 @@ struct State {
 #[derive(Debug)]
 pub struct Topic {
     name: TopicName,
+    /// The lag policy of the topic's namespace, if it sets one.
+    lag_policy: Option<LagPolicy>,
     state: Mutex<State>,
     /// Subscribers the publisher writes to itself ([`crate::direct`]).
     pub(crate) direct: DirectSet,
@@ -153,6 +160,7 @@ impl Topic {
         let (sender, _) = broadcast::channel(if unpublished.is_some() { 1 } else { capacity });
         Self {
             name,
+            lag_policy: config.lag_policy,
             state: Mutex::new(State {
                 epoch,
                 head: 0,
@@ -172,6 +180,11 @@ impl Topic {
     /// The topic's name.
     pub fn name(&self) -> &TopicName {
         &self.name
+    }
+
+    /// The lag policy its namespace sets for its subscribers, if any (else the feed's).
+    pub fn lag_policy(&self) -> Option<LagPolicy> {
+        self.lag_policy
     }
 
     /// Position of the newest message (`seq` 0 before the first).
@@ -475,6 +488,7 @@ mod tests {
             history_len,
             history_ttl: Duration::from_secs(60),
             log_fed: false,
+            lag_policy: None,
         };
         Topic::with_epoch(TopicName::new("t").unwrap(), &config, 7)
     }

@@ -47,7 +47,9 @@ impl AppState {
         tracker: TaskTracker,
         metrics: PrometheusHandle,
     ) -> anyhow::Result<Self> {
-        let auth = crate::auth::Auth::from_config(&config.auth)?;
+        let auth =
+            crate::auth::Auth::from_config(&config.auth)?.with_namespaces(&config.namespaces);
+        let kept = crate::cluster::members::Kept::from_config(&config);
         Ok(Self::clustered(
             config,
             auth,
@@ -55,7 +57,7 @@ impl AppState {
             tracker,
             metrics,
             Arc::new(Logs::none()),
-            Cluster::alone(),
+            Cluster::alone(kept),
         ))
     }
 
@@ -328,7 +330,7 @@ mod tests {
             TaskTracker::new(),
             crate::telemetry::metrics::install(),
             Arc::new(logs),
-            Cluster::alone(),
+            Cluster::alone(crate::cluster::members::Kept::all()),
         );
         (state, shutdown)
     }

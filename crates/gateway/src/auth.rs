@@ -18,7 +18,7 @@
 //! - Publishing on the public listener needs an API key (`x-api-key` header) or a token whose
 //!   `publish` matches. (The admin listener is trusted: keep it private.)
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -76,6 +76,11 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether the client presented no token and no hook named it.
+    pub fn is_anonymous(&self) -> bool {
+        !self.token && self.sub.is_none()
+    }
+
     /// The token's claims Herald reads besides `sub` (`exp`, `topics`, `publish`), as the
     /// hooks send them (the user goes as a field of its own: a hook may have replaced it);
     /// `null` without a token.
@@ -111,6 +116,15 @@ pub struct Auth {
     public_prefixes: Vec<String>,
     api_keys: HashSet<String>,
     allowed_origins: Vec<String>,
+    /// What each namespace says of anonymous clients and client publishing.
+    namespaces: HashMap<String, Access>,
+}
+
+/// A namespace's `anonymous` and `publish` ([`crate::config::NamespaceConfig`]).
+#[derive(Clone, Copy, Debug)]
+struct Access {
+    anonymous: Option<bool>,
+    publish: Option<bool>,
 }
 
 impl std::fmt::Debug for Auth {
@@ -121,6 +135,7 @@ impl std::fmt::Debug for Auth {
             .field("public_prefixes", &self.public_prefixes)
             .field("api_keys", &self.api_keys.len())
             .field("allowed_origins", &self.allowed_origins)
+            .field("namespaces", &self.namespaces)
             .finish()
     }
 }
@@ -190,6 +205,7 @@ impl Auth {
             public_prefixes: config.public_prefixes.clone(),
             api_keys: config.api_keys.iter().cloned().collect(),
             allowed_origins: config.allowed_origins.clone(),
+            namespaces: HashMap::new(),
         })
     }
 
@@ -286,6 +302,11 @@ impl Auth {
         if let Some(user) = topic.strip_prefix("user:") {
             return who.sub.as_deref() == Some(user);
         }
+        if who.is_anonymous()
+            && let Some(open) = self.access(topic).and_then(|a| a.anonymous)
+        {
+            return open;
+        }
         !self.enabled()
             || self
                 .public_prefixes
@@ -296,7 +317,43 @@ impl Auth {
 
     /// Whether `who` may publish to `topic` (on the public listener).
     pub fn may_publish(&self, who: &Identity, topic: &str) -> bool {
-        matches_any(&who.publish, topic)
+        match self.access(topic).and_then(|a| a.publish) {
+            Some(true) => self.may_subscribe(who, topic),
+            Some(false) => false,
+            None => matches_any(&who.publish, topic),
+        }
+    }
+
+    /// Whether the namespace of `topic` closes it to client publishing (`publish = false`):
+    /// not even a hook or dev mode opens it.
+    pub fn publish_closed(&self, topic: &str) -> bool {
+        self.access(topic).and_then(|a| a.publish) == Some(false)
+    }
+
+    /// Takes each namespace's `anonymous` and `publish` rules.
+    pub fn with_namespaces(
+        mut self,
+        namespaces: &std::collections::BTreeMap<String, crate::config::NamespaceConfig>,
+    ) -> Self {
+        self.namespaces = namespaces
+            .iter()
+            .filter(|(_, ns)| ns.anonymous.is_some() || ns.publish.is_some())
+            .map(|(name, ns)| {
+                let access = Access {
+                    anonymous: ns.anonymous,
+                    publish: ns.publish,
+                };
+                (name.clone(), access)
+            })
+            .collect();
+        self
+    }
+
+    fn access(&self, topic: &str) -> Option<&Access> {
+        if self.namespaces.is_empty() {
+            return None;
+        }
+        crate::config::namespaces::namespace_of(topic).and_then(|ns| self.namespaces.get(ns))
     }
 
     /// Whether the request carries a configured API key (`x-api-key`).

@@ -46,7 +46,8 @@ pub const MAX_REASON_BYTES: usize = 256;
 const MAX_USER_BYTES: usize = 256;
 
 /// A hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Hook {
     /// A client connects.
     Connect,

@@ -270,7 +270,8 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
     let relay = redis
         .as_ref()
         .map(|b| Arc::new(cluster::control::Relay::new(b.target(), &c.node_id)));
-    let cluster = cluster::Cluster::new(ids, lease, observers, relay);
+    let kept = cluster::members::Kept::from_config(config);
+    let cluster = cluster::Cluster::new(ids, lease, observers, relay, kept);
     Ok((Arc::new(logs), cluster))
 }
 

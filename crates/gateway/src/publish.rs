@@ -63,11 +63,22 @@ pub async fn prepare(
     data: &RawValue,
 ) -> Result<Prepared, ApiError> {
     let topic = TopicName::new(topic)?;
-    let hooked = state.hooks().has(Hook::Publish);
-    if let Publisher::Client(caller) = publisher
-        && !hooked
-    {
-        token_may_publish(state, caller, &topic)?;
+    let hooked = state.hooks().has(Hook::Publish)
+        && state.config().hook_applies(Hook::Publish, topic.as_str());
+    if let Publisher::Client(caller) = publisher {
+        if state.auth().publish_closed(topic.as_str()) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "clients may not publish to {:?}: its namespace is closed to them",
+                    topic.as_str()
+                ),
+            ));
+        }
+        if !hooked {
+            token_may_publish(state, caller, &topic)?;
+        }
     }
     if let Some(key) = rate_key {
         admit(state, key, 1)?;

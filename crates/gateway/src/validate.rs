@@ -184,7 +184,9 @@ impl Config {
         if let Some(secret) = &self.auth.hs256_secret {
             at_least("auth.hs256_secret length", secret.len(), 32)?;
         }
-        let auth = Auth::from_config(&self.auth).map_err(|e| anyhow::anyhow!("auth: {e:#}"))?;
+        let auth = Auth::from_config(&self.auth)
+            .map_err(|e| anyhow::anyhow!("auth: {e:#}"))?
+            .with_namespaces(&self.namespaces);
         let tls = match self.tls.enabled() {
             true => Some(Arc::new(
                 Tls::load(&self.tls).map_err(|e| anyhow::anyhow!("tls: {e:#}"))?,
@@ -193,6 +195,7 @@ impl Config {
         };
         self.admin.validate(self.admin_listen)?;
         self.hooks.validate()?;
+        crate::config::namespaces::validate(&self.namespaces)?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
         }

@@ -219,6 +219,12 @@ async fn members(
     topic: String,
     q: &PresenceQuery,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    if !state.config().presence_members(&topic) {
+        return Err(ApiError::bad_request(
+            "presence_off",
+            "members are not kept for this topic: set topics.presence, or presence in its namespace's [namespaces.<name>]",
+        ));
+    }
     let limit = match q.limit.as_deref() {
         None => MEMBERS_PAGE,
         Some(text) => text

@@ -124,18 +124,22 @@ pub async fn tail(
     )?;
     let slot = (slot, charges);
     let shutdown = state.shutdown().clone();
+    let app = state.clone();
     let opening = Bytes::from(format!("retry: 2000\n: tail of {topic}\n\n"));
     let stream = futures_util::stream::unfold(
-        (feed, shutdown, slot, Some(opening)),
-        |(mut feed, shutdown, slot, mut first)| async move {
+        (feed, shutdown, slot, Some(opening), app),
+        |(mut feed, shutdown, slot, mut first, app)| async move {
             if let Some(chunk) = first.take() {
-                return Some((Ok::<_, Infallible>(chunk), (feed, shutdown, slot, None)));
+                return Some((
+                    Ok::<_, Infallible>(chunk),
+                    (feed, shutdown, slot, None, app),
+                ));
             }
             let chunk = loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return None,
                     _ = tokio::time::sleep(TAIL_PING) => break Bytes::from_static(b": ping\n\n"),
-                    event = feed.next() => match crate::transport::deliver(event, "tail") {
+                    event = feed.next() => match crate::transport::deliver(event, "tail", app.config()) {
                         Delivery::Message(m) => break m.sse_json_frame().clone(),
                         Delivery::Lost { topic, reason } => {
                             break Bytes::from(format!(
@@ -149,7 +153,7 @@ pub async fn tail(
                     },
                 }
             };
-            Some((Ok(chunk), (feed, shutdown, slot, None)))
+            Some((Ok(chunk), (feed, shutdown, slot, None, app)))
         },
     );
     Ok(crate::transport::sse::event_stream(Body::from_stream(

@@ -85,12 +85,58 @@ impl Member {
     }
 }
 
+/// Which topics' members are kept: `topics.presence`, and `presence` of each namespace
+/// that sets it ([`crate::config::NamespaceConfig::presence`]).
+#[derive(Clone, Debug, Default)]
+pub struct Kept {
+    default: bool,
+    namespaces: HashMap<String, bool>,
+}
+
+impl Kept {
+    /// As the configuration says.
+    pub fn from_config(config: &crate::Config) -> Self {
+        Self {
+            default: config.topics.presence,
+            namespaces: config
+                .namespaces
+                .iter()
+                .filter_map(|(name, ns)| Some((name.clone(), ns.presence?)))
+                .collect(),
+        }
+    }
+
+    /// Every topic's members (for tests).
+    pub fn all() -> Self {
+        Self {
+            default: true,
+            namespaces: HashMap::new(),
+        }
+    }
+
+    /// Whether the members of any topic are kept: when none are, connections hold nothing
+    /// for them.
+    pub fn any(&self) -> bool {
+        self.default || self.namespaces.values().any(|&kept| kept)
+    }
+
+    /// Whether the members of `topic` are kept.
+    pub fn keeps(&self, topic: &str) -> bool {
+        crate::config::namespaces::namespace_of(topic)
+            .and_then(|ns| self.namespaces.get(ns))
+            .copied()
+            .unwrap_or(self.default)
+    }
+}
+
 /// The members of every topic on this node.
 #[derive(Debug)]
 pub struct Members {
     table: parking_lot::Mutex<Table>,
     /// Whether a flusher takes the changes ([`Self::take_changes`]); a lone node keeps none.
     tracked: bool,
+    /// Which topics' members are kept.
+    kept: Kept,
 }
 
 #[derive(Debug, Default)]
@@ -145,12 +191,19 @@ pub struct Changes {
 }
 
 impl Members {
-    /// An empty table; `tracked` when a flusher will take its changes (in a cluster).
-    pub fn new(tracked: bool) -> Self {
+    /// An empty table of the members of the topics `kept` names; `tracked` when a flusher
+    /// will take its changes (in a cluster).
+    pub fn new(tracked: bool, kept: Kept) -> Self {
         Self {
             table: parking_lot::Mutex::default(),
             tracked,
+            kept,
         }
+    }
+
+    /// Which topics' members are kept.
+    pub fn kept(&self) -> &Kept {
+        &self.kept
     }
 
     /// Connection `id` (as `who`) is now a member of `put` (since `now` where it was not
@@ -319,7 +372,12 @@ impl Membership {
     /// The connection is subscribed to exactly `topics` now (its feed's topics): those new
     /// join since now, those gone leave.
     pub fn set_topics<'a>(&mut self, topics: impl IntoIterator<Item = &'a TopicName>) {
-        let mut now: Vec<TopicName> = topics.into_iter().cloned().collect();
+        let kept = &self.members.kept;
+        let mut now: Vec<TopicName> = topics
+            .into_iter()
+            .filter(|t| kept.keeps(t.as_str()))
+            .cloned()
+            .collect();
         now.sort_unstable();
         now.dedup();
         if now == self.topics {
@@ -397,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_membership_follows_its_topics_and_leaves_when_dropped() {
-        let members = Arc::new(Members::new(false));
+        let members = Arc::new(Members::new(false, Kept::all()));
         let mut a = Membership::new(members.clone(), 1, who(Some("ann"), Some(r#"{"x":1}"#)));
         let mut b = Membership::new(members.clone(), 2, who(None, None));
         a.set_topics(&names(&["news", "chat"]));
@@ -430,7 +488,7 @@ mod tests {
 
     #[test]
     fn pages_list_every_member_once_in_id_order() {
-        let members = Arc::new(Members::new(false));
+        let members = Arc::new(Members::new(false, Kept::all()));
         let held: Vec<Membership> = (0..25)
             .map(|id| {
                 let mut m = Membership::new(members.clone(), id, who(None, None));
@@ -454,7 +512,7 @@ mod tests {
 
     #[test]
     fn changes_are_resolved_against_the_table_when_taken() {
-        let members = Arc::new(Members::new(true));
+        let members = Arc::new(Members::new(true, Kept::all()));
         let mut a = Membership::new(members.clone(), 1, who(Some("ann"), None));
         a.set_topics(&names(&["news", "chat"]));
         let taken = members.take_changes();

@@ -57,13 +57,14 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// A node alone: no observer, no lease.
-    pub fn alone() -> Self {
+    /// A node alone: no observer, no lease; the members of the topics `kept` names listed.
+    pub fn alone(kept: members::Kept) -> Self {
         Self::new(
             Arc::new(ids::ConnectionIds::new(0)),
             None,
             Observers::default(),
             None,
+            kept,
         )
     }
 
@@ -75,6 +76,7 @@ impl Cluster {
         lease: Option<Arc<lease::Lease>>,
         observers: Observers,
         relay: Option<Arc<control::Relay>>,
+        kept: members::Kept,
     ) -> Self {
         let Observers {
             presence,
@@ -93,7 +95,7 @@ impl Cluster {
             lease,
             connections: Arc::default(),
             // Presence takes the changes and writes them to Redis.
-            members: Arc::new(members::Members::new(presence.is_some())),
+            members: Arc::new(members::Members::new(presence.is_some(), kept)),
             relay,
             observers: all.into(),
             presence,
@@ -201,7 +203,12 @@ impl Cluster {
         Connection {
             guard,
             id,
-            membership: members::Membership::new(self.members.clone(), id, who),
+            // Nothing at all when no topic's members are kept (the default).
+            membership: self
+                .members
+                .kept()
+                .any()
+                .then(|| Box::new(members::Membership::new(self.members.clone(), id, who))),
             user: named,
             seen: control::Seen::default(),
             heard: false,
@@ -223,7 +230,7 @@ pub struct Connection {
     heard: bool,
     connections: Arc<control::Connections>,
     /// The topics it is subscribed to, as [`members`] lists them.
-    membership: members::Membership,
+    membership: Option<Box<members::Membership>>,
     /// The connection's id and who is told about its life (boxed: none on a lone node).
     observed: Option<Box<Observed>>,
 }
@@ -248,7 +255,7 @@ impl Connection {
     /// The connection now acts for `user` (a WebSocket client sent a new token): commands
     /// for that user reach it, those for the one before no longer do.
     pub fn set_user(&mut self, user: Option<&str>) {
-        let info = self.membership.info().cloned();
+        let info = self.membership.as_ref().and_then(|m| m.info().cloned());
         self.set_identity(user, info);
     }
 
@@ -259,7 +266,9 @@ impl Connection {
         if self.user.as_deref() != user {
             self.user = self.connections.set_user(self.id, self.user.as_ref(), user);
         }
-        self.membership.set_who(self.user.clone(), info);
+        if let Some(m) = &mut self.membership {
+            m.set_who(self.user.clone(), info);
+        }
     }
 
     /// The connection is subscribed to exactly `topics` now (its feed's topics, after it
@@ -269,7 +278,9 @@ impl Connection {
         &mut self,
         topics: impl IntoIterator<Item = &'a herald_core::TopicName>,
     ) {
-        self.membership.set_topics(topics);
+        if let Some(m) = &mut self.membership {
+            m.set_topics(topics);
+        }
     }
 
     /// The next command for this connection (in the order they came); never after one that
@@ -332,6 +343,7 @@ mod tests {
                 ..Default::default()
             },
             None,
+            members::Kept::all(),
         );
         let mut a = cluster.open(Transport::Ws, Some("ann"), None);
         let b = cluster.open(Transport::Sse, None, None);
@@ -351,7 +363,7 @@ mod tests {
                 format!("close {ib} sse client"),
             ]
         );
-        let alone = Cluster::alone();
+        let alone = Cluster::alone(members::Kept::all());
         let c = alone.open(Transport::Poll, None, None);
         assert_eq!(ids::node_of(c.id()), 0);
         assert_eq!(alone.connections().len(), 1);
@@ -361,7 +373,7 @@ mod tests {
 
     #[test]
     fn a_connection_s_subscriptions_are_members_until_it_closes() {
-        let cluster = Cluster::alone();
+        let cluster = Cluster::alone(members::Kept::all());
         let info = Arc::new(r#"{"app":"x"}"#.to_string());
         let mut a = cluster.open(Transport::Ws, Some("ann"), Some(info.clone()));
         let topics: Vec<herald_core::TopicName> = ["news", "chat"]

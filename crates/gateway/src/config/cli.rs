@@ -163,7 +163,9 @@ pub struct Cli {
 
 fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
     LagPolicy::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s))
-        .map_err(|_| "expected recover_or_notify, recover_or_disconnect or disconnect".to_string())
+        .map_err(|_| {
+            "expected recover_or_notify, recover_or_disconnect, disconnect or coalesce".to_string()
+        })
 }
 
 /// What `--help` gives as each flag's default, taken from [`Config::default`] (and the same

@@ -12,11 +12,13 @@ use serde::{Deserialize, Serialize};
 pub mod admin;
 mod cli;
 pub mod hooks;
+pub mod namespaces;
 pub mod secrets;
 
 pub use admin::AdminConfig;
 pub use cli::{Cli, Command, HealthArgs};
 pub use hooks::{HooksConfig, OnUnavailable};
+pub use namespaces::NamespaceConfig;
 
 /// Herald's whole configuration. Every field has a default; `herald --print-config` prints
 /// them all as TOML.
@@ -62,6 +64,9 @@ pub struct Config {
     pub admin: AdminConfig,
     /// HTTP hooks: the application's backend decides who may connect, subscribe and publish.
     pub hooks: HooksConfig,
+    /// Options per namespace, `[namespaces.<name>]`: the topics named `<name>:...`
+    /// ([`NamespaceConfig`]).
+    pub namespaces: std::collections::BTreeMap<String, NamespaceConfig>,
 }
 
 /// TLS (rustls) on the public listener: HTTP/1.1 and HTTP/2 (ALPN), SSE, WebSocket and
@@ -263,6 +268,11 @@ pub struct TopicsConfig {
     /// instead of waking one task per subscriber per message (docs/architecture.md, "Direct
     /// delivery"). `false` delivers every message through the subscriber's own task.
     pub direct_delivery: bool,
+    /// Keep each topic's members (connection, user, since, the token's `info`) for
+    /// `GET /v1/presence/{topic}?members=true`, on top of the subscriber counts kept always.
+    /// Off by default: it costs memory per subscription. A namespace may set its own
+    /// (`namespaces.<name>.presence`).
+    pub presence: bool,
 }
 
 /// Server-Sent Events.
@@ -441,6 +451,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             admin: AdminConfig::default(),
             hooks: HooksConfig::default(),
+            namespaces: Default::default(),
         }
     }
 }
@@ -457,6 +468,7 @@ impl Default for TopicsConfig {
             reclaim_interval: Duration::from_secs(30),
             unpublished_share: core.max_unpublished as f64 / core.max_topics as f64,
             direct_delivery: true,
+            presence: false,
         }
     }
 }
@@ -530,20 +542,63 @@ impl Default for ShutdownConfig {
 }
 
 impl Config {
+    /// The options of `topic`'s namespace, when it is in a configured one.
+    pub fn namespace(&self, topic: &str) -> Option<(&str, &NamespaceConfig)> {
+        let ns = namespaces::namespace_of(topic)?;
+        self.namespaces
+            .get_key_value(ns)
+            .map(|(name, config)| (name.as_str(), config))
+    }
+
+    /// Whether the members of `topic` are kept ([`NamespaceConfig::presence`]).
+    pub fn presence_members(&self, topic: &str) -> bool {
+        self.namespace(topic)
+            .and_then(|(_, ns)| ns.presence)
+            .unwrap_or(self.topics.presence)
+    }
+
+    /// Whether the members of any topic are kept.
+    pub fn presence_anywhere(&self) -> bool {
+        self.topics.presence || self.namespaces.values().any(|ns| ns.presence == Some(true))
+    }
+
+    /// Whether `hook` applies to `topic` ([`NamespaceConfig::hooks`]).
+    pub fn hook_applies(&self, hook: crate::hooks::Hook, topic: &str) -> bool {
+        match self.namespace(topic).and_then(|(_, ns)| ns.hooks.as_ref()) {
+            Some(hooks) => hooks.contains(&hook),
+            None => true,
+        }
+    }
+
     /// The core registry's limits.
     pub fn registry(&self) -> RegistryConfig {
+        let topic = TopicConfig {
+            channel_capacity: self.topics.channel_capacity,
+            history_len: self.topics.history_len,
+            history_ttl: self.topics.history_ttl,
+            log_fed: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
+            lag_policy: None,
+        };
         RegistryConfig {
             shards: 64,
             max_topics: self.topics.max_topics,
             max_unpublished:
                 ((self.topics.max_topics as f64 * self.topics.unpublished_share).ceil() as usize)
                     .clamp(1, self.topics.max_topics),
-            topic: TopicConfig {
-                channel_capacity: self.topics.channel_capacity,
-                history_len: self.topics.history_len,
-                history_ttl: self.topics.history_ttl,
-                log_fed: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
-            },
+            topic: topic.clone(),
+            namespaces: self
+                .namespaces
+                .iter()
+                .map(|(name, ns)| {
+                    let config = TopicConfig {
+                        history_len: ns.history_len.unwrap_or(topic.history_len),
+                        history_ttl: ns.history_ttl.unwrap_or(topic.history_ttl),
+                        lag_policy: ns.lag_policy,
+                        ..topic.clone()
+                    };
+                    (name.clone(), config)
+                })
+                .collect(),
         }
     }
 }

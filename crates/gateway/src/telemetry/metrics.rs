@@ -27,7 +27,9 @@ pub const MESSAGES_PUBLISHED: &str = "herald_messages_published_total";
 pub const MESSAGES_DELIVERED: &str = "herald_messages_delivered_total";
 /// Bytes of frames handed to client connections, by `transport`.
 pub const BYTES_SENT: &str = "herald_bytes_sent_total";
-/// Slow-consumer events, by `outcome` (`recovered`, `lost`, `disconnected`).
+/// Slow-consumer events, by `outcome` (`recovered`, `lost`, `disconnected`, `coalesced`)
+/// and `namespace` (a configured namespace, `default` for other topics, `none` when a write
+/// timed out, which is no one topic's).
 pub const SLOW_CONSUMERS: &str = "herald_slow_consumer_events_total";
 /// Time from publish to the frame being handed to the connection, by `transport`.
 pub const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
@@ -157,7 +159,10 @@ fn describe() {
     describe_counter!(MESSAGES_PUBLISHED, "Messages published.");
     describe_counter!(MESSAGES_DELIVERED, "Messages handed to client connections.");
     describe_counter!(BYTES_SENT, "Bytes of frames handed to client connections.");
-    describe_counter!(SLOW_CONSUMERS, "Slow-consumer events by outcome.");
+    describe_counter!(
+        SLOW_CONSUMERS,
+        "Slow-consumer events by outcome and namespace."
+    );
     describe_histogram!(
         DELIVERY_LATENCY,
         metrics::Unit::Seconds,
@@ -352,9 +357,16 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// Counts a slow-consumer event.
+/// Counts a slow-consumer event that is no one topic's (a write that timed out).
 pub fn slow_consumer(outcome: &'static str) {
-    counter!(SLOW_CONSUMERS, "outcome" => outcome).increment(1);
+    slow_consumer_in(outcome, "none");
+}
+
+/// Counts a slow-consumer event on a topic of `namespace` (a configured namespace's name, or
+/// `default`: the label's values are bounded by the configuration).
+pub fn slow_consumer_in(outcome: &'static str, namespace: &str) {
+    counter!(SLOW_CONSUMERS, "outcome" => outcome, "namespace" => namespace.to_owned())
+        .increment(1);
 }
 
 /// Counts a connection refused at the connection limit.

@@ -170,10 +170,17 @@ pub async fn may_subscribe(
     caller: &Caller<'_>,
     topics: &[&str],
 ) -> Result<(), ApiError> {
-    if topics.is_empty() || state.hooks().subscribe(caller, topics).await? {
-        return Ok(());
+    // The hook decides for the topics of namespaces it applies to; the token rules for the
+    // rest, and for all when the hook is not configured (or unavailable under `allow`).
+    let (asked, mut ruled): (Vec<&str>, Vec<&str>) = topics.iter().partition(|t| {
+        state
+            .config()
+            .hook_applies(crate::hooks::Hook::Subscribe, t)
+    });
+    if !asked.is_empty() && !state.hooks().subscribe(caller, &asked).await? {
+        ruled.extend(asked);
     }
-    match topics
+    match ruled
         .iter()
         .find(|t| !state.auth().may_subscribe(caller.who, t))
     {
@@ -332,22 +339,37 @@ pub enum Delivery {
 
 /// Maps a feed event to what the client sees, counting the slow-consumer outcomes in one
 /// place for every transport.
-pub fn deliver(event: herald_core::FeedEvent, transport: &'static str) -> Delivery {
+pub fn deliver(
+    event: herald_core::FeedEvent,
+    transport: &'static str,
+    config: &crate::Config,
+) -> Delivery {
+    use crate::telemetry::metrics::slow_consumer_in;
     use herald_core::{FeedEvent, LossReason};
+    let namespace = |topic: &TopicName| {
+        config
+            .namespace(topic.as_str())
+            .map_or("default", |(n, _)| n)
+    };
     match event {
         FeedEvent::Message(message) => Delivery::Message(message),
         FeedEvent::Lost { topic, reason } => {
             if reason == LossReason::Lagged {
-                crate::telemetry::metrics::slow_consumer("lost");
+                slow_consumer_in("lost", namespace(&topic));
             }
             Delivery::Lost { topic, reason }
         }
-        FeedEvent::Recovered { .. } => {
-            crate::telemetry::metrics::slow_consumer("recovered");
+        FeedEvent::Recovered { topic, .. } => {
+            slow_consumer_in("recovered", namespace(&topic));
+            Delivery::Nothing
+        }
+        FeedEvent::Coalesced { topic, skipped } => {
+            slow_consumer_in("coalesced", namespace(&topic));
+            tracing::trace!(%topic, skipped, transport, "a slow consumer skipped to the newest");
             Delivery::Nothing
         }
         FeedEvent::Disconnect { topic, missed } => {
-            crate::telemetry::metrics::slow_consumer("disconnected");
+            slow_consumer_in("disconnected", namespace(&topic));
             tracing::debug!(%topic, missed, transport, "disconnecting a slow consumer");
             Delivery::Disconnect { topic }
         }

@@ -73,7 +73,7 @@ async fn poll(
     let mut lost = Vec::new();
     let max_batch = config.poll.max_batch;
     let take = |event: FeedEvent, messages: &mut Vec<_>, lost: &mut Vec<String>| match deliver(
-        event, "poll",
+        event, "poll", config,
     ) {
         Delivery::Message(m) => messages.push(m),
         Delivery::Lost { topic, reason } => lost.push(lost_json(&topic, reason)),

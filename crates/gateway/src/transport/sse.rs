@@ -683,7 +683,7 @@ impl SseStream {
     }
 
     fn on_event(&mut self, event: FeedEvent) -> Option<Bytes> {
-        match deliver(event, "sse") {
+        match deliver(event, "sse", self.state.config()) {
             Delivery::Message(message) => {
                 let since = message.published_at().elapsed();
                 let frame = if self.multi {

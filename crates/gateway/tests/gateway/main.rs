@@ -17,6 +17,7 @@ mod hostile;
 mod kafka;
 mod lifecycle;
 mod limits;
+mod namespaces;
 mod poll;
 mod presence;
 mod shutdown;

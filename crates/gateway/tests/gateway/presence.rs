@@ -86,7 +86,7 @@ fn held_poll(
 async fn members_of_a_lone_node_are_listed_on_every_transport_with_user_and_info() {
     let mut config = token_config();
     config.cluster.node_id = "solo".into();
-    let gw = spawn_gateway(config).await;
+    let gw = spawn_gateway(with_members(config)).await;
     let topic = "public.room";
     let ann = user_token("ann", Some(json!({"device": "web", "v": 2})));
     let bob = user_token("bob", Some(json!({"device": "phone"})));
@@ -192,7 +192,7 @@ async fn members_of_a_lone_node_are_listed_on_every_transport_with_user_and_info
 
 #[tokio::test]
 async fn a_websocket_that_sends_a_token_is_listed_under_its_new_user_and_info() {
-    let gw = spawn_gateway(token_config()).await;
+    let gw = spawn_gateway(with_members(token_config())).await;
     let mut ws = ws_connect(&gw).await;
     ws_subscribe(&mut ws, &["public.lobby"]).await;
     let (_, page) = members_page(&gw, "public.lobby", "").await;
@@ -238,7 +238,7 @@ async fn connect_hook() -> String {
 async fn a_connect_hook_s_user_and_info_are_listed_and_a_large_info_is_left_out() {
     let mut config = test_config();
     config.hooks.connect_url = Some(connect_hook().await);
-    let gw = spawn_gateway(config).await;
+    let gw = spawn_gateway(with_members(config)).await;
     let mut small = SseClient::connect(&gw, "topic=small", None).await;
     small.next_block().await.unwrap();
     let mut big = SseClient::connect(&gw, "topic=big", None).await;
@@ -286,7 +286,7 @@ async fn raw_sse(gw: &herald_gateway::Gateway, topic: &str) -> tokio::net::TcpSt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_are_paged_each_exactly_once() {
-    let gw = spawn_gateway(test_config()).await;
+    let gw = spawn_gateway(with_members(test_config())).await;
     let mut held = Vec::new();
     for _ in 0..250 {
         held.push(raw_sse(&gw, "crowd").await);
@@ -316,7 +316,7 @@ async fn members_are_paged_each_exactly_once() {
 
 #[tokio::test]
 async fn bad_member_queries_get_clear_errors() {
-    let gw = spawn_gateway(test_config()).await;
+    let gw = spawn_gateway(with_members(test_config())).await;
     let base = format!("http://{}/v1/presence/t", gw.admin_addr);
     for (query, code) in [
         ("members=true&limit=0", "bad_limit"),
@@ -343,7 +343,7 @@ async fn bad_member_queries_get_clear_errors() {
 
 #[tokio::test]
 async fn a_token_whose_info_is_too_big_or_not_an_object_is_refused() {
-    let gw = spawn_gateway(token_config()).await;
+    let gw = spawn_gateway(with_members(token_config())).await;
     let big = user_token("ann", Some(json!({"blob": "x".repeat(2000)})));
     let text = user_token("ann", Some(json!("just text")));
     for (token, words) in [(big, "at most 1024"), (text, "JSON object")] {
@@ -368,7 +368,13 @@ fn member_node(prefix: &str, id: &str) -> herald_gateway::Config {
     c.cluster.presence_interval = Duration::from_millis(200);
     c.auth.hs256_secret = Some(SECRET.into());
     c.auth.public_prefixes = vec!["public.".into()];
-    c
+    with_members(c)
+}
+
+/// `config` with every topic's members kept (`topics.presence`; off by default).
+fn with_members(mut config: herald_gateway::Config) -> herald_gateway::Config {
+    config.topics.presence = true;
+    config
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -599,7 +599,12 @@ impl<S: PeerStream> Connection<S> {
         let denied: Vec<TopicName> = self
             .feed
             .positions()
-            .filter(|(topic, _)| !hooked && !self.state.auth().may_subscribe(&who, topic.as_str()))
+            .filter(|(topic, _)| {
+                let by_hook = hooked
+                    && (self.state.config())
+                        .hook_applies(crate::hooks::Hook::Subscribe, topic.as_str());
+                !by_hook && !self.state.auth().may_subscribe(&who, topic.as_str())
+            })
             .map(|(topic, _)| topic.clone())
             .collect();
         for topic in &denied {
@@ -812,7 +817,7 @@ impl<S: PeerStream> Connection<S> {
     }
 
     async fn on_event(&mut self, event: herald_core::FeedEvent) -> Flow {
-        match super::deliver(event, "ws") {
+        match super::deliver(event, "ws", self.state.config()) {
             super::Delivery::Message(message) => {
                 let frame = message.ws_frame();
                 self.metrics
