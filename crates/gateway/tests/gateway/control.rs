@@ -273,6 +273,31 @@ async fn commands_reach_connections_on_every_node_of_a_cluster() {
         (got["topic"].as_str(), got["data"].as_str()),
         (Some("yan-inbox"), Some("for yan"))
     );
+    // And unsubscribed again through node c.
+    let (status, body) = command(
+        &c,
+        "/v1/users/yan/unsubscribe",
+        json!({"topics": ["yan-inbox"]}),
+    )
+    .await;
+    assert_eq!(
+        (status, body["relayed"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+    let unsubscribed = ws_next(&mut yan_too).await;
+    assert_eq!(
+        (unsubscribed["type"].as_str(), unsubscribed["by"].as_str()),
+        (Some("unsubscribed"), Some("server")),
+        "{unsubscribed}"
+    );
+    publish(&a, "yan-inbox", json!("not for yan any more")).await;
+    publish(&a, "hall", json!("hall after")).await;
+    assert_eq!(
+        ws_next(&mut yan_too).await["data"],
+        "hall after",
+        "nothing of yan-inbox after the unsubscribe"
+    );
 
     // A message sent to yan through node a reaches yan's connection on node b, once.
     let (status, body) = command(
