@@ -25,6 +25,12 @@ pub enum Command<'a> {
         /// Topics to drop.
         topics: Vec<String>,
     },
+    /// `{"type":"heartbeat","interval":30}`: the client asks for server pings every
+    /// `interval` seconds (not yet checked against the server's bounds).
+    Heartbeat {
+        /// Seconds.
+        interval: f64,
+    },
     /// `{"type":"auth","token":"..."}`: a token for the connection, or a fresh one.
     Auth {
         /// The JWT.
@@ -80,6 +86,8 @@ struct Frame<'a> {
     #[serde(default)]
     last: Option<usize>,
     #[serde(default)]
+    interval: Option<f64>,
+    #[serde(default)]
     topic: Option<String>,
     #[serde(default)]
     event: Option<String>,
@@ -128,6 +136,9 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
         },
         "unsubscribe" => Command::Unsubscribe {
             topics: frame.topics.ok_or_else(|| missing("topics"))?,
+        },
+        "heartbeat" => Command::Heartbeat {
+            interval: frame.interval.ok_or_else(|| missing("interval"))?,
         },
         "auth" => Command::Auth {
             token: frame.token.ok_or_else(|| missing("token"))?,

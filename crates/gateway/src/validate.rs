@@ -86,6 +86,12 @@ impl Config {
             "topics.unpublished_share must be above 0 and at most 1"
         );
         above_zero("sse.heartbeat", self.sse.heartbeat)?;
+        above_zero("sse.min_heartbeat", self.sse.min_heartbeat)?;
+        ensure!(
+            self.sse.min_heartbeat <= self.sse.heartbeat
+                && self.sse.heartbeat <= self.sse.max_heartbeat,
+            "sse.min_heartbeat <= sse.heartbeat <= sse.max_heartbeat must hold"
+        );
         let ws = &self.ws;
         within("ws.max_message_size", ws.max_message_size, 1024..=16 << 20)?;
         rate("ws.inbound_rate", ws.inbound_rate)?;
@@ -93,6 +99,11 @@ impl Config {
         within("ws.read_buffer_size", ws.read_buffer_size, 256..=1 << 20)?;
         within("ws.write_buffer_size", ws.write_buffer_size, 0..=1 << 20)?;
         above_zero("ws.ping_interval", ws.ping_interval)?;
+        above_zero("ws.min_ping_interval", ws.min_ping_interval)?;
+        ensure!(
+            ws.min_ping_interval <= ws.ping_interval && ws.ping_interval <= ws.max_ping_interval,
+            "ws.min_ping_interval <= ws.ping_interval <= ws.max_ping_interval must hold"
+        );
         ensure!(
             ws.idle_timeout > ws.ping_interval,
             "ws.idle_timeout must be longer than ws.ping_interval"

@@ -283,6 +283,15 @@ pub struct SseConfig {
     #[serde(with = "humantime_serde")]
     /// Bound: Above zero.
     pub heartbeat: Duration,
+    /// Shortest heartbeat a client may ask for (`?heartbeat=<seconds>`).
+    #[serde(with = "humantime_serde")]
+    /// Bound: Above zero; at most `heartbeat`.
+    pub min_heartbeat: Duration,
+    /// Longest heartbeat a client may ask for (a mobile client saving wake-ups; a proxy may
+    /// close a stream silent for longer than its own timeout).
+    #[serde(with = "humantime_serde")]
+    /// Bound: At least `heartbeat`.
+    pub max_heartbeat: Duration,
     /// Reconnection delay hinted to clients with `retry:` when a stream starts.
     #[serde(with = "humantime_serde")]
     pub retry: Duration,
@@ -317,6 +326,16 @@ pub struct WsConfig {
     /// with 1001.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
+    /// Shortest ping interval a client may ask for (`{"type":"heartbeat","interval":s}`).
+    #[serde(with = "humantime_serde")]
+    /// Bound: Above zero; at most `ping_interval`.
+    pub min_ping_interval: Duration,
+    /// Longest ping interval a client may ask for. A connection on a longer interval is
+    /// given an idle timeout longer in proportion (`idle_timeout` × its interval /
+    /// `ping_interval`).
+    #[serde(with = "humantime_serde")]
+    /// Bound: At least `ping_interval`.
+    pub max_ping_interval: Duration,
     /// Frames per second one client may send (any kind, pings included); faster is closed
     /// with 1008 "too many messages". 0 turns the limit off.
     /// Bound: At least 0 (0: no limit).
@@ -477,6 +496,8 @@ impl Default for SseConfig {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_secs(15),
+            min_heartbeat: Duration::from_secs(5),
+            max_heartbeat: Duration::from_secs(300),
             retry: Duration::from_secs(3),
             max_lifetime: Duration::ZERO,
         }
@@ -491,6 +512,8 @@ impl Default for WsConfig {
             write_buffer_size: 0,
             ping_interval: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
+            min_ping_interval: Duration::from_secs(5),
+            max_ping_interval: Duration::from_secs(300),
             inbound_rate: 100.0,
             inbound_burst: 200.0,
         }

@@ -6,6 +6,8 @@ pub mod ws;
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use herald_core::{Feed, ResumeList, Start, Topic, TopicName};
 
 use crate::app::AppState;
@@ -38,6 +40,9 @@ pub struct SubscribeQuery {
     /// `last`: topics without a resume position start with the newest `last` messages
     /// history holds.
     pub last: Option<usize>,
+    /// `heartbeat`: the SSE heartbeat the client asks for, in seconds (not yet checked
+    /// against the bounds: [`asked_interval`]).
+    pub heartbeat: Option<f64>,
     /// `timeout`: seconds a long-poll may be held.
     pub timeout: Option<String>,
     /// `token`: a JWT, for clients that cannot set `Authorization`.
@@ -72,6 +77,11 @@ impl SubscribeQuery {
                 "last" => {
                     parsed.last = Some(value.parse().map_err(|_| {
                         ApiError::bad_request("bad_last", "last must be a whole number of messages")
+                    })?)
+                }
+                "heartbeat" => {
+                    parsed.heartbeat = Some(value.parse().map_err(|_| {
+                        ApiError::bad_request("bad_heartbeat", "heartbeat is a number of seconds")
                     })?)
                 }
                 "timeout" => parsed.timeout = Some(value.into_owned()),
@@ -300,6 +310,24 @@ pub fn open_feed(
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
     }
     Ok((feed, charges))
+}
+
+/// A heartbeat interval a client asked for, `seconds`, if it lies within `[min, max]`
+/// (`sse.min_heartbeat`..`sse.max_heartbeat`, `ws.min_ping_interval`..`ws.max_ping_interval`).
+pub fn asked_interval(seconds: f64, min: Duration, max: Duration) -> Result<Duration, ApiError> {
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| (min..=max).contains(d))
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "bad_heartbeat",
+                format!(
+                    "a heartbeat is {} to {} seconds",
+                    min.as_secs_f64(),
+                    max.as_secs_f64()
+                ),
+            )
+        })
 }
 
 /// Where a subscription starts: after the client's cursor when it gave one, else with the

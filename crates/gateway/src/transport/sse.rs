@@ -351,6 +351,8 @@ struct Checked {
     resume: ResumeList,
     cors: Option<String>,
     who: crate::auth::Identity,
+    /// The heartbeat interval: `sse.heartbeat`, or the client's `heartbeat`.
+    heartbeat: Duration,
 }
 
 async fn check(
@@ -370,6 +372,12 @@ async fn check(
     let config = state.config();
     let hooked = state.hooks().has(crate::hooks::Hook::Connect);
     let mut query = SubscribeQuery::parse(query, config.limits.max_subscriptions, hooked)?;
+    let heartbeat = match query.heartbeat {
+        Some(asked) => {
+            super::asked_interval(asked, config.sse.min_heartbeat, config.sse.max_heartbeat)?
+        }
+        None => config.sse.heartbeat,
+    };
     let last_event_id = match headers.get("last-event-id") {
         Some(v) => Some(
             v.to_str()
@@ -388,6 +396,7 @@ async fn check(
         resume,
         cors,
         who,
+        heartbeat,
     })
 }
 
@@ -404,6 +413,7 @@ async fn try_open(
         resume,
         cors,
         who,
+        heartbeat,
     } = check(state, headers, query, Some(id), peer).await?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
@@ -416,7 +426,9 @@ async fn try_open(
         metrics,
         guard: state.open_connection_as(id, Transport::Sse, &who),
         state: state.clone(),
-        sleep: Box::pin(tokio::time::sleep(config.sse.heartbeat)),
+        sleep: Box::pin(tokio::time::sleep(heartbeat)),
+        // At most `sse.max_heartbeat`, checked above; 4 bytes rather than a `Duration`'s 16.
+        heartbeat_ms: u32::try_from(heartbeat.as_millis()).unwrap_or(u32::MAX),
         last_write: Instant::now(),
         shutdown: state.drain().wait(),
         id: String::new(),
@@ -458,6 +470,8 @@ pub struct SseStream {
     guard: crate::cluster::Connection,
     /// For server-side subscriptions (the registry, the topic limit).
     state: AppState,
+    /// The heartbeat interval, in milliseconds (`sse.heartbeat`, or the client's `heartbeat`).
+    heartbeat_ms: u32,
     /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
     /// the timer wheel's lock on every delivery): when it fires early it is moved to
     /// `last_write + heartbeat`.
@@ -667,7 +681,7 @@ impl SseStream {
                     // The topic's fan-out writes too, while the stream is direct.
                     let direct = self.feed.last_direct_write().map(Instant::from_std);
                     let last = direct.map_or(self.last_write, |d| d.max(self.last_write));
-                    let heartbeat = self.state.config().sse.heartbeat;
+                    let heartbeat = Duration::from_millis(self.heartbeat_ms.into());
                     let due = last + heartbeat;
                     if due > Instant::now() {
                         self.sleep.as_mut().reset(due);

@@ -362,3 +362,31 @@ async fn the_router_serves_sse_through_hyper_too() {
             .ends_with("data: hi\n\n")
     );
 }
+
+/// A client picks its heartbeat within `sse.min_heartbeat`..`sse.max_heartbeat` (a mobile
+/// client saves wake-ups with a long one); outside them it gets a clear 400.
+#[tokio::test]
+async fn a_client_picks_its_heartbeat_within_the_bounds() {
+    let mut config = test_config();
+    config.sse.heartbeat = std::time::Duration::from_secs(30);
+    config.sse.min_heartbeat = std::time::Duration::from_millis(100);
+    let gw = spawn_gateway(config).await;
+    let mut fast = SseClient::connect(&gw, "topic=hb&heartbeat=0.1", None).await;
+    let mut default = SseClient::connect(&gw, "topic=hb", None).await;
+    let raw = fast.rest(std::time::Duration::from_millis(450)).await;
+    assert!(raw.matches(": ping\n\n").count() >= 2, "{raw:?}");
+    let raw = default.rest(std::time::Duration::from_millis(100)).await;
+    assert!(!raw.contains(": ping"), "the default is 30 s: {raw:?}");
+    for query in [
+        "heartbeat=0.05",
+        "heartbeat=301",
+        "heartbeat=soon",
+        "heartbeat=-1",
+    ] {
+        let resp = SseClient::request(&gw, &format!("topic=hb&{query}"), None).await;
+        assert_eq!(resp.status(), 400, "{query}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "bad_heartbeat", "{query}: {body}");
+    }
+    gw.stop().await.unwrap();
+}

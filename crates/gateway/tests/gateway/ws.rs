@@ -1,4 +1,4 @@
-use futures_util::SinkExt as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -258,5 +258,47 @@ async fn a_client_flooding_frames_is_closed_and_others_keep_receiving() {
     publish(&gw, "flood", json!({"ok": true})).await;
     let message = ws_next(&mut good).await;
     assert_eq!(message["data"], json!({"ok": true}));
+    gw.stop().await.unwrap();
+}
+
+/// A client asks for a ping interval within `ws.min_ping_interval`..`ws.max_ping_interval`;
+/// the server's pings follow it, and a longer interval lengthens the idle timeout with it.
+#[tokio::test]
+async fn a_client_picks_its_ping_interval_within_the_bounds() {
+    let mut config = test_config();
+    config.ws.ping_interval = std::time::Duration::from_secs(30);
+    config.ws.min_ping_interval = std::time::Duration::from_millis(100);
+    let gw = spawn_gateway(config).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(&mut ws, json!({"type": "heartbeat", "interval": 0.1})).await;
+    assert_eq!(
+        ws_next(&mut ws).await,
+        json!({"type": "heartbeat", "interval": 0.1})
+    );
+    // Pings come every 100 ms now (ws_next skips them: read the raw frames).
+    let started = std::time::Instant::now();
+    let mut pings = 0;
+    while pings < 3 {
+        match tokio::time::timeout(WAIT, ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            WsMessage::Ping(_) => pings += 1,
+            other => panic!("only pings expected: {other:?}"),
+        }
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    for interval in [json!(0.01), json!(301), json!("soon"), json!(-1)] {
+        ws_send(&mut ws, json!({"type": "heartbeat", "interval": interval})).await;
+        let error = ws_next(&mut ws).await;
+        assert_eq!(error["type"], "error", "{interval}: {error}");
+        let code = error["code"].as_str().unwrap();
+        assert!(
+            code == "bad_heartbeat" || code == "bad_frame",
+            "{interval}: {error}"
+        );
+    }
     gw.stop().await.unwrap();
 }

@@ -322,6 +322,15 @@ struct Connection<S> {
     charges: Vec<(TopicName, crate::limits::QuotaCharge)>,
     /// The upgrade request's headers the hooks forward (none without hooks).
     forwarded: Forwarded,
+    /// The ping interval in milliseconds: `ws.ping_interval`, or what the client asked for.
+    ping_ms: u32,
+}
+
+/// A ping timer firing every `every`, first after one interval.
+fn pings(every: Duration) -> tokio::time::Interval {
+    let mut ping = tokio::time::interval_at(Instant::now() + every, every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping
 }
 
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
@@ -349,6 +358,7 @@ impl<S: PeerStream> Connection<S> {
             publish_bucket: None,
             charges: Vec::new(),
             forwarded: opened.forwarded,
+            ping_ms: u32::try_from(config.ws.ping_interval.as_millis()).unwrap_or(u32::MAX),
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
@@ -359,14 +369,9 @@ impl<S: PeerStream> Connection<S> {
     }
 
     async fn run(mut self) {
-        let (every, idle_timeout) = {
-            let ws = &self.state.config().ws;
-            (ws.ping_interval, ws.idle_timeout)
-        };
         // Polled on every wake-up: one atomic load (see `crate::shutdown::Drain`).
         let mut shutdown = self.state.drain().wait();
-        let mut ping = tokio::time::interval_at(Instant::now() + every, every);
-        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ping = pings(self.ping_every());
         let reason = loop {
             let flow = tokio::select! {
                 biased;
@@ -385,7 +390,7 @@ impl<S: PeerStream> Connection<S> {
                 // that do (several topics, TLS, a parked link) pay one allocation each.
                 event = self.feed.next() => Box::pin(self.on_event(event)).await,
                 _ = ping.tick() => {
-                    if self.socket.get_ref().last_frame().elapsed() > idle_timeout {
+                    if self.socket.get_ref().last_frame().elapsed() > self.idle_timeout() {
                         Box::pin(self.close(close_code::GOING_AWAY, "idle timeout")).await;
                         Flow::Close(CloseReason::Idle)
                     } else {
@@ -398,9 +403,25 @@ impl<S: PeerStream> Connection<S> {
             if let Flow::Close(reason) = flow {
                 break reason;
             }
+            if ping.period() != self.ping_every() {
+                ping = pings(self.ping_every()); // the client asked for another interval
+            }
             self.relink();
         };
         self.guard.closing(reason);
+    }
+
+    /// How often the server pings the client.
+    fn ping_every(&self) -> Duration {
+        Duration::from_millis(self.ping_ms.into())
+    }
+
+    /// How long the client may stay silent: `ws.idle_timeout`, longer in proportion for a
+    /// client that asked for a longer ping interval.
+    fn idle_timeout(&self) -> Duration {
+        let ws = &self.state.config().ws;
+        let scale = self.ping_every().as_secs_f64() / ws.ping_interval.as_secs_f64();
+        ws.idle_timeout.mul_f64(scale.max(1.0))
     }
 
     /// Links a feed of one topic to its topic's fan-out when the socket can be written to
@@ -574,6 +595,18 @@ impl<S: PeerStream> Connection<S> {
                 Ok(self.send_text(reply.to_string()).await)
             }
             Command::Auth { token } => self.authenticate(&token).await,
+            Command::Heartbeat { interval } => {
+                let ws = &self.state.config().ws;
+                let asked =
+                    super::asked_interval(interval, ws.min_ping_interval, ws.max_ping_interval)?;
+                // At most `ws.max_ping_interval`: 4 bytes rather than a `Duration`'s 16.
+                self.ping_ms = u32::try_from(asked.as_millis()).unwrap_or(u32::MAX);
+                let reply = format!(
+                    r#"{{"type":"heartbeat","interval":{}}}"#,
+                    asked.as_secs_f64()
+                );
+                Ok(self.send_text(reply).await)
+            }
             Command::Ping { data } => {
                 let reply = match data {
                     Some(data) => format!(r#"{{"type":"pong","data":{}}}"#, data.get()),
