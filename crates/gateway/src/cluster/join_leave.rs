@@ -244,7 +244,11 @@ mod tests {
         assert_eq!(buckets.map.len(), 1);
     }
 
-    fn next(connections: &control::Connections, id: u64, seen: &mut control::Seen) -> Option<Action> {
+    fn next(
+        connections: &control::Connections,
+        id: u64,
+        seen: &mut control::Seen,
+    ) -> Option<Action> {
         let mut cx = Context::from_waker(Waker::noop());
         match connections.poll_action(id, seen, &mut cx) {
             Poll::Ready(a) => Some(a),
@@ -294,7 +298,11 @@ mod tests {
             serde_json::json!({"type": "join", "topic": "room:1", "conn": "2", "node": "n1",
                 "transport": "sse", "user": "bob"})
         );
-        assert_eq!(next(&connections, 1, &mut seen1), None, "`other` announces nothing");
+        assert_eq!(
+            next(&connections, 1, &mut seen1),
+            None,
+            "`other` announces nothing"
+        );
         assert_eq!(next(&connections, 2, &mut seen2), None);
         // A poll's coming and going is not announced.
         let mut poll = Membership::new(members.clone(), 3, who("poll", None));
