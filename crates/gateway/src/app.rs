@@ -50,6 +50,7 @@ impl AppState {
         let auth =
             crate::auth::Auth::from_config(&config.auth)?.with_namespaces(&config.namespaces);
         let kept = crate::cluster::members::Kept::from_config(&config);
+        let rules = crate::cluster::join_leave::Rules::from_config(&config);
         Ok(Self::clustered(
             config,
             auth,
@@ -57,7 +58,7 @@ impl AppState {
             tracker,
             metrics,
             Arc::new(Logs::none()),
-            Cluster::alone(kept),
+            Cluster::alone_announcing(kept, rules),
         ))
     }
 

@@ -207,7 +207,13 @@ fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<(
     }
     if let Some(relay) = state.cluster().relay() {
         let connections = state.cluster().connections().clone();
-        tasks.push(tokio::spawn(relay.clone().run(connections, stop.clone())));
+        let members = state.cluster().members().clone();
+        tasks.push(tokio::spawn(relay.clone().run(
+            connections,
+            members,
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(relay.clone().forward(stop.clone())));
     }
     tasks
 }
@@ -271,7 +277,8 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
         .as_ref()
         .map(|b| Arc::new(cluster::control::Relay::new(b.target(), &c.node_id)));
     let kept = cluster::members::Kept::from_config(config);
-    let cluster = cluster::Cluster::new(ids, lease, observers, relay, kept);
+    let rules = cluster::join_leave::Rules::from_config(config);
+    let cluster = cluster::Cluster::new(ids, lease, observers, relay, kept, rules);
     Ok((Arc::new(logs), cluster))
 }
 

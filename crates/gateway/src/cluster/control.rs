@@ -1,6 +1,7 @@
 //! Acting on live connections from the server side: disconnecting a user's connections or one
 //! connection, with a reason the client sees, and subscribing them to topics or unsubscribing
-//! them (server-side subscriptions).
+//! them (server-side subscriptions). Join and leave events ([`super::join_leave`]) travel the
+//! same way, to the subscribers of a topic ([`Target::Topic`]).
 //!
 //! Every SSE and WebSocket connection of this node is in [`Connections`] while it lives, under
 //! its id and its user (a token's `sub`). A [`Command`] is carried out here at once and, when
@@ -47,6 +48,70 @@ pub enum Target {
     User(String),
     /// One connection, by its id.
     Connection(u64),
+    /// Every connection subscribed to a topic whose members are kept, on every node (as
+    /// [`super::members`] lists them): for join and leave events only.
+    Topic(String),
+}
+
+/// Whether a member joined or left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PresenceKind {
+    /// It subscribed to the topic.
+    Join,
+    /// It unsubscribed or closed.
+    Leave,
+}
+
+impl PresenceKind {
+    /// `join` or `leave`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Join => "join",
+            Self::Leave => "leave",
+        }
+    }
+}
+
+/// A member joined or left a topic ([`super::join_leave`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresenceEvent {
+    /// Joined or left.
+    pub kind: PresenceKind,
+    /// The member's connection, which is not told of its own join.
+    pub conn: u64,
+    /// What subscribers are shown, a JSON object made once and shared by every connection it
+    /// reaches: `{"topic":..,"conn":..,"node":..,"transport":..,"user":..,"info":..}`.
+    #[serde(with = "shared_str")]
+    pub member: Arc<str>,
+}
+
+impl PresenceEvent {
+    /// The member object with `"type":"join"` or `"leave"` first: a WebSocket frame, and an
+    /// entry of a long-poll's `presence`.
+    pub fn typed_json(&self) -> String {
+        let body = self.member.strip_prefix('{').unwrap_or(&self.member);
+        let mut text = String::with_capacity(body.len() + 20);
+        text.push_str(r#"{"type":""#);
+        text.push_str(self.kind.as_str());
+        text.push_str(r#"","#);
+        text.push_str(body);
+        text
+    }
+}
+
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(text: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
+    }
 }
 
 /// What a command does to each connection it is for.
@@ -68,6 +133,9 @@ pub enum Action {
         /// The position the subscription resumes after (a cursor's text).
         after: String,
     },
+    /// A member joined or left one of the connection's topics: tell the client. Never sent
+    /// for a connection's own join.
+    Presence(PresenceEvent),
 }
 
 /// A command for live connections, as relayed between nodes.
@@ -148,6 +216,8 @@ impl Connections {
     }
 
     /// Hands `command` to the connections it is for on this node; returns how many took it.
+    /// A topic's subscribers are found in the members table ([`carry_out`]): here a
+    /// [`Target::Topic`] reaches none.
     pub fn apply(&self, command: &Command) -> usize {
         let mut table = self.table.lock();
         let ids = match &command.target {
@@ -157,9 +227,24 @@ impl Connections {
                 .get(user.as_str())
                 .cloned()
                 .unwrap_or_default(),
+            Target::Topic(_) => return 0,
         };
+        Self::hand(&self.commands, &mut table, ids, &command.action)
+    }
+
+    /// Hands `action` to connections `ids` of this node (those still open, with room in
+    /// their queue); returns how many took it.
+    pub fn apply_to(&self, ids: Vec<u64>, action: &Action) -> usize {
+        if ids.is_empty() {
+            return 0;
+        }
+        let mut table = self.table.lock();
+        Self::hand(&self.commands, &mut table, ids, action)
+    }
+
+    fn hand(commands: &AtomicU64, table: &mut Table, ids: Vec<u64>, action: &Action) -> usize {
         // An end always fits (it replaces what waits); anything else needs room.
-        let ends = matches!(command.action, Action::Disconnect(_));
+        let ends = matches!(action, Action::Disconnect(_));
         let ids: Vec<u64> = ids
             .into_iter()
             .filter(|id| {
@@ -171,18 +256,18 @@ impl Connections {
             return 0;
         }
         // Counted before any task is woken: a woken task sees the new count.
-        self.commands.fetch_add(1, Ordering::AcqRel);
+        commands.fetch_add(1, Ordering::AcqRel);
         for &id in &ids {
             let queue = table.pending.entry(id).or_default();
-            let waker = match &command.action {
+            let waker = match action {
                 Action::Disconnect(_) => {
                     // Nothing after an end: what was waiting is moot.
                     queue.clear();
-                    queue.push_back(command.action.clone());
+                    queue.push_back(action.clone());
                     table.wakers.remove(&id).flatten()
                 }
                 _ => {
-                    queue.push_back(command.action.clone());
+                    queue.push_back(action.clone());
                     table.wakers.get(&id).cloned().flatten()
                 }
             };
@@ -242,6 +327,22 @@ impl Connections {
     }
 }
 
+/// Hands `command` to the connections it is for on this node, a topic's subscribers as
+/// `members` lists them (but the member itself); returns how many took it.
+pub fn carry_out(
+    connections: &Connections,
+    members: &super::members::Members,
+    command: &Command,
+) -> usize {
+    match (&command.target, &command.action) {
+        (Target::Topic(topic), Action::Presence(event)) => {
+            connections.apply_to(members.ids_of(topic, event.conn), &command.action)
+        }
+        (Target::Topic(_), _) => 0,
+        _ => connections.apply(command),
+    }
+}
+
 impl Table {
     /// Files `id` under `user`; returns the user's name as the table shares it.
     fn index(&mut self, user: &str, id: u64) -> Arc<str> {
@@ -274,7 +375,14 @@ pub struct Relay {
     /// Whether the node reads the stream now (it is not ready before: a command sent then
     /// would not reach its connections).
     reading: std::sync::atomic::AtomicBool,
+    /// Commands queued to be sent without waiting (join and leave events, [`Self::queue`]).
+    outbox: tokio::sync::mpsc::Sender<Command>,
+    /// The other end, until [`Self::forward`] takes it.
+    inbox: parking_lot::Mutex<Option<tokio::sync::mpsc::Receiver<Command>>>,
 }
+
+/// Most commands queued for [`Relay::forward`]; past it [`Relay::queue`] refuses.
+pub const OUTBOX_LEN: usize = 1024;
 
 #[derive(Serialize, Deserialize)]
 struct Relayed {
@@ -286,7 +394,10 @@ struct Relayed {
 impl Relay {
     /// A relay through the Redis at `target`, for node `node`.
     pub fn new(target: Arc<RedisTarget>, node: &str) -> Self {
+        let (outbox, inbox) = tokio::sync::mpsc::channel(OUTBOX_LEN);
         Self {
+            outbox,
+            inbox: parking_lot::Mutex::new(Some(inbox)),
             key: format!("{}:control", target.presence_prefix()),
             conn: SharedConn::new(target.clone()),
             target,
@@ -302,33 +413,72 @@ impl Relay {
 
     /// Sends `command` to the other nodes.
     pub async fn send(&self, command: &Command) -> redis::RedisResult<()> {
-        let body = serde_json::to_string(&Relayed {
-            from: self.node.clone(),
-            command: command.clone(),
-        })
-        .expect("a command serialises");
+        self.send_all(std::slice::from_ref(command)).await
+    }
+
+    /// Sends `commands` to the other nodes, in order, in one round trip.
+    async fn send_all(&self, commands: &[Command]) -> redis::RedisResult<()> {
         let mut pipe = redis::pipe();
-        pipe.cmd("XADD")
-            .arg(&self.key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(STREAM_LEN)
-            .arg("*")
-            .arg("c")
-            .arg(body)
-            .ignore();
+        for command in commands {
+            let body = serde_json::to_string(&Relayed {
+                from: self.node.clone(),
+                command: command.clone(),
+            })
+            .expect("a command serialises");
+            pipe.cmd("XADD")
+                .arg(&self.key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(STREAM_LEN)
+                .arg("*")
+                .arg("c")
+                .arg(body)
+                .ignore();
+        }
         self.conn.query::<()>(&pipe).await
     }
 
-    /// Carries out on `connections` every command another node sends, from now until `stop`.
-    pub async fn run(self: Arc<Self>, connections: Arc<Connections>, stop: CancellationToken) {
+    /// Queues `command` for the other nodes without waiting ([`Self::forward`] sends it);
+    /// false when [`OUTBOX_LEN`] commands wait already (it is dropped).
+    pub fn queue(&self, command: Command) -> bool {
+        self.outbox.try_send(command).is_ok()
+    }
+
+    /// Sends the queued commands ([`Self::queue`]) until `stop`, up to 64 per round trip. A
+    /// batch Redis refuses is dropped (logged): these are join and leave events, which a
+    /// client can make up for by listing the members.
+    pub async fn forward(self: Arc<Self>, stop: CancellationToken) {
+        let Some(mut inbox) = self.inbox.lock().take() else {
+            return;
+        };
+        let mut batch = Vec::with_capacity(64);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                n = inbox.recv_many(&mut batch, 64) => if n == 0 { return },
+            }
+            if let Err(e) = self.send_all(&batch).await {
+                tracing::warn!(error = %e, dropped = batch.len(), "join and leave events not relayed");
+            }
+            batch.clear();
+        }
+    }
+
+    /// Carries out on `connections` every command another node sends, from now until `stop`
+    /// (a topic's subscribers as `members` lists them).
+    pub async fn run(
+        self: Arc<Self>,
+        connections: Arc<Connections>,
+        members: Arc<super::members::Members>,
+        stop: CancellationToken,
+    ) {
         // Where this node is in the stream: "$" (only what comes next) until it read one.
         let last = parking_lot::Mutex::new("$".to_string());
         crate::bridge::follow(
             "control",
             &stop,
             Duration::from_millis(200),
-            || self.session(&connections, &last),
+            || self.session(&connections, &members, &last),
             |_| {
                 self.reading
                     .store(false, std::sync::atomic::Ordering::Relaxed)
@@ -340,6 +490,7 @@ impl Relay {
     async fn session(
         &self,
         connections: &Connections,
+        members: &super::members::Members,
         last: &parking_lot::Mutex<String>,
     ) -> crate::bridge::SessionResult {
         let mut conn = self
@@ -376,7 +527,7 @@ impl Relay {
                 };
                 match serde_json::from_str::<Relayed>(&body) {
                     Ok(relayed) if relayed.from != self.node => {
-                        connections.apply(&relayed.command);
+                        carry_out(connections, members, &relayed.command);
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "unreadable control command skipped"),

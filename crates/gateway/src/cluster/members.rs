@@ -137,6 +137,9 @@ pub struct Members {
     tracked: bool,
     /// Which topics' members are kept.
     kept: Kept,
+    /// Who tells the subscribers of a topic when a member joins or leaves, when any
+    /// namespace asks for it ([`super::join_leave`]).
+    announcer: Option<super::join_leave::Announcer>,
 }
 
 #[derive(Debug, Default)]
@@ -194,10 +197,45 @@ impl Members {
     /// An empty table of the members of the topics `kept` names; `tracked` when a flusher
     /// will take its changes (in a cluster).
     pub fn new(tracked: bool, kept: Kept) -> Self {
+        Self::with_announcer(tracked, kept, None)
+    }
+
+    /// Like [`Self::new`], announcing joins and leaves with `announcer`.
+    pub fn with_announcer(
+        tracked: bool,
+        kept: Kept,
+        announcer: Option<super::join_leave::Announcer>,
+    ) -> Self {
         Self {
             table: parking_lot::Mutex::default(),
             tracked,
             kept,
+            announcer,
+        }
+    }
+
+    /// The connections subscribed to `topic` on this node, but `except`, in id order (the
+    /// receivers of a join or leave event: O(the topic's members), under the table's lock).
+    pub fn ids_of(&self, topic: &str, except: u64) -> Vec<u64> {
+        let table = self.table.lock();
+        table.topics.get(topic).map_or_else(Vec::new, |members| {
+            members.keys().copied().filter(|&id| id != except).collect()
+        })
+    }
+
+    /// Tells the subscribers of `topics` that connection `id` (as `who`) joined or left them
+    /// (`kind`), when their namespace asks for it.
+    fn announce(
+        &self,
+        kind: super::control::PresenceKind,
+        id: u64,
+        who: &Who,
+        topics: &[TopicName],
+    ) {
+        if let Some(announcer) = &self.announcer {
+            for topic in topics {
+                announcer.announce(self, kind, id, who, topic);
+            }
         }
     }
 
@@ -402,6 +440,9 @@ impl Membership {
             crate::bridge::now_ms(),
         );
         self.topics = now;
+        use super::control::PresenceKind::{Join, Leave};
+        self.members.announce(Leave, self.id, &self.who, &removed);
+        self.members.announce(Join, self.id, &self.who, &added);
     }
 
     /// The connection now acts for `user`, with the token's `info`: its entries say so.
@@ -434,6 +475,9 @@ impl Drop for Membership {
     fn drop(&mut self) {
         self.members
             .update(self.id, &self.who, &[], &self.topics, 0);
+        let leave = super::control::PresenceKind::Leave;
+        self.members
+            .announce(leave, self.id, &self.who, &self.topics);
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod control;
 pub mod ids;
+pub mod join_leave;
 pub mod lease;
 pub mod members;
 pub mod presence;
@@ -59,24 +60,31 @@ pub struct Cluster {
 impl Cluster {
     /// A node alone: no observer, no lease; the members of the topics `kept` names listed.
     pub fn alone(kept: members::Kept) -> Self {
+        Self::alone_announcing(kept, join_leave::Rules::none())
+    }
+
+    /// Like [`Self::alone`], announcing joins and leaves as `rules` say.
+    pub fn alone_announcing(kept: members::Kept, rules: join_leave::Rules) -> Self {
         Self::new(
             Arc::new(ids::ConnectionIds::new(0)),
             None,
             Observers::default(),
             None,
             kept,
+            rules,
         )
     }
 
     /// A node making connection ids with `ids` (its number leased by `lease` when Redis is
     /// configured), observed by `observers`, relaying commands for connections through
-    /// `relay` when in a cluster.
+    /// `relay` when in a cluster, announcing joins and leaves as `rules` say.
     pub fn new(
         ids: Arc<ids::ConnectionIds>,
         lease: Option<Arc<lease::Lease>>,
         observers: Observers,
         relay: Option<Arc<control::Relay>>,
         kept: members::Kept,
+        rules: join_leave::Rules,
     ) -> Self {
         let Observers {
             presence,
@@ -90,12 +98,18 @@ impl Cluster {
         if let Some(u) = &upstream {
             all.push(u.clone());
         }
+        let connections: Arc<control::Connections> = Arc::default();
+        let announcer = join_leave::Announcer::new(rules, connections.clone(), relay.clone());
         Self {
             ids,
             lease,
-            connections: Arc::default(),
             // Presence takes the changes and writes them to Redis.
-            members: Arc::new(members::Members::new(presence.is_some(), kept)),
+            members: Arc::new(members::Members::with_announcer(
+                presence.is_some(),
+                kept,
+                announcer,
+            )),
+            connections,
             relay,
             observers: all.into(),
             presence,
@@ -148,7 +162,7 @@ impl Cluster {
     /// Carries out `command` on this node's connections and, in a cluster, sends it to the
     /// other nodes. Returns how many connections it ended here, or why it could not be sent.
     pub async fn command(&self, command: &control::Command) -> Result<usize, String> {
-        let here = self.connections.apply(command);
+        let here = control::carry_out(&self.connections, &self.members, command);
         if let Some(relay) = &self.relay {
             relay.send(command).await.map_err(|e| e.to_string())?;
         }
@@ -344,6 +358,7 @@ mod tests {
             },
             None,
             members::Kept::all(),
+            join_leave::Rules::none(),
         );
         let mut a = cluster.open(Transport::Ws, Some("ann"), None);
         let b = cluster.open(Transport::Sse, None, None);

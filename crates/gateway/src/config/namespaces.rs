@@ -34,6 +34,21 @@ pub struct NamespaceConfig {
     /// (default `topics.presence`). Subscriber counts are kept for every topic.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub presence: Option<bool>,
+    /// Tell the subscribers of the namespace's topics when a member joins or leaves (SSE
+    /// `herald.join` / `herald.leave`, WebSocket `join` / `leave`, a waiting long-poll's
+    /// `presence`), on every node. Needs the namespace's members kept (`presence`). Off by
+    /// default. A long-poll's own coming and going is not announced (each poll would be a
+    /// join and a leave).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_leave: Option<bool>,
+    /// Most join and leave events announced per second per topic by each node (a token
+    /// bucket holding one second's worth); past it events are dropped and counted in
+    /// `herald_presence_events_dropped_total` (clients can list the members instead). Each
+    /// event costs one queued command per subscriber of the topic on every node (default
+    /// [`DEFAULT_JOIN_LEAVE_RATE`]).
+    /// Bound: 1 to 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_leave_rate: Option<u32>,
     /// Whether clients without a token may subscribe: `true` opens the namespace to them (as
     /// a public prefix does), `false` closes it even where a public prefix matches (default:
     /// the `[auth]` rules decide).
@@ -52,8 +67,15 @@ pub struct NamespaceConfig {
     pub hooks: Option<Vec<Hook>>,
 }
 
-/// Checks the namespaces' names and options.
-pub fn validate(namespaces: &BTreeMap<String, NamespaceConfig>) -> anyhow::Result<()> {
+/// Join and leave events announced per second per topic by a node, by default.
+pub const DEFAULT_JOIN_LEAVE_RATE: u32 = 20;
+
+/// Checks the namespaces' names and options; `presence` is `topics.presence` (whether a
+/// namespace that does not say keeps its members).
+pub fn validate(
+    namespaces: &BTreeMap<String, NamespaceConfig>,
+    presence: bool,
+) -> anyhow::Result<()> {
     ensure!(
         namespaces.len() <= MAX_NAMESPACES,
         "namespaces: at most {MAX_NAMESPACES} namespaces ({} given)",
@@ -83,6 +105,18 @@ pub fn validate(namespaces: &BTreeMap<String, NamespaceConfig>) -> anyhow::Resul
             ensure!(
                 len <= 100_000,
                 "namespaces.{name}.history_len is at most 100000 (as topics.history_len)"
+            );
+        }
+        if ns.join_leave == Some(true) {
+            ensure!(
+                ns.presence.unwrap_or(presence),
+                "namespaces.{name}.join_leave needs the namespace's members kept: set namespaces.{name}.presence = true"
+            );
+        }
+        if let Some(rate) = ns.join_leave_rate {
+            ensure!(
+                (1..=10_000).contains(&rate),
+                "namespaces.{name}.join_leave_rate is 1 to 10000 events per second ({rate} given)"
             );
         }
         for hook in ns.hooks.iter().flatten() {

@@ -31,6 +31,12 @@ pub const BYTES_SENT: &str = "herald_bytes_sent_total";
 /// and `namespace` (a configured namespace, `default` for other topics, `none` when a write
 /// timed out, which is no one topic's).
 pub const SLOW_CONSUMERS: &str = "herald_slow_consumer_events_total";
+/// Join and leave events this node announced (`namespaces.<name>.join_leave`), by `event`
+/// (`join`, `leave`) and `namespace`.
+pub const PRESENCE_EVENTS: &str = "herald_presence_events_total";
+/// Join and leave events this node dropped, by `namespace` and `reason` (`rate`: past
+/// `join_leave_rate` for the topic; `relay`: the queue to the other nodes was full).
+pub const PRESENCE_EVENTS_DROPPED: &str = "herald_presence_events_dropped_total";
 /// Time from publish to the frame being handed to the connection, by `transport`.
 pub const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
 /// Topics held by the registry (gauge).
@@ -162,6 +168,14 @@ fn describe() {
     describe_counter!(
         SLOW_CONSUMERS,
         "Slow-consumer events by outcome and namespace."
+    );
+    describe_counter!(
+        PRESENCE_EVENTS,
+        "Join and leave events announced, by event and namespace."
+    );
+    describe_counter!(
+        PRESENCE_EVENTS_DROPPED,
+        "Join and leave events dropped (past the rate, or the relay queue full), by namespace and reason."
     );
     describe_histogram!(
         DELIVERY_LATENCY,
@@ -366,6 +380,19 @@ pub fn slow_consumer(outcome: &'static str) {
 /// `default`: the label's values are bounded by the configuration).
 pub fn slow_consumer_in(outcome: &'static str, namespace: &str) {
     counter!(SLOW_CONSUMERS, "outcome" => outcome, "namespace" => namespace.to_owned())
+        .increment(1);
+}
+
+/// Counts a join or leave event (`event`) announced on a topic of `namespace` (a configured
+/// one).
+pub fn presence_event(event: &'static str, namespace: &str) {
+    counter!(PRESENCE_EVENTS, "event" => event, "namespace" => namespace.to_owned()).increment(1);
+}
+
+/// Counts a join or leave event dropped on a topic of `namespace` (a configured one) for
+/// `reason` (`rate`, `relay`).
+pub fn presence_event_dropped(reason: &'static str, namespace: &str) {
+    counter!(PRESENCE_EVENTS_DROPPED, "reason" => reason, "namespace" => namespace.to_owned())
         .increment(1);
 }
 

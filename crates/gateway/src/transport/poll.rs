@@ -1,6 +1,8 @@
 //! `GET /v1/poll`: long-polling. Answers at once when messages after the cursor exist, else
 //! holds the request until one arrives or the timeout passes, and always returns the cursor
-//! to send next.
+//! to send next. A poll that waits on a topic announcing joins and leaves also answers when
+//! one arrives, in `presence` (only those that arrive while it waits: a poll holds no
+//! subscription between requests).
 
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use herald_core::{FeedEvent, LossReason, ResumeList};
 
 use super::{Delivery, SubscribeQuery, authorize, deliver, lost_json, open_feed};
 use crate::app::AppState;
-use crate::cluster::control::{Action, Disconnect};
+use crate::cluster::control::{Action, Disconnect, PresenceEvent};
 use crate::error::ApiError;
 use crate::telemetry::metrics::{self, CloseReason, Transport};
 
@@ -68,6 +70,7 @@ async fn poll(
     connection.closing(CloseReason::Done);
     connection.subscribed_to(feed.positions().map(|(t, _)| t));
     let mut disconnect = None;
+    let mut presence: Vec<PresenceEvent> = Vec::new();
 
     let mut messages = Vec::new();
     let mut lost = Vec::new();
@@ -101,7 +104,24 @@ async fn poll(
             }
             _ = tokio::time::sleep(timeout) => {}
             _ = state.shutdown().cancelled() => connection.closing(CloseReason::Shutdown),
-            ended = ended(&mut connection) => disconnect = Some(ended),
+            news = heard(&mut connection) => match news {
+                Heard::Ended(ended) => disconnect = Some(ended),
+                Heard::Presence(event) => {
+                    presence.push(event);
+                    // Those queued behind it come with it.
+                    while let Some(more) =
+                        futures_util::FutureExt::now_or_never(heard(&mut connection))
+                    {
+                        match more {
+                            Heard::Presence(event) => presence.push(event),
+                            Heard::Ended(ended) => {
+                                disconnect = Some(ended);
+                                break;
+                            }
+                        }
+                    }
+                }
+            },
         }
     }
 
@@ -129,6 +149,16 @@ async fn poll(
     body.extend_from_slice(br#"],"cursor":""#);
     body.extend_from_slice(cursor.as_bytes());
     body.push(b'"');
+    if !presence.is_empty() {
+        body.extend_from_slice(br#","presence":["#);
+        for (i, event) in presence.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(event.typed_json().as_bytes());
+        }
+        body.push(b']');
+    }
     if let Some(disconnect) = disconnect {
         body.extend_from_slice(br#","disconnect":"#);
         body.extend_from_slice(&serde_json::to_vec(&disconnect).unwrap_or_default());
@@ -153,13 +183,25 @@ async fn poll(
     Ok(response)
 }
 
-/// Waits until the admin API ends the poll's connection. A poll holds no subscriptions of
-/// its own between requests, so server-side (un)subscriptions and sends are not for it: the
-/// application reaches a polling client through its topics (e.g. the personal topic).
-async fn ended(connection: &mut crate::cluster::Connection) -> Disconnect {
+/// What a waiting poll hears from the server.
+enum Heard {
+    /// The admin API ended it.
+    Ended(Disconnect),
+    /// A member joined or left one of its topics.
+    Presence(PresenceEvent),
+}
+
+/// Waits until the admin API ends the poll's connection or a join or leave event arrives
+/// (other commands are skipped). A poll holds no
+/// subscriptions of its own between requests, so server-side (un)subscriptions and sends
+/// are not for it: the application reaches a polling client through its topics (e.g. the
+/// personal topic).
+async fn heard(connection: &mut crate::cluster::Connection) -> Heard {
     loop {
-        if let Action::Disconnect(d) = connection.next_action().await {
-            return d;
+        match connection.next_action().await {
+            Action::Disconnect(d) => return Heard::Ended(d),
+            Action::Presence(event) => return Heard::Presence(event),
+            _ => {}
         }
     }
 }

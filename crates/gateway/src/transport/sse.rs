@@ -650,6 +650,17 @@ impl SseStream {
                             return Some(chunk);
                         }
                     }
+                    Action::Presence(event) => {
+                        // Not a message: no `id:` line, the client's position stays.
+                        let frame = format!(
+                            "event: herald.{}\ndata: {}\n\n",
+                            event.kind.as_str(),
+                            event.member
+                        );
+                        self.metrics.sent(frame.len());
+                        self.last_write = Instant::now();
+                        return Some(Bytes::from(frame));
+                    }
                     Action::Unsubscribe(topics) => {
                         let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
                         if !removed.is_empty() {

@@ -14,6 +14,7 @@ mod fanout;
 mod history;
 mod hooks;
 mod hostile;
+mod join_leave;
 mod kafka;
 mod lifecycle;
 mod limits;

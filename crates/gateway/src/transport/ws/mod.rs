@@ -445,7 +445,8 @@ impl<S: PeerStream> Connection<S> {
     }
 
     /// A command of the application's (the admin API): an end with its reason, or a
-    /// server-side subscription told to the client as if it had asked (`"by": "server"`).
+    /// server-side subscription told to the client as if it had asked (`"by": "server"`);
+    /// or a member's join or leave (`{"type":"join",...}`, [`crate::cluster::join_leave`]).
     async fn on_action(&mut self, action: Action) -> Flow {
         match action {
             Action::Disconnect(disconnect) => {
@@ -462,6 +463,7 @@ impl<S: PeerStream> Connection<S> {
                 self.subscribed_by_server(&[topic], after.parse().ok())
                     .await
             }
+            Action::Presence(event) => self.send_text(event.typed_json()).await,
             Action::Unsubscribe(topics) => {
                 let removed = super::unsubscribe_from_server(&mut self.feed, &topics);
                 if removed.is_empty() {
