@@ -21,7 +21,7 @@ use crate::error::FeedError;
 use crate::history::LossReason;
 use crate::message::Message;
 use crate::name::TopicName;
-use crate::topic::Topic;
+use crate::topic::{Subscription, Topic};
 
 /// What happens to a subscriber that falls behind its topic's live channel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -279,6 +279,15 @@ impl Feed {
         }
         let mut again = sub.topic.subscribe(Some(sub.position));
         match again.lost {
+            // Parked further behind than the live channel holds: a lag, as a receiver would
+            // report it (a hold for the transport's own write is not one).
+            None if policy == LagPolicy::Coalesce
+                && again.replay.len() > sub.topic.channel_capacity() =>
+            {
+                // All but the newest are skipped.
+                let skipped = again.replay.len() as u64 - 1;
+                again = coalesce(sub, &mut self.pending, skipped);
+            }
             None => {}
             Some(reason @ LossReason::Epoch) => {
                 // The topic's log moved to another epoch: told, then given everything the
@@ -291,13 +300,7 @@ impl Feed {
                 });
             }
             Some(_) if policy == LagPolicy::Coalesce => {
-                again = sub.topic.subscribe_last(1);
-                let skipped = again.start.seq.saturating_sub(sub.position.seq);
-                sub.position = again.start;
-                self.pending.push_back(FeedEvent::Coalesced {
-                    topic: name.clone(),
-                    skipped,
-                });
+                again = coalesce(sub, &mut self.pending, 0);
             }
             Some(_) if policy == LagPolicy::RecoverOrNotify => {
                 // Told, then given what history still holds, as a lagging receiver would.
@@ -589,13 +592,7 @@ impl Feed {
         if policy == LagPolicy::Coalesce {
             // A fresh receiver at the head, after the newest message held: what the old one
             // still buffers is skipped.
-            let again = sub.topic.subscribe_last(1);
-            let skipped = again.start.seq.saturating_sub(sub.position.seq).max(missed);
-            sub.position = again.start;
-            self.pending.push_back(FeedEvent::Coalesced {
-                topic: topic.clone(),
-                skipped,
-            });
+            let again = coalesce(sub, &mut self.pending, missed);
             self.pending
                 .extend(again.replay.into_iter().map(FeedEvent::Message));
             self.streams.insert(topic, LiveStream::new(again.receiver));
@@ -625,6 +622,27 @@ impl Feed {
                 .push_back(FeedEvent::Disconnect { topic, missed }),
         }
     }
+}
+
+/// Skips a lagging subscription to the newest message held ([`LagPolicy::Coalesce`]): its
+/// position moves there (never back: a position ahead of this node stays), the skip is
+/// counted in `pending`, and the new subscription (the newest message, then live) returned.
+fn coalesce(sub: &mut Sub, pending: &mut VecDeque<FeedEvent>, missed: u64) -> Subscription {
+    let again = sub.topic.subscribe_last(1);
+    let forward = again.start.epoch != sub.position.epoch || again.start.seq > sub.position.seq;
+    let skipped = if forward {
+        again.start.seq.saturating_sub(sub.position.seq)
+    } else {
+        0
+    };
+    if forward {
+        sub.position = again.start;
+    }
+    pending.push_back(FeedEvent::Coalesced {
+        topic: sub.topic.name().clone(),
+        skipped: skipped.max(missed),
+    });
+    again
 }
 
 impl Drop for Feed {
@@ -762,6 +780,28 @@ mod tests {
         assert_eq!(drain(&mut feed), ["t:11"]);
         let positions: Vec<_> = feed.positions().map(|(t, c)| format!("{t}={c}")).collect();
         assert_eq!(positions, ["t=5-11"]);
+    }
+
+    #[tokio::test]
+    async fn a_parked_direct_subscriber_of_a_coalescing_topic_skips_to_the_newest() {
+        // History covers the gap (64 > 10), the channel does not (2): a lag all the same.
+        let config = TopicConfig {
+            channel_capacity: 2,
+            history_len: 64,
+            history_ttl: Duration::from_secs(60),
+            log_fed: false,
+            lag_policy: Some(LagPolicy::Coalesce),
+        };
+        let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        let groups = a.direct.running_for_test();
+        let running: Vec<_> = groups.iter().map(|g| g.running.lock()).collect();
+        publish(&a, 9);
+        drop(running);
+        publish(&a, 1);
+        assert!(!feed.is_direct());
+        assert_eq!(drain(&mut feed), ["coalesced a 9", "a:10"]);
     }
 
     #[test]

@@ -182,6 +182,11 @@ impl Topic {
         &self.name
     }
 
+    /// How many messages a live subscriber may fall behind before it lags.
+    pub fn channel_capacity(&self) -> usize {
+        self.state.lock().capacity
+    }
+
     /// The lag policy its namespace sets for its subscribers, if any (else the feed's).
     pub fn lag_policy(&self) -> Option<LagPolicy> {
         self.lag_policy

@@ -259,6 +259,7 @@ impl AppState {
             || self.auth().has_api_keys()
             || self.auth().enabled()
             || self.hooks().has(crate::hooks::Hook::Publish)
+            || self.config().clients_publish_somewhere()
     }
 
     /// Sets readiness.

@@ -120,6 +120,12 @@ pub struct Auth {
     namespaces: HashMap<String, Access>,
 }
 
+/// Whether `topic` is a personal topic (`user:<sub>`, `conn:<id>`), whose rule is Herald's
+/// own: no hook or namespace opens it to others.
+pub fn is_personal(topic: &str) -> bool {
+    topic.starts_with("user:") || topic.starts_with("conn:")
+}
+
 /// A namespace's `anonymous` and `publish` ([`crate::config::NamespaceConfig`]).
 #[derive(Clone, Copy, Debug)]
 struct Access {
@@ -302,10 +308,16 @@ impl Auth {
         if let Some(user) = topic.strip_prefix("user:") {
             return who.sub.as_deref() == Some(user);
         }
-        if who.is_anonymous()
-            && let Some(open) = self.access(topic).and_then(|a| a.anonymous)
-        {
-            return open;
+        if topic.starts_with("conn:") {
+            // Only the server subscribes a connection to its own topic (a message sent to it).
+            return false;
+        }
+        match self.access(topic).and_then(|a| a.anonymous) {
+            // Open to every client, as a public prefix is.
+            Some(true) => return true,
+            // Closed to clients without a token, whatever a public prefix says.
+            Some(false) if who.is_anonymous() => return false,
+            _ => {}
         }
         !self.enabled()
             || self
@@ -325,7 +337,8 @@ impl Auth {
     }
 
     /// Whether the namespace of `topic` closes it to client publishing (`publish = false`):
-    /// not even a hook or dev mode opens it.
+    /// not even a publish hook opens it (dev mode and API keys are trusted, as the admin
+    /// listener is).
     pub fn publish_closed(&self, topic: &str) -> bool {
         self.access(topic).and_then(|a| a.publish) == Some(false)
     }

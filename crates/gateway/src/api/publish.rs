@@ -146,7 +146,13 @@ fn public_publisher(
         ));
     }
     match state.auth().identify(headers, None)? {
-        who if who.sub.is_some() || who.expires.is_some() || state.hooks().has(Hook::Publish) => {
+        // Without credentials only where the publish hook or a namespace open to client
+        // publishing (`publish = true`) may allow it: the pipeline decides per topic.
+        who if who.sub.is_some()
+            || who.expires.is_some()
+            || state.hooks().has(Hook::Publish)
+            || state.config().clients_publish_somewhere() =>
+        {
             let key = publisher_key(who.sub.as_deref(), peer);
             Ok((Some(who), key))
         }

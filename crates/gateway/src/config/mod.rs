@@ -285,12 +285,13 @@ pub struct SseConfig {
     pub heartbeat: Duration,
     /// Shortest heartbeat a client may ask for (`?heartbeat=<seconds>`).
     #[serde(with = "humantime_serde")]
-    /// Bound: Above zero; at most `heartbeat`.
+    /// Bound: Above zero; at most `max_heartbeat`. (They bound what clients ask for;
+    /// `heartbeat` itself may lie outside them.)
     pub min_heartbeat: Duration,
     /// Longest heartbeat a client may ask for (a mobile client saving wake-ups; a proxy may
     /// close a stream silent for longer than its own timeout).
     #[serde(with = "humantime_serde")]
-    /// Bound: At least `heartbeat`.
+    /// Bound: At least `min_heartbeat`.
     pub max_heartbeat: Duration,
     /// Reconnection delay hinted to clients with `retry:` when a stream starts.
     #[serde(with = "humantime_serde")]
@@ -328,13 +329,14 @@ pub struct WsConfig {
     pub idle_timeout: Duration,
     /// Shortest ping interval a client may ask for (`{"type":"heartbeat","interval":s}`).
     #[serde(with = "humantime_serde")]
-    /// Bound: Above zero; at most `ping_interval`.
+    /// Bound: Above zero; at most `max_ping_interval`. (They bound what clients ask for;
+    /// `ping_interval` itself may lie outside them.)
     pub min_ping_interval: Duration,
     /// Longest ping interval a client may ask for. A connection on a longer interval is
     /// given an idle timeout longer in proportion (`idle_timeout` × its interval /
     /// `ping_interval`).
     #[serde(with = "humantime_serde")]
-    /// Bound: At least `ping_interval`.
+    /// Bound: At least `min_ping_interval`.
     pub max_ping_interval: Duration,
     /// Frames per second one client may send (any kind, pings included); faster is closed
     /// with 1008 "too many messages". 0 turns the limit off.
@@ -583,6 +585,12 @@ impl Config {
     /// Whether the members of any topic are kept.
     pub fn presence_anywhere(&self) -> bool {
         self.topics.presence || self.namespaces.values().any(|ns| ns.presence == Some(true))
+    }
+
+    /// Whether some namespace lets every client that may read its topics publish to them
+    /// (`publish = true`): the public listener then serves `POST /v1/publish` to them.
+    pub fn clients_publish_somewhere(&self) -> bool {
+        self.namespaces.values().any(|ns| ns.publish == Some(true))
     }
 
     /// Whether `hook` applies to `topic` ([`NamespaceConfig::hooks`]).

@@ -182,10 +182,12 @@ pub async fn may_subscribe(
 ) -> Result<(), ApiError> {
     // The hook decides for the topics of namespaces it applies to; the token rules for the
     // rest, and for all when the hook is not configured (or unavailable under `allow`).
+    // Personal topics keep Herald's own rule (`user:<sub>` for that user only).
     let (asked, mut ruled): (Vec<&str>, Vec<&str>) = topics.iter().partition(|t| {
-        state
-            .config()
-            .hook_applies(crate::hooks::Hook::Subscribe, t)
+        !crate::auth::is_personal(t)
+            && state
+                .config()
+                .hook_applies(crate::hooks::Hook::Subscribe, t)
     });
     if !asked.is_empty() && !state.hooks().subscribe(caller, &asked).await? {
         ruled.extend(asked);

@@ -628,3 +628,72 @@ async fn the_refresh_hook_extends_expiring_connections_then_ends_them_with_its_r
     assert_eq!(calls[0].0["user"], "r");
     gw.stop().await.unwrap();
 }
+
+/// A WebSocket that sends a token after the upgrade is put to the connect hook again: the
+/// token must not get a user past it that the hook refuses on every other path.
+#[tokio::test]
+async fn a_token_sent_over_a_websocket_is_put_to_the_connect_hook() {
+    let backend = Backend::start(|_, body| {
+        if body["user"] == "mallory" {
+            deny("banned")
+        } else {
+            allow()
+        }
+    })
+    .await;
+    let gw = spawn_gateway(hooked(token_config(), &backend, &["connect"])).await;
+    let mallory = token(json!({"sub": "mallory", "exp": unix_now() + 600, "topics": ["*"]}));
+    assert_eq!(
+        sse_get(&gw, &format!("topic=news&token={mallory}"), &[])
+            .await
+            .0,
+        403
+    );
+    let mut ws = ws_connect(&gw).await; // anonymous: allowed
+    ws_send(&mut ws, json!({"type": "auth", "token": mallory})).await;
+    let refused = ws_next(&mut ws).await;
+    assert_eq!(
+        (refused["type"].as_str(), refused["code"].as_str()),
+        (Some("error"), Some("forbidden")),
+        "{refused}"
+    );
+    assert!(
+        refused["reason"].as_str().unwrap().contains("banned"),
+        "{refused}"
+    );
+    let ann = token(json!({"sub": "ann", "exp": unix_now() + 600}));
+    ws_send(&mut ws, json!({"type": "auth", "token": ann})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
+    assert_eq!(
+        backend.calls("connect").len(),
+        4,
+        "asked at the upgrade and for each token"
+    );
+    gw.stop().await.unwrap();
+}
+
+/// Personal topics keep Herald's own rule whatever the subscribe hook says: `user:<sub>` for
+/// that user only, `conn:<id>` for no client, and a new token drops the old user's.
+#[tokio::test]
+async fn the_subscribe_hook_does_not_open_personal_topics() {
+    let backend = Backend::start(|_, _| allow()).await;
+    let gw = spawn_gateway(hooked(token_config(), &backend, &["subscribe"])).await;
+    let mut ws = ws_connect(&gw).await;
+    for topic in ["user:alice", "conn:123"] {
+        ws_send(&mut ws, json!({"type": "subscribe", "topics": [topic]})).await;
+        assert_eq!(ws_next(&mut ws).await["code"], "forbidden", "{topic}");
+    }
+    let alice = token(json!({"sub": "alice", "exp": unix_now() + 600}));
+    let bob = token(json!({"sub": "bob", "exp": unix_now() + 600}));
+    ws_send(&mut ws, json!({"type": "auth", "token": alice})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
+    ws_subscribe(&mut ws, &["user:alice", "room"]).await;
+    ws_send(&mut ws, json!({"type": "auth", "token": bob})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
+    let dropped = ws_next(&mut ws).await;
+    assert_eq!(dropped["topics"], json!(["user:alice"]), "{dropped}");
+    publish(&gw, "user:alice", json!("for alice only")).await;
+    publish(&gw, "room", json!("for the room")).await;
+    assert_eq!(ws_next(&mut ws).await["data"], "for the room");
+    gw.stop().await.unwrap();
+}

@@ -172,6 +172,9 @@ async fn a_namespace_opens_or_closes_itself_to_anonymous_subscribers() {
     assert_eq!(status("topic=shut:news".into()).await, 403);
     let t = token_for(json!({"sub": "ann", "topics": ["shut:*"]}));
     assert_eq!(status(format!("topic=shut:news&token={t}")).await, 200);
+    // Open to a client with a token that does not name it, too.
+    let other = token_for(json!({"sub": "bo", "topics": ["elsewhere"]}));
+    assert_eq!(status(format!("topic=open:news&token={other}")).await, 200);
     // Elsewhere the [auth] rules hold.
     assert!(matches!(status("topic=closed".into()).await, 401 | 403));
     let mut ws = ws_connect(&gw).await;
@@ -244,6 +247,31 @@ async fn a_namespace_decides_whether_clients_may_publish() {
     )
     .await;
     assert_eq!(resp.status(), 200);
+    gw.stop().await.unwrap();
+}
+
+/// `publish = true` with `anonymous = true`: a client without a token publishes there over
+/// HTTP as over a WebSocket, and nowhere else.
+#[tokio::test]
+async fn an_open_namespace_takes_anonymous_publishes_on_every_path() {
+    let open = NamespaceConfig {
+        publish: Some(true),
+        anonymous: Some(true),
+        ..Default::default()
+    };
+    let gw = spawn_gateway(with(token_config(), "lobby", open)).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "publish", "topic": "lobby:1", "data": 1}),
+    )
+    .await;
+    assert_eq!(ws_next(&mut ws).await["type"], "published");
+    let url = format!("http://{}/v1/publish", gw.public_addr);
+    let resp = post_json(url.as_str(), &[], &json!({"topic": "lobby:1", "data": 2})).await;
+    assert_eq!(resp.status(), 200);
+    let resp = post_json(url.as_str(), &[], &json!({"topic": "news", "data": 3})).await;
+    assert_eq!(resp.status(), 403);
     gw.stop().await.unwrap();
 }
 

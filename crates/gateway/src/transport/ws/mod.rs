@@ -628,21 +628,38 @@ impl<S: PeerStream> Connection<S> {
     async fn authenticate(&mut self, token: &str) -> Result<Flow, FrameError> {
         let mut who = self.state.auth().verify(token)?;
         // The new token's `info` claim when it has one, else what the connection had (the
-        // connect hook's, or the previous token's).
-        if who.info.is_none() {
+        // connect hook's, or the previous token's) while it stays the same user.
+        if who.info.is_none() && who.sub == self.who.sub {
             who.info = self.who.info.take();
         }
+        // The application decides again about a connection that now acts for someone else,
+        // as it did at the upgrade: a token must not get past the connect hook.
+        let peer = self.socket.get_ref().get_ref().peer_ip();
+        if let Some(peer) = peer {
+            let caller = Caller {
+                transport: "ws",
+                client: Some(self.guard.id()),
+                remote: peer,
+                who: &who,
+                headers: &self.forwarded,
+            };
+            if let Some(grant) = self.state.hooks().connect(&caller, &[]).await? {
+                grant.apply(&mut who);
+            }
+        }
         // With the subscribe hook, the application allowed what is held: a new token
-        // changes nothing there.
+        // changes nothing there, except for the personal topics, whose rule is Herald's own.
         let hooked = self.state.hooks().has(crate::hooks::Hook::Subscribe);
+        let own = format!("conn:{}", self.guard.id());
         let denied: Vec<TopicName> = self
             .feed
             .positions()
             .filter(|(topic, _)| {
+                let topic = topic.as_str();
                 let by_hook = hooked
-                    && (self.state.config())
-                        .hook_applies(crate::hooks::Hook::Subscribe, topic.as_str());
-                !by_hook && !self.state.auth().may_subscribe(&who, topic.as_str())
+                    && !crate::auth::is_personal(topic)
+                    && (self.state.config()).hook_applies(crate::hooks::Hook::Subscribe, topic);
+                topic != own && !by_hook && !self.state.auth().may_subscribe(&who, topic)
             })
             .map(|(topic, _)| topic.clone())
             .collect();
