@@ -70,11 +70,37 @@ export interface HeraldOptions {
   connect?: (transport: TransportName, ctx: ConnectionContext, handlers: ConnectionHandlers) => Connection;
   /** For tests: a random number in [0, 1) (default `Math.random`). */
   random?: () => number;
+  /** The personal topic `user:<sub>` of the token's `sub`, where the application's
+   *  `POST /v1/users/{user}/send` messages arrive (to `serverMessage` listeners):
+   *  - `"auto"` (default): once the application subscribed the connection to it, the client
+   *    keeps it, subscribing it again itself (from its cursor) on every later connection, so
+   *    that no message sent meanwhile is missed;
+   *  - `"always"`: subscribe it from the start, on every transport (long-poll receives
+   *    server-side messages only this way);
+   *  - `"off"`: like any server-side subscription, it ends with the connection. */
+  personalTopic?: "auto" | "always" | "off";
 }
 
 export interface SubscribeOptions {
   /** Called when the gateway signals that messages of this topic were lost. */
   onLost?: (info: LostInfo) => void;
+  /** Start with the newest `last` messages the topic's history holds (fewer when it holds
+   *  fewer), then live. Used only while the client holds no cursor for the topic (its first
+   *  subscription); every later connection resumes from the cursor. */
+  last?: number;
+}
+
+/** Topics the application subscribed this connection to, or unsubscribed it from. */
+export interface ServerTopics {
+  topics: string[];
+}
+
+/** Topics that no longer reach the client as server-side subscriptions. */
+export interface ServerUnsubscribed extends ServerTopics {
+  /** `server`: the application unsubscribed them (admin API); `connection`: the connection
+   *  they were made on ended (a reconnect, a transport switch, an SSE stream restarted for a
+   *  topic change), and the gateway does not carry them to the next one. */
+  reason: "server" | "connection";
 }
 
 export interface Subscription {
@@ -83,33 +109,52 @@ export interface Subscription {
   unsubscribe(): void;
 }
 
-type Events = {
+export type HeraldEvents = {
   state: State;
   transport: TransportName;
   error: Error;
   lost: LostInfo;
+  serverSubscribe: ServerTopics;
+  serverUnsubscribe: ServerUnsubscribed;
+  serverMessage: HeraldMessage;
 };
+type Events = HeraldEvents;
 
 interface Sub {
   topic: string;
   onMessage: (m: HeraldMessage) => void;
   onLost: ((info: LostInfo) => void) | undefined;
+  last: number | undefined;
   active: boolean;
+}
+
+/** A JWT's claims, read without verifying it (the gateway does). */
+function claims(token: string): Record<string, unknown> | undefined {
+  const part = token.split(".")[1];
+  if (!part) return undefined;
+  try {
+    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
+    const c = JSON.parse(atob(b64)) as unknown;
+    return typeof c === "object" && c !== null ? (c as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 const ALL: TransportName[] = ["websocket", "sse", "poll"];
 
 /** Seconds of a JWT's `exp` claim, if it has one. */
 export function tokenExpiry(token: string): number | undefined {
-  const part = token.split(".")[1];
-  if (!part) return undefined;
-  try {
-    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
-    const claims = JSON.parse(atob(b64)) as { exp?: unknown };
-    return typeof claims.exp === "number" ? claims.exp : undefined;
-  } catch {
-    return undefined;
-  }
+  const exp = claims(token)?.exp;
+  return typeof exp === "number" ? exp : undefined;
+}
+
+/** The personal topic `user:<sub>` of a JWT's `sub` claim, if it has one. */
+export function personalTopic(token: string): string | undefined {
+  const sub = claims(token)?.sub;
+  if (typeof sub !== "string") return undefined;
+  const topic = `user:${sub}`;
+  return isTopicName(topic) ? topic : undefined;
 }
 
 export class Herald {
@@ -130,7 +175,15 @@ export class Herald {
     transport: new Set(),
     error: new Set(),
     lost: new Set(),
+    serverSubscribe: new Set(),
+    serverUnsubscribe: new Set(),
+    serverMessage: new Set(),
   };
+  /** Topics the application subscribed each live connection to (the connection's and the
+   *  probe's), as the connection reported them. */
+  private readonly serverSets = new Map<Connection, Set<string>>();
+  /** The personal topic is kept across connections (`personalTopic`). */
+  private keepPersonal = false;
 
   private _state: State = "connecting";
   private _transport: TransportName | undefined;
@@ -176,6 +229,10 @@ export class Herald {
     this.backoff = options.backoff ?? {};
     this.random = options.random ?? Math.random;
     if (typeof options.token === "string") this.setToken(options.token);
+    if (options.personalTopic === "always") {
+      this.keepPersonal = true;
+      this.topicsChanged();
+    }
   }
 
   /** The connection's state. */
@@ -193,10 +250,24 @@ export class Herald {
     return this.cursors.get(topic);
   }
 
-  /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt) or `lost` (loss
-   *  signals of subscriptions without `onLost`). Returns a function that stops listening. */
+  /** The topics whose messages go to `serverMessage` listeners: those the application
+   *  subscribed the connection to (and the kept personal topic), less those the client
+   *  subscribed itself. */
+  get serverTopics(): string[] {
+    const out = new Set<string>(this.conn ? this.serverSets.get(this.conn) : undefined);
+    const personal = this.personal();
+    if (personal) out.add(personal);
+    return [...out].filter((t) => !this.subs.has(t));
+  }
+
+  /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt), `lost` (loss
+   *  signals of subscriptions without `onLost`), `serverSubscribe` / `serverUnsubscribe`
+   *  (the application subscribed the connection to topics, or they ended) and
+   *  `serverMessage` (messages of those topics). Listening to `serverMessage` opens a
+   *  WebSocket even without a subscription. Returns a function that stops listening. */
   on<K extends keyof Events>(event: K, fn: (v: Events[K]) => void): () => void {
     this.listeners[event].add(fn);
+    if (event === "serverMessage") this.topicsChanged();
     return () => this.off(event, fn);
   }
 
@@ -219,7 +290,10 @@ export class Herald {
       this.subs.set(topic, set);
       this.topicsChanged();
     }
-    const sub: Sub = { topic, onMessage, onLost: options.onLost, active: true };
+    if (options.last !== undefined && !(Number.isInteger(options.last) && options.last >= 0)) {
+      throw new RangeError(`Herald: last must be a whole number, not ${String(options.last)}`);
+    }
+    const sub: Sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
     set.add(sub);
     return {
       topic,
@@ -230,8 +304,10 @@ export class Herald {
         s?.delete(sub);
         if (s && s.size === 0) {
           this.subs.delete(topic);
-          this.cursors.delete(topic);
-          this.hints.delete(topic);
+          if (!this.isServerTopic(topic)) {
+            this.cursors.delete(topic);
+            this.hints.delete(topic);
+          }
           this.topicsChanged();
         }
       },
@@ -275,7 +351,94 @@ export class Herald {
     this.probe = undefined;
     this.conn?.close();
     this.conn = undefined;
+    this.serverSets.clear();
     this.setState("closed");
+  }
+
+  // ---- server-side subscriptions ----
+
+  /** The kept personal topic, if any (from the current token's `sub`). */
+  private personal(): string | undefined {
+    if (!this.keepPersonal || this.options.personalTopic === "off" || !this.token) return undefined;
+    return personalTopic(this.token);
+  }
+
+  /** The topics the client subscribes itself: its subscriptions and the kept personal topic. */
+  private wanted(): Set<string> {
+    const out = new Set(this.subs.keys());
+    const personal = this.personal();
+    if (personal) out.add(personal);
+    return out;
+  }
+
+  /** Whether the client holds a connection without any topic: for `serverMessage`
+   *  listeners (a WebSocket can be subscribed by the application). */
+  private serverListening(): boolean {
+    return this.listeners.serverMessage.size > 0;
+  }
+
+  private isServerTopic(topic: string): boolean {
+    if (topic === this.personal()) return true;
+    for (const set of this.serverSets.values()) if (set.has(topic)) return true;
+    return false;
+  }
+
+  /** A connection reports topics the application subscribed it to. */
+  private onServerSubscribed(conn: Connection, topics: string[], main: boolean): void {
+    let set = this.serverSets.get(conn);
+    if (!set) this.serverSets.set(conn, (set = new Set()));
+    const added = topics.filter((t) => isTopicName(t) && !set.has(t));
+    for (const t of added) set.add(t);
+    const personal = this.token ? personalTopic(this.token) : undefined;
+    let keep = false;
+    if (personal && added.includes(personal) && !this.keepPersonal && this.options.personalTopic !== "off") {
+      this.keepPersonal = true;
+      keep = true;
+    }
+    if (main) {
+      const told = added.filter((t) => !this.subs.has(t));
+      if (told.length > 0) this.emit("serverSubscribe", { topics: told });
+    }
+    // The kept personal topic joins the topics the client asks for (a no-op on this
+    // connection, which holds it already).
+    if (keep) this.topicsChanged();
+  }
+
+  /** A connection reports topics the application dropped, or that its new stream lost. */
+  private onServerUnsubscribed(conn: Connection, topics: string[], ended: boolean, main: boolean): void {
+    const set = this.serverSets.get(conn);
+    const removed = topics.filter((t) => set?.has(t) || (!ended && t === this.personal()));
+    for (const t of removed) set?.delete(t);
+    if (!ended && this.personal() !== undefined && removed.includes(this.personal()!)) this.keepPersonal = false;
+    if (main) this.serverTopicsGone(removed, ended ? "connection" : "server");
+    // The client's own subscriptions to a topic the application dropped are asked for again.
+    if (!ended) this.topicsChanged();
+  }
+
+  /** Topics no longer subscribed by the application: their cursors go unless the client
+   *  holds them itself; the application is told. */
+  private serverTopicsGone(topics: string[], reason: "server" | "connection"): void {
+    const wanted = this.wanted();
+    const gone = topics.filter((t) => !wanted.has(t));
+    for (const t of gone) {
+      if (!this.isServerTopic(t)) {
+        this.cursors.delete(t);
+        this.hints.delete(t);
+      }
+    }
+    const told = gone.filter((t) => !this.subs.has(t));
+    if (told.length > 0) this.emit("serverUnsubscribe", { topics: told, reason });
+  }
+
+  /** A connection ended, or was replaced by `next`: what the application had subscribed it
+   *  to ends with it (the gateway does not carry it over). */
+  private connectionEnded(conn: Connection, next?: Connection): void {
+    const set = this.serverSets.get(conn);
+    this.serverSets.delete(conn);
+    if (!set) return;
+    const carried = next ? this.serverSets.get(next) : undefined;
+    const lost = [...set].filter((t) => !carried?.has(t));
+    this.serverTopicsGone(lost, "connection");
   }
 
   // ---- connection life ----
@@ -287,13 +450,18 @@ export class Herald {
     queueMicrotask(() => {
       this.updateQueued = false;
       if (this.closed) return;
-      if (this.subs.size === 0) {
+      if (this.wanted().size === 0) {
         // SSE and poll need a topic; a WebSocket stays open for the next subscription.
         if (this.conn && this.conn.transport !== "websocket") this.drop();
         this.probe?.close();
         this.probe = undefined;
-        if (this.conn) this.conn.update();
-        return;
+        if (this.conn) {
+          this.conn.update();
+          return;
+        }
+        // Nothing to subscribe: a WebSocket opens for `serverMessage` listeners, and any
+        // transport once the token names the personal topic (`always`).
+        if (!this.serverListening() && !this.personalPending()) return;
       }
       if (this.conn) {
         this.conn.update();
@@ -305,8 +473,10 @@ export class Herald {
   }
 
   private drop(): void {
-    this.conn?.close();
+    const old = this.conn;
+    old?.close();
     this.conn = undefined;
+    if (old) this.connectionEnded(old);
     clearTimeout(this.probeTimer);
     if (this._state !== "closed") this.setState("connecting");
   }
@@ -316,8 +486,15 @@ export class Herald {
       url,
       topics: () => {
         const m = new Map<string, string | undefined>();
-        for (const t of this.subs.keys()) m.set(t, this.cursors.get(t));
+        for (const t of this.wanted()) m.set(t, this.cursors.get(t));
         return m;
+      },
+      last: (topic) => {
+        let last: number | undefined;
+        for (const sub of this.subs.get(topic) ?? []) {
+          if (sub.active && sub.last !== undefined && (last === undefined || sub.last > last)) last = sub.last;
+        }
+        return last;
       },
       token: () => this.token,
       fetch: this.options.fetch ?? globalThis.fetch.bind(globalThis),
@@ -343,7 +520,7 @@ export class Herald {
 
   private async connect(): Promise<void> {
     this.retryTimer = undefined;
-    if (this.closed || this.conn || this.starting || (this.subs.size === 0 && !this.isWs(this.ti))) return;
+    if (this.closed || this.conn || this.starting || !this.mayConnect(this.ti)) return;
     if (this.options.token !== undefined && this.token === undefined) {
       this.starting = true;
       try {
@@ -355,7 +532,7 @@ export class Herald {
       } finally {
         this.starting = false;
       }
-      if (this.closed || this.conn || this.retryTimer !== undefined) return;
+      if (this.closed || this.conn || this.retryTimer !== undefined || !this.mayConnect(this.ti)) return;
     }
     this.setState(this.everOpen ? "reconnecting" : "connecting");
     const ti = this.ti;
@@ -379,7 +556,7 @@ export class Herald {
         else if (main()) this.onOpen(ti, transport);
       },
       message: (m) => {
-        if (main() || probing()) this.deliver(m);
+        if (main() || probing()) this.deliver(m, conn!);
       },
       lost: (info, cursor) => {
         if (main() || probing()) this.onLostSignal(info, cursor);
@@ -387,12 +564,20 @@ export class Herald {
       position: (topic, cursor) => {
         if (main() || probing()) this.position(topic, cursor);
       },
+      serverSubscribed: (topics) => {
+        if (main() || probing()) this.onServerSubscribed(conn!, topics, main());
+      },
+      serverUnsubscribed: (topics, ended) => {
+        if (main() || probing()) this.onServerUnsubscribed(conn!, topics, ended, main());
+      },
       close: (info) => {
         if (main()) {
           this.conn = undefined;
+          this.connectionEnded(conn!);
           this.onClose(info, ti);
         } else if (probing()) {
           this.probe = undefined;
+          this.serverSets.delete(conn!);
           // Still failing: try the next preferred one, or wait for the next round.
           if (ti + 1 < this.connTransport) this.startProbe(ti + 1);
           else this.scheduleProbe();
@@ -418,6 +603,11 @@ export class Herald {
     this.probe = undefined;
     this.conn = probe;
     old?.close();
+    const before = old ? this.serverSets.get(old) : undefined;
+    if (old) this.connectionEnded(old, probe);
+    // What the application subscribed the probe to (a connect hook), it is told now.
+    const fresh = [...(this.serverSets.get(probe) ?? [])].filter((t) => !before?.has(t) && !this.subs.has(t));
+    if (fresh.length > 0) this.emit("serverSubscribe", { topics: fresh });
     this.ti = ti;
     this.failsHere = 0;
     this.onOpen(ti, this.transports[ti]!);
@@ -425,6 +615,18 @@ export class Herald {
 
   private isWs(ti: number): boolean {
     return this.transports[ti] === "websocket";
+  }
+
+  /** Whether transport `ti` has something to connect for: a topic (the kept personal topic
+   *  counts once the token is known); a WebSocket may open without any (the application
+   *  may subscribe it). */
+  private mayConnect(ti: number): boolean {
+    return this.isWs(ti) || this.wanted().size > 0 || this.personalPending();
+  }
+
+  /** The personal topic is kept but the token that names it is not fetched yet. */
+  private personalPending(): boolean {
+    return this.keepPersonal && this.options.personalTopic !== "off" && this.token === undefined && this.options.token !== undefined;
   }
 
   private onOpen(ti: number, transport: TransportName): void {
@@ -504,7 +706,7 @@ export class Herald {
   private startProbe(pi: number): void {
     this.probeTimer = undefined;
     if (this.closed || !this.conn || this.probe || pi >= this.connTransport) return;
-    if (this.subs.size === 0 && !this.isWs(pi)) {
+    if (this.wanted().size === 0 && !this.isWs(pi)) {
       this.scheduleProbe();
       return;
     }
@@ -515,12 +717,17 @@ export class Herald {
 
   // ---- delivery ----
 
-  private deliver(m: HeraldMessage): void {
+  private deliver(m: HeraldMessage, from: Connection): void {
     const set = this.subs.get(m.topic);
-    if (!set) return;
+    const server = !set && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
+    if (!set && !server) return;
     if (!isAfter(m.id, this.cursors.get(m.topic))) return; // already delivered
     this.cursors.set(m.topic, m.id);
     this.hints.delete(m.topic);
+    if (!set) {
+      this.emit("serverMessage", m);
+      return;
+    }
     for (const sub of [...set]) {
       if (!sub.active) continue;
       try {
@@ -532,7 +739,7 @@ export class Herald {
   }
 
   private position(topic: string, cursor: string): void {
-    if (!this.subs.has(topic) || !parseCursor(cursor)) return;
+    if ((!this.subs.has(topic) && !this.isServerTopic(topic)) || !parseCursor(cursor)) return;
     const current = this.cursors.get(topic);
     if (current === undefined) {
       this.cursors.set(topic, cursor);
@@ -548,8 +755,8 @@ export class Herald {
   }
 
   private onLostSignal(info: LostInfo, cursor: string | undefined): void {
-    const set = this.subs.get(info.topic);
-    if (!set) return;
+    const set = this.subs.get(info.topic) ?? new Set<Sub>();
+    if (set.size === 0 && !this.isServerTopic(info.topic)) return;
     const next = cursor ?? this.hints.get(info.topic);
     if (next !== undefined) this.cursors.set(info.topic, next);
     else this.cursors.delete(info.topic);

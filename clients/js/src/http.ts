@@ -34,9 +34,17 @@ function headers(ctx: ConnectionContext, extra: Record<string, string> = {}): Re
   return h;
 }
 
-function topicQuery(topics: Iterable<string>): URLSearchParams {
+/** `topic=..&format=json`, and `last` when a topic without a cursor asks for it: one value
+ *  applies to every topic without a cursor, so the largest asked for is sent. */
+function topicQuery(ctx: ConnectionContext, topics: Map<string, string | undefined>): URLSearchParams {
   const q = new URLSearchParams();
-  for (const t of topics) q.append("topic", t);
+  let last: number | undefined;
+  for (const [t, c] of topics) {
+    q.append("topic", t);
+    const n = c === undefined ? ctx.last(t) : undefined;
+    if (n !== undefined && (last === undefined || n > last)) last = n;
+  }
+  if (last !== undefined) q.set("last", String(last));
   q.set("format", "json");
   return q;
 }
@@ -49,6 +57,16 @@ function toMessage(f: unknown): HeraldMessage | undefined {
   const m: HeraldMessage = { topic: o.topic, id: o.id, data: o.data };
   if (typeof o.event === "string") m.event = o.event;
   return m;
+}
+
+/** The `topics` of a `{"topics": [..]}` event (`herald.subscribed`, `herald.unsubscribed`). */
+function topicsOf(data: string): string[] {
+  try {
+    const v = (JSON.parse(data) as { topics?: unknown }).topics;
+    return Array.isArray(v) ? v.filter((t): t is string => typeof t === "string") : [];
+  } catch {
+    return [];
+  }
 }
 
 /** Base of the two: one request at a time, restarted when the topics change. */
@@ -110,16 +128,44 @@ abstract class HttpConnection implements Connection {
 
 export class SseConnection extends HttpConnection {
   readonly transport = "sse" as const;
+  /** Topics the current stream was asked for. */
+  private asked = new Set<string>();
+  /** Topics the application subscribed the current stream to (`herald.subscribed`, a
+   *  connect hook's topics in the opening id). */
+  private byServer = new Set<string>();
 
   override refreshToken(_token: string): void {
     // The stream's token was checked when it opened: reconnect with the new one (exactly,
     // from the cursors).
-    this.update();
+    this.restart();
+  }
+
+  override update(): void {
+    if (this.closed) return;
+    // A new stream is a new connection on the gateway, which loses what the application
+    // subscribed this one to: restart only when the topics the client wants changed.
+    const wanted = this.ctx.topics();
+    const held = (t: string) => this.asked.has(t) || this.byServer.has(t);
+    if ([...wanted.keys()].every(held) && [...this.asked].every((t) => wanted.has(t))) return;
+    this.restart();
+  }
+
+  /** Topics named by the server that this stream did not ask for and did not know. */
+  private serverNew(topics: Iterable<string>): string[] {
+    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t));
+    for (const t of added) this.byServer.add(t);
+    return added;
   }
 
   protected async run(gen: number, signal: AbortSignal): Promise<void> {
     const topics = this.ctx.topics();
-    const url = new URL(`/v1/sse?${topicQuery(topics.keys())}`, this.ctx.url);
+    // What the application subscribed the previous stream to ends with it.
+    const ended = [...this.byServer].filter((t) => !topics.has(t));
+    this.byServer.clear();
+    this.asked = new Set(topics.keys());
+    if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
+    if (!this.current(gen)) return;
+    const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
     const resume = formatResumeList(topics);
     let openTimer: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
       if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
@@ -146,7 +192,12 @@ export class SseConnection extends HttpConnection {
       let ending: CloseInfo | undefined;
       const parser = new SseParser({
         id: (id) => {
-          for (const [t, c] of parseResumeList(id)) this.handlers.position(t, c);
+          if (!this.current(gen)) return;
+          const positions = parseResumeList(id);
+          // Topics in the opening id the stream did not ask for: a connect hook's.
+          const added = this.serverNew(positions.keys());
+          if (added.length > 0) this.handlers.serverSubscribed(added);
+          for (const [t, c] of positions) this.handlers.position(t, c);
           if (!sawOpening) {
             sawOpening = true;
             stopTimer();
@@ -176,6 +227,23 @@ export class SseConnection extends HttpConnection {
               const positions = e.id !== undefined ? parseResumeList(e.id) : new Map<string, string>();
               this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
               for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.subscribed": {
+              const added = this.serverNew(topicsOf(e.data));
+              if (added.length > 0) this.handlers.serverSubscribed(added);
+              // The id names every topic's position, the new ones' included.
+              if (e.id !== undefined) for (const [t, c] of parseResumeList(e.id)) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.unsubscribed": {
+              const removed = topicsOf(e.data);
+              for (const t of removed) {
+                this.byServer.delete(t);
+                this.asked.delete(t);
+              }
+              // A topic the client still wants is asked for again (a new stream) by update().
+              if (removed.length > 0) this.handlers.serverUnsubscribed(removed, false);
               break;
             }
             case "herald.shutdown": {
@@ -221,14 +289,28 @@ export class SseConnection extends HttpConnection {
 
 export class PollConnection extends HttpConnection {
   readonly transport = "poll" as const;
+  /** Positions of topics the polls did not ask for but the answers named (a connect hook's):
+   *  sent back in `cursor` so that the next poll goes on from them. */
+  private byServer = new Map<string, string>();
+  /** Topics the current poll asked for. */
+  private asked = new Set<string>();
+
+  override update(): void {
+    if (this.closed) return;
+    // The next poll reads the cursors anyway: restart only for another set of topics.
+    const wanted = this.ctx.topics();
+    if (wanted.size === this.asked.size && [...wanted.keys()].every((t) => this.asked.has(t))) return;
+    this.restart();
+  }
 
   protected async run(gen: number, signal: AbortSignal): Promise<void> {
     let first = true;
     while (this.current(gen)) {
       const topics = this.ctx.topics();
-      const q = topicQuery(topics.keys());
+      this.asked = new Set(topics.keys());
+      const q = topicQuery(this.ctx, topics);
       q.set("timeout", first ? "0" : String(this.ctx.pollTimeout));
-      const resume = formatResumeList(topics);
+      const resume = formatResumeList([...topics, ...[...this.byServer].filter(([t]) => !topics.has(t))]);
       if (resume) q.set("cursor", resume);
       const url = new URL(`/v1/poll?${q}`, this.ctx.url);
       const limit = (first ? 0 : this.ctx.pollTimeout * 1000) + this.ctx.openTimeout;
@@ -236,7 +318,12 @@ export class PollConnection extends HttpConnection {
         if (this.current(gen)) this.fail({ reason: `poll: no answer within ${limit} ms` });
       }, limit);
       let res: Response;
-      let body: { messages?: unknown[]; lost?: { topic: string; reason: string }[]; cursor?: string };
+      let body: {
+        messages?: unknown[];
+        lost?: { topic: string; reason: string }[];
+        cursor?: string;
+        disconnect?: { reason?: unknown; reconnect?: unknown };
+      };
       try {
         res = await this.ctx.fetch(url, {
           headers: headers(this.ctx, { accept: "application/json" }),
@@ -255,6 +342,23 @@ export class PollConnection extends HttpConnection {
       }
       if (!this.current(gen)) return;
       const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : new Map<string, string>();
+      // Topics of the answer the poll did not ask for: a connect hook's (they come and go
+      // with it).
+      const added: string[] = [];
+      const gone: string[] = [];
+      for (const [t, c] of positions) {
+        if (topics.has(t)) continue;
+        if (!this.byServer.has(t)) added.push(t);
+        this.byServer.set(t, c);
+      }
+      for (const t of [...this.byServer.keys()]) {
+        if (topics.has(t)) this.byServer.delete(t); // asked for by the client now
+        else if (!positions.has(t)) gone.push(t);
+      }
+      for (const t of gone) this.byServer.delete(t);
+      if (gone.length > 0) this.handlers.serverUnsubscribed(gone, false);
+      if (added.length > 0) this.handlers.serverSubscribed(added);
+      if (!this.current(gen)) return;
       const messages = (body.messages ?? []).map(toMessage).filter((m): m is HeraldMessage => m !== undefined);
       const withMessages = new Set(messages.map((m) => m.topic));
       // After a loss, delivery goes on from the batch's end, or from its first message.
@@ -269,6 +373,15 @@ export class PollConnection extends HttpConnection {
       for (const [t, c] of positions) this.handlers.position(t, c);
       first = false;
       this.markOpen();
+      if (body.disconnect && typeof body.disconnect === "object") {
+        // The application ended this client's connection (admin API): as SSE
+        // `herald.disconnect`; `reconnect: false` (logged out, banned) stops polling.
+        const reason = typeof body.disconnect.reason === "string" ? body.disconnect.reason : "disconnected";
+        const info: CloseInfo = { reason: `poll: disconnected: ${reason}` };
+        if (body.disconnect.reconnect === false) info.fatal = new HeraldError(0, "disconnected", reason);
+        this.fail(info);
+        return;
+      }
     }
   }
 }

@@ -65,6 +65,15 @@ export interface ConnectionHandlers {
   lost(info: LostInfo, cursor?: string): void;
   /** A topic's starting position (`subscribed` cursors, the SSE opening id, the poll cursor). */
   position(topic: string, cursor: string): void;
+  /** The application subscribed this connection to topics it did not ask for (WebSocket
+   *  `subscribed` with `"by": "server"`, SSE `herald.subscribed`, a connect hook's topics in
+   *  the SSE opening id or the poll cursor). Reported before their positions and messages. */
+  serverSubscribed(topics: string[]): void;
+  /** Topics the application had subscribed this connection to are gone: unsubscribed by the
+   *  application (`ended` false), or the transport started a new connection on the gateway
+   *  (an SSE stream restarted for a topic change), which the server does not carry them to
+   *  (`ended` true). */
+  serverUnsubscribed(topics: string[], ended: boolean): void;
   close(info: CloseInfo): void;
 }
 
@@ -74,6 +83,8 @@ export interface ConnectionContext {
   url: string;
   /** The subscribed topics and each one's cursor, read at the moment of (re)subscribing. */
   topics(): Map<string, string | undefined>;
+  /** For a topic without a cursor: start with its newest `last` messages (undefined: live). */
+  last(topic: string): number | undefined;
   /** The current token, if any. */
   token(): string | undefined;
   /** `fetch` to use. */

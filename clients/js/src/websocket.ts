@@ -18,6 +18,10 @@ export const MAX_PENDING = 1024;
 /** Error codes of a refused subscription that retrying cannot fix. */
 const FATAL_SUBSCRIBE = new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
 
+function strings(v: unknown): string[] {
+  return Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : [];
+}
+
 export function wsUrl(base: string, token: string | undefined): string {
   const u = new URL("/v1/ws", base);
   u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
@@ -32,6 +36,8 @@ export class WsConnection implements Connection {
   private opened = false;
   /** Topics subscribed or asked for. */
   private requested = new Set<string>();
+  /** Topics the application subscribed this connection to (`"by": "server"`), not asked for. */
+  private byServer = new Set<string>();
   private pending: Pending[] = [];
   private openTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -58,16 +64,29 @@ export class WsConnection implements Connection {
   update(): void {
     if (this.closed || this.socket.readyState !== 1) return;
     const wanted = this.ctx.topics();
-    const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t));
+    // A topic the application subscribed this connection to is held already: not asked again.
+    const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t) && !this.byServer.has(t));
     const unsubscribe = [...this.requested].filter((t) => !wanted.has(t));
-    if (subscribe.length > 0) {
-      const cursors: Record<string, string> = {};
-      for (const t of subscribe) {
-        const c = wanted.get(t);
-        if (c !== undefined) cursors[t] = c;
-        this.requested.add(t);
+    // One `subscribe` frame per `last` value (it applies to the frame's topics without a
+    // cursor); topics with a cursor go with the first.
+    const frames = new Map<number | undefined, { topics: string[]; cursors: Record<string, string> }>();
+    for (const t of subscribe) {
+      const c = wanted.get(t);
+      const last = c === undefined ? this.ctx.last(t) : undefined;
+      const key = c === undefined ? last : frames.keys().next().value;
+      let frame = frames.get(key);
+      if (!frame) {
+        frame = { topics: [], cursors: {} };
+        frames.set(key, frame);
       }
-      this.send({ type: "subscribe", topics: subscribe, cursors }, { kind: "subscribe", topics: subscribe });
+      frame.topics.push(t);
+      if (c !== undefined) frame.cursors[t] = c;
+      this.requested.add(t);
+    }
+    for (const [last, { topics, cursors }] of frames) {
+      const f: Record<string, unknown> = { type: "subscribe", topics, cursors };
+      if (last !== undefined) f.last = last;
+      this.send(f, { kind: "subscribe", topics });
     }
     if (unsubscribe.length > 0) {
       for (const t of unsubscribe) this.requested.delete(t);
@@ -142,8 +161,17 @@ export class WsConnection implements Connection {
         this.handlers.lost({ topic: String(f.topic), reason: String(f.reason) });
         break;
       case "subscribed": {
-        this.pending.shift();
         const cursors = (f.cursors ?? {}) as Record<string, string>;
+        if (f.by === "server") {
+          // Not a reply: the application subscribed this connection (admin API, a send, a
+          // connect hook). Nothing awaited is answered by it.
+          const topics = strings(f.topics).filter((t) => !this.requested.has(t));
+          for (const t of topics) this.byServer.add(t);
+          if (topics.length > 0) this.handlers.serverSubscribed(topics);
+          for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+          break;
+        }
+        this.pending.shift();
         for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
         this.markOpen();
         break;
@@ -154,6 +182,19 @@ export class WsConnection implements Connection {
         break;
       }
       case "unsubscribed":
+        if (f.by === "server") {
+          // The application dropped these topics, its own or the client's: the client asks
+          // again for those it still wants (the next update()).
+          const topics = strings(f.topics);
+          for (const t of topics) {
+            this.byServer.delete(t);
+            this.requested.delete(t);
+          }
+          if (topics.length > 0) this.handlers.serverUnsubscribed(topics, false);
+          break;
+        }
+        this.pending.shift();
+        break;
       case "authenticated":
       case "pong":
         this.pending.shift();

@@ -67,6 +67,9 @@ function fullJitter(attempt, options = {}, random = Math.random) {
 // src/websocket.ts
 var MAX_PENDING = 1024;
 var FATAL_SUBSCRIBE = /* @__PURE__ */ new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
+function strings(v) {
+  return Array.isArray(v) ? v.filter((x) => typeof x === "string") : [];
+}
 function wsUrl(base, token) {
   const u = new URL("/v1/ws", base);
   u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
@@ -102,21 +105,33 @@ var WsConnection = class {
   opened = false;
   /** Topics subscribed or asked for. */
   requested = /* @__PURE__ */ new Set();
+  /** Topics the application subscribed this connection to (`"by": "server"`), not asked for. */
+  byServer = /* @__PURE__ */ new Set();
   pending = [];
   openTimer;
   update() {
     if (this.closed || this.socket.readyState !== 1) return;
     const wanted = this.ctx.topics();
-    const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t));
+    const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t) && !this.byServer.has(t));
     const unsubscribe = [...this.requested].filter((t) => !wanted.has(t));
-    if (subscribe.length > 0) {
-      const cursors = {};
-      for (const t of subscribe) {
-        const c = wanted.get(t);
-        if (c !== void 0) cursors[t] = c;
-        this.requested.add(t);
+    const frames = /* @__PURE__ */ new Map();
+    for (const t of subscribe) {
+      const c = wanted.get(t);
+      const last = c === void 0 ? this.ctx.last(t) : void 0;
+      const key = c === void 0 ? last : frames.keys().next().value;
+      let frame = frames.get(key);
+      if (!frame) {
+        frame = { topics: [], cursors: {} };
+        frames.set(key, frame);
       }
-      this.send({ type: "subscribe", topics: subscribe, cursors }, { kind: "subscribe", topics: subscribe });
+      frame.topics.push(t);
+      if (c !== void 0) frame.cursors[t] = c;
+      this.requested.add(t);
+    }
+    for (const [last, { topics, cursors }] of frames) {
+      const f = { type: "subscribe", topics, cursors };
+      if (last !== void 0) f.last = last;
+      this.send(f, { kind: "subscribe", topics });
     }
     if (unsubscribe.length > 0) {
       for (const t of unsubscribe) this.requested.delete(t);
@@ -184,8 +199,15 @@ var WsConnection = class {
         this.handlers.lost({ topic: String(f.topic), reason: String(f.reason) });
         break;
       case "subscribed": {
-        this.pending.shift();
         const cursors = f.cursors ?? {};
+        if (f.by === "server") {
+          const topics = strings(f.topics).filter((t) => !this.requested.has(t));
+          for (const t of topics) this.byServer.add(t);
+          if (topics.length > 0) this.handlers.serverSubscribed(topics);
+          for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+          break;
+        }
+        this.pending.shift();
         for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
         this.markOpen();
         break;
@@ -196,6 +218,17 @@ var WsConnection = class {
         break;
       }
       case "unsubscribed":
+        if (f.by === "server") {
+          const topics = strings(f.topics);
+          for (const t of topics) {
+            this.byServer.delete(t);
+            this.requested.delete(t);
+          }
+          if (topics.length > 0) this.handlers.serverUnsubscribed(topics, false);
+          break;
+        }
+        this.pending.shift();
+        break;
       case "authenticated":
       case "pong":
         this.pending.shift();
@@ -360,9 +393,15 @@ function headers(ctx, extra = {}) {
   if (token) h.authorization = `Bearer ${token}`;
   return h;
 }
-function topicQuery(topics) {
+function topicQuery(ctx, topics) {
   const q = new URLSearchParams();
-  for (const t of topics) q.append("topic", t);
+  let last;
+  for (const [t, c] of topics) {
+    q.append("topic", t);
+    const n = c === void 0 ? ctx.last(t) : void 0;
+    if (n !== void 0 && (last === void 0 || n > last)) last = n;
+  }
+  if (last !== void 0) q.set("last", String(last));
   q.set("format", "json");
   return q;
 }
@@ -373,6 +412,14 @@ function toMessage(f) {
   const m = { topic: o.topic, id: o.id, data: o.data };
   if (typeof o.event === "string") m.event = o.event;
   return m;
+}
+function topicsOf(data) {
+  try {
+    const v = JSON.parse(data).topics;
+    return Array.isArray(v) ? v.filter((t) => typeof t === "string") : [];
+  } catch {
+    return [];
+  }
 }
 var HttpConnection = class {
   constructor(ctx, handlers) {
@@ -423,12 +470,35 @@ var HttpConnection = class {
 };
 var SseConnection = class extends HttpConnection {
   transport = "sse";
+  /** Topics the current stream was asked for. */
+  asked = /* @__PURE__ */ new Set();
+  /** Topics the application subscribed the current stream to (`herald.subscribed`, a
+   *  connect hook's topics in the opening id). */
+  byServer = /* @__PURE__ */ new Set();
   refreshToken(_token) {
-    this.update();
+    this.restart();
+  }
+  update() {
+    if (this.closed) return;
+    const wanted = this.ctx.topics();
+    const held = (t) => this.asked.has(t) || this.byServer.has(t);
+    if ([...wanted.keys()].every(held) && [...this.asked].every((t) => wanted.has(t))) return;
+    this.restart();
+  }
+  /** Topics named by the server that this stream did not ask for and did not know. */
+  serverNew(topics) {
+    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t));
+    for (const t of added) this.byServer.add(t);
+    return added;
   }
   async run(gen, signal) {
     const topics = this.ctx.topics();
-    const url = new URL(`/v1/sse?${topicQuery(topics.keys())}`, this.ctx.url);
+    const ended = [...this.byServer].filter((t) => !topics.has(t));
+    this.byServer.clear();
+    this.asked = new Set(topics.keys());
+    if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
+    if (!this.current(gen)) return;
+    const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
     const resume = formatResumeList(topics);
     let openTimer = setTimeout(() => {
       if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
@@ -455,7 +525,11 @@ var SseConnection = class extends HttpConnection {
       let ending;
       const parser = new SseParser({
         id: (id) => {
-          for (const [t, c] of parseResumeList(id)) this.handlers.position(t, c);
+          if (!this.current(gen)) return;
+          const positions = parseResumeList(id);
+          const added = this.serverNew(positions.keys());
+          if (added.length > 0) this.handlers.serverSubscribed(added);
+          for (const [t, c] of positions) this.handlers.position(t, c);
           if (!sawOpening) {
             sawOpening = true;
             stopTimer();
@@ -484,6 +558,21 @@ var SseConnection = class extends HttpConnection {
               const positions = e.id !== void 0 ? parseResumeList(e.id) : /* @__PURE__ */ new Map();
               this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
               for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.subscribed": {
+              const added = this.serverNew(topicsOf(e.data));
+              if (added.length > 0) this.handlers.serverSubscribed(added);
+              if (e.id !== void 0) for (const [t, c] of parseResumeList(e.id)) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.unsubscribed": {
+              const removed = topicsOf(e.data);
+              for (const t of removed) {
+                this.byServer.delete(t);
+                this.asked.delete(t);
+              }
+              if (removed.length > 0) this.handlers.serverUnsubscribed(removed, false);
               break;
             }
             case "herald.shutdown": {
@@ -528,13 +617,25 @@ var SseConnection = class extends HttpConnection {
 };
 var PollConnection = class extends HttpConnection {
   transport = "poll";
+  /** Positions of topics the polls did not ask for but the answers named (a connect hook's):
+   *  sent back in `cursor` so that the next poll goes on from them. */
+  byServer = /* @__PURE__ */ new Map();
+  /** Topics the current poll asked for. */
+  asked = /* @__PURE__ */ new Set();
+  update() {
+    if (this.closed) return;
+    const wanted = this.ctx.topics();
+    if (wanted.size === this.asked.size && [...wanted.keys()].every((t) => this.asked.has(t))) return;
+    this.restart();
+  }
   async run(gen, signal) {
     let first = true;
     while (this.current(gen)) {
       const topics = this.ctx.topics();
-      const q = topicQuery(topics.keys());
+      this.asked = new Set(topics.keys());
+      const q = topicQuery(this.ctx, topics);
       q.set("timeout", first ? "0" : String(this.ctx.pollTimeout));
-      const resume = formatResumeList(topics);
+      const resume = formatResumeList([...topics, ...[...this.byServer].filter(([t]) => !topics.has(t))]);
       if (resume) q.set("cursor", resume);
       const url = new URL(`/v1/poll?${q}`, this.ctx.url);
       const limit = (first ? 0 : this.ctx.pollTimeout * 1e3) + this.ctx.openTimeout;
@@ -561,6 +662,21 @@ var PollConnection = class extends HttpConnection {
       }
       if (!this.current(gen)) return;
       const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : /* @__PURE__ */ new Map();
+      const added = [];
+      const gone = [];
+      for (const [t, c] of positions) {
+        if (topics.has(t)) continue;
+        if (!this.byServer.has(t)) added.push(t);
+        this.byServer.set(t, c);
+      }
+      for (const t of [...this.byServer.keys()]) {
+        if (topics.has(t)) this.byServer.delete(t);
+        else if (!positions.has(t)) gone.push(t);
+      }
+      for (const t of gone) this.byServer.delete(t);
+      if (gone.length > 0) this.handlers.serverUnsubscribed(gone, false);
+      if (added.length > 0) this.handlers.serverSubscribed(added);
+      if (!this.current(gen)) return;
       const messages = (body.messages ?? []).map(toMessage).filter((m) => m !== void 0);
       const withMessages = new Set(messages.map((m) => m.topic));
       for (const l of body.lost ?? []) {
@@ -573,22 +689,39 @@ var PollConnection = class extends HttpConnection {
       for (const [t, c] of positions) this.handlers.position(t, c);
       first = false;
       this.markOpen();
+      if (body.disconnect && typeof body.disconnect === "object") {
+        const reason = typeof body.disconnect.reason === "string" ? body.disconnect.reason : "disconnected";
+        const info = { reason: `poll: disconnected: ${reason}` };
+        if (body.disconnect.reconnect === false) info.fatal = new HeraldError(0, "disconnected", reason);
+        this.fail(info);
+        return;
+      }
     }
   }
 };
 
 // src/herald.ts
-var ALL = ["websocket", "sse", "poll"];
-function tokenExpiry(token) {
+function claims(token) {
   const part = token.split(".")[1];
   if (!part) return void 0;
   try {
     const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
-    const claims = JSON.parse(atob(b64));
-    return typeof claims.exp === "number" ? claims.exp : void 0;
+    const c = JSON.parse(atob(b64));
+    return typeof c === "object" && c !== null ? c : void 0;
   } catch {
     return void 0;
   }
+}
+var ALL = ["websocket", "sse", "poll"];
+function tokenExpiry(token) {
+  const exp = claims(token)?.exp;
+  return typeof exp === "number" ? exp : void 0;
+}
+function personalTopic(token) {
+  const sub = claims(token)?.sub;
+  if (typeof sub !== "string") return void 0;
+  const topic = `user:${sub}`;
+  return isTopicName(topic) ? topic : void 0;
 }
 var Herald = class {
   constructor(url, options = {}) {
@@ -614,6 +747,10 @@ var Herald = class {
     this.backoff = options.backoff ?? {};
     this.random = options.random ?? Math.random;
     if (typeof options.token === "string") this.setToken(options.token);
+    if (options.personalTopic === "always") {
+      this.keepPersonal = true;
+      this.topicsChanged();
+    }
   }
   options;
   urls;
@@ -630,8 +767,16 @@ var Herald = class {
     state: /* @__PURE__ */ new Set(),
     transport: /* @__PURE__ */ new Set(),
     error: /* @__PURE__ */ new Set(),
-    lost: /* @__PURE__ */ new Set()
+    lost: /* @__PURE__ */ new Set(),
+    serverSubscribe: /* @__PURE__ */ new Set(),
+    serverUnsubscribe: /* @__PURE__ */ new Set(),
+    serverMessage: /* @__PURE__ */ new Set()
   };
+  /** Topics the application subscribed each live connection to (the connection's and the
+   *  probe's), as the connection reported them. */
+  serverSets = /* @__PURE__ */ new Map();
+  /** The personal topic is kept across connections (`personalTopic`). */
+  keepPersonal = false;
   _state = "connecting";
   _transport;
   conn;
@@ -665,10 +810,23 @@ var Herald = class {
   cursor(topic) {
     return this.cursors.get(topic);
   }
-  /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt) or `lost` (loss
-   *  signals of subscriptions without `onLost`). Returns a function that stops listening. */
+  /** The topics whose messages go to `serverMessage` listeners: those the application
+   *  subscribed the connection to (and the kept personal topic), less those the client
+   *  subscribed itself. */
+  get serverTopics() {
+    const out = new Set(this.conn ? this.serverSets.get(this.conn) : void 0);
+    const personal = this.personal();
+    if (personal) out.add(personal);
+    return [...out].filter((t) => !this.subs.has(t));
+  }
+  /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt), `lost` (loss
+   *  signals of subscriptions without `onLost`), `serverSubscribe` / `serverUnsubscribe`
+   *  (the application subscribed the connection to topics, or they ended) and
+   *  `serverMessage` (messages of those topics). Listening to `serverMessage` opens a
+   *  WebSocket even without a subscription. Returns a function that stops listening. */
   on(event, fn) {
     this.listeners[event].add(fn);
+    if (event === "serverMessage") this.topicsChanged();
     return () => this.off(event, fn);
   }
   off(event, fn) {
@@ -689,7 +847,10 @@ var Herald = class {
       this.subs.set(topic, set);
       this.topicsChanged();
     }
-    const sub = { topic, onMessage, onLost: options.onLost, active: true };
+    if (options.last !== void 0 && !(Number.isInteger(options.last) && options.last >= 0)) {
+      throw new RangeError(`Herald: last must be a whole number, not ${String(options.last)}`);
+    }
+    const sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
     set.add(sub);
     return {
       topic,
@@ -700,8 +861,10 @@ var Herald = class {
         s?.delete(sub);
         if (s && s.size === 0) {
           this.subs.delete(topic);
-          this.cursors.delete(topic);
-          this.hints.delete(topic);
+          if (!this.isServerTopic(topic)) {
+            this.cursors.delete(topic);
+            this.hints.delete(topic);
+          }
           this.topicsChanged();
         }
       }
@@ -743,7 +906,82 @@ var Herald = class {
     this.probe = void 0;
     this.conn?.close();
     this.conn = void 0;
+    this.serverSets.clear();
     this.setState("closed");
+  }
+  // ---- server-side subscriptions ----
+  /** The kept personal topic, if any (from the current token's `sub`). */
+  personal() {
+    if (!this.keepPersonal || this.options.personalTopic === "off" || !this.token) return void 0;
+    return personalTopic(this.token);
+  }
+  /** The topics the client subscribes itself: its subscriptions and the kept personal topic. */
+  wanted() {
+    const out = new Set(this.subs.keys());
+    const personal = this.personal();
+    if (personal) out.add(personal);
+    return out;
+  }
+  /** Whether the client holds a connection without any topic: for `serverMessage`
+   *  listeners (a WebSocket can be subscribed by the application). */
+  serverListening() {
+    return this.listeners.serverMessage.size > 0;
+  }
+  isServerTopic(topic) {
+    if (topic === this.personal()) return true;
+    for (const set of this.serverSets.values()) if (set.has(topic)) return true;
+    return false;
+  }
+  /** A connection reports topics the application subscribed it to. */
+  onServerSubscribed(conn, topics, main) {
+    let set = this.serverSets.get(conn);
+    if (!set) this.serverSets.set(conn, set = /* @__PURE__ */ new Set());
+    const added = topics.filter((t) => isTopicName(t) && !set.has(t));
+    for (const t of added) set.add(t);
+    const personal = this.token ? personalTopic(this.token) : void 0;
+    let keep = false;
+    if (personal && added.includes(personal) && !this.keepPersonal && this.options.personalTopic !== "off") {
+      this.keepPersonal = true;
+      keep = true;
+    }
+    if (main) {
+      const told = added.filter((t) => !this.subs.has(t));
+      if (told.length > 0) this.emit("serverSubscribe", { topics: told });
+    }
+    if (keep) this.topicsChanged();
+  }
+  /** A connection reports topics the application dropped, or that its new stream lost. */
+  onServerUnsubscribed(conn, topics, ended, main) {
+    const set = this.serverSets.get(conn);
+    const removed = topics.filter((t) => set?.has(t) || !ended && t === this.personal());
+    for (const t of removed) set?.delete(t);
+    if (!ended && this.personal() !== void 0 && removed.includes(this.personal())) this.keepPersonal = false;
+    if (main) this.serverTopicsGone(removed, ended ? "connection" : "server");
+    if (!ended) this.topicsChanged();
+  }
+  /** Topics no longer subscribed by the application: their cursors go unless the client
+   *  holds them itself; the application is told. */
+  serverTopicsGone(topics, reason) {
+    const wanted = this.wanted();
+    const gone = topics.filter((t) => !wanted.has(t));
+    for (const t of gone) {
+      if (!this.isServerTopic(t)) {
+        this.cursors.delete(t);
+        this.hints.delete(t);
+      }
+    }
+    const told = gone.filter((t) => !this.subs.has(t));
+    if (told.length > 0) this.emit("serverUnsubscribe", { topics: told, reason });
+  }
+  /** A connection ended, or was replaced by `next`: what the application had subscribed it
+   *  to ends with it (the gateway does not carry it over). */
+  connectionEnded(conn, next) {
+    const set = this.serverSets.get(conn);
+    this.serverSets.delete(conn);
+    if (!set) return;
+    const carried = next ? this.serverSets.get(next) : void 0;
+    const lost = [...set].filter((t) => !carried?.has(t));
+    this.serverTopicsGone(lost, "connection");
   }
   // ---- connection life ----
   topicsChanged() {
@@ -752,12 +990,15 @@ var Herald = class {
     queueMicrotask(() => {
       this.updateQueued = false;
       if (this.closed) return;
-      if (this.subs.size === 0) {
+      if (this.wanted().size === 0) {
         if (this.conn && this.conn.transport !== "websocket") this.drop();
         this.probe?.close();
         this.probe = void 0;
-        if (this.conn) this.conn.update();
-        return;
+        if (this.conn) {
+          this.conn.update();
+          return;
+        }
+        if (!this.serverListening() && !this.personalPending()) return;
       }
       if (this.conn) {
         this.conn.update();
@@ -768,8 +1009,10 @@ var Herald = class {
     });
   }
   drop() {
-    this.conn?.close();
+    const old = this.conn;
+    old?.close();
     this.conn = void 0;
+    if (old) this.connectionEnded(old);
     clearTimeout(this.probeTimer);
     if (this._state !== "closed") this.setState("connecting");
   }
@@ -778,8 +1021,15 @@ var Herald = class {
       url,
       topics: () => {
         const m = /* @__PURE__ */ new Map();
-        for (const t of this.subs.keys()) m.set(t, this.cursors.get(t));
+        for (const t of this.wanted()) m.set(t, this.cursors.get(t));
         return m;
+      },
+      last: (topic) => {
+        let last;
+        for (const sub of this.subs.get(topic) ?? []) {
+          if (sub.active && sub.last !== void 0 && (last === void 0 || sub.last > last)) last = sub.last;
+        }
+        return last;
       },
       token: () => this.token,
       fetch: this.options.fetch ?? globalThis.fetch.bind(globalThis),
@@ -803,7 +1053,7 @@ var Herald = class {
   }
   async connect() {
     this.retryTimer = void 0;
-    if (this.closed || this.conn || this.starting || this.subs.size === 0 && !this.isWs(this.ti)) return;
+    if (this.closed || this.conn || this.starting || !this.mayConnect(this.ti)) return;
     if (this.options.token !== void 0 && this.token === void 0) {
       this.starting = true;
       try {
@@ -815,7 +1065,7 @@ var Herald = class {
       } finally {
         this.starting = false;
       }
-      if (this.closed || this.conn || this.retryTimer !== void 0) return;
+      if (this.closed || this.conn || this.retryTimer !== void 0 || !this.mayConnect(this.ti)) return;
     }
     this.setState(this.everOpen ? "reconnecting" : "connecting");
     const ti = this.ti;
@@ -838,7 +1088,7 @@ var Herald = class {
         else if (main()) this.onOpen(ti, transport);
       },
       message: (m) => {
-        if (main() || probing()) this.deliver(m);
+        if (main() || probing()) this.deliver(m, conn);
       },
       lost: (info, cursor) => {
         if (main() || probing()) this.onLostSignal(info, cursor);
@@ -846,12 +1096,20 @@ var Herald = class {
       position: (topic, cursor) => {
         if (main() || probing()) this.position(topic, cursor);
       },
+      serverSubscribed: (topics) => {
+        if (main() || probing()) this.onServerSubscribed(conn, topics, main());
+      },
+      serverUnsubscribed: (topics, ended) => {
+        if (main() || probing()) this.onServerUnsubscribed(conn, topics, ended, main());
+      },
       close: (info) => {
         if (main()) {
           this.conn = void 0;
+          this.connectionEnded(conn);
           this.onClose(info, ti);
         } else if (probing()) {
           this.probe = void 0;
+          this.serverSets.delete(conn);
           if (ti + 1 < this.connTransport) this.startProbe(ti + 1);
           else this.scheduleProbe();
         }
@@ -875,12 +1133,26 @@ var Herald = class {
     this.probe = void 0;
     this.conn = probe;
     old?.close();
+    const before = old ? this.serverSets.get(old) : void 0;
+    if (old) this.connectionEnded(old, probe);
+    const fresh = [...this.serverSets.get(probe) ?? []].filter((t) => !before?.has(t) && !this.subs.has(t));
+    if (fresh.length > 0) this.emit("serverSubscribe", { topics: fresh });
     this.ti = ti;
     this.failsHere = 0;
     this.onOpen(ti, this.transports[ti]);
   }
   isWs(ti) {
     return this.transports[ti] === "websocket";
+  }
+  /** Whether transport `ti` has something to connect for: a topic (the kept personal topic
+   *  counts once the token is known); a WebSocket may open without any (the application
+   *  may subscribe it). */
+  mayConnect(ti) {
+    return this.isWs(ti) || this.wanted().size > 0 || this.personalPending();
+  }
+  /** The personal topic is kept but the token that names it is not fetched yet. */
+  personalPending() {
+    return this.keepPersonal && this.options.personalTopic !== "off" && this.token === void 0 && this.options.token !== void 0;
   }
   onOpen(ti, transport) {
     this.connOpenedAt = Date.now();
@@ -950,7 +1222,7 @@ var Herald = class {
   startProbe(pi) {
     this.probeTimer = void 0;
     if (this.closed || !this.conn || this.probe || pi >= this.connTransport) return;
-    if (this.subs.size === 0 && !this.isWs(pi)) {
+    if (this.wanted().size === 0 && !this.isWs(pi)) {
       this.scheduleProbe();
       return;
     }
@@ -959,12 +1231,17 @@ var Herald = class {
     else this.scheduleProbe();
   }
   // ---- delivery ----
-  deliver(m) {
+  deliver(m, from) {
     const set = this.subs.get(m.topic);
-    if (!set) return;
+    const server = !set && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
+    if (!set && !server) return;
     if (!isAfter(m.id, this.cursors.get(m.topic))) return;
     this.cursors.set(m.topic, m.id);
     this.hints.delete(m.topic);
+    if (!set) {
+      this.emit("serverMessage", m);
+      return;
+    }
     for (const sub of [...set]) {
       if (!sub.active) continue;
       try {
@@ -975,7 +1252,7 @@ var Herald = class {
     }
   }
   position(topic, cursor) {
-    if (!this.subs.has(topic) || !parseCursor(cursor)) return;
+    if (!this.subs.has(topic) && !this.isServerTopic(topic) || !parseCursor(cursor)) return;
     const current = this.cursors.get(topic);
     if (current === void 0) {
       this.cursors.set(topic, cursor);
@@ -990,8 +1267,8 @@ var Herald = class {
     }
   }
   onLostSignal(info, cursor) {
-    const set = this.subs.get(info.topic);
-    if (!set) return;
+    const set = this.subs.get(info.topic) ?? /* @__PURE__ */ new Set();
+    if (set.size === 0 && !this.isServerTopic(info.topic)) return;
     const next = cursor ?? this.hints.get(info.topic);
     if (next !== void 0) this.cursors.set(info.topic, next);
     else this.cursors.delete(info.topic);
@@ -1068,5 +1345,6 @@ export {
   isTopicName,
   parseCursor,
   parseResumeList,
+  personalTopic,
   tokenExpiry
 };
