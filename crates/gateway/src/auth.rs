@@ -343,6 +343,12 @@ impl Auth {
         self.access(topic).and_then(|a| a.publish) == Some(false)
     }
 
+    /// Whether `topic`'s namespace is closed to `who` because it has no token
+    /// (`anonymous = false`): no hook opens it.
+    pub fn closed_to(&self, who: &Identity, topic: &str) -> bool {
+        who.is_anonymous() && self.access(topic).and_then(|a| a.anonymous) == Some(false)
+    }
+
     /// Takes each namespace's `anonymous` and `publish` rules.
     pub fn with_namespaces(
         mut self,

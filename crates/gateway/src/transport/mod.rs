@@ -182,7 +182,14 @@ pub async fn may_subscribe(
 ) -> Result<(), ApiError> {
     // The hook decides for the topics of namespaces it applies to; the token rules for the
     // rest, and for all when the hook is not configured (or unavailable under `allow`).
-    // Personal topics keep Herald's own rule (`user:<sub>` for that user only).
+    // Personal topics keep Herald's own rule (`user:<sub>` for that user only), and a
+    // namespace closed to anonymous clients stays closed to them whatever the hook says.
+    if let Some(closed) = topics
+        .iter()
+        .find(|t| state.auth().closed_to(caller.who, t))
+    {
+        return Err(crate::auth::forbidden(closed));
+    }
     let (asked, mut ruled): (Vec<&str>, Vec<&str>) = topics.iter().partition(|t| {
         !crate::auth::is_personal(t)
             && state

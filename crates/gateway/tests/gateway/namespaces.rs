@@ -212,15 +212,7 @@ async fn a_namespace_decides_whether_clients_may_publish() {
     )
     .await;
     let refused = ws_next(&mut ws).await;
-    assert_eq!(
-        (refused["type"].as_str(), refused["code"].as_str()),
-        (Some("error"), Some("forbidden")),
-        "{refused}"
-    );
-    assert!(
-        refused["reason"].as_str().unwrap().contains("namespace"),
-        "{refused}"
-    );
+    assert_forbidden(&refused, "namespace");
     // Outside the namespaces the token's `publish` claim decides.
     ws_send(
         &mut ws,
@@ -318,6 +310,39 @@ async fn a_namespace_chooses_the_hooks_that_apply_to_its_topics() {
     )
     .await;
     assert_eq!(ws_next(&mut ws).await["code"], "forbidden");
+    gw.stop().await.unwrap();
+}
+
+/// A namespace closed to anonymous clients stays closed to them whatever the subscribe hook
+/// says; personal topics keep their own rule too.
+#[tokio::test]
+async fn a_hook_does_not_open_a_namespace_closed_to_anonymous_clients() {
+    let app = axum::Router::new().route(
+        "/hooks/subscribe",
+        axum::routing::post(|| async { axum::Json(json!({"result": "allow"})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hooks/subscribe", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut config = token_config();
+    config.hooks.subscribe_url = Some(url);
+    let shut = NamespaceConfig {
+        anonymous: Some(false),
+        ..Default::default()
+    };
+    let gw = spawn_gateway(with(config, "shut", shut)).await;
+    let status = |query: String| {
+        let url = format!("http://{}/v1/sse?{query}", gw.public_addr);
+        async move { get(url, &[]).await.status().as_u16() }
+    };
+    assert_eq!(status("topic=shut:x".into()).await, 403);
+    assert_eq!(status("topic=open-by-hook".into()).await, 200);
+    let t = token_for(json!({"sub": "ann"}));
+    assert_eq!(
+        status(format!("topic=shut:x&token={t}")).await,
+        200,
+        "the hook allows a token holder"
+    );
     gw.stop().await.unwrap();
 }
 

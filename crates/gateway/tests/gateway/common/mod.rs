@@ -475,3 +475,16 @@ pub fn unix_now() -> u64 {
         .unwrap()
         .as_secs()
 }
+
+/// Asserts that `frame` is a WebSocket `error` frame `forbidden` whose reason says `why`.
+pub fn assert_forbidden(frame: &Value, why: &str) {
+    assert_eq!(
+        (frame["type"].as_str(), frame["code"].as_str()),
+        (Some("error"), Some("forbidden")),
+        "{frame}"
+    );
+    assert!(
+        frame["reason"].as_str().is_some_and(|r| r.contains(why)),
+        "{frame}"
+    );
+}
