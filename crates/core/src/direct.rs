@@ -41,13 +41,25 @@ pub trait DirectWriter: Send + Sync + 'static {
     fn frame<'m>(&self, message: &'m Message) -> &'m Bytes;
     /// Writes what the socket takes of `buf` now: how many bytes, or `WouldBlock`.
     fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
-    /// Counts a message delivered (its frame `bytes` long), written at `now`.
-    fn delivered(&self, bytes: usize, message: &Message, now: Instant);
+    /// Where this subscriber's deliveries are counted. The fan-out adds up one message's
+    /// deliveries to consecutive subscribers that share a counter and counts them once, so no
+    /// delivery touches a shared counter of its own.
+    fn counter(&self) -> &'static dyn DeliveryCounter;
+    /// What a delivery of `message` counts as bytes, `written` being its frame's length.
+    fn counted_bytes(&self, written: usize, _message: &Message) -> usize {
+        written
+    }
     /// Whether the fan-out may start writing now (false while the transport's own writer
     /// has a frame half out).
     fn ready(&self) -> bool {
         true
     }
+}
+
+/// Counts deliveries by the batch ([`DirectWriter::counter`]).
+pub trait DeliveryCounter: Sync {
+    /// `n` deliveries of one message, `bytes` in all, `latency` after it was published.
+    fn delivered(&self, n: u64, bytes: u64, latency: std::time::Duration);
 }
 
 /// A subscriber's link to its topic's fan-out, shared by the topic and the subscriber's feed.
@@ -208,39 +220,77 @@ impl DirectSub {
 
     /// Writes `message` when it is the subscriber's next one; parks it when the socket does
     /// not take the whole frame or the message is not the next one.
-    fn offer(&self, message: &Message, now: Instant) {
+    /// Writes `message` to this subscriber if it is direct and the message is its next one;
+    /// returns where the delivery counts and its bytes, when it was delivered.
+    fn offer(
+        &self,
+        message: &Message,
+        now: Instant,
+    ) -> Option<(&'static dyn DeliveryCounter, usize)> {
         let mut state = self.state.lock();
         if !state.direct {
-            return;
+            return None;
         }
         let cursor = message.cursor();
         if cursor.epoch == state.position.epoch && cursor.seq <= state.position.seq {
-            return;
+            return None;
         }
         if cursor.epoch != state.position.epoch || cursor.seq != state.position.seq + 1 {
-            return self.park(&mut state);
+            self.park(&mut state);
+            return None;
         }
-        let Some(writer) = state.writer.as_ref() else {
-            return;
-        };
+        let writer = state.writer.as_ref()?;
         let frame = writer.frame(message);
         match writer.try_write(frame) {
-            Ok(n) if n == frame.len() => {
-                writer.delivered(n, message, now);
-                state.position = cursor;
-                state.last_write = Some(now);
-            }
             Ok(n) => {
-                // Part of the frame is on the wire: the task writes the rest, then goes on
-                // after this message.
-                writer.delivered(frame.len(), message, now);
+                let counted = (writer.counter(), writer.counted_bytes(frame.len(), message));
                 state.position = cursor;
                 state.last_write = Some(now);
-                state.rest = Some(frame.slice(n..));
-                self.park(&mut state)
+                if n < frame.len() {
+                    // Part of the frame is on the wire: the task writes the rest, then goes
+                    // on after this message.
+                    state.rest = Some(frame.slice(n..));
+                    self.park(&mut state);
+                }
+                Some(counted)
             }
             // Would block, or failed: the task writes (or finds the error) from here on.
-            Err(_) => self.park(&mut state),
+            Err(_) => {
+                self.park(&mut state);
+                None
+            }
+        }
+    }
+}
+
+/// One message's deliveries to consecutive subscribers that share a counter, counted once.
+#[derive(Default)]
+struct Tally {
+    run: Option<(&'static dyn DeliveryCounter, u64, u64)>,
+}
+
+impl Tally {
+    fn add(
+        &mut self,
+        counter: &'static dyn DeliveryCounter,
+        bytes: usize,
+        latency: std::time::Duration,
+    ) {
+        match &mut self.run {
+            Some((c, n, b)) if std::ptr::addr_eq(*c, counter) => {
+                *n += 1;
+                *b += bytes as u64;
+            }
+            _ => {
+                self.flush(latency);
+                self.run = Some((counter, 1, bytes as u64));
+            }
+        }
+    }
+
+    fn flush(&mut self, latency: std::time::Duration) {
+        if let Some((counter, n, bytes)) = self.run.take() {
+            counter.delivered(n, bytes, latency);
         }
     }
 }
@@ -458,9 +508,14 @@ impl Group {
                 }
                 let now = Instant::now();
                 for message in &messages {
+                    let latency = now.saturating_duration_since(message.published_at());
+                    let mut tally = Tally::default();
                     for sub in subs.iter() {
-                        sub.offer(message, now);
+                        if let Some((counter, bytes)) = sub.offer(message, now) {
+                            tally.add(counter, bytes, latency);
+                        }
                     }
+                    tally.flush(latency);
                 }
             }
             drop(running);

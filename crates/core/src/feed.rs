@@ -755,8 +755,18 @@ mod tests {
             Ok(n)
         }
 
-        fn delivered(&self, _bytes: usize, _message: &Message, _now: std::time::Instant) {}
+        fn counter(&self) -> &'static dyn crate::DeliveryCounter {
+            &NO_COUNT
+        }
     }
+
+    struct NoCount;
+
+    impl crate::DeliveryCounter for NoCount {
+        fn delivered(&self, _n: u64, _bytes: u64, _latency: Duration) {}
+    }
+
+    static NO_COUNT: NoCount = NoCount;
 
     #[test]
     fn a_coalescing_topic_s_slow_subscriber_skips_to_the_newest_message() {

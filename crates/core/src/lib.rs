@@ -19,7 +19,7 @@ pub mod registry;
 pub mod topic;
 
 pub use cursor::{Cursor, ResumeList};
-pub use direct::{DirectSub, DirectWriter};
+pub use direct::{DeliveryCounter, DirectSub, DirectWriter};
 pub use error::{CursorError, EventNameError, FeedError, RegistryError, TopicNameError};
 pub use feed::{Feed, FeedEvent, LagPolicy, Start};
 pub use history::{History, LossReason};

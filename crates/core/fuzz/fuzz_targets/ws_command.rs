@@ -49,8 +49,14 @@ fuzz_target!(|data: &[u8]| {
     let kind = field("type").and_then(Value::as_str);
     let strings = |v: &Vec<String>| Value::from(v.clone());
     match command {
-        Command::Subscribe { topics, cursors } => {
+        Command::Subscribe {
+            topics,
+            cursors,
+            last,
+        } => {
             assert_eq!(kind, Some("subscribe"));
+            let given = field("last").and_then(Value::as_u64);
+            assert_eq!(given, last.map(|n| n as u64), "{text:?}");
             assert_eq!(field("topics"), Some(&strings(&topics)));
             for (topic, cursor) in &cursors {
                 let given = field("cursors").and_then(|c| c.get(topic));
@@ -62,6 +68,11 @@ fuzz_target!(|data: &[u8]| {
         Command::Unsubscribe { topics } => {
             assert_eq!(kind, Some("unsubscribe"));
             assert_eq!(field("topics"), Some(&strings(&topics)));
+        }
+        Command::Heartbeat { interval } => {
+            assert_eq!(kind, Some("heartbeat"));
+            let given = field("interval").and_then(Value::as_f64);
+            assert_eq!(given, Some(interval), "{text:?}");
         }
         Command::Auth { token } => {
             assert_eq!(kind, Some("auth"));

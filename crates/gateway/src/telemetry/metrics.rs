@@ -302,6 +302,19 @@ impl TransportMetrics {
     }
 }
 
+impl herald_core::DeliveryCounter for TransportMetrics {
+    /// A batch from a topic's direct fan-out: one update of each counter and one of the
+    /// histogram for `n` deliveries of a message.
+    fn delivered(&self, n: u64, bytes: u64, latency: Duration) {
+        self.delivered.increment(n);
+        self.bytes.increment(bytes);
+        self.latency.record_many(
+            latency.as_secs_f64(),
+            usize::try_from(n).unwrap_or(usize::MAX),
+        );
+    }
+}
+
 /// Why a connection closed (the `reason` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CloseReason {

@@ -230,9 +230,8 @@ impl DirectWriter for FrameWriter {
         crate::server::stream::direct_send(&self.socket, buf)
     }
 
-    fn delivered(&self, bytes: usize, message: &Message, now: std::time::Instant) {
+    fn counter(&self) -> &'static dyn herald_core::DeliveryCounter {
         self.metrics
-            .delivered(bytes, now.saturating_duration_since(message.published_at()));
     }
 }
 

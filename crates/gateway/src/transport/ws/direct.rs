@@ -182,12 +182,13 @@ impl DirectWriter for FrameWriter {
         crate::server::stream::direct_send(&self.tcp, buf)
     }
 
-    fn delivered(&self, _bytes: usize, message: &Message, now: std::time::Instant) {
+    fn counter(&self) -> &'static dyn herald_core::DeliveryCounter {
+        self.metrics
+    }
+
+    fn counted_bytes(&self, _written: usize, message: &Message) -> usize {
         // The payload's length, as the task's own path counts it.
-        self.metrics.delivered(
-            message.ws_frame().len(),
-            now.saturating_duration_since(message.published_at()),
-        );
+        message.ws_frame().len()
     }
 
     fn ready(&self) -> bool {
