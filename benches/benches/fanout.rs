@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use herald_benches::{small_payload, topic};
-use herald_core::{DirectWriter, Feed, FeedEvent, LagPolicy, Message};
+use herald_core::{DeliveryCounter, DirectWriter, Feed, FeedEvent, LagPolicy, Message};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -28,8 +28,21 @@ impl DirectWriter for Counting {
         Ok(buf.len())
     }
 
-    fn delivered(&self, _bytes: usize, _message: &Message, _now: std::time::Instant) {}
+    fn counter(&self) -> &'static dyn DeliveryCounter {
+        &DELIVERIES
+    }
 }
+
+/// Counts deliveries as the gateway's metrics do, a batch at a time.
+struct Deliveries(AtomicUsize);
+
+impl DeliveryCounter for Deliveries {
+    fn delivered(&self, n: u64, _bytes: u64, _latency: std::time::Duration) {
+        self.0.fetch_add(n as usize, Ordering::Relaxed);
+    }
+}
+
+static DELIVERIES: Deliveries = Deliveries(AtomicUsize::new(0));
 
 /// N feeds linked to one topic's fan-out and gone direct. Outside a runtime, so every group
 /// is fanned out on the publishing thread.
