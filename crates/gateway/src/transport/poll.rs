@@ -64,11 +64,6 @@ async fn poll(
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Poll);
-    // A waiting poll is a connection the admin API can end (`disconnect` in the answer), and
-    // a presence member of its topics while it waits.
-    let mut connection = state.open_connection_as(id, Transport::Poll, &who);
-    connection.closing(CloseReason::Done);
-    connection.subscribed_to(feed.positions().map(|(t, _)| t));
     let mut disconnect = None;
     let mut presence: Vec<PresenceEvent> = Vec::new();
 
@@ -92,6 +87,12 @@ async fn poll(
         }
     }
     if messages.is_empty() && lost.is_empty() && !timeout.is_zero() {
+        // A waiting poll is a connection the admin API can end (`disconnect` in the answer),
+        // and a presence member of its topics while it waits. One answered at once is not:
+        // a client polling in a tight loop does not churn the cluster's registry.
+        let mut connection = state.open_connection_as(id, Transport::Poll, &who);
+        connection.closing(CloseReason::Done);
+        connection.subscribed_to(feed.positions().map(|(t, _)| t));
         tokio::select! {
             event = feed.next() => {
                 take(event, &mut messages, &mut lost);
@@ -123,6 +124,9 @@ async fn poll(
                 }
             },
         }
+    } else {
+        // Counted as a poll all the same.
+        metrics.open().closing(CloseReason::Done);
     }
 
     let cursor = {

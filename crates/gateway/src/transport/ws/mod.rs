@@ -634,8 +634,10 @@ impl<S: PeerStream> Connection<S> {
         }
         // The application decides again about a connection that now acts for someone else,
         // as it did at the upgrade: a token must not get past the connect hook.
-        let peer = self.socket.get_ref().get_ref().peer_ip();
-        if let Some(peer) = peer {
+        let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
+            return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
+        };
+        {
             let caller = Caller {
                 transport: "ws",
                 client: Some(self.guard.id()),
