@@ -9,7 +9,6 @@ use std::task::{Context, Poll, Waker};
 use tokio::sync::broadcast;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use tokio_stream::Stream as _;
 use tokio_stream::StreamMap;
 use tokio_stream::wrappers::BroadcastStream;
@@ -19,27 +18,10 @@ use crate::cursor::Cursor;
 use crate::direct::{DirectSub, DirectWriter};
 use crate::error::FeedError;
 use crate::history::LossReason;
+pub use crate::lag::LagPolicy;
 use crate::message::Message;
 use crate::name::TopicName;
 use crate::topic::{Subscription, Topic};
-
-/// What happens to a subscriber that falls behind its topic's live channel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LagPolicy {
-    /// Replay the missed messages from history; if history no longer covers them, tell the
-    /// client that messages were lost and go on live.
-    #[default]
-    RecoverOrNotify,
-    /// Replay from history; if history no longer covers the gap, disconnect the client.
-    RecoverOrDisconnect,
-    /// Disconnect at once.
-    Disconnect,
-    /// Skip to the newest message: the subscriber gets the newest message history holds and
-    /// goes on live from there, without a loss signal (for tickers and state feeds, where
-    /// only the latest value matters).
-    Coalesce,
-}
 
 /// Where a new subscription begins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,6 +12,7 @@ pub mod direct;
 pub mod error;
 pub mod feed;
 pub mod history;
+pub mod lag;
 pub mod message;
 pub mod name;
 pub mod protocol;

@@ -9,8 +9,8 @@ use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
 use crate::direct::{DirectSet, DirectSub, DirectWriter};
-use crate::feed::LagPolicy;
 use crate::history::{History, LossReason};
+use crate::lag::LagPolicy;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
 

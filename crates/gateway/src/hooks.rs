@@ -45,31 +45,7 @@ pub const MAX_REASON_BYTES: usize = 256;
 /// Longest user name a connect or refresh answer may give.
 const MAX_USER_BYTES: usize = 256;
 
-/// A hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Hook {
-    /// A client connects.
-    Connect,
-    /// A client subscribes.
-    Subscribe,
-    /// A client publishes.
-    Publish,
-    /// A connection's credentials expire.
-    Refresh,
-}
-
-impl Hook {
-    /// The name: the `hook` label and the request's `hook` field.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Connect => "connect",
-            Self::Subscribe => "subscribe",
-            Self::Publish => "publish",
-            Self::Refresh => "refresh",
-        }
-    }
-}
+pub use crate::config::hooks::Hook;
 
 /// The headers of a client's request that hook requests carry (`hooks.forward_headers`):
 /// one word, and no allocation when there are none (a WebSocket connection keeps them).

@@ -171,6 +171,32 @@ impl HooksConfig {
     }
 }
 
+/// A hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hook {
+    /// A client connects.
+    Connect,
+    /// A client subscribes.
+    Subscribe,
+    /// A client publishes.
+    Publish,
+    /// A connection's credentials expire.
+    Refresh,
+}
+
+impl Hook {
+    /// The name: the `hook` label and the request's `hook` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connect => "connect",
+            Self::Subscribe => "subscribe",
+            Self::Publish => "publish",
+            Self::Refresh => "refresh",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

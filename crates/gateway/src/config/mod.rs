@@ -594,7 +594,7 @@ impl Config {
     }
 
     /// Whether `hook` applies to `topic` ([`NamespaceConfig::hooks`]).
-    pub fn hook_applies(&self, hook: crate::hooks::Hook, topic: &str) -> bool {
+    pub fn hook_applies(&self, hook: hooks::Hook, topic: &str) -> bool {
         match self.namespace(topic).and_then(|(_, ns)| ns.hooks.as_ref()) {
             Some(hooks) => hooks.contains(&hook),
             None => true,

@@ -9,7 +9,7 @@ use anyhow::{bail, ensure};
 use herald_core::LagPolicy;
 use serde::{Deserialize, Serialize};
 
-use crate::hooks::Hook;
+use super::hooks::Hook;
 
 /// Most namespaces a configuration may name (each is a metrics label value).
 pub const MAX_NAMESPACES: usize = 256;
