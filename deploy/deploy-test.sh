@@ -12,7 +12,7 @@
 #   * the Prometheus rules and the Grafana dashboard: deploy/observability-test.sh.
 #
 # Installs what is missing: helm with `go install` (HERALD_HELM_VERSION, default v3.22.0),
-# kubernetes-validate and podman-compose with pip, docker-compose with apt-get.
+# kubernetes-validate and podman-compose with pip, docker-compose and podman with apt-get.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -43,10 +43,14 @@ if ! python3 -c 'import kubernetes_validate, podman_compose' 2>/dev/null; then
   log "installing kubernetes-validate and podman-compose with pip"
   python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0 podman-compose==1.6.0
 fi
-if ! command -v docker-compose >/dev/null; then
-  log "installing Debian's docker-compose"
+# podman-compose asks `podman version` before it reads a file, so podman itself is needed too.
+missing=()
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+command -v podman >/dev/null || missing+=(podman)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian's ${missing[*]} with apt-get"
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 cargo build --quiet -p herald-gateway --bin herald
 herald="${CARGO_TARGET_DIR:-$repo/target}/debug/herald"
