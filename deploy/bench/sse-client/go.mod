@@ -1,0 +1,3 @@
+module herald.dev/bench/sse-client
+
+go 1.21
