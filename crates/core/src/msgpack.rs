@@ -13,7 +13,6 @@
 //! [`crate::message::MAX_PAYLOAD_DEPTH`] before recursing, so hostile input costs at most its
 //! own length.
 
-use base64::Engine as _;
 use rmp::Marker;
 
 use crate::message::MAX_PAYLOAD_DEPTH;
@@ -115,6 +114,28 @@ pub fn map_fields(input: &[u8]) -> Result<Vec<(&str, &[u8])>, MsgpackError> {
     }
     reader.end()?;
     Ok(fields)
+}
+
+/// The raw bytes of each item of the one array that `input` holds (each checked to have a
+/// JSON form). Fails when `input` is not exactly one array.
+pub fn array_items(input: &[u8]) -> Result<Vec<&[u8]>, MsgpackError> {
+    let mut reader = Reader { buf: input, pos: 0 };
+    let len = match reader.marker()? {
+        Marker::FixArray(n) => u32::from(n),
+        Marker::Array16 => u32::from(reader.u16()?),
+        Marker::Array32 => reader.u32()?,
+        _ => return Err(MsgpackError::new("expected a MessagePack array")),
+    };
+    let mut items = Vec::new();
+    let mut scratch = Vec::new();
+    for _ in 0..len {
+        let start = reader.pos;
+        scratch.clear();
+        reader.value(&mut scratch, 0)?;
+        items.push(&input[start..reader.pos]);
+    }
+    reader.end()?;
+    Ok(items)
 }
 
 /// The string a field's raw value holds, or `None` when it is not a string.
@@ -458,5 +479,14 @@ mod tests {
         assert!(is_nil(fields[2].1));
         assert!(map_fields(&from_json(&json!([1]))).is_err());
         assert!(map_fields(&[0x81, 0xa1, b'k']).is_err(), "truncated");
+        let items = from_json(&json!([{"a": 1}, "b"]));
+        assert_eq!(
+            array_items(&items).unwrap(),
+            [
+                &from_json(&json!({"a": 1}))[..],
+                &from_json(&json!("b"))[..]
+            ]
+        );
+        assert!(array_items(&packed).is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! Direct delivery on a WebSocket served over plain TCP ([`herald_core::direct`]): while a
 //! single-topic connection's feed is idle, its topic's publisher writes each message's
-//! whole frame (encoded once, [`herald_core::Message::ws_wire_frame`]) to the socket itself.
+//! whole frame (encoded once, [`herald_core::Message::ws_wire_frame`], or
+//! [`herald_core::Message::ws_msgpack_wire_frame`] on a `herald.msgpack` connection) to the
+//! socket itself.
 //!
 //! tungstenite writes on this socket too (replies, pings, close frames, and a pong while it
 //! reads), so [`SharedSocket`] is a gate in front of it: before tungstenite's bytes go out,
@@ -20,6 +22,7 @@ use herald_core::{DirectSub, DirectWriter, Message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::format::Format;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::TransportMetrics;
 
@@ -33,16 +36,19 @@ pub struct SharedSocket {
     rest: Option<Bytes>,
     /// tungstenite wrote and has not flushed yet: its frame may be half out.
     dirty: Arc<AtomicBool>,
+    /// The connection's wire format: which of a message's frames the fan-out writes.
+    format: Format,
 }
 
 impl SharedSocket {
-    /// Shares `tcp`.
-    pub fn new(tcp: TcpStream) -> Self {
+    /// Shares `tcp`, which carries frames in `format`.
+    pub fn new(tcp: TcpStream, format: Format) -> Self {
         Self {
             tcp: Arc::new(tcp),
             link: None,
             rest: None,
             dirty: Arc::new(AtomicBool::new(false)),
+            format,
         }
     }
 
@@ -83,6 +89,7 @@ impl PeerStream for SharedSocket {
             tcp: self.tcp.clone(),
             dirty: self.dirty.clone(),
             metrics,
+            format: self.format,
         }))
     }
 
@@ -171,11 +178,15 @@ struct FrameWriter {
     tcp: Arc<TcpStream>,
     dirty: Arc<AtomicBool>,
     metrics: &'static TransportMetrics,
+    format: Format,
 }
 
 impl DirectWriter for FrameWriter {
     fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        message.ws_wire_frame()
+        match self.format {
+            Format::Json => message.ws_wire_frame(),
+            Format::Msgpack => message.ws_msgpack_wire_frame(),
+        }
     }
 
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
@@ -188,7 +199,10 @@ impl DirectWriter for FrameWriter {
 
     fn counted_bytes(&self, _written: usize, message: &Message) -> usize {
         // The payload's length, as the task's own path counts it.
-        message.ws_frame().len()
+        match self.format {
+            Format::Json => message.ws_frame().len(),
+            Format::Msgpack => message.ws_msgpack_frame().len(),
+        }
     }
 
     fn ready(&self) -> bool {
@@ -250,7 +264,7 @@ mod tests {
         socket2::SockRef::from(&server)
             .set_send_buffer_size(16 * 1024)
             .unwrap();
-        let mut socket = SharedSocket::new(server);
+        let mut socket = SharedSocket::new(server, Format::Json);
         let config = TopicConfig {
             channel_capacity: 64,
             history_len: 64,
