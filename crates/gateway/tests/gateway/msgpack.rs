@@ -25,7 +25,7 @@ fn msgpack_request(url: &str) -> tokio_tungstenite::tungstenite::handshake::clie
 }
 
 /// A `herald.msgpack` client on the plain listener; checks the server named the subprotocol.
-async fn mp_connect(gw: &herald_gateway::Gateway) -> WsStream {
+pub(crate) async fn mp_connect(gw: &herald_gateway::Gateway) -> WsStream {
     let url = format!("ws://{}/v1/ws", gw.public_addr);
     let (ws, response) = tokio_tungstenite::connect_async(msgpack_request(&url))
         .await
@@ -38,24 +38,27 @@ async fn mp_connect(gw: &herald_gateway::Gateway) -> WsStream {
 }
 
 /// A map value from `(key, value)` pairs.
-fn map(fields: Vec<(&str, Mp)>) -> Mp {
+pub(crate) fn map(fields: Vec<(&str, Mp)>) -> Mp {
     Mp::Map(fields.into_iter().map(|(k, v)| (Mp::from(k), v)).collect())
 }
 
-fn encode(value: &Mp) -> Vec<u8> {
+pub(crate) fn encode(value: &Mp) -> Vec<u8> {
     let mut out = Vec::new();
     rmpv::encode::write_value(&mut out, value).unwrap();
     out
 }
 
-async fn mp_send<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>, value: Mp) {
+pub(crate) async fn mp_send<S: AsyncRead + AsyncWrite + Unpin>(
+    ws: &mut WebSocketStream<S>,
+    value: Mp,
+) {
     ws.send(WsMessage::Binary(encode(&value).into()))
         .await
         .unwrap();
 }
 
 /// The next binary frame, decoded (pings skipped); a text frame fails the test.
-async fn mp_next<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Mp {
+pub(crate) async fn mp_next<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Mp {
     loop {
         let frame = tokio::time::timeout(WAIT, ws.next())
             .await
@@ -76,7 +79,7 @@ async fn mp_next<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>)
 }
 
 /// `value[key]` of a map.
-fn field<'a>(value: &'a Mp, key: &str) -> &'a Mp {
+pub(crate) fn field<'a>(value: &'a Mp, key: &str) -> &'a Mp {
     value
         .as_map()
         .unwrap_or_else(|| panic!("not a map: {value}"))
@@ -86,11 +89,11 @@ fn field<'a>(value: &'a Mp, key: &str) -> &'a Mp {
         .unwrap_or(&Mp::Nil)
 }
 
-fn kind(value: &Mp) -> &str {
+pub(crate) fn kind(value: &Mp) -> &str {
     field(value, "type").as_str().unwrap_or("")
 }
 
-async fn mp_subscribe<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn mp_subscribe<S: AsyncRead + AsyncWrite + Unpin>(
     ws: &mut WebSocketStream<S>,
     topics: &[&str],
 ) -> Mp {
@@ -106,7 +109,11 @@ async fn mp_subscribe<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// POSTs `body` as MessagePack to `/v1/publish` (or `path`) on the admin listener.
-async fn post_msgpack(gw: &herald_gateway::Gateway, path: &str, body: &Mp) -> reqwest::Response {
+pub(crate) async fn post_msgpack(
+    gw: &herald_gateway::Gateway,
+    path: &str,
+    body: &Mp,
+) -> reqwest::Response {
     http()
         .post(format!("http://{}{path}", gw.admin_addr))
         .header("content-type", "application/msgpack")
