@@ -536,3 +536,37 @@ async fn direct_msgpack_frames_stay_whole_when_a_stalled_client_reads_again() {
     );
     gw.stop().await.unwrap();
 }
+
+/// Over the Redis bridge a MessagePack payload stays as sent: published on one node, it
+/// reaches a `herald.msgpack` socket on another node with its binary intact, and an SSE stream
+/// there in its JSON form; a JSON publish reaches the same socket in MessagePack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_msgpack_payload_crosses_the_redis_bridge_as_sent() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let prefix = format!("test-msgpack-{:x}", rand::random::<u32>());
+    let a = spawn_ready(cluster_config(&prefix, "a")).await;
+    let b = spawn_ready(cluster_config(&prefix, "b")).await;
+    let mut ws = mp_connect(&b).await;
+    mp_subscribe(&mut ws, &["bridged"]).await;
+    let mut sse = SseClient::connect(&b, "topic=bridged", None).await;
+    sse.next_block().await.unwrap();
+    let data = map(vec![
+        ("raw", Mp::Binary(vec![0, 0xff])),
+        ("f", Mp::F32(0.5)),
+    ]);
+    let body = map(vec![("topic", "bridged".into()), ("data", data.clone())]);
+    assert_eq!(post_msgpack(&a, "/v1/publish", &body).await.status(), 200);
+    let message = mp_next(&mut ws).await;
+    assert_eq!(field(&message, "data"), &data, "binary and f32 kept");
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some(r#"{"raw":"AP8=","f":0.5}"#)
+    );
+    publish(&a, "bridged", json!({"from": "json"})).await;
+    assert_eq!(
+        field(&mp_next(&mut ws).await, "data"),
+        &map(vec![("from", "json".into())])
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
