@@ -35,8 +35,17 @@ pub struct SharedSocket {
     /// Written before tungstenite's next bytes: the rest of a frame the fan-out wrote in part.
     rest: Option<Bytes>,
     /// tungstenite wrote and has not flushed yet: its frame may be half out.
-    dirty: Arc<AtomicBool>,
-    /// The connection's wire format: which of a message's frames the fan-out writes.
+    /// Shared with the fan-out's writer: whether tungstenite has bytes half out, and the
+    /// connection's wire format.
+    gate: Arc<Gate>,
+}
+
+/// What the socket's two writers share. The format lives here, in an allocation the flag needs
+/// anyway (and that a byte more does not grow), rather than in every socket.
+struct Gate {
+    /// tungstenite wrote and has not flushed yet: its frame may be half out.
+    dirty: AtomicBool,
+    /// Which of a message's frames the fan-out writes.
     format: Format,
 }
 
@@ -47,8 +56,10 @@ impl SharedSocket {
             tcp: Arc::new(tcp),
             link: None,
             rest: None,
-            dirty: Arc::new(AtomicBool::new(false)),
-            format,
+            gate: Arc::new(Gate {
+                dirty: AtomicBool::new(false),
+                format,
+            }),
         }
     }
 
@@ -87,9 +98,8 @@ impl PeerStream for SharedSocket {
     fn direct_writer(&self, metrics: &'static TransportMetrics) -> Option<Box<dyn DirectWriter>> {
         Some(Box::new(FrameWriter {
             tcp: self.tcp.clone(),
-            dirty: self.dirty.clone(),
+            gate: self.gate.clone(),
             metrics,
-            format: self.format,
         }))
     }
 
@@ -112,7 +122,7 @@ impl PeerStream for SharedSocket {
             Some(before) => [before, rest].concat().into(),
         });
         // Out with tungstenite's next flush, before anything else.
-        self.dirty.store(true, Ordering::Release);
+        self.gate.dirty.store(true, Ordering::Release);
     }
 }
 
@@ -144,7 +154,7 @@ impl AsyncWrite for SharedSocket {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         // Dirty before the fan-out is parked: it must not go direct again until flushed.
-        this.dirty.store(true, Ordering::Release);
+        this.gate.dirty.store(true, Ordering::Release);
         this.park();
         ready!(this.poll_rest(cx))?;
         loop {
@@ -161,7 +171,7 @@ impl AsyncWrite for SharedSocket {
         ready!(this.poll_rest(cx))?;
         // tungstenite flushes its stream only once its own buffer is out: nothing of its is
         // half-written now.
-        this.dirty.store(false, Ordering::Release);
+        this.gate.dirty.store(false, Ordering::Release);
         Poll::Ready(Ok(()))
     }
 
@@ -176,14 +186,13 @@ impl AsyncWrite for SharedSocket {
 /// What the topic's fan-out writes to a directly served WebSocket: the message's whole frame.
 struct FrameWriter {
     tcp: Arc<TcpStream>,
-    dirty: Arc<AtomicBool>,
+    gate: Arc<Gate>,
     metrics: &'static TransportMetrics,
-    format: Format,
 }
 
 impl DirectWriter for FrameWriter {
     fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        match self.format {
+        match self.gate.format {
             Format::Json => message.ws_wire_frame(),
             Format::Msgpack => message.ws_msgpack_wire_frame(),
         }
@@ -199,14 +208,14 @@ impl DirectWriter for FrameWriter {
 
     fn counted_bytes(&self, _written: usize, message: &Message) -> usize {
         // The payload's length, as the task's own path counts it.
-        match self.format {
+        match self.gate.format {
             Format::Json => message.ws_frame().len(),
             Format::Msgpack => message.ws_msgpack_frame().len(),
         }
     }
 
     fn ready(&self) -> bool {
-        !self.dirty.load(Ordering::Acquire)
+        !self.gate.dirty.load(Ordering::Acquire)
     }
 }
 
