@@ -235,6 +235,29 @@ async fn msgpack_commands_are_answered_in_msgpack_and_publish_as_sent() {
     let json_message = ws_next(&mut json_ws).await;
     assert_eq!(json_message["data"], json!([1, "hi"]));
 
+    // A cursor from another epoch: the loss signal, in MessagePack too.
+    mp_send(
+        &mut ws,
+        map(vec![
+            ("type", "subscribe".into()),
+            ("topics", Mp::Array(vec!["gone".into()])),
+            ("cursors", map(vec![("gone", "1-5".into())])),
+        ]),
+    )
+    .await;
+    let (mut lost, mut subscribed) = (None, false);
+    while lost.is_none() || !subscribed {
+        let frame = mp_next(&mut ws).await;
+        match kind(&frame) {
+            "lost" => lost = Some(frame),
+            "subscribed" => subscribed = true,
+            other => panic!("unexpected {other}: {frame}"),
+        }
+    }
+    let lost = lost.unwrap();
+    assert_eq!(field(&lost, "topic").as_str(), Some("gone"));
+    assert!(field(&lost, "reason").is_str(), "{lost}");
+
     // heartbeat, auth, unsubscribe: the same commands, answered in MessagePack.
     mp_send(
         &mut ws,
