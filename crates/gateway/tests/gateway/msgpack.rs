@@ -458,9 +458,15 @@ async fn the_first_known_subprotocol_is_chosen_and_unknown_ones_get_json() {
     gw.stop().await.unwrap();
 }
 
+/// Over TLS: a `herald.msgpack` WebSocket (HTTP/1.1), fed by a MessagePack publish sent over
+/// HTTP/2 on the same listener (dev mode serves the publish API there).
 #[tokio::test]
-async fn msgpack_over_tls() {
-    let gw = spawn_gateway(crate::tls::tls_config()).await;
+async fn msgpack_over_tls_and_http2() {
+    use http_body_util::{BodyExt as _, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let mut config = crate::tls::tls_config();
+    config.dev = true;
+    let gw = spawn_gateway(config).await;
     let tls = crate::tls::tls_connect(&gw, &[b"http/1.1"]).await;
     let (mut ws, response) =
         tokio_tungstenite::client_async(msgpack_request("wss://localhost/v1/ws"), tls)
@@ -471,13 +477,23 @@ async fn msgpack_over_tls() {
         "herald.msgpack"
     );
     mp_subscribe(&mut ws, &["wss"]).await;
-    let resp = post_msgpack(
-        &gw,
-        "/v1/publish",
-        &map(vec![("topic", "wss".into()), ("data", Mp::Binary(vec![7]))]),
-    )
-    .await;
-    assert_eq!(resp.status(), 200);
+
+    let h2 = crate::tls::tls_connect(&gw, &[b"h2"]).await;
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(h2))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let body = map(vec![("topic", "wss".into()), ("data", Mp::Binary(vec![7]))]);
+    let request = hyper::Request::post("https://localhost/v1/publish")
+        .header("content-type", "application/msgpack")
+        .body(Full::new(bytes::Bytes::from(encode(&body))))
+        .unwrap();
+    let resp = sender.send_request(request).await.unwrap();
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    let status = resp.status();
+    let answer = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(status, 200, "{answer:?}");
     let message = mp_next(&mut ws).await;
     assert_eq!(field(&message, "data"), &Mp::Binary(vec![7]));
     gw.stop().await.unwrap();
