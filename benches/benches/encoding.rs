@@ -35,6 +35,14 @@ fn encoding(c: &mut Criterion) {
                 BatchSize::SmallInput,
             )
         });
+        // The `herald.msgpack` frame of a JSON payload: converted, once per message.
+        group.bench_function(format!("ws_msgpack/{name}"), |b| {
+            b.iter_batched(
+                || message(payload.clone()),
+                |m| black_box(m.ws_msgpack_frame().len()),
+                BatchSize::SmallInput,
+            )
+        });
         // The JSON form of SSE (`format=json`): the WebSocket frame, then the SSE event
         // around it.
         group.bench_function(format!("sse_json/{name}"), |b| {
@@ -48,6 +56,13 @@ fn encoding(c: &mut Criterion) {
     group.bench_function("payload_from_json", |b| {
         let raw = br#"{ "order": 123456, "status": "shipped", "carrier": "dhl", "eta": "2026-11-23T10:00:00Z" }"#;
         b.iter(|| black_box(Payload::from_json(raw).expect("valid JSON")))
+    });
+    // A MessagePack publish: checked and given its JSON form, once per message.
+    let packed = herald_core::msgpack::from_json(&serde_json::json!(
+        {"order": 123456, "status": "shipped", "carrier": "dhl", "eta": "2026-11-23T10:00:00Z"}
+    ));
+    group.bench_function("payload_from_msgpack", |b| {
+        b.iter(|| black_box(Payload::from_msgpack(&packed).expect("valid MessagePack")))
     });
     group.finish();
 }

@@ -14,6 +14,7 @@ pub mod feed;
 pub mod history;
 pub mod lag;
 pub mod message;
+pub mod msgpack;
 pub mod name;
 pub mod protocol;
 pub mod registry;

@@ -165,6 +165,46 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
     })
 }
 
+/// A binary frame of the `herald.msgpack` subprotocol, read: the command as JSON text for
+/// [`parse`] (so that both formats are held to the same rules and answered with the same
+/// errors), and the raw MessagePack bytes of its `data`, to carry as given.
+#[derive(Debug)]
+pub struct MsgpackFrame<'a> {
+    /// The command as a JSON object (its `data` in its JSON form).
+    pub json: String,
+    /// The `data` field's MessagePack bytes, when it has one.
+    pub data: Option<&'a [u8]>,
+}
+
+/// Reads one binary frame of the `herald.msgpack` subprotocol: a MessagePack map with the
+/// fields of the JSON command. `bad_msgpack` when it is not one MessagePack map with string
+/// keys whose values all have a JSON form; the command itself is then checked by [`parse`].
+pub fn from_msgpack(frame: &[u8]) -> Result<MsgpackFrame<'_>, CommandError> {
+    let bad = |e: crate::msgpack::MsgpackError| CommandError {
+        code: "bad_msgpack",
+        reason: e.to_string(),
+    };
+    let fields = crate::msgpack::map_fields(frame).map_err(bad)?;
+    let mut json = String::with_capacity(frame.len() * 2 + 2);
+    let mut data = None;
+    json.push('{');
+    for (i, (key, raw)) in fields.iter().enumerate() {
+        if i > 0 {
+            json.push(',');
+        }
+        // Keys and values were checked by `map_fields`: both conversions succeed.
+        json.push_str(&serde_json::to_string(key).unwrap_or_default());
+        json.push(':');
+        let value = crate::msgpack::to_json(raw).map_err(bad)?;
+        json.push_str(std::str::from_utf8(&value).unwrap_or("null"));
+        if *key == "data" {
+            data = Some(*raw);
+        }
+    }
+    json.push('}');
+    Ok(MsgpackFrame { json, data })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +286,35 @@ mod tests {
         );
         let missing = parse(r#"{"type":"auth"}"#).unwrap_err();
         assert_eq!(missing.reason, "auth needs \"token\"");
+    }
+
+    #[test]
+    fn a_msgpack_frame_is_the_same_command_with_its_data_as_given() {
+        use crate::msgpack;
+        // {"type":"publish","topic":"t","data":bin[1,2]}
+        let mut frame = msgpack::from_json(&serde_json::json!({"type": "publish", "topic": "t"}));
+        frame[0] = 0x83;
+        frame.extend_from_slice(&[0xa4, b'd', b'a', b't', b'a', 0xc4, 2, 1, 2]);
+        let read = from_msgpack(&frame).unwrap();
+        assert_eq!(read.json, r#"{"type":"publish","topic":"t","data":"AQI="}"#);
+        assert_eq!(read.data, Some(&[0xc4, 2, 1, 2][..]));
+        assert!(matches!(
+            parse(&read.json).unwrap(),
+            Command::Publish { .. }
+        ));
+        // The same rules as JSON: a missing field, an unknown type.
+        let subscribe = msgpack::from_json(&serde_json::json!({"type": "subscribe"}));
+        let err = parse(&from_msgpack(&subscribe).unwrap().json).unwrap_err();
+        assert_eq!(
+            (err.code, err.reason.as_str()),
+            ("bad_frame", "subscribe needs \"topics\"")
+        );
+        // Not MessagePack, not a map, a key that is not a string.
+        assert_eq!(from_msgpack(&[0x92]).unwrap_err().code, "bad_msgpack");
+        assert_eq!(from_msgpack(&[0x01]).unwrap_err().code, "bad_msgpack");
+        assert_eq!(
+            from_msgpack(&[0x81, 0x01, 0x01]).unwrap_err().code,
+            "bad_msgpack"
+        );
     }
 }

@@ -48,12 +48,17 @@ pub struct Prepared {
     pub payload: Payload,
 }
 
-/// The publish pipeline every publish goes through (HTTP on either listener, batches,
-/// WebSocket `publish`), up to routing: validate the topic, authorise `publisher` for it,
-/// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
-/// its messages come through here), then validate the event name and the payload. With the
-/// publish hook configured, a client is authorised last, once the message is known valid,
-/// by the application ([`crate::hooks::Hooks::publish`]).
+/// A payload as a publisher sent it.
+#[derive(Debug, Clone, Copy)]
+pub enum Data<'a> {
+    /// One JSON value.
+    Json(&'a RawValue),
+    /// One MessagePack value (`application/msgpack`, the `herald.msgpack` subprotocol),
+    /// carried as given; it must have a JSON form ([`herald_core::msgpack`]).
+    Msgpack(&'a [u8]),
+}
+
+/// [`prepare_data`] for a JSON payload.
 pub async fn prepare(
     state: &AppState,
     publisher: &Publisher<'_>,
@@ -61,6 +66,24 @@ pub async fn prepare(
     topic: &str,
     event: Option<&str>,
     data: &RawValue,
+) -> Result<Prepared, ApiError> {
+    prepare_data(state, publisher, rate_key, topic, event, Data::Json(data)).await
+}
+
+/// The publish pipeline every publish goes through (HTTP on either listener, batches,
+/// WebSocket `publish`), up to routing: validate the topic, authorise `publisher` for it,
+/// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
+/// its messages come through here), then validate the event name and the payload. With the
+/// publish hook configured, a client is authorised last, once the message is known valid,
+/// by the application ([`crate::hooks::Hooks::publish`]), which sees a MessagePack payload in
+/// its JSON form.
+pub async fn prepare_data(
+    state: &AppState,
+    publisher: &Publisher<'_>,
+    rate_key: Option<&str>,
+    topic: &str,
+    event: Option<&str>,
+    data: Data<'_>,
 ) -> Result<Prepared, ApiError> {
     let topic = TopicName::new(topic)?;
     let hooked = state.hooks().has(Hook::Publish)
@@ -89,31 +112,44 @@ pub async fn prepare(
         }
         None => None,
     };
-    let payload = Payload::from_json(data.get().as_bytes()).map_err(bad_json)?;
     let max = state.config().limits.max_payload_bytes;
+    let payload = match data {
+        Data::Json(data) => Payload::from_json(data.get().as_bytes()).map_err(bad_json)?,
+        Data::Msgpack(bytes) => {
+            if bytes.len() > max {
+                return Err(too_large(format!(
+                    "payload is {} bytes of MessagePack; the limit is {max}",
+                    bytes.len()
+                )));
+            }
+            Payload::from_msgpack(bytes).map_err(bad_msgpack)?
+        }
+    };
     if payload.len() > max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "payload is {} bytes of compact JSON; the limit is {max}",
-                payload.len()
-            ),
-        ));
+        // A MessagePack payload is held to the limit in its JSON form too (binary grows by a
+        // third in base64): every JSON subscriber gets that form.
+        return Err(too_large(format!(
+            "payload is {} bytes of compact JSON; the limit is {max}",
+            payload.len()
+        )));
     }
+
     if let Publisher::Client(caller) = publisher
         && hooked
-        && !state
-            .hooks()
-            .publish(
-                caller,
-                topic.as_str(),
-                event.as_ref().map(|e| e.as_str()),
-                data,
-            )
-            .await?
     {
-        token_may_publish(state, caller, &topic)?;
+        let data: &RawValue = match data {
+            Data::Json(data) => data,
+            // The JSON form was made from a checked value: it parses.
+            Data::Msgpack(_) => serde_json::from_slice(payload.as_bytes()).map_err(bad_json)?,
+        };
+        let event = event.as_ref().map(|e| e.as_str());
+        if !state
+            .hooks()
+            .publish(caller, topic.as_str(), event, data)
+            .await?
+        {
+            token_may_publish(state, caller, &topic)?;
+        }
     }
     Ok(Prepared {
         topic,
@@ -156,6 +192,15 @@ pub async fn route(
     let id = state.publish(&topic, event, payload).await?;
     metrics::published(source);
     Ok((topic, id))
+}
+
+fn too_large(reason: String) -> ApiError {
+    ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", reason)
+}
+
+/// A 400 `bad_msgpack` with the reason (malformed, or a value with no JSON form).
+pub fn bad_msgpack(e: herald_core::msgpack::MsgpackError) -> ApiError {
+    ApiError::bad_request("bad_msgpack", e.to_string())
 }
 
 /// A 400 `bad_json` with the parser's words.

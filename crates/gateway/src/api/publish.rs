@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Forwarded, Hook};
 use crate::limits::publisher_key;
-use crate::publish::{Publisher, admit, bad_json, prepare, route};
+use crate::publish::{Data, Publisher, admit, bad_json, bad_msgpack, prepare_data, route};
 use crate::telemetry::metrics;
 
 /// Largest request body accepted: room for a batch of maximal payloads.
@@ -98,19 +98,108 @@ struct BatchRequest {
     messages: Vec<Box<RawValue>>,
 }
 
-/// Publishes one message; answers `{"id": cursor, "topic": name}`.
+/// Whether a request body is MessagePack: `Content-Type: application/msgpack` (or the
+/// older `application/x-msgpack`, `application/vnd.msgpack`); any other body is JSON.
+pub fn is_msgpack(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            let v = v.trim();
+            [
+                "application/msgpack",
+                "application/x-msgpack",
+                "application/vnd.msgpack",
+            ]
+            .iter()
+            .any(|t| v.eq_ignore_ascii_case(t))
+        })
+}
+
+/// One message of a request, JSON or MessagePack.
+struct OneRequest<'a> {
+    topic: &'a str,
+    event: Option<&'a str>,
+    data: Data<'a>,
+}
+
+impl<'a> OneRequest<'a> {
+    fn json(request: &'a PublishRequest) -> Self {
+        Self {
+            topic: &request.topic,
+            event: request.event.as_deref(),
+            data: Data::Json(&request.data),
+        }
+    }
+
+    /// A MessagePack map with the fields of [`PublishRequest`]: `topic` (a string), `data`
+    /// (any value with a JSON form, carried as given), `event` (a string or nil).
+    fn msgpack(body: &'a [u8]) -> Result<Self, ApiError> {
+        use herald_core::msgpack;
+        let fields = msgpack::map_fields(body).map_err(bad_msgpack)?;
+        let (mut topic, mut event, mut data) = (None, None, None);
+        for (key, raw) in fields {
+            let string = |field: &str| {
+                msgpack::as_str(raw).ok_or_else(|| {
+                    ApiError::bad_request("bad_msgpack", format!("{field:?} must be a string"))
+                })
+            };
+            match key {
+                "topic" => topic = Some(string("topic")?),
+                "event" if msgpack::is_nil(raw) => event = None,
+                "event" => event = Some(string("event")?),
+                "data" => data = Some(raw),
+                other => {
+                    return Err(ApiError::bad_request(
+                        "bad_msgpack",
+                        format!("unknown field {other:?}, expected topic, data or event"),
+                    ));
+                }
+            }
+        }
+        let missing =
+            |field: &str| ApiError::bad_request("bad_msgpack", format!("missing field {field:?}"));
+        Ok(Self {
+            topic: topic.ok_or_else(|| missing("topic"))?,
+            event,
+            data: Data::Msgpack(data.ok_or_else(|| missing("data"))?),
+        })
+    }
+}
+
+/// Publishes one message; answers `{"id": cursor, "topic": name}`. The body is JSON, or
+/// MessagePack with `Content-Type: application/msgpack`.
 pub async fn publish(
     State(state): State<AppState>,
+    headers: HeaderMap,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
         let RequestBody(body) = body?;
-        let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-        publish_one(&state, request, &Publisher::Trusted, None)
-            .await
-            .map(Json)
+        publish_body(&state, &headers, &body, &Publisher::Trusted, None).await
     })
     .await
+}
+
+/// One message from a request's body, in the format its Content-Type names.
+async fn publish_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    publisher: &Publisher<'_>,
+    rate_key: Option<&str>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if is_msgpack(headers) {
+        let request = OneRequest::msgpack(body)?;
+        return publish_one(state, request, publisher, rate_key)
+            .await
+            .map(Json);
+    }
+    let request: PublishRequest = serde_json::from_slice(body).map_err(bad_json)?;
+    publish_one(state, OneRequest::json(&request), publisher, rate_key)
+        .await
+        .map(Json)
 }
 
 /// Counts a refused publish in `herald_client_errors_total{transport="http",reason=code}`.
@@ -177,10 +266,7 @@ pub async fn publish_public(
         let forwarded = state.hooks().forwarded(&headers);
         let publisher = client_publisher(who.as_ref(), peer.ip(), &forwarded);
         let RequestBody(body) = body?;
-        let request: PublishRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-        publish_one(&state, request, &publisher, Some(&key))
-            .await
-            .map(Json)
+        publish_body(&state, &headers, &body, &publisher, Some(&key)).await
     })
     .await
 }
@@ -196,7 +282,7 @@ pub async fn publish_batch_public(
         let (who, key) = public_publisher(&state, &headers, peer.ip())?;
         let forwarded = state.hooks().forwarded(&headers);
         let publisher = client_publisher(who.as_ref(), peer.ip(), &forwarded);
-        batch(&state, body, &publisher, Some(&key)).await
+        batch(&state, &headers, body, &publisher, Some(&key)).await
     })
     .await
 }
@@ -225,21 +311,75 @@ fn client_publisher<'a>(
 /// that one bad message does not stop the others.
 pub async fn publish_batch(
     State(state): State<AppState>,
+    headers: HeaderMap,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    counted(batch(&state, body, &Publisher::Trusted, None)).await
+    counted(batch(&state, &headers, body, &Publisher::Trusted, None)).await
 }
 
 /// A batch; `limit_key` names the publisher's rate limit (public listener), which the whole
 /// batch must fit in.
 async fn batch(
     state: &AppState,
+    headers: &HeaderMap,
     body: Result<RequestBody, ApiError>,
     publisher: &Publisher<'_>,
     limit_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
-    let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+    let msgpack = is_msgpack(headers);
+    let messages: Vec<&[u8]> = if msgpack {
+        // `{"messages": [...]}` as a MessagePack map.
+        let fields = herald_core::msgpack::map_fields(&body).map_err(bad_msgpack)?;
+        match &fields[..] {
+            [("messages", raw)] => herald_core::msgpack::array_items(raw).map_err(bad_msgpack)?,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "bad_msgpack",
+                    "a batch is a map with one field, \"messages\", an array",
+                ));
+            }
+        }
+    } else {
+        let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
+        // Kept as the JSON text of each message, parsed one by one below.
+        return json_batch(state, batch, publisher, limit_key).await;
+    };
+    let max = state.config().limits.max_batch_publish;
+    if messages.len() > max {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!("a batch holds at most {max} messages"),
+        ));
+    }
+    if let Some(key) = limit_key {
+        admit(state, key, messages.len())?;
+    }
+    let mut results = Vec::with_capacity(messages.len());
+    for raw in messages {
+        let result = match OneRequest::msgpack(raw) {
+            Ok(request) => publish_one(state, request, publisher, None).await,
+            Err(e) => Err(e),
+        };
+        results.push(result.unwrap_or_else(|e| batch_error(&e)));
+    }
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+/// A batch's result for a message that was refused.
+fn batch_error(e: &ApiError) -> serde_json::Value {
+    let text = e.to_string();
+    let reason = text.split_once(": ").map_or(text.as_str(), |(_, r)| r);
+    serde_json::json!({ "code": e.code(), "reason": reason })
+}
+
+async fn json_batch(
+    state: &AppState,
+    batch: BatchRequest,
+    publisher: &Publisher<'_>,
+    limit_key: Option<&str>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let max = state.config().limits.max_batch_publish;
     if batch.messages.len() > max {
         return Err(ApiError::new(
@@ -254,31 +394,27 @@ async fn batch(
     let mut results = Vec::with_capacity(batch.messages.len());
     for raw in &batch.messages {
         let result = match serde_json::from_str::<PublishRequest>(raw.get()).map_err(bad_json) {
-            Ok(request) => publish_one(state, request, publisher, None).await,
+            Ok(request) => publish_one(state, OneRequest::json(&request), publisher, None).await,
             Err(e) => Err(e),
         };
-        results.push(result.unwrap_or_else(|e| {
-            let text = e.to_string();
-            let reason = text.split_once(": ").map_or(text.as_str(), |(_, r)| r);
-            serde_json::json!({ "code": e.code(), "reason": reason })
-        }));
+        results.push(result.unwrap_or_else(|e| batch_error(&e)));
     }
     Ok(Json(serde_json::json!({ "results": results })))
 }
 
 async fn publish_one(
     state: &AppState,
-    request: PublishRequest,
+    request: OneRequest<'_>,
     publisher: &Publisher<'_>,
     rate_key: Option<&str>,
 ) -> Result<serde_json::Value, ApiError> {
-    let prepared = prepare(
+    let prepared = prepare_data(
         state,
         publisher,
         rate_key,
-        &request.topic,
-        request.event.as_deref(),
-        &request.data,
+        request.topic,
+        request.event,
+        request.data,
     )
     .await?;
     let (topic, id) = route(state, prepared, "http").await?;

@@ -8,8 +8,11 @@
 //! with no committed position starts `topics.history_ttl` back, to fill its history.
 //!
 //! Routing never decodes the payload: the Herald topic comes from the `herald-topic` record
-//! header (else the record key), the event name from `herald-event`. The value must be one
-//! JSON value; it is checked and compacted once per node.
+//! header (else the record key), the event name from `herald-event`. The value is one JSON
+//! value, or one MessagePack value when the record's `herald-format` header says `msgpack`
+//! (carried as produced to MessagePack subscribers; it must have a JSON form, see
+//! [`herald_core::msgpack`]); it is checked once per node. This bridge produces a MessagePack
+//! payload with `herald-format: msgpack`.
 //!
 //! Positions come from the log: a record at offset `o` of partition `p` gets sequence number
 //! `o + 1` in an epoch derived from the Kafka topic and partition, so the same record has the
@@ -234,13 +237,39 @@ impl KafkaBridge {
             );
             return;
         };
-        let Some(payload) = message.payload().and_then(|p| Payload::from_json(p).ok()) else {
-            tracing::warn!(
-                partition = message.partition(),
-                offset = message.offset(),
-                "kafka record whose value is not JSON skipped"
-            );
-            return;
+        let headers = message
+            .headers()
+            .into_iter()
+            .flat_map(|h| h.iter().map(|h| (h.key, h.value)));
+        let msgpack = match is_msgpack(headers) {
+            Ok(msgpack) => msgpack,
+            Err(format) => {
+                tracing::warn!(
+                    partition = message.partition(),
+                    offset = message.offset(),
+                    format,
+                    "kafka record with an unknown herald-format skipped (json or msgpack)"
+                );
+                return;
+            }
+        };
+        let payload = match (message.payload(), msgpack) {
+            (Some(value), false) => Payload::from_json(value).map_err(|e| e.to_string()),
+            (Some(value), true) => Payload::from_msgpack(value).map_err(|e| e.to_string()),
+            (None, _) => Err("no value".to_string()),
+        };
+        let payload = match payload {
+            Ok(payload) => payload,
+            Err(error) => {
+                tracing::warn!(
+                    partition = message.partition(),
+                    offset = message.offset(),
+                    format = if msgpack { "msgpack" } else { "json" },
+                    error,
+                    "kafka record whose value is not a valid payload skipped"
+                );
+                return;
+            }
         };
         let position = Cursor::new(
             partition_epoch(message.topic(), message.partition()),
@@ -275,6 +304,22 @@ fn route<'a>(
         .and_then(|e| std::str::from_utf8(e).ok())
         .and_then(|e| EventName::new(e).ok());
     Some((topic, event))
+}
+
+/// Whether a record's value is MessagePack: its `herald-format` header (the last one wins) is
+/// `msgpack`; `json` or no header is JSON. Anything else is refused, with what it said.
+fn is_msgpack<'a>(
+    headers: impl Iterator<Item = (&'a str, Option<&'a [u8]>)>,
+) -> Result<bool, String> {
+    let format = headers
+        .filter(|(name, _)| *name == "herald-format")
+        .last()
+        .and_then(|(_, value)| value);
+    match format {
+        None | Some(b"json") => Ok(false),
+        Some(b"msgpack") => Ok(true),
+        Some(other) => Err(String::from_utf8_lossy(other).into_owned()),
+    }
 }
 
 /// Every partition of `topics`, each from its committed offset, or from `history_ms` ago
@@ -349,9 +394,20 @@ impl Bridge for KafkaBridge {
                     value: Some(event.as_str()),
                 });
             }
+            // A MessagePack payload travels as its publisher sent it.
+            let value = match data.msgpack() {
+                Some(msgpack) => {
+                    headers = headers.insert(Header {
+                        key: "herald-format",
+                        value: Some("msgpack"),
+                    });
+                    msgpack
+                }
+                None => data.as_bytes(),
+            };
             let record = FutureRecord::to(&self.topics[0])
                 .key(topic.as_str())
-                .payload(&data.as_bytes()[..])
+                .payload(&value[..])
                 .headers(headers);
             let delivery = self
                 .producer
@@ -458,6 +514,21 @@ mod tests {
         assert_eq!(routed(Some("no spaces allowed"), &[]), None);
         assert_eq!(routed(Some("ok"), &[("herald-topic", "not valid")]), None);
         assert_eq!(route(Some(&[0xff, 0xfe][..]), std::iter::empty()), None);
+    }
+
+    #[test]
+    fn the_format_header_names_json_or_msgpack() {
+        let format = |headers: &[(&str, &str)]| {
+            is_msgpack(headers.iter().map(|(k, v)| (*k, Some(v.as_bytes()))))
+        };
+        assert_eq!(format(&[]), Ok(false));
+        assert_eq!(format(&[("herald-format", "json")]), Ok(false));
+        assert_eq!(format(&[("herald-format", "msgpack")]), Ok(true));
+        assert_eq!(
+            format(&[("herald-format", "json"), ("herald-format", "msgpack")]),
+            Ok(true)
+        );
+        assert_eq!(format(&[("herald-format", "xml")]), Err("xml".into()));
     }
 
     #[test]

@@ -27,6 +27,11 @@
 //! subscribers for): pub/sub has no positions and no history, so resume across nodes and
 //! catching up after a reconnect would be impossible. Streams cost every node the reading of
 //! every message; with the payload left undecoded, that is cheap next to fan-out.
+//!
+//! An entry holds the topic (`t`), the payload's JSON form (`d`), the publishing node (`n`),
+//! a timestamp (`ts`), the event name (`e`) when there is one, and, for a payload published
+//! as MessagePack, its bytes as sent (`m`): a node that reads `m` delivers it as sent to its
+//! `herald.msgpack` subscribers (the JSON form stays, for nodes that do not read `m`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -228,8 +233,12 @@ impl RedisBridge {
             return;
         };
         let event = field("e").and_then(|e| EventName::new(&e).ok());
-        let Ok(payload) = Payload::from_json(data.as_bytes()) else {
-            tracing::warn!(id = %entry.id, "redis stream entry with invalid JSON skipped");
+        let payload = match entry.get::<Vec<u8>>("m") {
+            Some(msgpack) => Payload::from_msgpack(&msgpack).map_err(|e| e.to_string()),
+            None => Payload::from_json(data.as_bytes()).map_err(|e| e.to_string()),
+        };
+        let Ok(payload) = payload else {
+            tracing::warn!(id = %entry.id, "redis stream entry with an invalid payload skipped");
             return;
         };
         let age_ms = now_ms().saturating_sub(seq >> SEQ_BITS);
@@ -254,16 +263,18 @@ impl Bridge for RedisBridge {
                 Some(epoch) if self.ready[shard as usize].load(Ordering::Relaxed) => epoch,
                 _ => return Err(Self::unavailable("not connected")),
             };
-            let data = std::str::from_utf8(data.as_bytes()).map_err(Self::unavailable)?;
             let ts = now_ms().to_string();
-            let mut fields: Vec<(&str, &str)> = vec![
-                ("t", topic.as_str()),
-                ("d", data),
-                ("n", &self.node_id),
-                ("ts", &ts),
+            let mut fields: Vec<(&str, &[u8])> = vec![
+                ("t", topic.as_str().as_bytes()),
+                ("d", data.as_bytes()),
+                ("n", self.node_id.as_bytes()),
+                ("ts", ts.as_bytes()),
             ];
             if let Some(event) = event {
-                fields.push(("e", event.as_str()));
+                fields.push(("e", event.as_str().as_bytes()));
+            }
+            if let Some(msgpack) = data.msgpack() {
+                fields.push(("m", msgpack));
             }
             let key = self.target.stream_key(shard);
             // A connection that broke while idle (Redis restarted, a sentinel failover) is

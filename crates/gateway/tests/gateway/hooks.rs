@@ -689,3 +689,44 @@ async fn the_subscribe_hook_does_not_open_personal_topics() {
     assert_eq!(ws_next(&mut ws).await["data"], "for the room");
     gw.stop().await.unwrap();
 }
+
+/// The publish hook sees a MessagePack payload in its JSON form (binary as base64), and its
+/// refusal reaches a `herald.msgpack` client as a MessagePack error frame with its reason.
+#[tokio::test]
+async fn the_publish_hook_sees_a_msgpack_payload_in_its_json_form() {
+    use crate::msgpack::{field, kind, map, mp_next, mp_send};
+    use rmpv::Value as Mp;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let backend = Backend::start(|_, body| {
+        if body["topic"] == "locked" {
+            deny("read-only topic")
+        } else {
+            allow()
+        }
+    })
+    .await;
+    let gw = spawn_gateway(hooked(token_config(), &backend, &["publish"])).await;
+    let mut request = format!("ws://{}/v1/ws", gw.public_addr)
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", "herald.msgpack".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let publish = |topic: &str| {
+        map(vec![
+            ("type", "publish".into()),
+            ("topic", topic.into()),
+            ("data", map(vec![("b", Mp::Binary(vec![1, 2, 3]))])),
+        ])
+    };
+    mp_send(&mut ws, publish("chat")).await;
+    assert_eq!(kind(&mp_next(&mut ws).await), "published");
+    let (call, _) = backend.calls("publish").pop().unwrap();
+    assert_eq!(call["data"], json!({"b": "AQID"}));
+    mp_send(&mut ws, publish("locked")).await;
+    let refused = mp_next(&mut ws).await;
+    assert_eq!(field(&refused, "code").as_str(), Some("forbidden"));
+    assert_eq!(field(&refused, "reason").as_str(), Some("read-only topic"));
+    gw.stop().await.unwrap();
+}

@@ -340,3 +340,71 @@ async fn each_topic_is_fed_by_one_log_and_records_from_the_other_are_refused() {
     assert_eq!(next.data.as_deref(), Some("c2"), "{next:?}");
     gw.stop().await.unwrap();
 }
+
+/// A record whose `herald-format` header says `msgpack` reaches a `herald.msgpack` socket as
+/// produced and an SSE stream in its JSON form; a MessagePack publish through the HTTP API of
+/// a Kafka node is produced with the header and the payload as sent; a record that is not
+/// valid MessagePack is skipped and the next one still arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_msgpack_record_reaches_msgpack_and_json_subscribers() {
+    use crate::msgpack::{field, map, mp_connect, mp_next, mp_subscribe, post_msgpack};
+    use rmpv::Value as Mp;
+    skip_without!("HERALD_TEST_KAFKA_BROKERS");
+    let kt = unique("msgpack");
+    create_topic(&kt).await;
+    let a = spawn_ready(kafka_config(&kt, &unique("a"))).await;
+    let b = spawn_ready(kafka_config(&kt, &unique("b"))).await;
+    let mut sse = SseClient::connect(&a, "topic=packed", None).await;
+    sse.next_block().await.unwrap();
+    let mut ws = mp_connect(&b).await;
+    mp_subscribe(&mut ws, &["packed"]).await;
+
+    let produce_raw = async |format: &str, value: &[u8]| {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "herald-topic",
+                value: Some("packed"),
+            })
+            .insert(Header {
+                key: "herald-format",
+                value: Some(format),
+            });
+        let record = FutureRecord::to(&kt)
+            .key("packed")
+            .payload(value)
+            .headers(headers);
+        producer()
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    };
+    let data = map(vec![("bin", Mp::Binary(vec![1, 2, 3])), ("n", 5.into())]);
+    let mut value = Vec::new();
+    rmpv::encode::write_value(&mut value, &data).unwrap();
+    // Not MessagePack at all (a reserved marker): skipped.
+    produce_raw("msgpack", &[0xc1]).await;
+    produce_raw("msgpack", &value).await;
+    let message = mp_next(&mut ws).await;
+    assert_eq!(field(&message, "data"), &data);
+    let e = sse.next_event().await.unwrap();
+    assert_eq!(e.data.as_deref(), Some(r#"{"bin":"AQID","n":5}"#));
+
+    // Through the HTTP API of a Kafka node: produced as MessagePack, delivered as sent.
+    let sent = map(vec![
+        ("topic", "packed".into()),
+        ("data", Mp::Binary(vec![0xff])),
+    ]);
+    assert_eq!(post_msgpack(&a, "/v1/publish", &sent).await.status(), 200);
+    assert_eq!(
+        field(&mp_next(&mut ws).await, "data"),
+        &Mp::Binary(vec![0xff])
+    );
+    assert_eq!(
+        sse.next_event().await.unwrap().data.as_deref(),
+        Some("/w=="),
+        "a string is sent as its text"
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}

@@ -18,6 +18,7 @@ mod join_leave;
 mod kafka;
 mod lifecycle;
 mod limits;
+mod msgpack;
 mod namespaces;
 mod poll;
 mod presence;

@@ -1,6 +1,8 @@
 //! Direct delivery on a WebSocket served over plain TCP ([`herald_core::direct`]): while a
 //! single-topic connection's feed is idle, its topic's publisher writes each message's
-//! whole frame (encoded once, [`herald_core::Message::ws_wire_frame`]) to the socket itself.
+//! whole frame (encoded once, [`herald_core::Message::ws_wire_frame`], or
+//! [`herald_core::Message::ws_msgpack_wire_frame`] on a `herald.msgpack` connection) to the
+//! socket itself.
 //!
 //! tungstenite writes on this socket too (replies, pings, close frames, and a pong while it
 //! reads), so [`SharedSocket`] is a gate in front of it: before tungstenite's bytes go out,
@@ -20,6 +22,7 @@ use herald_core::{DirectSub, DirectWriter, Message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::format::Format;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::TransportMetrics;
 
@@ -32,17 +35,31 @@ pub struct SharedSocket {
     /// Written before tungstenite's next bytes: the rest of a frame the fan-out wrote in part.
     rest: Option<Bytes>,
     /// tungstenite wrote and has not flushed yet: its frame may be half out.
-    dirty: Arc<AtomicBool>,
+    /// Shared with the fan-out's writer: whether tungstenite has bytes half out, and the
+    /// connection's wire format.
+    gate: Arc<Gate>,
+}
+
+/// What the socket's two writers share. The format lives here, in an allocation the flag needs
+/// anyway (and that a byte more does not grow), rather than in every socket.
+struct Gate {
+    /// tungstenite wrote and has not flushed yet: its frame may be half out.
+    dirty: AtomicBool,
+    /// Which of a message's frames the fan-out writes.
+    format: Format,
 }
 
 impl SharedSocket {
-    /// Shares `tcp`.
-    pub fn new(tcp: TcpStream) -> Self {
+    /// Shares `tcp`, which carries frames in `format`.
+    pub fn new(tcp: TcpStream, format: Format) -> Self {
         Self {
             tcp: Arc::new(tcp),
             link: None,
             rest: None,
-            dirty: Arc::new(AtomicBool::new(false)),
+            gate: Arc::new(Gate {
+                dirty: AtomicBool::new(false),
+                format,
+            }),
         }
     }
 
@@ -81,7 +98,7 @@ impl PeerStream for SharedSocket {
     fn direct_writer(&self, metrics: &'static TransportMetrics) -> Option<Box<dyn DirectWriter>> {
         Some(Box::new(FrameWriter {
             tcp: self.tcp.clone(),
-            dirty: self.dirty.clone(),
+            gate: self.gate.clone(),
             metrics,
         }))
     }
@@ -105,7 +122,7 @@ impl PeerStream for SharedSocket {
             Some(before) => [before, rest].concat().into(),
         });
         // Out with tungstenite's next flush, before anything else.
-        self.dirty.store(true, Ordering::Release);
+        self.gate.dirty.store(true, Ordering::Release);
     }
 }
 
@@ -137,7 +154,7 @@ impl AsyncWrite for SharedSocket {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         // Dirty before the fan-out is parked: it must not go direct again until flushed.
-        this.dirty.store(true, Ordering::Release);
+        this.gate.dirty.store(true, Ordering::Release);
         this.park();
         ready!(this.poll_rest(cx))?;
         loop {
@@ -154,7 +171,7 @@ impl AsyncWrite for SharedSocket {
         ready!(this.poll_rest(cx))?;
         // tungstenite flushes its stream only once its own buffer is out: nothing of its is
         // half-written now.
-        this.dirty.store(false, Ordering::Release);
+        this.gate.dirty.store(false, Ordering::Release);
         Poll::Ready(Ok(()))
     }
 
@@ -169,13 +186,16 @@ impl AsyncWrite for SharedSocket {
 /// What the topic's fan-out writes to a directly served WebSocket: the message's whole frame.
 struct FrameWriter {
     tcp: Arc<TcpStream>,
-    dirty: Arc<AtomicBool>,
+    gate: Arc<Gate>,
     metrics: &'static TransportMetrics,
 }
 
 impl DirectWriter for FrameWriter {
     fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        message.ws_wire_frame()
+        match self.gate.format {
+            Format::Json => message.ws_wire_frame(),
+            Format::Msgpack => message.ws_msgpack_wire_frame(),
+        }
     }
 
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
@@ -188,11 +208,14 @@ impl DirectWriter for FrameWriter {
 
     fn counted_bytes(&self, _written: usize, message: &Message) -> usize {
         // The payload's length, as the task's own path counts it.
-        message.ws_frame().len()
+        match self.gate.format {
+            Format::Json => message.ws_frame().len(),
+            Format::Msgpack => message.ws_msgpack_frame().len(),
+        }
     }
 
     fn ready(&self) -> bool {
-        !self.dirty.load(Ordering::Acquire)
+        !self.gate.dirty.load(Ordering::Acquire)
     }
 }
 
@@ -250,7 +273,7 @@ mod tests {
         socket2::SockRef::from(&server)
             .set_send_buffer_size(16 * 1024)
             .unwrap();
-        let mut socket = SharedSocket::new(server);
+        let mut socket = SharedSocket::new(server, Format::Json);
         let config = TopicConfig {
             channel_capacity: 64,
             history_len: 64,

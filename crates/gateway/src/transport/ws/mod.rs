@@ -1,4 +1,5 @@
-//! `GET /v1/ws`: WebSocket with JSON text frames.
+//! `GET /v1/ws`: WebSocket with JSON text frames, or MessagePack binary frames with the
+//! `herald.msgpack` subprotocol ([`format`]).
 //!
 //! The accept loop recognises an HTTP/1.1 upgrade to `/v1/ws` and hands the raw socket to
 //! [`upgrade_raw`], which answers the handshake and runs tokio-tungstenite directly on the
@@ -23,7 +24,6 @@ use axum::http::{HeaderMap, StatusCode};
 use futures_util::{SinkExt as _, StreamExt as _};
 use herald_core::protocol::{self, Command};
 use herald_core::{Cursor, Feed, TopicName};
-use serde_json::value::RawValue;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
@@ -31,7 +31,10 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, Utf8Bytes};
 
 mod direct;
+pub mod format;
 pub mod inbound;
+
+use format::Format;
 
 use super::lost_json;
 use crate::app::AppState;
@@ -139,6 +142,7 @@ pub async fn upgrade_raw(
         Ok::<_, ApiError>((key, who, granted))
     }
     .await;
+    let (format, subprotocol) = format::negotiate(headers);
     let (key, who, granted) = match handshake {
         Ok(pair) => pair,
         Err(e) => {
@@ -154,8 +158,11 @@ pub async fn upgrade_raw(
             return;
         }
     };
+    let protocol_line = subprotocol
+        .map(|p| format!("sec-websocket-protocol: {p}\r\n"))
+        .unwrap_or_default();
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {}\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {}\r\n{protocol_line}\r\n",
         tungstenite::handshake::derive_accept_key(key.as_bytes())
     );
     let write = async {
@@ -172,11 +179,13 @@ pub async fn upgrade_raw(
         id: Some(id),
         forwarded,
         granted,
+        format,
     };
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
         ClientStream::Plain(tcp) if state.config().topics.direct_delivery => {
-            serve(state, direct::SharedSocket::new(tcp), who, opened, permits).await;
+            let socket = direct::SharedSocket::new(tcp, format);
+            serve(state, socket, who, opened, permits).await;
         }
         stream => serve(state, stream, who, opened, permits).await,
     }
@@ -191,6 +200,8 @@ struct Opened {
     forwarded: Forwarded,
     /// Topics the connect hook subscribed the connection to.
     granted: Vec<String>,
+    /// The wire format the subprotocol named.
+    format: Format,
 }
 
 /// Runs an accepted WebSocket connection on `stream`, on a task of its own.
@@ -324,6 +335,8 @@ struct Connection<S> {
     forwarded: Forwarded,
     /// The ping interval in milliseconds: `ws.ping_interval`, or what the client asked for.
     ping_ms: u32,
+    /// JSON text frames, or MessagePack binary frames (`herald.msgpack`).
+    format: Format,
 }
 
 /// A ping timer firing every `every`, first after one interval.
@@ -359,6 +372,7 @@ impl<S: PeerStream> Connection<S> {
             charges: Vec::new(),
             forwarded: opened.forwarded,
             ping_ms: u32::try_from(config.ws.ping_interval.as_millis()).unwrap_or(u32::MAX),
+            format: opened.format,
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
@@ -513,20 +527,35 @@ impl<S: PeerStream> Connection<S> {
             Some(Ok(message)) => message,
             Some(Err(e)) => return self.on_read_error(e).await,
         };
-        match message {
-            WsMessage::Text(text) => match self.on_command(&text).await {
+        match (message, self.format) {
+            (WsMessage::Text(text), Format::Json) => match self.on_command(&text, None).await {
                 Ok(flow) => flow,
                 Err(e) => self.error_frame(e).await,
             },
-            WsMessage::Binary(_) => {
+            (WsMessage::Binary(frame), Format::Msgpack) => {
+                match Box::pin(self.on_msgpack_command(&frame)).await {
+                    Ok(flow) => flow,
+                    Err(e) => self.error_frame(e).await,
+                }
+            }
+            (WsMessage::Binary(_), Format::Json) => {
                 self.error_frame(FrameError::new(
                     "unsupported_frame",
-                    "binary frames are not supported; send JSON text frames",
+                    "binary frames are not supported; send JSON text frames (or connect with \
+                     the herald.msgpack subprotocol)",
                 ))
                 .await
             }
-            WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_) => Flow::Continue,
-            WsMessage::Close(_) => {
+            (WsMessage::Text(_), Format::Msgpack) => {
+                self.error_frame(FrameError::new(
+                    "unsupported_frame",
+                    "text frames are not supported on a herald.msgpack connection; send \
+                     MessagePack binary frames",
+                ))
+                .await
+            }
+            (WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_), _) => Flow::Continue,
+            (WsMessage::Close(_), _) => {
                 // tungstenite queued the reply (the client's code echoed, 1002 for an invalid
                 // one): send it, then close the TCP connection cleanly.
                 let limit = Duration::from_secs(1).min(self.state.config().limits.write_timeout);
@@ -571,7 +600,17 @@ impl<S: PeerStream> Connection<S> {
         }
     }
 
-    async fn on_command(&mut self, text: &str) -> Result<Flow, FrameError> {
+    /// A `herald.msgpack` command: read as its JSON form, so that the same rules apply, with
+    /// its `data` carried as sent.
+    async fn on_msgpack_command(&mut self, frame: &[u8]) -> Result<Flow, FrameError> {
+        let read = protocol::from_msgpack(frame).map_err(|e| FrameError::new(e.code, e.reason))?;
+        let data = read.data.unwrap_or(&[0xc0]);
+        self.on_command(&read.json, Some(data)).await
+    }
+
+    /// A command; `msgpack` is the MessagePack bytes of its `data` on a `herald.msgpack`
+    /// connection (nil when it has none).
+    async fn on_command(&mut self, text: &str, msgpack: Option<&[u8]>) -> Result<Flow, FrameError> {
         let command = protocol::parse(text).map_err(|e| FrameError::new(e.code, e.reason))?;
         match command {
             Command::Subscribe {
@@ -609,6 +648,11 @@ impl<S: PeerStream> Connection<S> {
                 );
                 Ok(self.send_text(reply).await)
             }
+            Command::Ping { data } if msgpack.is_some() => {
+                let pong = format::msgpack_pong(data.and(msgpack));
+                self.metrics.sent(pong.len());
+                Ok(self.send(WsMessage::Binary(pong.into())).await)
+            }
             Command::Ping { data } => {
                 let reply = match data {
                     Some(data) => format!(r#"{{"type":"pong","data":{}}}"#, data.get()),
@@ -617,6 +661,10 @@ impl<S: PeerStream> Connection<S> {
                 Ok(self.send_text(reply).await)
             }
             Command::Publish { topic, event, data } => {
+                let data = match msgpack {
+                    Some(bytes) => publish::Data::Msgpack(bytes),
+                    None => publish::Data::Json(data),
+                };
                 self.publish(&topic, data, event.as_deref()).await
             }
         }
@@ -776,7 +824,7 @@ impl<S: PeerStream> Connection<S> {
     async fn publish(
         &mut self,
         topic: &str,
-        data: &RawValue,
+        data: publish::Data<'_>,
         event: Option<&str>,
     ) -> Result<Flow, FrameError> {
         self.admit_connection_publish()?;
@@ -790,16 +838,17 @@ impl<S: PeerStream> Connection<S> {
             Publisher::Client(self.caller(peer))
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        let prepared = publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
-            .await
-            .map_err(|e| {
-                if e.code() == "publish_rate" {
-                    metrics::client_error("ws", "publish_rate");
-                    FrameError::new("rate_limited", FrameError::from(e).reason)
-                } else {
-                    FrameError::from(e)
-                }
-            })?;
+        let prepared =
+            publish::prepare_data(&self.state, &publisher, Some(&key), topic, event, data)
+                .await
+                .map_err(|e| {
+                    if e.code() == "publish_rate" {
+                        metrics::client_error("ws", "publish_rate");
+                        FrameError::new("rate_limited", FrameError::from(e).reason)
+                    } else {
+                        FrameError::from(e)
+                    }
+                })?;
         if let Some(upstream) = self.state.upstream() {
             upstream.published(
                 &self.guard.id().to_string(),
@@ -876,6 +925,12 @@ impl<S: PeerStream> Connection<S> {
 
     async fn on_event(&mut self, event: herald_core::FeedEvent) -> Flow {
         match super::deliver(event, "ws", self.state.config()) {
+            super::Delivery::Message(message) if self.format == Format::Msgpack => {
+                let frame = message.ws_msgpack_frame();
+                self.metrics
+                    .delivered(frame.len(), message.published_at().elapsed());
+                self.send(WsMessage::Binary(frame.clone())).await
+            }
             super::Delivery::Message(message) => {
                 let frame = message.ws_frame();
                 self.metrics
@@ -919,9 +974,15 @@ impl<S: PeerStream> Connection<S> {
         self.send_text(frame.to_string()).await
     }
 
+    /// Sends a control frame built as JSON text: as it is, or as a MessagePack binary frame
+    /// on a `herald.msgpack` connection.
     async fn send_text(&mut self, text: String) -> Flow {
-        self.metrics.sent(text.len());
-        self.send(WsMessage::Text(text.into())).await
+        let frame = match self.format {
+            Format::Json => WsMessage::Text(text.into()),
+            Format::Msgpack => WsMessage::Binary(format::json_to_msgpack(&text).into()),
+        };
+        self.metrics.sent(frame.len());
+        self.send(frame).await
     }
 
     /// Sends one frame; a client that does not take it within the write timeout is a slow
