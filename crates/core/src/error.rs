@@ -17,6 +17,10 @@ pub enum TopicNameError {
     /// The name holds a character outside `[A-Za-z0-9_.:@-]`.
     #[error("topic name contains {0:?}; allowed are A-Z a-z 0-9 and _ . : @ -")]
     BadChar(char),
+    /// A subscription pattern that is not `<prefix>*` with a prefix ending in `.` or `:`
+    /// ([`crate::pattern`]).
+    #[error("bad pattern: {0}")]
+    BadPattern(&'static str),
 }
 
 /// Why an event name was refused.

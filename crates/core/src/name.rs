@@ -27,6 +27,27 @@ impl TopicName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Validates what a client may subscribe to: a topic name, or a prefix pattern
+    /// `<prefix>*` ([`crate::pattern::validate_pattern`]), which is held as a `TopicName` that
+    /// [`Self::is_pattern`] (`*` is not a topic character, so the two never collide).
+    pub fn subscription(name: &str) -> Result<Self, TopicNameError> {
+        if name.ends_with('*') {
+            crate::pattern::validate_pattern(name)?;
+            return Ok(Self(Arc::from(name)));
+        }
+        Self::new(name)
+    }
+
+    /// Whether this is a prefix pattern (`orders.*`) rather than a topic.
+    pub fn is_pattern(&self) -> bool {
+        self.0.ends_with('*')
+    }
+
+    /// A pattern's prefix (`orders.` of `orders.*`); a topic's whole name.
+    pub fn prefix(&self) -> &str {
+        self.0.strip_suffix('*').unwrap_or(&self.0)
+    }
 }
 
 /// Checks `name` against the topic name rules without allocating.

@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 use crate::error::RegistryError;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
+use crate::pattern::PatternIndex;
 use crate::topic::{Topic, TopicConfig, TopicStats};
 
 /// Limits of the registry.
@@ -77,6 +78,8 @@ pub struct Registry {
     created: Instant,
     /// When the last scan under pressure ran, in ms since `created` (+1; 0 = never).
     last_pressure_scan: AtomicU64,
+    /// The prefix patterns subscribed to on this node; every topic hands its messages here.
+    patterns: Arc<PatternIndex>,
 }
 
 impl Registry {
@@ -91,7 +94,13 @@ impl Registry {
             config,
             created: Instant::now(),
             last_pressure_scan: AtomicU64::new(0),
+            patterns: Arc::default(),
         }
+    }
+
+    /// The prefix patterns subscribed to on this node ([`crate::pattern`]).
+    pub fn patterns(&self) -> &Arc<PatternIndex> {
+        &self.patterns
     }
 
     /// The registry's limits.
@@ -197,7 +206,7 @@ impl Registry {
                 max: self.config.max_topics,
             });
         }
-        let topic = Arc::new(if unpublished {
+        let topic = if unpublished {
             Topic::for_subscriber(
                 name.clone(),
                 self.config.topic_config(name.as_str()),
@@ -205,7 +214,8 @@ impl Registry {
             )
         } else {
             Topic::new(name.clone(), self.config.topic_config(name.as_str()))
-        });
+        };
+        let topic = Arc::new(topic.watched_by(self.patterns.clone()));
         shard.insert(name.clone(), topic.clone());
         Ok((topic, true))
     }
