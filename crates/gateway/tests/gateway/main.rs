@@ -24,4 +24,5 @@ mod presence;
 mod shutdown;
 mod sse;
 mod tls;
+mod wildcard;
 mod ws;

@@ -655,15 +655,15 @@ impl<S: PeerStream> Connection<S> {
         let own = format!("conn:{}", self.guard.id());
         let denied: Vec<TopicName> = self
             .feed
-            .positions()
-            .filter(|(topic, _)| {
+            .subscriptions()
+            .filter(|topic| {
                 let topic = topic.as_str();
                 let by_hook = hooked
                     && !crate::auth::is_personal(topic)
                     && (self.state.config()).hook_applies(crate::hooks::Hook::Subscribe, topic);
                 topic != own && !by_hook && !self.state.auth().may_subscribe(&who, topic)
             })
-            .map(|(topic, _)| topic.clone())
+            .cloned()
             .collect();
         for topic in &denied {
             self.feed.unsubscribe(topic.as_str());
@@ -713,25 +713,52 @@ impl<S: PeerStream> Connection<S> {
             ));
         }
         let mut wanted = Vec::with_capacity(topics.len());
+        let mut patterns = Vec::new();
         for topic in &topics {
-            let name = TopicName::new(topic).map_err(ApiError::from)?;
+            let name = TopicName::subscription(topic).map_err(ApiError::from)?;
+            if name.is_pattern() {
+                if cursors.contains_key(topic) {
+                    return Err(FrameError::new(
+                        "bad_cursor",
+                        format!(
+                            "a pattern has no cursor: give the cursors of the topics of {topic:?} it delivered"
+                        ),
+                    ));
+                }
+                if !patterns.contains(&name) {
+                    patterns.push(name);
+                }
+                continue;
+            }
             let from = match cursors.get(topic) {
                 Some(c) => Some(c.parse::<Cursor>().map_err(ApiError::from)?),
                 None => None,
             };
             wanted.push((name, super::start_of(from, last)));
         }
-        for name in cursors.keys() {
-            if !topics.contains(name) {
+        // The cursors of topics a pattern matches resume them under the pattern.
+        let mut resume = Vec::new();
+        for (name, cursor) in &cursors {
+            if topics.contains(name) {
+                continue;
+            }
+            if !patterns
+                .iter()
+                .any(|p| herald_core::pattern::matches(p.prefix(), name))
+            {
                 return Err(FrameError::new(
                     "bad_cursor",
-                    format!("cursor for {name:?}, which is not in topics"),
+                    format!("cursor for {name:?}, which is not in topics nor matched by a pattern"),
                 ));
             }
+            let topic = TopicName::new(name).map_err(ApiError::from)?;
+            resume.push((topic, cursor.parse::<Cursor>().map_err(ApiError::from)?));
         }
         let new = wanted
             .iter()
-            .filter(|(n, _)| !self.feed.positions().any(|(t, _)| t == n))
+            .map(|(n, _)| n)
+            .chain(&patterns)
+            .filter(|n| !self.feed.holds(n.as_str()))
             .count();
         if self.feed.len() + new > max {
             return Err(FrameError::new(
@@ -742,7 +769,10 @@ impl<S: PeerStream> Connection<S> {
         let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
             return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
         };
-        let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = (wanted.iter().map(|(n, _)| n))
+            .chain(&patterns)
+            .map(TopicName::as_str)
+            .collect();
         super::may_subscribe(&self.state, &self.caller(peer), &names).await?;
         // All or nothing: every topic is found or created before any is subscribed, so a
         // refusal part-way (the topic limit) leaves the connection as it was.
@@ -755,6 +785,7 @@ impl<S: PeerStream> Connection<S> {
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
         let mut started = serde_json::Map::new();
+        let mut names: Vec<String> = Vec::with_capacity(topics.len() + patterns.len());
         for (topic, charge, from) in topics {
             if let Some(charge) = charge {
                 self.charges.push((topic.name().clone(), charge));
@@ -764,10 +795,17 @@ impl<S: PeerStream> Connection<S> {
                 .feed
                 .subscribe_from(topic, from)
                 .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
+            names.push(name.clone());
             started.insert(name, start.to_string().into());
         }
+        for pattern in patterns {
+            names.push(pattern.to_string());
+            let resume = resume.iter().map(|(t, c)| (t, *c));
+            self.feed
+                .subscribe_pattern(self.state.registry(), pattern, resume)
+                .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
+        }
         self.members_follow();
-        let names: Vec<&str> = started.keys().map(String::as_str).collect();
         let reply =
             serde_json::json!({ "type": "subscribed", "topics": names, "cursors": started });
         Ok(self.send_text(reply.to_string()).await)
