@@ -87,6 +87,15 @@ pub enum RegistryError {
         /// The limit.
         max: usize,
     },
+    /// Subscriptions hold as many distinct prefix patterns as a node allows
+    /// ([`crate::RegistryConfig::max_patterns`]).
+    #[error(
+        "the gateway holds its maximum of {max} distinct patterns; subscribe to a pattern in use, or retry later"
+    )]
+    TooManyPatterns {
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Errors of a subscriber's [`crate::feed::Feed`].
@@ -98,4 +107,7 @@ pub enum FeedError {
         /// The limit.
         max: usize,
     },
+    /// The registry refused (a limit of the node, not of the connection).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
 }

@@ -486,7 +486,7 @@ impl Feed {
         let patterns = self.patterns.get_or_insert_with(Box::default);
         // The live channel first: a message published while the history is read is then in
         // both, and the position check drops the second.
-        let receiver = patterns.add(pattern.clone(), registry.patterns().clone(), policy);
+        let receiver = patterns.add(pattern.clone(), registry.patterns().clone(), policy)?;
         for (topic, cursor) in resume {
             if !pattern::matches(&prefix, topic.as_str())
                 || self.subs.iter().any(|s| s.topic.name() == topic)
@@ -1356,6 +1356,7 @@ mod tests {
             shards: 1,
             max_topics: 8,
             max_unpublished: 8,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 8,
@@ -1390,6 +1391,7 @@ mod tests {
             shards: 1,
             max_topics: 8,
             max_unpublished: 8,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 log_fed: true,
@@ -1424,6 +1426,7 @@ mod tests {
             shards: 4,
             max_topics: 64,
             max_unpublished: 64,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 8,
@@ -1555,7 +1558,7 @@ mod tests {
             let r = registry();
             let mut feed = Feed::new(policy, 4);
             feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
-            send(&r, "a.x", crate::pattern::PATTERN_CHANNEL_CAPACITY + 2);
+            send(&r, "a.x", 8 + 2);
             // A fresh coop budget: the previous round drained a thousand messages.
             tokio::task::yield_now().await;
             let got = drain(&mut feed);

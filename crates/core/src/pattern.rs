@@ -23,7 +23,7 @@ use parking_lot::RwLock;
 use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
-use crate::error::TopicNameError;
+use crate::error::{RegistryError, TopicNameError};
 use crate::lag::LagPolicy;
 use crate::message::Message;
 use crate::name::{MAX_TOPIC_LEN, TopicName, validate_topic};
@@ -32,13 +32,15 @@ use crate::name::{MAX_TOPIC_LEN, TopicName, validate_topic};
 /// its patterns together). Past it, the topic delivered least recently is forgotten: it
 /// leaves the connection's resume list (SSE `id:`, long-poll `cursor`), and a client resuming
 /// from that list gets it live only. Bounds an SSE `id:` to 32 entries of at most
-/// 128 + 1 + 33 bytes beyond the explicitly subscribed topics.
+/// 128 + 1 + 37 bytes beyond the explicitly subscribed topics.
 pub const MAX_PATTERN_TOPICS: usize = 32;
 
-/// Slots of a pattern's broadcast channel: how far a pattern subscriber may fall behind the
-/// messages of all its topics together before it lags. One channel per distinct pattern
-/// held on the node (about 32 bytes a slot), shared by all its subscribers.
-pub const PATTERN_CHANNEL_CAPACITY: usize = 1024;
+/// The default of [`crate::RegistryConfig::max_patterns`]: most distinct patterns a node
+/// holds at once (each has a broadcast channel of the topics' channel capacity, ~5 KB at the
+/// default 128 slots). Past it, subscribing to a new one is refused
+/// ([`RegistryError::TooManyPatterns`]) until one is released; patterns already held can
+/// always be subscribed to.
+pub const MAX_PATTERNS: usize = 10_000;
 
 /// Namespaces no pattern may cover: the personal topics (`user:<sub>`, `conn:<id>`).
 const PERSONAL: [&str; 2] = ["user:", "conn:"];
@@ -83,35 +85,40 @@ pub struct PatternIndex {
     channels: RwLock<HashMap<Box<str>, broadcast::Sender<Arc<Message>>>>,
     /// `channels.len()`, read without the lock on every publish.
     held: AtomicUsize,
+    /// Slots of each pattern's channel: how far a pattern's subscriber may fall behind the
+    /// messages of all its topics together before it lags.
     capacity: usize,
-}
-
-impl Default for PatternIndex {
-    fn default() -> Self {
-        Self::new(PATTERN_CHANNEL_CAPACITY)
-    }
+    max: usize,
 }
 
 impl PatternIndex {
-    /// An empty index whose channels hold `capacity` messages.
-    pub fn new(capacity: usize) -> Self {
+    /// An empty index of at most `max` patterns whose channels hold `capacity` messages.
+    pub fn new(capacity: usize, max: usize) -> Self {
         Self {
             channels: RwLock::new(HashMap::new()),
             held: AtomicUsize::new(0),
             capacity: capacity.max(1),
+            max,
         }
     }
 
-    /// A receiver of every message published from now on to a topic that `prefix` matches.
-    pub fn subscribe(&self, prefix: &str) -> broadcast::Receiver<Arc<Message>> {
+    /// A receiver of every message published from now on to a topic that `prefix` matches;
+    /// refused when the prefix is new and the node holds [`MAX_PATTERNS`] already.
+    pub fn subscribe(
+        &self,
+        prefix: &str,
+    ) -> Result<broadcast::Receiver<Arc<Message>>, RegistryError> {
         let mut channels = self.channels.write();
         if let Some(sender) = channels.get(prefix) {
-            return sender.subscribe();
+            return Ok(sender.subscribe());
+        }
+        if channels.len() >= self.max {
+            return Err(RegistryError::TooManyPatterns { max: self.max });
         }
         let (sender, receiver) = broadcast::channel(self.capacity);
         channels.insert(prefix.into(), sender);
         self.held.store(channels.len(), Ordering::Release);
-        receiver
+        Ok(receiver)
     }
 
     /// Forgets `prefix` when its last receiver is gone.
@@ -215,14 +222,14 @@ impl Patterns {
         pattern: TopicName,
         index: Arc<PatternIndex>,
         policy: Option<LagPolicy>,
-    ) -> broadcast::Receiver<Arc<Message>> {
-        let receiver = index.subscribe(pattern.prefix());
+    ) -> Result<broadcast::Receiver<Arc<Message>>, RegistryError> {
+        let receiver = index.subscribe(pattern.prefix())?;
         self.held.push(Held {
             pattern,
             index,
             policy,
         });
-        receiver
+        Ok(receiver)
     }
 
     /// Drops `pattern` (its receiver must be dropped already) and the positions of the topics
@@ -347,13 +354,18 @@ mod tests {
 
     #[test]
     fn a_publish_reaches_each_matching_pattern_once_by_prefix() {
-        let index = PatternIndex::new(8);
+        let index = PatternIndex::new(8, 4);
         assert!(index.is_empty());
-        let mut orders = index.subscribe("orders.");
-        let mut eu = index.subscribe("orders.eu.");
-        let mut chat = index.subscribe("chat:");
-        let mut plain = index.subscribe("chat.");
+        let mut orders = index.subscribe("orders.").unwrap();
+        let mut eu = index.subscribe("orders.eu.").unwrap();
+        let mut chat = index.subscribe("chat:").unwrap();
+        let mut plain = index.subscribe("chat.").unwrap();
         assert_eq!(index.len(), 4);
+        assert_eq!(
+            index.subscribe("more.").unwrap_err(),
+            RegistryError::TooManyPatterns { max: 4 }
+        );
+        let _again = index.subscribe("chat.").expect("a pattern held is not one more");
         index.deliver(&message("orders.eu.paris"));
         index.deliver(&message("orders.us"));
         index.deliver(&message("ordersx.us"));
@@ -372,9 +384,9 @@ mod tests {
 
     #[test]
     fn a_pattern_is_forgotten_with_its_last_receiver() {
-        let index = PatternIndex::new(8);
-        let a = index.subscribe("a.");
-        let b = index.subscribe("a.");
+        let index = PatternIndex::new(8, 4);
+        let a = index.subscribe("a.").unwrap();
+        let b = index.subscribe("a.").unwrap();
         drop(a);
         index.release("a.");
         assert_eq!(index.len(), 1, "one receiver left");
@@ -387,8 +399,10 @@ mod tests {
     #[test]
     fn tracked_positions_are_bounded_least_recent_first_out() {
         let mut patterns = Patterns::default();
-        let index = Arc::new(PatternIndex::new(8));
-        let rx = patterns.add(TopicName::subscription("t.*").unwrap(), index.clone(), None);
+        let index = Arc::new(PatternIndex::new(8, 4));
+        let rx = patterns
+            .add(TopicName::subscription("t.*").unwrap(), index.clone(), None)
+            .unwrap();
         for i in 0..MAX_PATTERN_TOPICS + 2 {
             let name = TopicName::new(&format!("t.{i}")).unwrap();
             patterns.set_position(&name, Cursor::new(1, i as u64));

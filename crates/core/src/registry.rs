@@ -27,6 +27,8 @@ pub struct RegistryConfig {
     /// it [`Registry::get_or_create_for_subscriber`] fails. The rest of `max_topics` stays
     /// for publishers and logs, so subscribers alone cannot make a publish fail.
     pub max_unpublished: usize,
+    /// Most distinct prefix patterns held at once ([`crate::pattern`]); 0 refuses them.
+    pub max_patterns: usize,
     /// Limits of every topic outside the namespaces below.
     pub topic: TopicConfig,
     /// Limits of the topics of a namespace (the part of a name before its first `:`), by
@@ -49,6 +51,7 @@ impl Default for RegistryConfig {
             shards: 64,
             max_topics: 100_000,
             max_unpublished: 25_000,
+            max_patterns: crate::pattern::MAX_PATTERNS,
             topic: TopicConfig::default(),
             namespaces: HashMap::new(),
         }
@@ -86,6 +89,10 @@ impl Registry {
     /// An empty registry.
     pub fn new(config: RegistryConfig) -> Self {
         let n = config.shards.max(1).next_power_of_two();
+        let patterns = Arc::new(PatternIndex::new(
+            config.topic.channel_capacity,
+            config.max_patterns,
+        ));
         Self {
             shards: (0..n).map(|_| RwLock::new(HashMap::new())).collect(),
             hasher: Default::default(),
@@ -94,7 +101,7 @@ impl Registry {
             config,
             created: Instant::now(),
             last_pressure_scan: AtomicU64::new(0),
-            patterns: Arc::default(),
+            patterns,
         }
     }
 
@@ -306,6 +313,7 @@ mod tests {
             shards: 4,
             max_topics,
             max_unpublished: max_topics,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 4,
@@ -357,6 +365,7 @@ mod tests {
             shards: 4,
             max_topics: 3,
             max_unpublished: 3,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 history_ttl: Duration::from_secs(600),
@@ -403,6 +412,7 @@ mod tests {
             shards: 4,
             max_topics: 4,
             max_unpublished: 2,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig::default(),
         });

@@ -323,9 +323,18 @@ pub fn open_feed(
     for pattern in topics.iter().filter(|t| t.is_pattern()) {
         let resume = resume.iter().map(|(t, c)| (t, *c));
         feed.subscribe_pattern(state.registry(), pattern.clone(), resume)
-            .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
+            .map_err(feed_error)?;
     }
     Ok((feed, charges))
+}
+
+/// A feed's refusal: the connection's limit (`400 too_many_topics`) or the node's
+/// (`503 topic_limit`).
+pub fn feed_error(e: herald_core::FeedError) -> ApiError {
+    match e {
+        herald_core::FeedError::Registry(e) => e.into(),
+        other => ApiError::bad_request("too_many_topics", other.to_string()),
+    }
 }
 
 /// A heartbeat interval a client asked for, `seconds`, if it lies within `[min, max]`

@@ -351,3 +351,35 @@ async fn a_pattern_on_one_node_gets_a_topic_only_another_node_ever_had() {
         node.stop().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn the_node_bounds_its_distinct_patterns() {
+    let mut config = test_config();
+    config.topics.max_patterns = 1;
+    let gw = spawn_gateway(config).await;
+    let mut held = SseClient::connect(&gw, "topic=a.*", None).await;
+    held.next_block().await.unwrap();
+    // The same pattern again shares its channel; another one is past the node's limit.
+    let shared = SseClient::request(&gw, "topic=a.*", None).await;
+    assert_eq!(shared.status(), 200);
+    let refused = SseClient::request(&gw, "topic=b.*", None).await;
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "topic_limit");
+    assert!(body["reason"].as_str().unwrap().contains("patterns"), "{body}");
+    let mut ws = ws_connect(&gw).await;
+    ws_send(&mut ws, json!({"type": "subscribe", "topics": ["b.*", "c"]})).await;
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(frame["code"], "topic_limit", "{frame}");
+    // All or nothing: `c` was not subscribed either.
+    publish(&gw, "c", json!("not for ws")).await;
+    ws_send(&mut ws, json!({"type": "ping"})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "pong");
+    // Released with its last subscriber, the room is there again.
+    drop((held, shared));
+    eventually(WAIT, || async {
+        SseClient::request(&gw, "topic=b.*", None).await.status() == 200
+    })
+    .await;
+    gw.stop().await.unwrap();
+}

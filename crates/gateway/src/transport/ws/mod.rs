@@ -784,6 +784,25 @@ impl<S: PeerStream> Connection<S> {
                 Ok((topic, charge, from))
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
+        // Patterns first: the node may refuse one (its limit of distinct patterns), and
+        // those this frame added are then dropped again, leaving the connection as it was.
+        let mut added: Vec<TopicName> = Vec::new();
+        for pattern in &patterns {
+            if self.feed.holds(pattern.as_str()) {
+                continue;
+            }
+            let resume = resume.iter().map(|(t, c)| (t, *c));
+            if let Err(e) = self
+                .feed
+                .subscribe_pattern(self.state.registry(), pattern.clone(), resume)
+            {
+                for pattern in &added {
+                    self.feed.unsubscribe(pattern.as_str());
+                }
+                return Err(super::feed_error(e).into());
+            }
+            added.push(pattern.clone());
+        }
         let mut started = serde_json::Map::new();
         let mut names: Vec<String> = Vec::with_capacity(topics.len() + patterns.len());
         for (topic, charge, from) in topics {
@@ -798,13 +817,7 @@ impl<S: PeerStream> Connection<S> {
             names.push(name.clone());
             started.insert(name, start.to_string().into());
         }
-        for pattern in patterns {
-            names.push(pattern.to_string());
-            let resume = resume.iter().map(|(t, c)| (t, *c));
-            self.feed
-                .subscribe_pattern(self.state.registry(), pattern, resume)
-                .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
-        }
+        names.extend(patterns.iter().map(TopicName::to_string));
         self.members_follow();
         let reply =
             serde_json::json!({ "type": "subscribed", "topics": names, "cursors": started });
