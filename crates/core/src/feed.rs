@@ -365,6 +365,13 @@ impl Feed {
             });
         }
         self.unlink();
+        // A topic a pattern delivered goes on from there, not from its head: what the
+        // pattern had not delivered yet comes from history.
+        let seen = (self.patterns.as_ref()).and_then(|p| p.position(topic.name().as_str()));
+        let start = match (start, seen) {
+            (Start::Live, Some(position)) => Start::After(position),
+            (start, _) => start,
+        };
         if self.subs.capacity() == 0 && self.streams.is_empty() {
             // Most connections hold one topic: room for exactly one (a growing `Vec` starts
             // at four), measured at ~190 bytes per idle connection.
@@ -398,9 +405,14 @@ impl Feed {
         if topic.ends_with('*') {
             return self.unsubscribe_pattern(topic);
         }
-        if self.subs.iter().any(|s| s.topic.name().as_str() == topic) {
-            self.unlink();
+        let Some(sub) = self.subs.iter().find(|s| s.topic.name().as_str() == topic) else {
+            return false;
+        };
+        if let Some(patterns) = self.patterns.as_mut().filter(|p| p.covers(topic)) {
+            // A pattern delivers it from now on, from where this subscription stopped.
+            patterns.set_position(sub.topic.name(), sub.position);
         }
+        self.unlink();
         let before = self.subs.len();
         self.subs.retain(|s| {
             let keep = s.topic.name().as_str() != topic;
@@ -452,8 +464,10 @@ impl Feed {
     /// [`pattern::MAX_PATTERN_TOPICS`], least recently delivered first): what a client
     /// resumes from (SSE `id:`, long-poll `cursor`).
     pub fn resume_positions(&self) -> impl Iterator<Item = (&TopicName, Cursor)> {
-        self.positions()
-            .chain(self.patterns.iter().flat_map(|p| p.seen()))
+        let by_pattern = (self.patterns.iter())
+            .flat_map(|p| p.seen())
+            .filter(|(t, _)| !self.subs.iter().any(|s| s.topic.name() == *t));
+        self.positions().chain(by_pattern)
     }
 
     /// Subscribes to the prefix pattern `pattern` (a [`TopicName::is_pattern`] name): every
@@ -526,16 +540,14 @@ impl Feed {
     }
 
     /// Whether the message `message`, read from `pattern`'s channel, is for this feed to
-    /// deliver: its topic is not subscribed to by name, and `pattern` is the held pattern
-    /// that delivers it.
+    /// take: `pattern` is the held pattern that delivers its topic. (A topic also subscribed
+    /// to by name comes on both its own receiver and the pattern's; both pass its one
+    /// position check, so whichever comes first is delivered, once, without a gap.)
     fn pattern_delivers(&self, pattern: &TopicName, message: &Message) -> bool {
-        let topic = message.topic();
-        !self.subs.iter().any(|s| s.topic.name() == topic)
-            && self
-                .patterns
-                .as_ref()
-                .and_then(|p| p.deliverer(topic.as_str()))
-                == Some(pattern)
+        self.patterns
+            .as_ref()
+            .and_then(|p| p.deliverer(message.topic().as_str()))
+            == Some(pattern)
     }
 
     /// A pattern's channel lagged: its subscriber missed `missed` messages of topics it
@@ -637,7 +649,7 @@ impl Feed {
                 Poll::Ready(Some((name, item))) if name.is_pattern() => match item {
                     Live::Message(message) => {
                         if self.pattern_delivers(&name, &message) {
-                            if let Some(event) = self.accept_matched(message) {
+                            if let Some(event) = self.accept(message) {
                                 return Poll::Ready(event);
                             }
                         }
@@ -1524,6 +1536,20 @@ mod tests {
         let mut got = drain(&mut feed);
         got.sort();
         assert_eq!(got, ["a.b.c:1", "a.b.d:1", "a.e:1"]);
+        // Named while the pattern has messages of it not yet delivered: each comes once.
+        send(&r, "a.e", 2);
+        let (e, _) = r
+            .get_or_create_for_subscriber(&TopicName::new("a.e").unwrap())
+            .unwrap();
+        feed.subscribe(e, None).unwrap();
+        send(&r, "a.e", 1);
+        assert_eq!(drain(&mut feed), ["a.e:2", "a.e:3", "a.e:4"]);
+        // Unnamed again, the pattern goes on from where the name stopped.
+        assert!(feed.unsubscribe("a.e"));
+        send(&r, "a.e", 1);
+        assert_eq!(drain(&mut feed), ["a.e:5"]);
+        assert!(feed.subscribe_pattern(&r, pattern("a.e.*"), []).is_ok());
+        assert!(feed.unsubscribe("a.e.*"));
         // Without the narrower pattern, the wider one delivers its topics.
         assert!(feed.unsubscribe("a.b.*"));
         send(&r, "a.b.d", 1);
