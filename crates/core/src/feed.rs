@@ -648,10 +648,10 @@ impl Feed {
             match std::pin::Pin::new(&mut self.streams).poll_next(cx) {
                 Poll::Ready(Some((name, item))) if name.is_pattern() => match item {
                     Live::Message(message) => {
-                        if self.pattern_delivers(&name, &message) {
-                            if let Some(event) = self.accept(message) {
-                                return Poll::Ready(event);
-                            }
+                        if self.pattern_delivers(&name, &message)
+                            && let Some(event) = self.accept(message)
+                        {
+                            return Poll::Ready(event);
                         }
                     }
                     Live::Lagged(missed) => self.on_pattern_lag(name, missed),
@@ -699,9 +699,10 @@ impl Feed {
 
     fn is_subscribed(&self, topic: &TopicName) -> bool {
         self.subs.iter().any(|s| s.topic.name() == topic)
-            || self.patterns.as_ref().is_some_and(|p| {
-                p.holds(topic.as_str()) || p.covers(topic.as_str())
-            })
+            || self
+                .patterns
+                .as_ref()
+                .is_some_and(|p| p.holds(topic.as_str()) || p.covers(topic.as_str()))
     }
 
     /// Passes `message` when it is the subscriber's next one on its topic.
@@ -1468,8 +1469,7 @@ mod tests {
         let r = registry();
         send(&r, "orders.eu", 1);
         let mut feed = Feed::new(LagPolicy::default(), 4);
-        feed.subscribe_pattern(&r, pattern("orders.*"), [])
-            .unwrap();
+        feed.subscribe_pattern(&r, pattern("orders.*"), []).unwrap();
         assert_eq!(feed.len(), 1);
         assert!(feed.has_patterns() && feed.holds("orders.*"));
         send(&r, "orders.eu", 1);

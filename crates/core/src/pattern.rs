@@ -158,11 +158,11 @@ impl PatternIndex {
         let from = name.find(':').unwrap_or(0);
         let channels = self.channels.read();
         for (i, byte) in name.bytes().enumerate().skip(from) {
-            if byte == b'.' || byte == b':' {
-                if let Some(sender) = channels.get(&name[..=i]) {
-                    // No receiver is not an error: the last one is being released.
-                    let _ = sender.send(message.clone());
-                }
+            if (byte == b'.' || byte == b':')
+                && let Some(sender) = channels.get(&name[..=i])
+            {
+                // No receiver is not an error: the last one is being released.
+                let _ = sender.send(message.clone());
             }
         }
     }
@@ -325,10 +325,7 @@ mod tests {
             validate_pattern("a.*.b*"),
             Err(TopicNameError::BadChar('*'))
         );
-        assert_eq!(
-            validate_pattern("a b.*"),
-            Err(TopicNameError::BadChar(' '))
-        );
+        assert_eq!(validate_pattern("a b.*"), Err(TopicNameError::BadChar(' ')));
         assert_eq!(
             TopicName::subscription("a*b"),
             Err(TopicNameError::BadChar('*'))
@@ -365,7 +362,9 @@ mod tests {
             index.subscribe("more.").unwrap_err(),
             RegistryError::TooManyPatterns { max: 4 }
         );
-        let _again = index.subscribe("chat.").expect("a pattern held is not one more");
+        let _again = index
+            .subscribe("chat.")
+            .expect("a pattern held is not one more");
         index.deliver(&message("orders.eu.paris"));
         index.deliver(&message("orders.us"));
         index.deliver(&message("ordersx.us"));

@@ -470,7 +470,10 @@ mod tests {
         let claims = vec!["orders.*".to_string(), "news".to_string()];
         assert!(covers_all(&claims, "orders."));
         assert!(covers_all(&claims, "orders.eu."));
-        assert!(!covers_all(&claims, "news."), "an exact name covers no pattern");
+        assert!(
+            !covers_all(&claims, "news."),
+            "an exact name covers no pattern"
+        );
         assert!(!covers_all(&["orders.eu.*".to_string()], "orders."));
         assert!(covers_all(&["*".to_string()], "anything."));
     }

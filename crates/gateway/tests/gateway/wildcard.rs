@@ -81,9 +81,16 @@ async fn websocket_subscribes_and_unsubscribes_a_pattern() {
         );
     }
 
-    ws_send(&mut ws, json!({"type": "unsubscribe", "topics": ["orders.*"]})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "unsubscribe", "topics": ["orders.*"]}),
+    )
+    .await;
     let reply = ws_next(&mut ws).await;
-    assert_eq!(reply, json!({"type": "unsubscribed", "topics": ["orders.*"]}));
+    assert_eq!(
+        reply,
+        json!({"type": "unsubscribed", "topics": ["orders.*"]})
+    );
     publish(&gw, "orders.eu", json!("after")).await;
     publish(&gw, "news", json!("still subscribed")).await;
     assert_eq!(ws_next(&mut ws).await["data"], "still subscribed");
@@ -130,7 +137,10 @@ async fn long_poll_gets_matching_topics_and_resumes_the_ones_in_its_cursor() {
         (&json!("orders.new"), &json!(1))
     );
     let cursor = held.1["cursor"].as_str().unwrap().to_string();
-    assert_eq!(cursor, format!("orders.new={}", messages[0]["id"].as_str().unwrap()));
+    assert_eq!(
+        cursor,
+        format!("orders.new={}", messages[0]["id"].as_str().unwrap())
+    );
 
     // Between polls: orders.new goes on (in the cursor: replayed), orders.late is new to
     // this client (not in the cursor: delivered from the next poll on only).
@@ -148,7 +158,11 @@ async fn long_poll_gets_matching_topics_and_resumes_the_ones_in_its_cursor() {
     // Bad patterns are a 400 with the reason.
     for bad in ["*", "orders*", "user:*", "a.*.b"] {
         let (status, body) = poll(&gw, &format!("topic={}&timeout=0", enc(bad))).await;
-        assert_eq!((status, body["code"].as_str()), (400, Some("bad_topic")), "{bad}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("bad_topic")),
+            "{bad}"
+        );
         assert!(body["reason"].as_str().is_some(), "{body}");
     }
     gw.stop().await.unwrap();
@@ -169,7 +183,10 @@ async fn sse_refuses_bad_patterns_with_a_reason() {
         assert_eq!(resp.status(), 400, "{bad}");
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["code"], "bad_topic");
-        assert!(body["reason"].as_str().unwrap().contains(why), "{bad}: {body}");
+        assert!(
+            body["reason"].as_str().unwrap().contains(why),
+            "{bad}: {body}"
+        );
     }
     gw.stop().await.unwrap();
 }
@@ -190,9 +207,18 @@ async fn a_pattern_needs_a_claim_that_covers_every_topic_it_can_match() {
     let exp = unix_now() + 600;
     let orders = token(json!({"sub": "a", "exp": exp, "topics": ["orders.*"]}));
     let eu = token(json!({"sub": "a", "exp": exp, "topics": ["orders.eu.*", "orders.us"]}));
-    assert_eq!(status("topic=orders.*".into(), Some(orders.clone())).await, 200);
-    assert_eq!(status("topic=orders.eu.*".into(), Some(orders.clone())).await, 200);
-    assert_eq!(status("topic=orders.eu.*".into(), Some(eu.clone())).await, 200);
+    assert_eq!(
+        status("topic=orders.*".into(), Some(orders.clone())).await,
+        200
+    );
+    assert_eq!(
+        status("topic=orders.eu.*".into(), Some(orders.clone())).await,
+        200
+    );
+    assert_eq!(
+        status("topic=orders.eu.*".into(), Some(eu.clone())).await,
+        200
+    );
     assert_eq!(status("topic=orders.*".into(), Some(eu.clone())).await, 403);
     assert_eq!(status("topic=orders.*".into(), None).await, 403);
     // A public prefix covers the patterns inside it.
@@ -243,7 +269,10 @@ async fn a_resumed_pattern_replays_the_topics_it_saw_and_gets_the_others_live() 
     publish(&gw, "r.c", json!("c-live")).await;
     let (live, id) = next_json(&mut sse).await;
     assert_eq!(live["data"], "c-live");
-    assert!(id.contains("r.a=") && id.contains("r.b=") && id.contains("r.c="), "{id}");
+    assert!(
+        id.contains("r.a=") && id.contains("r.b=") && id.contains("r.c="),
+        "{id}"
+    );
 
     // WebSocket: the cursors of topics the pattern matches resume them.
     let a_id = publish(&gw, "r.a", json!("a3")).await;
@@ -316,7 +345,10 @@ async fn a_pattern_over_http2_and_tls_is_served_the_same() {
     sse.next_block().await.unwrap();
     let id = publish(&gw, "h2.fresh", json!(1)).await;
     let (message, _) = next_json(&mut sse).await;
-    assert_eq!((&message["topic"], &message["id"]), (&json!("h2.fresh"), &json!(id)));
+    assert_eq!(
+        (&message["topic"], &message["id"]),
+        (&json!("h2.fresh"), &json!(id))
+    );
     gw.stop().await.unwrap();
 }
 
@@ -339,7 +371,10 @@ async fn a_pattern_on_one_node_gets_a_topic_only_another_node_ever_had() {
     );
     assert_eq!(stream_id, format!("far.only-on-a={id}"));
     let frame = ws_next(&mut ws).await;
-    assert_eq!((&frame["topic"], &frame["id"]), (&json!("far.only-on-a"), &json!(id)));
+    assert_eq!(
+        (&frame["topic"], &frame["id"]),
+        (&json!("far.only-on-a"), &json!(id))
+    );
 
     // Resumed on node a from the id node b gave: the missed message, once.
     drop(sse);
@@ -366,9 +401,16 @@ async fn the_node_bounds_its_distinct_patterns() {
     assert_eq!(refused.status(), 503);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["code"], "topic_limit");
-    assert!(body["reason"].as_str().unwrap().contains("patterns"), "{body}");
+    assert!(
+        body["reason"].as_str().unwrap().contains("patterns"),
+        "{body}"
+    );
     let mut ws = ws_connect(&gw).await;
-    ws_send(&mut ws, json!({"type": "subscribe", "topics": ["b.*", "c"]})).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["b.*", "c"]}),
+    )
+    .await;
     let frame = ws_next(&mut ws).await;
     assert_eq!(frame["code"], "topic_limit", "{frame}");
     // All or nothing: `c` was not subscribed either.

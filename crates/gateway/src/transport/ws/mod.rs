@@ -792,9 +792,9 @@ impl<S: PeerStream> Connection<S> {
                 continue;
             }
             let resume = resume.iter().map(|(t, c)| (t, *c));
-            if let Err(e) = self
-                .feed
-                .subscribe_pattern(self.state.registry(), pattern.clone(), resume)
+            if let Err(e) =
+                self.feed
+                    .subscribe_pattern(self.state.registry(), pattern.clone(), resume)
             {
                 for pattern in &added {
                     self.feed.unsubscribe(pattern.as_str());
