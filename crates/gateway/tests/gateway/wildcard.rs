@@ -394,6 +394,7 @@ async fn the_node_bounds_its_distinct_patterns() {
     let gw = spawn_gateway(config).await;
     let mut held = SseClient::connect(&gw, "topic=a.*", None).await;
     held.next_block().await.unwrap();
+    assert_eq!(metric(&gw, "herald_patterns").await, 1.0);
     // The same pattern again shares its channel; another one is past the node's limit.
     let shared = SseClient::request(&gw, "topic=a.*", None).await;
     assert_eq!(shared.status(), 200);
@@ -423,5 +424,6 @@ async fn the_node_bounds_its_distinct_patterns() {
         SseClient::request(&gw, "topic=b.*", None).await.status() == 200
     })
     .await;
+    eventually(WAIT, || async { metric(&gw, "herald_patterns").await == 0.0 }).await;
     gw.stop().await.unwrap();
 }
