@@ -29,11 +29,11 @@ impl TopicName {
     }
 
     /// Validates what a client may subscribe to: a topic name, or a prefix pattern
-    /// `<prefix>*` ([`crate::pattern::validate_pattern`]), which is held as a `TopicName` that
+    /// `<prefix>*` ([`validate_pattern`]), which is held as a `TopicName` that
     /// [`Self::is_pattern`] (`*` is not a topic character, so the two never collide).
     pub fn subscription(name: &str) -> Result<Self, TopicNameError> {
         if name.ends_with('*') {
-            crate::pattern::validate_pattern(name)?;
+            validate_pattern(name)?;
             return Ok(Self(Arc::from(name)));
         }
         Self::new(name)
@@ -65,6 +65,37 @@ pub fn validate_topic(name: &str) -> Result<(), TopicNameError> {
         Some(c) => Err(TopicNameError::BadChar(c)),
         None => Ok(()),
     }
+}
+
+/// Namespaces no pattern may cover: the personal topics (`user:<sub>`, `conn:<id>`).
+const PERSONAL: [&str; 2] = ["user:", "conn:"];
+
+/// Checks a prefix pattern `<prefix>*`: the prefix is a valid topic name ending in `.` or
+/// `:`, not in a personal namespace ([`crate::pattern`]).
+pub fn validate_pattern(pattern: &str) -> Result<(), TopicNameError> {
+    let Some(prefix) = pattern.strip_suffix('*') else {
+        return Err(TopicNameError::BadPattern("a pattern ends with `*`"));
+    };
+    if prefix.is_empty() {
+        return Err(TopicNameError::BadPattern(
+            "a bare `*` would match every topic; give a prefix ending in `.` or `:`, such as `orders.*`",
+        ));
+    }
+    if pattern.len() > MAX_TOPIC_LEN {
+        return Err(TopicNameError::TooLong { max: MAX_TOPIC_LEN });
+    }
+    validate_topic(prefix)?;
+    if !prefix.ends_with(['.', ':']) {
+        return Err(TopicNameError::BadPattern(
+            "`*` must follow `.` or `:` and stand last (`orders.*`): it matches whole name segments",
+        ));
+    }
+    if PERSONAL.iter().any(|p| prefix.starts_with(p)) {
+        return Err(TopicNameError::BadPattern(
+            "personal topics (`user:`, `conn:`) cannot be matched by a pattern",
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for TopicName {

@@ -23,10 +23,11 @@ use parking_lot::RwLock;
 use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
-use crate::error::{RegistryError, TopicNameError};
+use crate::error::RegistryError;
 use crate::lag::LagPolicy;
 use crate::message::Message;
-use crate::name::{MAX_TOPIC_LEN, TopicName, validate_topic};
+use crate::name::TopicName;
+pub use crate::name::validate_pattern;
 
 /// Most topics whose positions a connection's pattern subscriptions track for resume (all
 /// its patterns together). Past it, the topic delivered least recently is forgotten: it
@@ -41,36 +42,6 @@ pub const MAX_PATTERN_TOPICS: usize = 32;
 /// ([`RegistryError::TooManyPatterns`]) until one is released; patterns already held can
 /// always be subscribed to.
 pub const MAX_PATTERNS: usize = 10_000;
-
-/// Namespaces no pattern may cover: the personal topics (`user:<sub>`, `conn:<id>`).
-const PERSONAL: [&str; 2] = ["user:", "conn:"];
-
-/// Checks a pattern `<prefix>*` (see the module documentation).
-pub fn validate_pattern(pattern: &str) -> Result<(), TopicNameError> {
-    let Some(prefix) = pattern.strip_suffix('*') else {
-        return Err(TopicNameError::BadPattern("a pattern ends with `*`"));
-    };
-    if prefix.is_empty() {
-        return Err(TopicNameError::BadPattern(
-            "a bare `*` would match every topic; give a prefix ending in `.` or `:`, such as `orders.*`",
-        ));
-    }
-    if pattern.len() > MAX_TOPIC_LEN {
-        return Err(TopicNameError::TooLong { max: MAX_TOPIC_LEN });
-    }
-    validate_topic(prefix)?;
-    if !prefix.ends_with(['.', ':']) {
-        return Err(TopicNameError::BadPattern(
-            "`*` must follow `.` or `:` and stand last (`orders.*`): it matches whole name segments",
-        ));
-    }
-    if PERSONAL.iter().any(|p| prefix.starts_with(p)) {
-        return Err(TopicNameError::BadPattern(
-            "personal topics (`user:`, `conn:`) cannot be matched by a pattern",
-        ));
-    }
-    Ok(())
-}
 
 /// Whether the topic `topic` matches the pattern whose prefix is `prefix`: it starts with the
 /// prefix and lies in the same namespace.
@@ -293,6 +264,7 @@ impl Patterns {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::TopicNameError;
     use crate::message::Payload;
 
     fn message(topic: &str) -> Arc<Message> {

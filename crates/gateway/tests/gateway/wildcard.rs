@@ -424,6 +424,9 @@ async fn the_node_bounds_its_distinct_patterns() {
         SseClient::request(&gw, "topic=b.*", None).await.status() == 200
     })
     .await;
-    eventually(WAIT, || async { metric(&gw, "herald_patterns").await == 0.0 }).await;
+    eventually(WAIT, || async {
+        metric(&gw, "herald_patterns").await == 0.0
+    })
+    .await;
     gw.stop().await.unwrap();
 }
