@@ -430,3 +430,41 @@ async fn the_node_bounds_its_distinct_patterns() {
     .await;
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_message_matched_twice_on_one_connection_arrives_once() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe(&mut ws, &["o.*", "o.eu.*", "o.eu.x"]).await;
+    let mut sse =
+        SseClient::connect(&gw, "topic=o.*&topic=o.eu.*&topic=o.eu.x&format=json", None).await;
+    sse.next_block().await.unwrap();
+    for (i, topic) in ["o.eu.x", "o.eu.y", "o.z"].iter().enumerate() {
+        publish(&gw, topic, json!(i)).await;
+    }
+    publish(&gw, "o.end", json!("end")).await;
+    let mut on_ws = Vec::new();
+    let mut on_sse = Vec::new();
+    loop {
+        let frame = ws_next(&mut ws).await;
+        if frame["data"] == "end" {
+            break;
+        }
+        on_ws.push(frame["topic"].as_str().unwrap().to_string());
+    }
+    loop {
+        let (message, _) = next_json(&mut sse).await;
+        if message["data"] == "end" {
+            break;
+        }
+        on_sse.push(message["topic"].as_str().unwrap().to_string());
+    }
+    on_ws.sort();
+    on_sse.sort();
+    assert_eq!(on_ws, ["o.eu.x", "o.eu.y", "o.z"]);
+    assert_eq!(on_sse, on_ws);
+    // The stream's id names the named topic once.
+    let id = sse.last_event_id.clone().unwrap();
+    assert_eq!(id.matches("o.eu.x=").count(), 1, "{id}");
+    gw.stop().await.unwrap();
+}
