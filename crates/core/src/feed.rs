@@ -473,7 +473,8 @@ impl Feed {
     /// Subscribes to the prefix pattern `pattern` (a [`TopicName::is_pattern`] name): every
     /// message published from now on to a topic of `registry` that the pattern matches,
     /// topics created later included, comes out of [`Self::next`] with its own topic and
-    /// position. A topic subscribed to by name is delivered by that subscription only.
+    /// position. A message several of the feed's subscriptions match (another pattern, or
+    /// its topic named too) is delivered once: they share the topic's one position.
     ///
     /// `resume` holds positions the client reached (any topics; those the pattern matches
     /// are taken): each such topic replays its history after its position, or reports a
