@@ -120,31 +120,60 @@ async fn websocket_subscribes_and_unsubscribes_a_pattern() {
 #[tokio::test]
 async fn long_poll_gets_matching_topics_and_resumes_the_ones_in_its_cursor() {
     let gw = spawn_gateway(test_config()).await;
-    // Held until a message of a matching topic arrives; one created while it waits.
-    let (held, ()) = tokio::join!(poll(&gw, "topic=orders.*&timeout=20"), async {
-        eventually(WAIT, || async {
-            metric(&gw, r#"herald_connections{transport="poll"}"#).await == 1.0
-        })
-        .await;
+    publish(&gw, "orders.old", json!("history")).await;
+    /// A poll held until a matching message arrives, while `publish` runs once it waits.
+    async fn held_poll(
+        gw: &herald_gateway::Gateway,
+        query: String,
+        publish: impl std::future::Future<Output = ()>,
+    ) -> Value {
+        let (answer, ()) = tokio::join!(poll(gw, &query), async {
+            eventually(WAIT, || async {
+                metric(gw, r#"herald_connections{transport="poll"}"#).await == 1.0
+            })
+            .await;
+            publish.await;
+        });
+        assert_eq!(answer.0, 200);
+        answer.1
+    }
+    // A topic that exists, then one created while the poll waits; never a non-matching one.
+    let first = held_poll(&gw, "topic=orders.*&timeout=20".into(), async {
         publish(&gw, "other", json!("not matched")).await;
-        publish(&gw, "orders.new", json!(1)).await;
-    });
-    assert_eq!(held.0, 200);
-    let messages = held.1["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 1, "{}", held.1);
+        publish(&gw, "orders.old", json!(1)).await;
+    })
+    .await;
+    let messages = first["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{first}");
     assert_eq!(
         (&messages[0]["topic"], &messages[0]["data"]),
-        (&json!("orders.new"), &json!(1))
+        (&json!("orders.old"), &json!(1))
     );
-    let cursor = held.1["cursor"].as_str().unwrap().to_string();
+    let old_id = messages[0]["id"].as_str().unwrap().to_string();
+    let cursor = first["cursor"].as_str().unwrap().to_string();
+    assert_eq!(cursor, format!("orders.old={old_id}"));
+    let second = held_poll(
+        &gw,
+        format!("topic=orders.*&timeout=20&cursor={}", enc(&cursor)),
+        async {
+            publish(&gw, "ordersx", json!("not matched")).await;
+            publish(&gw, "orders.new", json!(2)).await;
+        },
+    )
+    .await;
+    let messages = second["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{second}");
     assert_eq!(
-        cursor,
-        format!("orders.new={}", messages[0]["id"].as_str().unwrap())
+        (&messages[0]["topic"], &messages[0]["data"]),
+        (&json!("orders.new"), &json!(2))
     );
+    let new_id = messages[0]["id"].as_str().unwrap();
+    let cursor = second["cursor"].as_str().unwrap().to_string();
+    assert_eq!(cursor, format!("orders.old={old_id},orders.new={new_id}"));
 
     // Between polls: orders.new goes on (in the cursor: replayed), orders.late is new to
     // this client (not in the cursor: delivered from the next poll on only).
-    publish(&gw, "orders.new", json!(2)).await;
+    publish(&gw, "orders.new", json!(3)).await;
     publish(&gw, "orders.late", json!("before the poll")).await;
     let (_, batch) = poll(&gw, &format!("topic=orders.*&cursor={}", enc(&cursor))).await;
     let data: Vec<&Value> = batch["messages"]
@@ -153,7 +182,7 @@ async fn long_poll_gets_matching_topics_and_resumes_the_ones_in_its_cursor() {
         .iter()
         .map(|m| &m["data"])
         .collect();
-    assert_eq!(data, [&json!(2)], "{batch}");
+    assert_eq!(data, [&json!(3)], "{batch}");
 
     // Bad patterns are a 400 with the reason.
     for bad in ["*", "orders*", "user:*", "a.*.b"] {
