@@ -497,3 +497,69 @@ async fn a_message_matched_twice_on_one_connection_arrives_once() {
     assert_eq!(id.matches("o.eu.x=").count(), 1, "{id}");
     gw.stop().await.unwrap();
 }
+
+/// Publishes `count` messages of about 50 KB, numbered from 1, alternately to `a` and `b`:
+/// more than a loopback socket holds, so a subscriber that does not read falls behind.
+async fn flood(gw: &herald_gateway::Gateway, a: &str, b: &str, count: u64) {
+    let pad = "y".repeat(50_000);
+    for n in 1..=count {
+        let topic = if n % 2 == 0 { b } else { a };
+        publish(gw, topic, json!({"n": n, "pad": pad})).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pattern_subscriber_that_falls_behind_is_told_naming_the_pattern() {
+    let mut config = test_config();
+    config.topics.channel_capacity = 8;
+    config.limits.write_timeout = std::time::Duration::from_secs(30);
+    let gw = spawn_gateway(config).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe(&mut ws, &["flood.*"]).await;
+    // Not read while 15 MB go out over two topics.
+    flood(&gw, "flood.a", "flood.b", 300).await;
+    let mut lost = Vec::new();
+    let mut got = Vec::new();
+    while got.last() != Some(&300) {
+        let frame = ws_next(&mut ws).await;
+        match frame["type"].as_str() {
+            Some("lost") => lost.push(frame),
+            Some("message") => got.push(frame["data"]["n"].as_u64().unwrap()),
+            _ => panic!("{frame}"),
+        }
+    }
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "in order: {got:?}");
+    assert!(got.len() < 300, "some were lost: {}", got.len());
+    assert_eq!(
+        lost[0],
+        json!({"type": "lost", "topic": "flood.*", "reason": "lagged"})
+    );
+    let counted = r#"herald_slow_consumer_events_total{outcome="lost",namespace="default"}"#;
+    assert!(metric(&gw, counted).await >= 1.0);
+    // Still connected, and live.
+    publish(&gw, "flood.c", json!({"n": 301})).await;
+    assert_eq!(ws_next(&mut ws).await["data"]["n"], 301);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_pattern_subscriber_is_disconnected_under_the_disconnect_policy() {
+    let mut config = test_config();
+    config.topics.channel_capacity = 8;
+    config.lag_policy = herald_core::LagPolicy::Disconnect;
+    config.limits.write_timeout = std::time::Duration::from_secs(30);
+    let gw = spawn_gateway(config).await;
+    let mut sse = SseClient::connect(&gw, "topic=flood.*&format=json", None).await;
+    sse.next_block().await.unwrap();
+    flood(&gw, "flood.a", "flood.b", 300).await;
+    let mut last = None;
+    while let Some(event) = sse.next_event().await {
+        if event.event.as_deref() == Some("herald.disconnect") {
+            last = event.data;
+            break;
+        }
+    }
+    let data: Value = serde_json::from_str(&last.expect("told before the end")).unwrap();
+    assert_eq!(data, json!({"reason": "slow consumer", "topic": "flood.*"}));
+    gw.stop().await.unwrap();
+}
