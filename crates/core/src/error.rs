@@ -17,6 +17,10 @@ pub enum TopicNameError {
     /// The name holds a character outside `[A-Za-z0-9_.:@-]`.
     #[error("topic name contains {0:?}; allowed are A-Z a-z 0-9 and _ . : @ -")]
     BadChar(char),
+    /// A subscription pattern that is not `<prefix>*` with a prefix ending in `.` or `:`
+    /// ([`crate::pattern`]).
+    #[error("bad pattern: {0}")]
+    BadPattern(&'static str),
 }
 
 /// Why an event name was refused.
@@ -83,6 +87,15 @@ pub enum RegistryError {
         /// The limit.
         max: usize,
     },
+    /// Subscriptions hold as many distinct prefix patterns as a node allows
+    /// ([`crate::RegistryConfig::max_patterns`]).
+    #[error(
+        "the gateway holds its maximum of {max} distinct patterns; subscribe to a pattern in use, or retry later"
+    )]
+    TooManyPatterns {
+        /// The limit.
+        max: usize,
+    },
 }
 
 /// Errors of a subscriber's [`crate::feed::Feed`].
@@ -94,4 +107,7 @@ pub enum FeedError {
         /// The limit.
         max: usize,
     },
+    /// The registry refused (a limit of the node, not of the connection).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
 }

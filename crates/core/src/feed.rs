@@ -21,6 +21,8 @@ use crate::history::LossReason;
 pub use crate::lag::LagPolicy;
 use crate::message::Message;
 use crate::name::TopicName;
+use crate::pattern::{self, Patterns};
+use crate::registry::Registry;
 use crate::topic::{Subscription, Topic};
 
 /// Where a new subscription begins.
@@ -155,6 +157,9 @@ pub struct Feed {
     link: Option<Link>,
     /// The rest of a frame the fan-out wrote in part, for the transport to write first.
     rest: Option<Box<Bytes>>,
+    /// Prefix pattern subscriptions ([`Self::subscribe_pattern`]); boxed, as most feeds
+    /// hold none.
+    patterns: Option<Box<Patterns>>,
 }
 
 #[derive(Debug)]
@@ -176,6 +181,7 @@ impl Feed {
             max_subscriptions: u32::try_from(max_subscriptions).unwrap_or(u32::MAX),
             link: None,
             rest: None,
+            patterns: None,
         }
     }
 
@@ -186,7 +192,7 @@ impl Feed {
     /// The transport must call [`Self::hold`] before it writes anything itself, and write
     /// what it returns first, and write [`FeedEvent::Rest`] when it comes.
     pub fn link(&mut self, writer: Box<dyn DirectWriter>) -> bool {
-        if self.subs.len() != 1 || self.link.is_some() {
+        if self.subs.len() != 1 || self.link.is_some() || self.has_patterns() {
             return false;
         }
         let sub = &self.subs[0];
@@ -353,13 +359,20 @@ impl Feed {
         if let Some(sub) = self.subs.iter().find(|s| s.topic.name() == topic.name()) {
             return Ok(sub.position);
         }
-        if self.subs.len() >= self.max_subscriptions as usize {
+        if self.len() >= self.max_subscriptions as usize {
             return Err(FeedError::TooManySubscriptions {
                 max: self.max_subscriptions as usize,
             });
         }
         self.unlink();
-        if self.subs.capacity() == 0 {
+        // A topic a pattern delivered goes on from there, not from its head: what the
+        // pattern had not delivered yet comes from history.
+        let seen = (self.patterns.as_ref()).and_then(|p| p.position(topic.name().as_str()));
+        let start = match (start, seen) {
+            (Start::Live, Some(position)) => Start::After(position),
+            (start, _) => start,
+        };
+        if self.subs.capacity() == 0 && self.streams.is_empty() {
             // Most connections hold one topic: room for exactly one (a growing `Vec` starts
             // at four), measured at ~190 bytes per idle connection.
             self.subs.reserve_exact(1);
@@ -387,11 +400,19 @@ impl Feed {
         Ok(sub.start)
     }
 
-    /// Drops the subscription to `topic`; true when there was one.
+    /// Drops the subscription to `topic` (a topic or a pattern); true when there was one.
     pub fn unsubscribe(&mut self, topic: &str) -> bool {
-        if self.subs.iter().any(|s| s.topic.name().as_str() == topic) {
-            self.unlink();
+        if topic.ends_with('*') {
+            return self.unsubscribe_pattern(topic);
         }
+        let Some(sub) = self.subs.iter().find(|s| s.topic.name().as_str() == topic) else {
+            return false;
+        };
+        if let Some(patterns) = self.patterns.as_mut().filter(|p| p.covers(topic)) {
+            // A pattern delivers it from now on, from where this subscription stopped.
+            patterns.set_position(sub.topic.name(), sub.position);
+        }
+        self.unlink();
         let before = self.subs.len();
         self.subs.retain(|s| {
             let keep = s.topic.name().as_str() != topic;
@@ -407,14 +428,180 @@ impl Feed {
         before != self.subs.len()
     }
 
-    /// Number of subscriptions.
+    /// Number of subscriptions (a pattern counts as one).
     pub fn len(&self) -> usize {
-        self.subs.len()
+        self.subs.len() + self.patterns.as_ref().map_or(0, |p| p.len())
     }
 
     /// Whether there is no subscription.
     pub fn is_empty(&self) -> bool {
-        self.subs.is_empty()
+        self.len() == 0
+    }
+
+    /// Whether the feed holds a pattern subscription (its messages then come from several
+    /// topics whatever [`Self::len`] says).
+    pub fn has_patterns(&self) -> bool {
+        self.patterns.as_ref().is_some_and(|p| !p.is_empty())
+    }
+
+    /// Whether `name` (a topic or a pattern) is subscribed to.
+    pub fn holds(&self, name: &str) -> bool {
+        if name.ends_with('*') {
+            return self.patterns.as_ref().is_some_and(|p| p.holds(name));
+        }
+        self.subs.iter().any(|s| s.topic.name().as_str() == name)
+    }
+
+    /// Every subscription: the topics in subscription order, then the patterns.
+    pub fn subscriptions(&self) -> impl Iterator<Item = &TopicName> {
+        self.subs
+            .iter()
+            .map(|s| s.topic.name())
+            .chain(self.patterns.iter().flat_map(|p| p.names()))
+    }
+
+    /// [`Self::positions`], then the topics the patterns delivered (at most
+    /// [`pattern::MAX_PATTERN_TOPICS`], least recently delivered first): what a client
+    /// resumes from (SSE `id:`, long-poll `cursor`).
+    pub fn resume_positions(&self) -> impl Iterator<Item = (&TopicName, Cursor)> {
+        let by_pattern = (self.patterns.iter())
+            .flat_map(|p| p.seen())
+            .filter(|(t, _)| !self.subs.iter().any(|s| s.topic.name() == *t));
+        self.positions().chain(by_pattern)
+    }
+
+    /// Subscribes to the prefix pattern `pattern` (a [`TopicName::is_pattern`] name): every
+    /// message published from now on to a topic of `registry` that the pattern matches,
+    /// topics created later included, comes out of [`Self::next`] with its own topic and
+    /// position. A message several of the feed's subscriptions match (another pattern, or
+    /// its topic named too) is delivered once: they share the topic's one position.
+    ///
+    /// `resume` holds positions the client reached (any topics; those the pattern matches
+    /// are taken): each such topic replays its history after its position, or reports a
+    /// loss, as [`Self::subscribe`] does. A matching topic not in `resume` is delivered from
+    /// now on only. Subscribing again to a pattern held changes nothing.
+    pub fn subscribe_pattern<'a>(
+        &mut self,
+        registry: &Registry,
+        pattern: TopicName,
+        resume: impl IntoIterator<Item = (&'a TopicName, Cursor)>,
+    ) -> Result<(), FeedError> {
+        debug_assert!(pattern.is_pattern());
+        if self.holds(pattern.as_str()) {
+            return Ok(());
+        }
+        if self.len() >= self.max_subscriptions as usize {
+            return Err(FeedError::TooManySubscriptions {
+                max: self.max_subscriptions as usize,
+            });
+        }
+        self.unlink();
+        let policy = registry.config().topic_config(pattern.prefix()).lag_policy;
+        let prefix = pattern.prefix().to_owned();
+        let patterns = self.patterns.get_or_insert_with(Box::default);
+        // The live channel first: a message published while the history is read is then in
+        // both, and the position check drops the second.
+        let receiver = patterns.add(pattern.clone(), registry.patterns().clone(), policy)?;
+        for (topic, cursor) in resume {
+            if !pattern::matches(&prefix, topic.as_str())
+                || self.subs.iter().any(|s| s.topic.name() == topic)
+                || patterns.position(topic.as_str()).is_some()
+            {
+                continue;
+            }
+            let Some(found) = registry.get(topic.as_str()) else {
+                // Not on this node (yet): what arrives up to the position is skipped.
+                patterns.set_position(topic, cursor);
+                continue;
+            };
+            let sub = found.subscribe(Some(cursor));
+            if let Some(reason) = sub.lost {
+                self.pending.push_back(FeedEvent::Lost {
+                    topic: topic.clone(),
+                    reason,
+                });
+            }
+            self.pending
+                .extend(sub.replay.into_iter().map(FeedEvent::Message));
+            patterns.set_position(topic, sub.start);
+        }
+        self.streams.insert(pattern, LiveStream::new(receiver));
+        Ok(())
+    }
+
+    fn unsubscribe_pattern(&mut self, pattern: &str) -> bool {
+        let Some(patterns) = self.patterns.as_mut() else {
+            return false;
+        };
+        let key = self.streams.keys().find(|k| k.as_str() == pattern).cloned();
+        if let Some(key) = key {
+            self.streams.remove(&key);
+        }
+        patterns.remove(pattern)
+    }
+
+    /// Whether the message `message`, read from `pattern`'s channel, is for this feed to
+    /// take: `pattern` is the held pattern that delivers its topic. (A topic also subscribed
+    /// to by name comes on both its own receiver and the pattern's; both pass its one
+    /// position check, so whichever comes first is delivered, once, without a gap.)
+    fn pattern_delivers(&self, pattern: &TopicName, message: &Message) -> bool {
+        self.patterns
+            .as_ref()
+            .and_then(|p| p.deliverer(message.topic().as_str()))
+            == Some(pattern)
+    }
+
+    /// A pattern's channel lagged: its subscriber missed `missed` messages of topics it
+    /// cannot name, so nothing is recovered from history. Under `Coalesce` it goes on with
+    /// what the channel still holds; under `RecoverOrNotify` it is told (the loss names the
+    /// pattern); otherwise it is disconnected.
+    fn on_pattern_lag(&mut self, pattern: TopicName, missed: u64) {
+        let policy = (self.patterns.as_ref())
+            .and_then(|p| p.policy(pattern.as_str()))
+            .unwrap_or(self.policy);
+        self.pending.push_back(match policy {
+            LagPolicy::Coalesce => FeedEvent::Coalesced {
+                topic: pattern,
+                skipped: missed,
+            },
+            LagPolicy::RecoverOrNotify => FeedEvent::Lost {
+                topic: pattern,
+                reason: LossReason::Lagged,
+            },
+            LagPolicy::RecoverOrDisconnect | LagPolicy::Disconnect => FeedEvent::Disconnect {
+                topic: pattern,
+                missed,
+            },
+        });
+    }
+
+    /// Passes `message` of a topic a pattern covers when it is the next one on its topic.
+    fn accept_matched(&mut self, message: Arc<Message>) -> Option<FeedEvent> {
+        let patterns = self.patterns.as_mut()?;
+        let topic = message.topic();
+        if !patterns.covers(topic.as_str()) {
+            return None;
+        }
+        let cursor = message.cursor();
+        match patterns.position(topic.as_str()) {
+            Some(position) if position.epoch != cursor.epoch && position.seq != 0 => {
+                // As `accept` does: a new epoch is a loss for a subscriber that saw any of
+                // the old one; the message follows the signal.
+                let topic = topic.clone();
+                patterns.set_position(&topic, Cursor::new(cursor.epoch, 0));
+                self.pending.push_front(FeedEvent::Message(message));
+                return Some(FeedEvent::Lost {
+                    topic,
+                    reason: LossReason::Epoch,
+                });
+            }
+            Some(position) if position.epoch == cursor.epoch && cursor.seq <= position.seq => {
+                return None;
+            }
+            _ => {}
+        }
+        patterns.set_position(topic, cursor);
+        Some(FeedEvent::Message(message))
     }
 
     /// Each subscribed topic with the position of the last message delivered on it (or where
@@ -460,6 +647,18 @@ impl Feed {
                 continue;
             }
             match std::pin::Pin::new(&mut self.streams).poll_next(cx) {
+                Poll::Ready(Some((name, item))) if name.is_pattern() => match item {
+                    Live::Message(message) => {
+                        if self.pattern_delivers(&name, &message)
+                            && let Some(event) = self.accept(message)
+                        {
+                            return Poll::Ready(event);
+                        }
+                    }
+                    Live::Lagged(missed) => self.on_pattern_lag(name, missed),
+                    // Never while the feed holds the receiver; the stream is gone now.
+                    Live::Closed => {}
+                },
                 Poll::Ready(Some((name, item))) => match item {
                     Live::Message(message) => {
                         if let Some(event) = self.accept(message) {
@@ -501,14 +700,21 @@ impl Feed {
 
     fn is_subscribed(&self, topic: &TopicName) -> bool {
         self.subs.iter().any(|s| s.topic.name() == topic)
+            || self
+                .patterns
+                .as_ref()
+                .is_some_and(|p| p.holds(topic.as_str()) || p.covers(topic.as_str()))
     }
 
     /// Passes `message` when it is the subscriber's next one on its topic.
     fn accept(&mut self, message: Arc<Message>) -> Option<FeedEvent> {
-        let sub = self
+        let Some(sub) = self
             .subs
             .iter_mut()
-            .find(|s| s.topic.name() == message.topic())?;
+            .find(|s| s.topic.name() == message.topic())
+        else {
+            return self.accept_matched(message);
+        };
         let cursor = message.cursor();
         if cursor.epoch != sub.position.epoch {
             // The topic moved to another epoch (its shared log was reset, or this node
@@ -629,6 +835,14 @@ fn coalesce(sub: &mut Sub, pending: &mut VecDeque<FeedEvent>, missed: u64) -> Su
 
 impl Drop for Feed {
     fn drop(&mut self) {
+        if let Some(mut patterns) = self.patterns.take() {
+            // Their receivers first: the index forgets a pattern with its last receiver.
+            let keys: Vec<TopicName> = patterns.names().cloned().collect();
+            for key in keys {
+                self.streams.remove(&key);
+            }
+            patterns.clear();
+        }
         if let (Some(link), Some(sub)) = (self.link.take(), self.subs.first()) {
             sub.topic.detach_direct(&link.sub);
         }
@@ -1156,6 +1370,7 @@ mod tests {
             shards: 1,
             max_topics: 8,
             max_unpublished: 8,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 8,
@@ -1190,6 +1405,7 @@ mod tests {
             shards: 1,
             max_topics: 8,
             max_unpublished: 8,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 log_fed: true,
@@ -1217,6 +1433,164 @@ mod tests {
             .unwrap();
         b.ingest(Cursor::new(77, 3), None, data());
         assert_eq!(drain(&mut resumed), ["lost fed-b epoch", "fed-b:3"]);
+    }
+
+    fn registry() -> crate::Registry {
+        crate::Registry::new(crate::RegistryConfig {
+            shards: 4,
+            max_topics: 64,
+            max_unpublished: 64,
+            max_patterns: 16,
+            namespaces: Default::default(),
+            topic: TopicConfig {
+                channel_capacity: 8,
+                history_len: 8,
+                ..TopicConfig::default()
+            },
+        })
+    }
+
+    fn send(r: &crate::Registry, topic: &str, n: usize) {
+        for i in 0..n {
+            r.publish(
+                &TopicName::new(topic).unwrap(),
+                None,
+                Payload::from_value(&serde_json::json!(i)),
+            )
+            .unwrap();
+        }
+    }
+
+    fn pattern(p: &str) -> TopicName {
+        TopicName::subscription(p).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_pattern_delivers_every_matching_topic_even_ones_created_later() {
+        let r = registry();
+        send(&r, "orders.eu", 1);
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe_pattern(&r, pattern("orders.*"), []).unwrap();
+        assert_eq!(feed.len(), 1);
+        assert!(feed.has_patterns() && feed.holds("orders.*"));
+        send(&r, "orders.eu", 1);
+        send(&r, "orders.us", 2); // created now
+        send(&r, "news", 1);
+        send(&r, "ordersx", 1);
+        assert_eq!(
+            drain(&mut feed),
+            ["orders.eu:2", "orders.us:1", "orders.us:2"]
+        );
+        let ids: Vec<String> = feed
+            .resume_positions()
+            .map(|(t, c)| format!("{t}={}", c.seq))
+            .collect();
+        assert_eq!(ids, ["orders.eu=2", "orders.us=2"]);
+        assert_eq!(feed.positions().count(), 0, "no topic subscribed by name");
+        assert!(feed.unsubscribe("orders.*"));
+        assert!(r.patterns().is_empty(), "the node forgot the pattern");
+        send(&r, "orders.eu", 1);
+        assert!(drain(&mut feed).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resumed_pattern_replays_the_topics_it_saw_and_the_rest_live() {
+        let r = registry();
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        send(&r, "a.x", 2);
+        drain(&mut feed);
+        let resume: Vec<(TopicName, Cursor)> = feed
+            .resume_positions()
+            .map(|(t, c)| (t.clone(), c))
+            .collect();
+        drop(feed);
+        // Away: a.x goes on, a.y is new, b.z another topic (its resume entry is ignored).
+        send(&r, "a.x", 2);
+        send(&r, "a.y", 1);
+        let mut resumed = Feed::new(LagPolicy::default(), 4);
+        let other = TopicName::new("b.z").unwrap();
+        let with_other = resume
+            .iter()
+            .map(|(t, c)| (t, *c))
+            .chain([(&other, Cursor::new(1, 1))]);
+        resumed
+            .subscribe_pattern(&r, pattern("a.*"), with_other)
+            .unwrap();
+        send(&r, "a.y", 1);
+        assert_eq!(drain(&mut resumed), ["a.x:3", "a.x:4", "a.y:2"]);
+    }
+
+    #[tokio::test]
+    async fn overlapping_subscriptions_deliver_each_message_once() {
+        let r = registry();
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe_pattern(&r, pattern("a.b.*"), []).unwrap();
+        feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        let (eu, _) = r
+            .get_or_create_for_subscriber(&TopicName::new("a.b.c").unwrap())
+            .unwrap();
+        feed.subscribe(eu, None).unwrap();
+        send(&r, "a.b.c", 1);
+        send(&r, "a.b.d", 1);
+        send(&r, "a.e", 1);
+        let mut got = drain(&mut feed);
+        got.sort();
+        assert_eq!(got, ["a.b.c:1", "a.b.d:1", "a.e:1"]);
+        // Named while the pattern has messages of it not yet delivered: each comes once.
+        send(&r, "a.e", 2);
+        let (e, _) = r
+            .get_or_create_for_subscriber(&TopicName::new("a.e").unwrap())
+            .unwrap();
+        feed.subscribe(e, None).unwrap();
+        send(&r, "a.e", 1);
+        assert_eq!(drain(&mut feed), ["a.e:2", "a.e:3", "a.e:4"]);
+        // Unnamed again, the pattern goes on from where the name stopped.
+        assert!(feed.unsubscribe("a.e"));
+        send(&r, "a.e", 1);
+        assert_eq!(drain(&mut feed), ["a.e:5"]);
+        assert!(feed.subscribe_pattern(&r, pattern("a.e.*"), []).is_ok());
+        assert!(feed.unsubscribe("a.e.*"));
+        // Without the narrower pattern, the wider one delivers its topics.
+        assert!(feed.unsubscribe("a.b.*"));
+        send(&r, "a.b.d", 1);
+        assert_eq!(drain(&mut feed), ["a.b.d:2"]);
+        assert_eq!(feed.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_pattern_counts_as_one_subscription() {
+        let r = registry();
+        let mut feed = Feed::new(LagPolicy::default(), 1);
+        feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        assert_eq!(
+            feed.subscribe_pattern(&r, pattern("b.*"), []),
+            Err(FeedError::TooManySubscriptions { max: 1 })
+        );
+        let b = r.get_or_create(&TopicName::new("b").unwrap()).unwrap();
+        assert_eq!(
+            feed.subscribe(b, None),
+            Err(FeedError::TooManySubscriptions { max: 1 })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lagging_pattern_follows_the_policy_naming_the_pattern() {
+        for (policy, first) in [
+            (LagPolicy::RecoverOrNotify, "lost a.* lagged"),
+            (LagPolicy::Disconnect, "disconnect a.*"),
+            (LagPolicy::Coalesce, "coalesced a.* 2"),
+        ] {
+            let r = registry();
+            let mut feed = Feed::new(policy, 4);
+            feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+            send(&r, "a.x", 8 + 2);
+            // A fresh coop budget: the previous round drained a thousand messages.
+            tokio::task::yield_now().await;
+            let got = drain(&mut feed);
+            assert_eq!(got[0], first, "{policy:?}");
+        }
     }
 
     #[tokio::test]

@@ -27,6 +27,27 @@ impl TopicName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Validates what a client may subscribe to: a topic name, or a prefix pattern
+    /// `<prefix>*` ([`validate_pattern`]), which is held as a `TopicName` that
+    /// [`Self::is_pattern`] (`*` is not a topic character, so the two never collide).
+    pub fn subscription(name: &str) -> Result<Self, TopicNameError> {
+        if name.ends_with('*') {
+            validate_pattern(name)?;
+            return Ok(Self(Arc::from(name)));
+        }
+        Self::new(name)
+    }
+
+    /// Whether this is a prefix pattern (`orders.*`) rather than a topic.
+    pub fn is_pattern(&self) -> bool {
+        self.0.ends_with('*')
+    }
+
+    /// A pattern's prefix (`orders.` of `orders.*`); a topic's whole name.
+    pub fn prefix(&self) -> &str {
+        self.0.strip_suffix('*').unwrap_or(&self.0)
+    }
 }
 
 /// Checks `name` against the topic name rules without allocating.
@@ -44,6 +65,37 @@ pub fn validate_topic(name: &str) -> Result<(), TopicNameError> {
         Some(c) => Err(TopicNameError::BadChar(c)),
         None => Ok(()),
     }
+}
+
+/// Namespaces no pattern may cover: the personal topics (`user:<sub>`, `conn:<id>`).
+const PERSONAL: [&str; 2] = ["user:", "conn:"];
+
+/// Checks a prefix pattern `<prefix>*`: the prefix is a valid topic name ending in `.` or
+/// `:`, not in a personal namespace ([`crate::pattern`]).
+pub fn validate_pattern(pattern: &str) -> Result<(), TopicNameError> {
+    let Some(prefix) = pattern.strip_suffix('*') else {
+        return Err(TopicNameError::BadPattern("a pattern ends with `*`"));
+    };
+    if prefix.is_empty() {
+        return Err(TopicNameError::BadPattern(
+            "a bare `*` would match every topic; give a prefix ending in `.` or `:`, such as `orders.*`",
+        ));
+    }
+    if pattern.len() > MAX_TOPIC_LEN {
+        return Err(TopicNameError::TooLong { max: MAX_TOPIC_LEN });
+    }
+    validate_topic(prefix)?;
+    if !prefix.ends_with(['.', ':']) {
+        return Err(TopicNameError::BadPattern(
+            "`*` must follow `.` or `:` and stand last (`orders.*`): it matches whole name segments",
+        ));
+    }
+    if PERSONAL.iter().any(|p| prefix.starts_with(p)) {
+        return Err(TopicNameError::BadPattern(
+            "personal topics (`user:`, `conn:`) cannot be matched by a pattern",
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for TopicName {

@@ -11,6 +11,7 @@ use parking_lot::RwLock;
 use crate::error::RegistryError;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
+use crate::pattern::PatternIndex;
 use crate::topic::{Topic, TopicConfig, TopicStats};
 
 /// Limits of the registry.
@@ -26,6 +27,8 @@ pub struct RegistryConfig {
     /// it [`Registry::get_or_create_for_subscriber`] fails. The rest of `max_topics` stays
     /// for publishers and logs, so subscribers alone cannot make a publish fail.
     pub max_unpublished: usize,
+    /// Most distinct prefix patterns held at once ([`crate::pattern`]); 0 refuses them.
+    pub max_patterns: usize,
     /// Limits of every topic outside the namespaces below.
     pub topic: TopicConfig,
     /// Limits of the topics of a namespace (the part of a name before its first `:`), by
@@ -48,6 +51,7 @@ impl Default for RegistryConfig {
             shards: 64,
             max_topics: 100_000,
             max_unpublished: 25_000,
+            max_patterns: crate::pattern::MAX_PATTERNS,
             topic: TopicConfig::default(),
             namespaces: HashMap::new(),
         }
@@ -77,12 +81,18 @@ pub struct Registry {
     created: Instant,
     /// When the last scan under pressure ran, in ms since `created` (+1; 0 = never).
     last_pressure_scan: AtomicU64,
+    /// The prefix patterns subscribed to on this node; every topic hands its messages here.
+    patterns: Arc<PatternIndex>,
 }
 
 impl Registry {
     /// An empty registry.
     pub fn new(config: RegistryConfig) -> Self {
         let n = config.shards.max(1).next_power_of_two();
+        let patterns = Arc::new(PatternIndex::new(
+            config.topic.channel_capacity,
+            config.max_patterns,
+        ));
         Self {
             shards: (0..n).map(|_| RwLock::new(HashMap::new())).collect(),
             hasher: Default::default(),
@@ -91,7 +101,13 @@ impl Registry {
             config,
             created: Instant::now(),
             last_pressure_scan: AtomicU64::new(0),
+            patterns,
         }
+    }
+
+    /// The prefix patterns subscribed to on this node ([`crate::pattern`]).
+    pub fn patterns(&self) -> &Arc<PatternIndex> {
+        &self.patterns
     }
 
     /// The registry's limits.
@@ -197,7 +213,7 @@ impl Registry {
                 max: self.config.max_topics,
             });
         }
-        let topic = Arc::new(if unpublished {
+        let topic = if unpublished {
             Topic::for_subscriber(
                 name.clone(),
                 self.config.topic_config(name.as_str()),
@@ -205,7 +221,8 @@ impl Registry {
             )
         } else {
             Topic::new(name.clone(), self.config.topic_config(name.as_str()))
-        });
+        };
+        let topic = Arc::new(topic.watched_by(self.patterns.clone()));
         shard.insert(name.clone(), topic.clone());
         Ok((topic, true))
     }
@@ -296,6 +313,7 @@ mod tests {
             shards: 4,
             max_topics,
             max_unpublished: max_topics,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 channel_capacity: 4,
@@ -347,6 +365,7 @@ mod tests {
             shards: 4,
             max_topics: 3,
             max_unpublished: 3,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig {
                 history_ttl: Duration::from_secs(600),
@@ -393,6 +412,7 @@ mod tests {
             shards: 4,
             max_topics: 4,
             max_unpublished: 2,
+            max_patterns: 16,
             namespaces: Default::default(),
             topic: TopicConfig::default(),
         });

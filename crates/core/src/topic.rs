@@ -13,6 +13,7 @@ use crate::history::{History, LossReason};
 use crate::lag::LagPolicy;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
+use crate::pattern::PatternIndex;
 
 /// Limits of every topic.
 #[derive(Clone, Debug)]
@@ -127,6 +128,8 @@ pub struct Topic {
     state: Mutex<State>,
     /// Subscribers the publisher writes to itself ([`crate::direct`]).
     pub(crate) direct: DirectSet,
+    /// The registry's patterns, handed every message ([`crate::pattern`]).
+    patterns: Option<Arc<PatternIndex>>,
 }
 
 impl Topic {
@@ -174,7 +177,14 @@ impl Topic {
                 capacity,
             }),
             direct: DirectSet::default(),
+            patterns: None,
         }
+    }
+
+    /// The topic, handing every message it delivers to `patterns` as well.
+    pub(crate) fn watched_by(mut self, patterns: Arc<PatternIndex>) -> Self {
+        self.patterns = Some(patterns);
+        self
     }
 
     /// The topic's name.
@@ -297,6 +307,10 @@ impl Topic {
         let _ = state.sender.send(message.clone());
         if self.direct.len() > 0 {
             self.direct.queue(&message, state.capacity);
+        }
+        // Under the lock: each pattern channel carries this topic's messages in order.
+        if let Some(patterns) = &self.patterns {
+            patterns.deliver(&message);
         }
         message
     }

@@ -303,8 +303,14 @@ impl Auth {
         }
     }
 
-    /// Whether `who` may subscribe to `topic`.
+    /// Whether `who` may subscribe to `topic`, or to the prefix pattern `topic` (`orders.*`):
+    /// a pattern only when the rules allow every topic it can match (a claim `orders.*`
+    /// allows `orders.*` and `orders.eu.*`; `orders.eu.*` does not allow `orders.*`).
     pub fn may_subscribe(&self, who: &Identity, topic: &str) -> bool {
+        let pattern = topic.strip_suffix('*');
+        if pattern.is_some_and(is_personal) || topic == "*" {
+            return false;
+        }
         if let Some(user) = topic.strip_prefix("user:") {
             return who.sub.as_deref() == Some(user);
         }
@@ -319,12 +325,18 @@ impl Auth {
             Some(false) if who.is_anonymous() => return false,
             _ => {}
         }
+        // A pattern's prefix starts every topic it matches: a public prefix or a claim that
+        // covers the prefix covers them all.
+        let name = pattern.unwrap_or(topic);
         !self.enabled()
             || self
                 .public_prefixes
                 .iter()
-                .any(|p| topic.starts_with(p.as_str()))
-            || matches_any(&who.subscribe, topic)
+                .any(|p| name.starts_with(p.as_str()))
+            || match pattern {
+                Some(prefix) => covers_all(&who.subscribe, prefix),
+                None => matches_any(&who.subscribe, topic),
+            }
     }
 
     /// Whether `who` may publish to `topic` (on the public listener).
@@ -432,6 +444,14 @@ fn matches_any(patterns: &[String], topic: &str) -> bool {
     })
 }
 
+/// Whether `patterns` match every topic that starts with `prefix`: one of them is a
+/// `claim*` whose `claim` starts `prefix` (an exact name never covers a pattern).
+fn covers_all(patterns: &[String], prefix: &str) -> bool {
+    patterns
+        .iter()
+        .any(|p| p.strip_suffix('*').is_some_and(|c| prefix.starts_with(c)))
+}
+
 /// A refusal for `topic`.
 pub fn forbidden(topic: &str) -> ApiError {
     ApiError::new(
@@ -444,6 +464,19 @@ pub fn forbidden(topic: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_covers_the_patterns_inside_it() {
+        let claims = vec!["orders.*".to_string(), "news".to_string()];
+        assert!(covers_all(&claims, "orders."));
+        assert!(covers_all(&claims, "orders.eu."));
+        assert!(
+            !covers_all(&claims, "news."),
+            "an exact name covers no pattern"
+        );
+        assert!(!covers_all(&["orders.eu.*".to_string()], "orders."));
+        assert!(covers_all(&["*".to_string()], "anything."));
+    }
 
     #[test]
     fn patterns() {

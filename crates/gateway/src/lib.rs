@@ -326,6 +326,7 @@ async fn housekeeping(
             _ = reclaim.tick() => {
                 let removed = state.registry().reclaim();
                 telemetry::metrics::topics(state.registry().len());
+                telemetry::metrics::patterns(state.registry().patterns().len());
                 if removed > 0 {
                     tracing::debug!(removed, left = state.registry().len(), "reclaimed idle topics");
                 }

@@ -78,6 +78,7 @@ impl Config {
         let t = &self.topics;
         at_least("topics.max_topics", t.max_topics, 1)?;
         within("topics.history_len", t.history_len, 0..=100_000)?;
+        within("topics.max_patterns", t.max_patterns, 0..=1_000_000)?;
         within("topics.channel_capacity", t.channel_capacity, 1..=65_536)?;
         above_zero("topics.history_ttl", t.history_ttl)?;
         above_zero("topics.reclaim_interval", t.reclaim_interval)?;

@@ -88,6 +88,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     metrics::topics(state.registry().len());
+    metrics::patterns(state.registry().patterns().len());
     crate::telemetry::process::collect();
     metrics::node_state(
         state.is_ready(),

@@ -273,6 +273,12 @@ pub struct TopicsConfig {
     /// Off by default: it costs memory per subscription. A namespace may set its own
     /// (`namespaces.<name>.presence`).
     pub presence: bool,
+    /// Most distinct prefix patterns (`?topic=orders.*`) subscribed to on this node at once.
+    /// Each costs a broadcast channel of `channel_capacity` slots (about 5 KB at 128) however
+    /// many connections share it; past the limit, subscribing to a pattern no one holds yet
+    /// gets 503 `topic_limit`. 0 refuses every pattern subscription.
+    /// Bound: 0 to 1000000.
+    pub max_patterns: usize,
 }
 
 /// Server-Sent Events.
@@ -490,6 +496,7 @@ impl Default for TopicsConfig {
             unpublished_share: core.max_unpublished as f64 / core.max_topics as f64,
             direct_delivery: true,
             presence: false,
+            max_patterns: core.max_patterns,
         }
     }
 }
@@ -616,6 +623,7 @@ impl Config {
             max_unpublished:
                 ((self.topics.max_topics as f64 * self.topics.unpublished_share).ceil() as usize)
                     .clamp(1, self.topics.max_topics),
+            max_patterns: self.topics.max_patterns,
             topic: topic.clone(),
             namespaces: self
                 .namespaces

@@ -41,6 +41,9 @@ pub const PRESENCE_EVENTS_DROPPED: &str = "herald_presence_events_dropped_total"
 pub const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
 /// Topics held by the registry (gauge).
 pub const TOPICS: &str = "herald_topics";
+/// Distinct prefix patterns subscribed to on this node (gauge), against
+/// `topics.max_patterns`.
+pub const PATTERNS: &str = "herald_patterns";
 /// Whether a bridge is connected and following its log (gauge, 1 or 0), by `bridge`.
 pub const BRIDGE_UP: &str = "herald_bridge_up";
 /// Bridge reconnection attempts, by `bridge`.
@@ -183,6 +186,10 @@ fn describe() {
         "Time from publish to the frame being handed to the connection."
     );
     describe_gauge!(TOPICS, "Topics held by the registry.");
+    describe_gauge!(
+        PATTERNS,
+        "Distinct prefix patterns subscribed to on this node."
+    );
     describe_gauge!(BRIDGE_UP, "Whether a bridge is connected (1) or not (0).");
     describe_counter!(BRIDGE_RECONNECTS, "Bridge reconnection attempts.");
     describe_gauge!(
@@ -417,6 +424,11 @@ pub fn connection_refused(reason: &'static str) {
 /// Sets the topic gauge.
 pub fn topics(count: usize) {
     gauge!(TOPICS).set(count as f64);
+}
+
+/// Sets the pattern gauge.
+pub fn patterns(count: usize) {
+    gauge!(PATTERNS).set(count as f64);
 }
 
 /// Counts a published message.

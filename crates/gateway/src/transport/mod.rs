@@ -64,7 +64,7 @@ impl SubscribeQuery {
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match &*key {
                 "topic" => {
-                    let topic = TopicName::new(&value)?;
+                    let topic = TopicName::subscription(&value)?;
                     if !parsed.topics.contains(&topic) {
                         if parsed.topics.len() >= max_topics {
                             return Err(too_many_topics(max_topics));
@@ -296,7 +296,9 @@ pub fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec<String
 
 /// A feed subscribed to `topics` for `client`, each resumed from its entry in `resume` when
 /// it has one, else started with the newest `last` messages or live; all or nothing. Returns
-/// the charges for the topics it created.
+/// the charges for the topics it created. A pattern among `topics` (`orders.*`) resumes the
+/// topics of `resume` it matches and delivers the others it matches live
+/// ([`Feed::subscribe_pattern`]; `last` does not apply to it).
 pub fn open_feed(
     state: &AppState,
     topics: &[TopicName],
@@ -307,7 +309,7 @@ pub fn open_feed(
     let config = state.config();
     let mut charges = Charges::new();
     let mut found = Vec::with_capacity(topics.len());
-    for name in topics {
+    for name in topics.iter().filter(|t| !t.is_pattern()) {
         let (topic, charge) = topic_for_subscriber(state, name, client)?;
         charges.extend(charge);
         found.push(topic);
@@ -318,7 +320,21 @@ pub fn open_feed(
         feed.subscribe_from(topic, from)
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
     }
+    for pattern in topics.iter().filter(|t| t.is_pattern()) {
+        let resume = resume.iter().map(|(t, c)| (t, *c));
+        feed.subscribe_pattern(state.registry(), pattern.clone(), resume)
+            .map_err(feed_error)?;
+    }
     Ok((feed, charges))
+}
+
+/// A feed's refusal: the connection's limit (`400 too_many_topics`) or the node's
+/// (`503 topic_limit`).
+pub fn feed_error(e: herald_core::FeedError) -> ApiError {
+    match e {
+        herald_core::FeedError::Registry(e) => e.into(),
+        other => ApiError::bad_request("too_many_topics", other.to_string()),
+    }
 }
 
 /// A heartbeat interval a client asked for, `seconds`, if it lies within `[min, max]`

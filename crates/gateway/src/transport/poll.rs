@@ -131,7 +131,7 @@ async fn poll(
 
     let cursor = {
         let mut s = String::new();
-        ResumeList::write_entries(&mut s, feed.positions());
+        ResumeList::write_entries(&mut s, feed.resume_positions());
         s
     };
     let mut body = Vec::with_capacity(

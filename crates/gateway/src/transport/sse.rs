@@ -418,7 +418,7 @@ async fn try_open(
     let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
-        multi: feed.len() > 1,
+        multi: feed.len() > 1 || feed.has_patterns(),
         json: query.format == super::Format::Json,
         credentials: config.auth.cors_credentials,
         feed,
@@ -544,7 +544,7 @@ impl SseStream {
         match super::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
             Ok(started) if started.is_empty() => None,
             Ok(started) => {
-                self.multi = self.feed.len() > 1;
+                self.multi = self.feed.len() > 1 || self.feed.has_patterns();
                 self.guard
                     .subscribed_to(self.feed.positions().map(|(t, _)| t));
                 let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
@@ -609,7 +609,7 @@ impl SseStream {
     /// `id: topic=cursor,...\n` for every subscribed topic, into `self.id`.
     fn id_line(&mut self) {
         let mut list = std::mem::take(&mut self.id);
-        ResumeList::write_entries(&mut list, self.feed.positions());
+        ResumeList::write_entries(&mut list, self.feed.resume_positions());
         self.id = format!("id: {list}\n");
     }
 

@@ -730,3 +730,43 @@ async fn the_publish_hook_sees_a_msgpack_payload_in_its_json_form() {
     assert_eq!(field(&refused, "reason").as_str(), Some("read-only topic"));
     gw.stop().await.unwrap();
 }
+
+/// A prefix pattern is put to the subscribe hook as it is: the application decides for every
+/// topic it can match at once.
+#[tokio::test]
+async fn the_subscribe_hook_is_asked_about_a_pattern_as_a_whole() {
+    let backend = Backend::start(|_, body| {
+        if body["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "orders.*")
+        {
+            allow()
+        } else {
+            deny("patterns of orders only")
+        }
+    })
+    .await;
+    let gw = spawn_gateway(hooked(token_config(), &backend, &["subscribe"])).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(&mut ws, json!({"type": "subscribe", "topics": ["news.*"]})).await;
+    assert_eq!(
+        ws_next(&mut ws).await,
+        json!({"type": "error", "code": "forbidden", "reason": "patterns of orders only"})
+    );
+    ws_subscribe(&mut ws, &["orders.*"]).await;
+    publish(&gw, "orders.new", json!(1)).await;
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(
+        (&frame["topic"], &frame["data"]),
+        (&json!("orders.new"), &json!(1))
+    );
+    assert_eq!(sse_get(&gw, "topic=orders.*", &[]).await.0, 200);
+    let calls = backend.calls("subscribe");
+    assert_eq!(calls[1].0["topics"], json!(["orders.*"]));
+    // Personal topics stay out of reach whatever the hook says.
+    ws_send(&mut ws, json!({"type": "subscribe", "topics": ["user:*"]})).await;
+    assert_eq!(ws_next(&mut ws).await["code"], "bad_topic");
+    gw.stop().await.unwrap();
+}

@@ -25,4 +25,5 @@ mod presence;
 mod shutdown;
 mod sse;
 mod tls;
+mod wildcard;
 mod ws;

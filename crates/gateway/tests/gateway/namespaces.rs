@@ -392,3 +392,41 @@ fn bad_namespaces_are_refused_with_the_key_named() {
         Some(herald_core::LagPolicy::Coalesce)
     );
 }
+
+/// A pattern lies in the namespace of its prefix (`open:*` in `open`), and its namespace's
+/// rules decide for it; a pattern without `:` is in no namespace and matches no topic of one.
+#[tokio::test]
+async fn a_pattern_follows_the_rules_of_its_namespace() {
+    let open = NamespaceConfig {
+        anonymous: Some(true),
+        ..Default::default()
+    };
+    let shut = NamespaceConfig {
+        anonymous: Some(false),
+        ..Default::default()
+    };
+    let mut config = token_config();
+    config.auth.public_prefixes = vec!["shut:".into()];
+    let gw = spawn_gateway(with(with(config, "open", open), "shut", shut)).await;
+    let status = |query: String| {
+        let url = format!("http://{}/v1/sse?{query}", gw.public_addr);
+        async move { get(url, &[]).await.status().as_u16() }
+    };
+    assert_eq!(status("topic=open:*".into()).await, 200);
+    assert_eq!(status("topic=open:room.*".into()).await, 200);
+    assert_eq!(status("topic=shut:*".into()).await, 403);
+    let t = token_for(json!({"sub": "ann", "topics": ["shut:*"]}));
+    assert_eq!(status(format!("topic=shut:*&token={t}")).await, 200);
+    assert!(matches!(status("topic=open.*".into()).await, 401 | 403));
+
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe(&mut ws, &["open:*"]).await;
+    publish(&gw, "open.x", json!("default namespace")).await;
+    publish(&gw, "open:x", json!("in open")).await;
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(
+        (&frame["topic"], &frame["data"]),
+        (&json!("open:x"), &json!("in open"))
+    );
+    gw.stop().await.unwrap();
+}

@@ -703,15 +703,15 @@ impl<S: PeerStream> Connection<S> {
         let own = format!("conn:{}", self.guard.id());
         let denied: Vec<TopicName> = self
             .feed
-            .positions()
-            .filter(|(topic, _)| {
+            .subscriptions()
+            .filter(|topic| {
                 let topic = topic.as_str();
                 let by_hook = hooked
                     && !crate::auth::is_personal(topic)
                     && (self.state.config()).hook_applies(crate::hooks::Hook::Subscribe, topic);
                 topic != own && !by_hook && !self.state.auth().may_subscribe(&who, topic)
             })
-            .map(|(topic, _)| topic.clone())
+            .cloned()
             .collect();
         for topic in &denied {
             self.feed.unsubscribe(topic.as_str());
@@ -761,25 +761,52 @@ impl<S: PeerStream> Connection<S> {
             ));
         }
         let mut wanted = Vec::with_capacity(topics.len());
+        let mut patterns = Vec::new();
         for topic in &topics {
-            let name = TopicName::new(topic).map_err(ApiError::from)?;
+            let name = TopicName::subscription(topic).map_err(ApiError::from)?;
+            if name.is_pattern() {
+                if cursors.contains_key(topic) {
+                    return Err(FrameError::new(
+                        "bad_cursor",
+                        format!(
+                            "a pattern has no cursor: give the cursors of the topics of {topic:?} it delivered"
+                        ),
+                    ));
+                }
+                if !patterns.contains(&name) {
+                    patterns.push(name);
+                }
+                continue;
+            }
             let from = match cursors.get(topic) {
                 Some(c) => Some(c.parse::<Cursor>().map_err(ApiError::from)?),
                 None => None,
             };
             wanted.push((name, super::start_of(from, last)));
         }
-        for name in cursors.keys() {
-            if !topics.contains(name) {
+        // The cursors of topics a pattern matches resume them under the pattern.
+        let mut resume = Vec::new();
+        for (name, cursor) in &cursors {
+            if topics.contains(name) {
+                continue;
+            }
+            if !patterns
+                .iter()
+                .any(|p| herald_core::pattern::matches(p.prefix(), name))
+            {
                 return Err(FrameError::new(
                     "bad_cursor",
-                    format!("cursor for {name:?}, which is not in topics"),
+                    format!("cursor for {name:?}, which is not in topics nor matched by a pattern"),
                 ));
             }
+            let topic = TopicName::new(name).map_err(ApiError::from)?;
+            resume.push((topic, cursor.parse::<Cursor>().map_err(ApiError::from)?));
         }
         let new = wanted
             .iter()
-            .filter(|(n, _)| !self.feed.positions().any(|(t, _)| t == n))
+            .map(|(n, _)| n)
+            .chain(&patterns)
+            .filter(|n| !self.feed.holds(n.as_str()))
             .count();
         if self.feed.len() + new > max {
             return Err(FrameError::new(
@@ -790,7 +817,10 @@ impl<S: PeerStream> Connection<S> {
         let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
             return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
         };
-        let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = (wanted.iter().map(|(n, _)| n))
+            .chain(&patterns)
+            .map(TopicName::as_str)
+            .collect();
         super::may_subscribe(&self.state, &self.caller(peer), &names).await?;
         // All or nothing: every topic is found or created before any is subscribed, so a
         // refusal part-way (the topic limit) leaves the connection as it was.
@@ -802,7 +832,27 @@ impl<S: PeerStream> Connection<S> {
                 Ok((topic, charge, from))
             })
             .collect::<Result<Vec<_>, ApiError>>()?;
+        // Patterns first: the node may refuse one (its limit of distinct patterns), and
+        // those this frame added are then dropped again, leaving the connection as it was.
+        let mut added: Vec<TopicName> = Vec::new();
+        for pattern in &patterns {
+            if self.feed.holds(pattern.as_str()) {
+                continue;
+            }
+            let resume = resume.iter().map(|(t, c)| (t, *c));
+            if let Err(e) =
+                self.feed
+                    .subscribe_pattern(self.state.registry(), pattern.clone(), resume)
+            {
+                for pattern in &added {
+                    self.feed.unsubscribe(pattern.as_str());
+                }
+                return Err(super::feed_error(e).into());
+            }
+            added.push(pattern.clone());
+        }
         let mut started = serde_json::Map::new();
+        let mut names: Vec<String> = Vec::with_capacity(topics.len() + patterns.len());
         for (topic, charge, from) in topics {
             if let Some(charge) = charge {
                 self.charges.push((topic.name().clone(), charge));
@@ -812,10 +862,11 @@ impl<S: PeerStream> Connection<S> {
                 .feed
                 .subscribe_from(topic, from)
                 .map_err(|e| FrameError::new("too_many_topics", e.to_string()))?;
+            names.push(name.clone());
             started.insert(name, start.to_string().into());
         }
+        names.extend(patterns.iter().map(TopicName::to_string));
         self.members_follow();
-        let names: Vec<&str> = started.keys().map(String::as_str).collect();
         let reply =
             serde_json::json!({ "type": "subscribed", "topics": names, "cursors": started });
         Ok(self.send_text(reply.to_string()).await)
