@@ -79,6 +79,9 @@ pub struct Message {
     /// The WebSocket frame as it goes on the wire (header and payload), and its payload: a
     /// zero-copy slice of it.
     ws: OnceLock<(Bytes, Bytes)>,
+    /// The WebSocket frame compressed for permessage-deflate (RSV1 set), when compressing
+    /// shrinks it.
+    ws_deflate: OnceLock<Option<Bytes>>,
 }
 
 impl Message {
@@ -98,6 +101,7 @@ impl Message {
             sse: OnceLock::new(),
             sse_json: OnceLock::new(),
             ws: OnceLock::new(),
+            ws_deflate: OnceLock::new(),
         }
     }
 
@@ -182,6 +186,26 @@ impl Message {
     /// library in between (direct delivery).
     pub fn ws_wire_frame(&self) -> &Bytes {
         &self.ws_encoded().0
+    }
+
+    /// [`Self::ws_frame`] compressed for WebSocket's permessage-deflate without context
+    /// takeover (RFC 7692), as a whole server frame (final, RSV1, text): compressed once, on
+    /// first use, and shared by every subscriber whose connection negotiated it. `None` when
+    /// compressing does not make the frame smaller.
+    pub fn ws_deflate_wire_frame(&self) -> Option<&Bytes> {
+        self.ws_deflate
+            .get_or_init(|| {
+                crate::deflate::compress(self.ws_frame())
+                    .map(|packed| crate::deflate::server_frame(0xc1, &packed))
+            })
+            .as_ref()
+    }
+
+    /// The payload of [`Self::ws_deflate_wire_frame`] (a zero-copy slice of it), for a
+    /// WebSocket library that writes the frame's header itself.
+    pub fn ws_deflate_payload(&self) -> Option<Bytes> {
+        self.ws_deflate_wire_frame()
+            .map(|wire| wire.slice(ws_header_len(wire.len())..))
     }
 
     fn ws_encoded(&self) -> &(Bytes, Bytes) {

@@ -30,6 +30,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, Utf8Bytes};
 
+mod deflate;
 mod direct;
 pub mod inbound;
 
@@ -154,8 +155,17 @@ pub async fn upgrade_raw(
             return;
         }
     };
+    let deflate = state
+        .config()
+        .ws
+        .permessage_deflate
+        .then(|| deflate::Deflate::negotiate(headers))
+        .flatten();
+    let extensions = deflate.map_or(String::new(), |d| {
+        format!("sec-websocket-extensions: {}\r\n", d.response())
+    });
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {}\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {}\r\n{extensions}\r\n",
         tungstenite::handshake::derive_accept_key(key.as_bytes())
     );
     let write = async {
@@ -172,11 +182,14 @@ pub async fn upgrade_raw(
         id: Some(id),
         forwarded,
         granted,
+        deflate,
     };
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
         ClientStream::Plain(tcp) if state.config().topics.direct_delivery => {
-            serve(state, direct::SharedSocket::new(tcp), who, opened, permits).await;
+            let deflate = deflate.map(|d| (d, state.config().ws.deflate_min_size));
+            let socket = direct::SharedSocket::new(tcp, deflate);
+            serve(state, socket, who, opened, permits).await;
         }
         stream => serve(state, stream, who, opened, permits).await,
     }
@@ -191,6 +204,8 @@ struct Opened {
     forwarded: Forwarded,
     /// Topics the connect hook subscribed the connection to.
     granted: Vec<String>,
+    /// permessage-deflate, when negotiated.
+    deflate: Option<deflate::Deflate>,
 }
 
 /// Runs an accepted WebSocket connection on `stream`, on a task of its own.
@@ -202,7 +217,10 @@ async fn serve<S: PeerStream>(
     permits: crate::limits::Permits,
 ) {
     let ws = &state.config().ws;
-    let stream = inbound::Inbound::new(stream, Rate::new(ws.inbound_rate, ws.inbound_burst));
+    let mut stream = inbound::Inbound::new(stream, Rate::new(ws.inbound_rate, ws.inbound_burst));
+    if opened.deflate.is_some() {
+        stream.expect_deflate();
+    }
     let config = WebSocketConfig::default()
         .read_buffer_size(ws.read_buffer_size)
         .write_buffer_size(ws.write_buffer_size)
@@ -324,6 +342,8 @@ struct Connection<S> {
     forwarded: Forwarded,
     /// The ping interval in milliseconds: `ws.ping_interval`, or what the client asked for.
     ping_ms: u32,
+    /// permessage-deflate, when negotiated.
+    deflate: Option<deflate::Deflate>,
 }
 
 /// A ping timer firing every `every`, first after one interval.
@@ -358,6 +378,7 @@ impl<S: PeerStream> Connection<S> {
             publish_bucket: None,
             charges: Vec::new(),
             forwarded: opened.forwarded,
+            deflate: opened.deflate,
             ping_ms: u32::try_from(config.ws.ping_interval.as_millis()).unwrap_or(u32::MAX),
             who,
             feed: Feed::new(config.lag_policy, config.limits.max_subscriptions),
@@ -513,6 +534,16 @@ impl<S: PeerStream> Connection<S> {
             Some(Ok(message)) => message,
             Some(Err(e)) => return self.on_read_error(e).await,
         };
+        if let WsMessage::Text(_) | WsMessage::Binary(_) = &message {
+            let sent = self.socket.get_mut().next_message();
+            if let (
+                inbound::Sent::DeflatedText | inbound::Sent::DeflatedBinary,
+                WsMessage::Binary(data),
+            ) = (sent, &message)
+            {
+                return self.on_deflated(sent, data).await;
+            }
+        }
         match message {
             WsMessage::Text(text) => match self.on_command(&text).await {
                 Ok(flow) => flow,
@@ -880,6 +911,9 @@ impl<S: PeerStream> Connection<S> {
                 let frame = message.ws_frame();
                 self.metrics
                     .delivered(frame.len(), message.published_at().elapsed());
+                if let Some(packed) = self.deflated_message(&message) {
+                    return self.send(packed).await;
+                }
                 // The frame is built from validated names and a JSON payload: valid UTF-8.
                 match Utf8Bytes::try_from(frame.clone()) {
                     Ok(text) => self.send(WsMessage::Text(text)).await,
@@ -921,7 +955,8 @@ impl<S: PeerStream> Connection<S> {
 
     async fn send_text(&mut self, text: String) -> Flow {
         self.metrics.sent(text.len());
-        self.send(WsMessage::Text(text.into())).await
+        let message = self.deflated_text(text);
+        self.send(message).await
     }
 
     /// Sends one frame; a client that does not take it within the write timeout is a slow
