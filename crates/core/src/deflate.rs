@@ -12,8 +12,9 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 /// compressed message and section 7.2.2 appends it again before inflating.
 const TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
-/// zlib's default level: compression is done once per message and shared by every
-/// subscriber, so a better ratio is worth the CPU.
+/// zlib's default level. A message is compressed once for all its subscribers, so the bytes
+/// saved on every delivery outweigh the CPU spent once: on a 2 KB JSON message level 1 costs
+/// 5 µs against 15 µs but sends 412 bytes against 307 (zlib-rs; BENCHMARKS.md).
 const LEVEL: u32 = 6;
 
 thread_local! {

@@ -22,8 +22,8 @@
 
 use axum::http::HeaderMap;
 use bytes::Bytes;
-use herald_core::Message;
 use herald_core::deflate::{InflateError, compress, inflate};
+use herald_core::{DeliveryCounter, DirectWriter, Message};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
@@ -194,6 +194,61 @@ impl<S: PeerStream> Connection<S> {
             }
             _ => WsMessage::Text(text.into()),
         }
+    }
+}
+
+/// The direct-delivery writer of a connection ([`super::direct`]): as it is without
+/// compression; with it, one that writes a message's compressed frame
+/// ([`Message::ws_deflate_wire_frame`], shared by every such subscriber) when
+/// [`Deflate::compresses`] says so. A wrapper rather than a field of the socket, so that a
+/// connection without compression carries nothing for it.
+pub fn writer(
+    plain: Box<dyn DirectWriter>,
+    deflate: Option<Deflate>,
+    min_size: usize,
+) -> Box<dyn DirectWriter> {
+    match deflate {
+        Some(deflate) => Box::new(DeflateWriter {
+            plain,
+            deflate,
+            min_size,
+        }),
+        None => plain,
+    }
+}
+
+struct DeflateWriter {
+    plain: Box<dyn DirectWriter>,
+    deflate: Deflate,
+    min_size: usize,
+}
+
+impl DirectWriter for DeflateWriter {
+    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+        if self
+            .deflate
+            .compresses(message.ws_frame().len(), self.min_size)
+            && let Some(packed) = message.ws_deflate_wire_frame()
+        {
+            return packed;
+        }
+        self.plain.frame(message)
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        self.plain.try_write(buf)
+    }
+
+    fn counter(&self) -> &'static dyn DeliveryCounter {
+        self.plain.counter()
+    }
+
+    fn counted_bytes(&self, written: usize, message: &Message) -> usize {
+        self.plain.counted_bytes(written, message)
+    }
+
+    fn ready(&self) -> bool {
+        self.plain.ready()
     }
 }
 

@@ -8,10 +8,6 @@
 //! half-written is written first. The link goes direct again only once tungstenite has
 //! flushed everything it wrote ([`FrameWriter::ready`]), so a frame of tungstenite's is never
 //! cut by one of the fan-out's.
-//!
-//! A connection that negotiated permessage-deflate gets the message's compressed frame
-//! ([`herald_core::Message::ws_deflate_wire_frame`], RSV1 set), compressed once per message
-//! and shared like the plain one, when [`Deflate::compresses`] says so for it.
 
 use std::io;
 use std::pin::Pin;
@@ -24,7 +20,6 @@ use herald_core::{DirectSub, DirectWriter, Message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::deflate::Deflate;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::TransportMetrics;
 
@@ -38,19 +33,16 @@ pub struct SharedSocket {
     rest: Option<Bytes>,
     /// tungstenite wrote and has not flushed yet: its frame may be half out.
     dirty: Arc<AtomicBool>,
-    /// permessage-deflate, when negotiated, and `ws.deflate_min_size`.
-    deflate: Option<(Deflate, usize)>,
 }
 
 impl SharedSocket {
-    /// Shares `tcp`, whose connection negotiated `deflate` (with `ws.deflate_min_size`).
-    pub fn new(tcp: TcpStream, deflate: Option<(Deflate, usize)>) -> Self {
+    /// Shares `tcp`.
+    pub fn new(tcp: TcpStream) -> Self {
         Self {
             tcp: Arc::new(tcp),
             link: None,
             rest: None,
             dirty: Arc::new(AtomicBool::new(false)),
-            deflate,
         }
     }
 
@@ -91,7 +83,6 @@ impl PeerStream for SharedSocket {
             tcp: self.tcp.clone(),
             dirty: self.dirty.clone(),
             metrics,
-            deflate: self.deflate,
         }))
     }
 
@@ -180,17 +171,10 @@ struct FrameWriter {
     tcp: Arc<TcpStream>,
     dirty: Arc<AtomicBool>,
     metrics: &'static TransportMetrics,
-    deflate: Option<(Deflate, usize)>,
 }
 
 impl DirectWriter for FrameWriter {
     fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        if let Some((deflate, min_size)) = self.deflate
-            && deflate.compresses(message.ws_frame().len(), min_size)
-            && let Some(packed) = message.ws_deflate_wire_frame()
-        {
-            return packed;
-        }
         message.ws_wire_frame()
     }
 
@@ -266,7 +250,7 @@ mod tests {
         socket2::SockRef::from(&server)
             .set_send_buffer_size(16 * 1024)
             .unwrap();
-        let mut socket = SharedSocket::new(server, None);
+        let mut socket = SharedSocket::new(server);
         let config = TopicConfig {
             channel_capacity: 64,
             history_len: 64,

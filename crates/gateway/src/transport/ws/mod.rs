@@ -187,9 +187,7 @@ pub async fn upgrade_raw(
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
         ClientStream::Plain(tcp) if state.config().topics.direct_delivery => {
-            let deflate = deflate.map(|d| (d, state.config().ws.deflate_min_size));
-            let socket = direct::SharedSocket::new(tcp, deflate);
-            serve(state, socket, who, opened, permits).await;
+            serve(state, direct::SharedSocket::new(tcp), who, opened, permits).await;
         }
         stream => serve(state, stream, who, opened, permits).await,
     }
@@ -453,7 +451,9 @@ impl<S: PeerStream> Connection<S> {
             && self.feed.len() == 1
             && let Some(writer) = stream.direct_writer(self.metrics)
         {
-            self.feed.link(writer);
+            let min_size = self.state.config().ws.deflate_min_size;
+            self.feed
+                .link(deflate::writer(writer, self.deflate, min_size));
         }
         stream.set_link(self.feed.direct_link());
     }
