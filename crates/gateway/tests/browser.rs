@@ -1,4 +1,5 @@
-//! Headless Chromium against a real gateway: the demo page as a person uses it, and the
+//! Headless Chromium against a real gateway: the demo page as a person uses it, the native
+//! WebSocket with permessage-deflate, and the
 //! browser's native `EventSource` reconnecting and resuming by itself, and `EventSource` over
 //! HTTP/2 with TLS.
 //!
