@@ -9,7 +9,7 @@
 //! while it was sending). Scanning frame headers costs a few comparisons per frame and no
 //! copy; the payload bytes are skipped, not looked at.
 //!
-//! On a connection that negotiated permessage-deflate ([`super::deflate`]) the first frame of
+//! On a connection that negotiated permessage-deflate (`super::deflate`) the first frame of
 //! a compressed message has RSV1 set, which tungstenite refuses: the bit is cleared here, the
 //! frame marked binary (its bytes are not UTF-8 until inflated), and how each message was sent
 //! remembered in order for the connection to take ([`Inbound::next_message`]).

@@ -15,6 +15,9 @@
 //!
 //! One task per connection selects over the socket, the feed, the ping timer and the
 //! shutdown token: no reader/writer task pair (measured to triple CPU per delivery).
+//!
+//! Compression (permessage-deflate, RFC 7692) is negotiated in the handshake and done without
+//! context takeover, once per message for all subscribers (module `deflate`).
 
 use std::collections::HashMap;
 use std::time::Duration;
