@@ -85,7 +85,7 @@ fn inflate_with(
     limit: usize,
 ) -> Result<Vec<u8>, InflateError> {
     let cap = limit.saturating_add(1);
-    let mut out = Vec::with_capacity(data.len().saturating_mul(4).clamp(256, cap));
+    let mut out = Vec::with_capacity(data.len().saturating_mul(4).max(256).min(cap));
     for part in [data, &TAIL[..]] {
         let mut input = part;
         loop {
@@ -201,10 +201,12 @@ mod tests {
             inflate(&packed, 64 * 1024),
             Err(InflateError::TooBig(64 * 1024))
         );
-        // Exactly at the limit is fine.
+        // Exactly at the limit is fine; any limit, however small (found by fuzzing).
         let packed = compress(&zeros[..1000]).unwrap();
         assert_eq!(inflate(&packed, 1000).unwrap().len(), 1000);
         assert_eq!(inflate(&packed, 999), Err(InflateError::TooBig(999)));
+        assert_eq!(inflate(&packed, 9), Err(InflateError::TooBig(9)));
+        assert_eq!(inflate(&[0x03, 0x00], 0).unwrap(), b"");
     }
 
     #[test]

@@ -355,6 +355,29 @@ mod tests {
     }
 
     #[test]
+    fn ws_deflate_frame_is_made_once_with_rsv1_and_inflates_to_the_frame() {
+        for n in [20, 200, 20_000] {
+            let m = msg(None, json!(vec!["abc"; n]));
+            let wire = m
+                .ws_deflate_wire_frame()
+                .expect("repetitive JSON compresses");
+            assert_eq!(wire[0], 0xc1, "final, RSV1, text");
+            let payload = m.ws_deflate_payload().unwrap();
+            assert_eq!(wire.len() - payload.len(), ws_header_len(wire.len()));
+            assert_eq!(&wire[wire.len() - payload.len()..], &payload[..]);
+            let text = crate::deflate::inflate(&payload, 1 << 20).unwrap();
+            assert_eq!(&text[..], &m.ws_frame()[..]);
+            assert_eq!(
+                m.ws_deflate_wire_frame().unwrap().as_ptr(),
+                wire.as_ptr(),
+                "encoded once"
+            );
+        }
+        // Too short to shrink: none.
+        assert!(msg(None, json!(1)).ws_deflate_wire_frame().is_none());
+    }
+
+    #[test]
     fn ws_frame_embeds_the_payload() {
         let m = msg(Some("e"), json!({"k": "v\"q"}));
         let frame: serde_json::Value = serde_json::from_slice(m.ws_frame()).unwrap();
