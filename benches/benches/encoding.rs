@@ -53,6 +53,24 @@ fn encoding(c: &mut Criterion) {
             )
         });
     }
+    // permessage-deflate: the WebSocket frame compressed (once per message, shared by every
+    // compressed subscriber), for a ~2 KB JSON array of records; and the inflate of a client's
+    // compressed message of that size.
+    let records: Vec<serde_json::Value> = (0..40)
+        .map(|i| serde_json::json!({"id": i, "name": "sensor", "state": "ok", "value": i * 7}))
+        .collect();
+    let records = Payload::from_value(&serde_json::json!(records));
+    group.bench_function("ws_deflate/records_2k", |b| {
+        b.iter_batched(
+            || message(records.clone()),
+            |m| black_box(m.ws_deflate_wire_frame().map(|f| f.len())),
+            BatchSize::SmallInput,
+        )
+    });
+    let packed = herald_core::deflate::compress(records.as_bytes()).expect("compresses");
+    group.bench_function("ws_inflate/records_2k", |b| {
+        b.iter(|| black_box(herald_core::deflate::inflate(&packed, 64 * 1024).map(|v| v.len())))
+    });
     group.bench_function("payload_from_json", |b| {
         let raw = br#"{ "order": 123456, "status": "shipped", "carrier": "dhl", "eta": "2026-11-23T10:00:00Z" }"#;
         b.iter(|| black_box(Payload::from_json(raw).expect("valid JSON")))

@@ -8,6 +8,7 @@
 //! shared as `bytes::Bytes`.
 
 pub mod cursor;
+pub mod deflate;
 pub mod direct;
 pub mod error;
 pub mod feed;

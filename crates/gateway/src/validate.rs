@@ -98,6 +98,7 @@ impl Config {
         rate("ws.inbound_burst", ws.inbound_burst)?;
         within("ws.read_buffer_size", ws.read_buffer_size, 256..=1 << 20)?;
         within("ws.write_buffer_size", ws.write_buffer_size, 0..=1 << 20)?;
+        within("ws.deflate_min_size", ws.deflate_min_size, 0..=16 << 20)?;
         above_zero("ws.ping_interval", ws.ping_interval)?;
         above_zero("ws.min_ping_interval", ws.min_ping_interval)?;
         ensure!(

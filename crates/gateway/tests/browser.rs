@@ -1,6 +1,6 @@
-//! Headless Chromium against a real gateway: the demo page as a person uses it, and the
-//! browser's native `EventSource` reconnecting and resuming by itself, and `EventSource` over
-//! HTTP/2 with TLS.
+//! Headless Chromium against a real gateway: the demo page as a person uses it, the native
+//! WebSocket with permessage-deflate, the browser's native `EventSource` reconnecting and
+//! resuming by itself, and `EventSource` over HTTP/2 with TLS.
 //!
 //! Needs Debian's `chromium` and the npm packages of `tests/browser` (`npm ci` there);
 //! `deploy/test.sh` installs both. Set `HERALD_SKIP_BROWSER=1` to skip on a machine without

@@ -351,6 +351,15 @@ pub struct WsConfig {
     /// Burst of frames one client may send at once.
     /// Bound: At least 0.
     pub inbound_burst: f64,
+    /// Accept WebSocket compression (permessage-deflate, RFC 7692) when a client offers it.
+    /// Herald always answers `server_no_context_takeover` and `client_no_context_takeover`:
+    /// every message is compressed on its own, once per message for all its subscribers,
+    /// and no connection keeps a compressor or an inflater (see docs/protocol.md).
+    pub permessage_deflate: bool,
+    /// Frames shorter than this many bytes go uncompressed on a compressed connection
+    /// (RFC 7692 lets each message choose); compressing them costs more than it saves.
+    /// Bound: 0 to 16777216.
+    pub deflate_min_size: usize,
 }
 
 /// Long-polling.
@@ -525,6 +534,8 @@ impl Default for WsConfig {
             max_ping_interval: Duration::from_secs(300),
             inbound_rate: 100.0,
             inbound_burst: 200.0,
+            permessage_deflate: true,
+            deflate_min_size: 256,
         }
     }
 }

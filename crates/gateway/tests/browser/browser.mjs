@@ -1,7 +1,8 @@
 // Drives headless Chromium (Debian's package) against a running Herald gateway:
 //  1. the demo page: a person clicks Connect for herald-client (the library, served by the
 //     gateway at /herald-client.js), SSE and WebSocket and sees a published message arrive in
-//     all three lists;
+//     all three lists; then the browser's native WebSocket negotiates permessage-deflate and a
+//     large message and a large ping go through it compressed;
 //  2. the browser's native EventSource: messages arrive; when the stream ends (sse.max_lifetime)
 //     the browser reconnects by itself with Last-Event-ID and gets exactly the messages published
 //     while it was away, then live ones.
@@ -57,6 +58,37 @@ try {
     document.getElementById("ws-log").textContent.includes("hello from the test"), null, { timeout: 10000 });
   await demo.screenshot({ path: process.env.HERALD_SCREENSHOT || "/tmp/herald-demo.png" });
   console.log("demo page: herald-client, SSE and WebSocket panes show the published message");
+
+  // 1b. Chromium's own WebSocket negotiates permessage-deflate: a large message arrives
+  // whole, and a large ping the browser compresses is inflated and echoed.
+  const big = Array.from({ length: 600 }, (_, i) => ({ id: i, name: "sensor", state: "ok" }));
+  await demo.evaluate(() => new Promise((resolve, reject) => {
+    const ws = new WebSocket(`ws://${location.host}/v1/ws`);
+    window.deflateWs = ws;
+    window.deflateGot = [];
+    ws.onmessage = (e) => window.deflateGot.push(JSON.parse(e.data));
+    ws.onopen = () => {
+      ws.send(JSON.stringify({ type: "subscribe", topics: ["browser-deflate"] }));
+      resolve();
+    };
+    ws.onerror = () => reject(new Error("websocket failed"));
+  }));
+  await demo.waitForFunction(() => window.deflateGot.some((f) => f.type === "subscribed"));
+  await publish("browser-deflate", big);
+  await demo.evaluate((n) => window.deflateWs.send(JSON.stringify({ type: "ping", data: "x".repeat(n) })), 20000);
+  await demo.waitForFunction(() =>
+    window.deflateGot.some((f) => f.type === "message") && window.deflateGot.some((f) => f.type === "pong"),
+    null, { timeout: 10000 });
+  const deflated = await demo.evaluate(() => ({
+    extensions: window.deflateWs.extensions,
+    message: window.deflateGot.find((f) => f.type === "message").data,
+    pong: window.deflateGot.find((f) => f.type === "pong").data.length,
+  }));
+  assert(deflated.extensions === "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+    `extensions ${deflated.extensions}`);
+  assert(JSON.stringify(deflated.message) === JSON.stringify(big), "the large message arrived whole");
+  assert(deflated.pong === 20000, `pong of ${deflated.pong} characters`);
+  console.log(`native WebSocket: ${deflated.extensions}; ${JSON.stringify(big).length} B message and a 20 kB ping both ways`);
 
   // 2. Native EventSource with an automatic reconnect.
   const page = await browser.newPage();

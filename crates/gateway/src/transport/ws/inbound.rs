@@ -8,7 +8,13 @@
 //! (measured: ~15 million frames/s accepted, no limit applied, the connection closed as idle
 //! while it was sending). Scanning frame headers costs a few comparisons per frame and no
 //! copy; the payload bytes are skipped, not looked at.
+//!
+//! On a connection that negotiated permessage-deflate (`super::deflate`) the first frame of
+//! a compressed message has RSV1 set, which tungstenite refuses: the bit is cleared here, the
+//! frame marked binary (its bytes are not UTF-8 until inflated), and how each message was sent
+//! remembered in order for the connection to take ([`Inbound::next_message`]).
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -21,6 +27,23 @@ use crate::limits::{Rate, TokenBucket};
 /// Most frames one message may be split into. Browsers and client libraries send a message
 /// as one frame, or a few for very large ones.
 pub const MAX_FRAGMENTS: u32 = 64;
+
+/// Most messages whose frames were read and that tungstenite has not yielded yet, on a
+/// compressed connection. tungstenite reads `ws.read_buffer_size` bytes at a time and yields
+/// every message it holds before it reads again, so a client stays far below this unless it
+/// sends thousands of empty messages in one read; past it: [`Violation::Rate`].
+pub const MAX_PENDING: usize = 4096;
+
+/// How the client sent a message (permessage-deflate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Uncompressed: tungstenite's message is the client's.
+    Plain,
+    /// A compressed text message: tungstenite yields it as binary, to inflate.
+    DeflatedText,
+    /// A compressed binary message.
+    DeflatedBinary,
+}
 
 /// Why the client's frames were refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,12 +83,19 @@ pub struct Inbound<S> {
     skip: u64,
     /// Frames of the message being reassembled (0 between messages).
     fragments: u32,
-    rate: Option<Rate>,
+    /// The inbound rate, when `limited` (an `Option<Rate>` would take 8 bytes more per
+    /// connection: its tag padded to the floats' alignment, where a `bool` fills a gap).
+    rate: Rate,
+    limited: bool,
     /// From the first frame on (boxed: most connections send one frame in their life).
     bucket: Option<Box<TokenBucket>>,
     violation: Option<Violation>,
     /// When the last frame header arrived.
     last_frame: Instant,
+    /// With permessage-deflate: how each message read and not yet taken was sent, oldest
+    /// first (boxed: most connections do not compress).
+    #[allow(clippy::box_collection)] // 8 bytes inline rather than a `VecDeque`'s 32
+    sent: Option<Box<VecDeque<Sent>>>,
 }
 
 impl<S> Inbound<S> {
@@ -77,11 +107,35 @@ impl<S> Inbound<S> {
             have: 0,
             skip: 0,
             fragments: 0,
-            rate,
+            rate: rate.unwrap_or(Rate {
+                per_second: 0.0,
+                burst: 0.0,
+            }),
+            limited: rate.is_some(),
             bucket: None,
             violation: None,
             last_frame: Instant::now(),
+            sent: None,
         }
+    }
+
+    /// Takes compressed messages from the client (permessage-deflate was negotiated).
+    pub fn expect_deflate(&mut self) {
+        self.sent = Some(Box::default());
+    }
+
+    /// How the next message tungstenite yields was sent (call once per text or binary
+    /// message, in order).
+    pub fn next_message(&mut self) -> Sent {
+        let Some(queue) = self.sent.as_mut() else {
+            return Sent::Plain;
+        };
+        let sent = queue.pop_front().unwrap_or(Sent::Plain);
+        // What a burst grew is given back once it is read.
+        if queue.is_empty() && queue.capacity() > 64 {
+            queue.shrink_to(8);
+        }
+        sent
     }
 
     /// The stream itself, for a lingering close that drains it without parsing.
@@ -104,20 +158,25 @@ impl<S> Inbound<S> {
         self.last_frame
     }
 
-    /// Passes over `bytes`, counting each frame header completed in them.
-    fn scan(&mut self, mut bytes: &[u8]) -> Result<(), Violation> {
-        while !bytes.is_empty() {
+    /// Passes over `bytes`, counting each frame header completed in them (and, with
+    /// permessage-deflate, rewriting the first byte of a compressed message's first frame).
+    fn scan(&mut self, bytes: &mut [u8]) -> Result<(), Violation> {
+        let mut at = 0;
+        while at < bytes.len() {
             if self.skip > 0 {
                 let n = usize::try_from(self.skip)
                     .unwrap_or(usize::MAX)
-                    .min(bytes.len());
+                    .min(bytes.len() - at);
                 self.skip -= n as u64;
-                bytes = &bytes[n..];
+                at += n;
                 continue;
             }
-            self.header[usize::from(self.have)] = bytes[0];
+            if self.have == 0 {
+                self.first_byte(&mut bytes[at])?;
+            }
+            self.header[usize::from(self.have)] = bytes[at];
             self.have += 1;
-            bytes = &bytes[1..];
+            at += 1;
             if self.have < 2 {
                 continue;
             }
@@ -142,9 +201,35 @@ impl<S> Inbound<S> {
         Ok(())
     }
 
+    /// A frame's first byte (FIN, RSV, opcode) on a compressed connection: a text or binary
+    /// frame starts a message, compressed when RSV1 is set. RSV1 elsewhere (a continuation,
+    /// a control frame) is left for tungstenite to refuse, as RFC 7692 section 6.1 asks.
+    fn first_byte(&mut self, byte: &mut u8) -> Result<(), Violation> {
+        let Some(sent) = self.sent.as_mut() else {
+            return Ok(());
+        };
+        let opcode = *byte & 0x0f;
+        if opcode != 0x1 && opcode != 0x2 {
+            return Ok(());
+        }
+        if sent.len() >= MAX_PENDING {
+            return Err(Violation::Rate);
+        }
+        sent.push_back(match (*byte & 0x40 != 0, opcode) {
+            (false, _) => Sent::Plain,
+            (true, 0x1) => Sent::DeflatedText,
+            (true, _) => Sent::DeflatedBinary,
+        });
+        if *byte & 0x40 != 0 {
+            *byte = (*byte & !0x4f) | 0x2; // RSV1 cleared, binary
+        }
+        Ok(())
+    }
+
     fn frame(&mut self, first_byte: u8) -> Result<(), Violation> {
         self.last_frame = Instant::now();
-        if let Some(rate) = self.rate {
+        if self.limited {
+            let rate = self.rate;
             let bucket = self.bucket.get_or_insert_with(|| Box::new(rate.bucket()));
             if bucket.take(rate, 1.0).is_err() {
                 return Err(Violation::Rate);
@@ -183,7 +268,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Inbound<S> {
         let before = buf.filled().len();
         std::task::ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
         let this = &mut *self;
-        if let Err(v) = this.scan(&buf.filled()[before..]) {
+        if let Err(v) = this.scan(&mut buf.filled_mut()[before..]) {
             this.violation = Some(v);
             return Poll::Ready(Err(io::Error::other(v.reason())));
         }
@@ -224,12 +309,12 @@ mod tests {
         let rate = Rate::new(1.0, 4.0);
         // Byte by byte: the header parser must survive any split.
         let mut scan = Inbound::new((), rate);
-        for b in &bytes {
-            scan.scan(std::slice::from_ref(b)).unwrap();
+        for b in &mut bytes {
+            scan.scan(std::slice::from_mut(b)).unwrap();
         }
         assert_eq!((scan.have, scan.skip), (0, 0));
         // A fifth frame is over the burst of 4.
-        assert_eq!(scan.scan(&frame(true, 1, 1)), Err(Violation::Rate));
+        assert_eq!(scan.scan(&mut frame(true, 1, 1)), Err(Violation::Rate));
     }
 
     #[test]
@@ -240,13 +325,68 @@ mod tests {
             bytes.extend(frame(false, 0, 0));
         }
         bytes.extend(frame(true, 0, 0));
-        scan.scan(&bytes).unwrap();
+        scan.scan(&mut bytes).unwrap();
         // The next message starts from zero; a ping between fragments is fine.
         let mut bytes = frame(false, 1, 1);
         bytes.extend(frame(true, 9, 0));
         for _ in 0..MAX_FRAGMENTS {
             bytes.extend(frame(false, 0, 0));
         }
-        assert_eq!(scan.scan(&bytes), Err(Violation::Fragments));
+        assert_eq!(scan.scan(&mut bytes), Err(Violation::Fragments));
+    }
+
+    #[test]
+    fn compressed_messages_are_marked_in_order_and_handed_on_as_binary() {
+        let mut scan = Inbound::new((), None);
+        let mut plain = frame(true, 1, 3);
+        scan.scan(&mut plain).unwrap();
+        assert_eq!(
+            plain[0], 0x81,
+            "nothing rewritten before deflate is negotiated"
+        );
+        assert_eq!(scan.next_message(), Sent::Plain);
+
+        scan.expect_deflate();
+        let rsv1 = |mut f: Vec<u8>| {
+            f[0] |= 0x40;
+            f
+        };
+        let mut bytes = rsv1(frame(false, 1, 200)); // compressed text, in two fragments
+        let first = bytes.len();
+        bytes.extend(frame(true, 9, 0)); // a ping between them
+        bytes.extend(frame(true, 0, 10));
+        bytes.extend(frame(true, 1, 5)); // plain text
+        bytes.extend(rsv1(frame(true, 2, 70_000))); // compressed binary
+        let binary = bytes.len() - 70_000 - 14;
+        // Byte by byte: the rewrite must survive any split.
+        for b in &mut bytes {
+            scan.scan(std::slice::from_mut(b)).unwrap();
+        }
+        assert_eq!(
+            bytes[0], 0x02,
+            "RSV1 cleared, text became binary, not final"
+        );
+        assert_eq!(bytes[first], 0x89, "the ping untouched");
+        assert_eq!(bytes[binary], 0x82);
+        assert_eq!(scan.next_message(), Sent::DeflatedText);
+        assert_eq!(scan.next_message(), Sent::Plain);
+        assert_eq!(scan.next_message(), Sent::DeflatedBinary);
+        assert_eq!(scan.next_message(), Sent::Plain, "none pending");
+
+        // RSV1 on a continuation is left for tungstenite to refuse.
+        let mut bytes = frame(false, 1, 1);
+        bytes.extend(rsv1(frame(true, 0, 1)));
+        let continuation = bytes.len() - 7;
+        scan.scan(&mut bytes).unwrap();
+        assert_eq!(bytes[continuation], 0xc0);
+    }
+
+    #[test]
+    fn pending_messages_are_bounded() {
+        let mut scan = Inbound::new((), None);
+        scan.expect_deflate();
+        let mut bytes: Vec<u8> = (0..MAX_PENDING).flat_map(|_| frame(true, 1, 0)).collect();
+        scan.scan(&mut bytes).unwrap();
+        assert_eq!(scan.scan(&mut frame(true, 1, 0)), Err(Violation::Rate));
     }
 }

@@ -1,0 +1,375 @@
+//! permessage-deflate (RFC 7692): the handshake's negotiation, and what a connection that
+//! negotiated it sends compressed.
+//!
+//! Herald accepts the first valid offer and always answers `server_no_context_takeover` and
+//! `client_no_context_takeover` (the RFC lets a server add both): each message is compressed
+//! on its own, so a message's compressed frame is made once and shared by every subscriber
+//! ([`herald_core::Message::ws_deflate_wire_frame`]), and a message from the client is
+//! inflated on its own by the thread's inflater ([`herald_core::deflate::inflate`]). No
+//! connection holds a compressor, an inflater or a window: the cost per connection is a few
+//! bytes (measured in BENCHMARKS.md).
+//!
+//! `server_max_window_bits=N` is honoured without a compressor per window size: a message
+//! compressed on its own refers back at most its own length, so one no longer than 2^N bytes
+//! fits a window of N bits, and a longer one goes uncompressed to a client that asked for
+//! fewer than 15 bits (the compressor's own window).
+//! `client_max_window_bits` needs nothing: Herald inflates with the largest window.
+//!
+//! tungstenite has no extensions: [`super::inbound::Inbound`] clears RSV1 on the first frame of
+//! a compressed message before tungstenite reads it (and marks it binary, so that tungstenite
+//! does not check compressed bytes as UTF-8) and remembers, in order, which messages were
+//! compressed; outbound compressed frames are written as raw frames with RSV1 set.
+
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use herald_core::deflate::{InflateError, compress, inflate};
+use herald_core::{DeliveryCounter, DirectWriter, Message};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+
+use super::format::Format;
+use super::inbound::Sent;
+use super::{Connection, Flow, FrameError, close_code};
+use crate::server::stream::PeerStream;
+use crate::telemetry::metrics::{self, CloseReason};
+
+/// The extension's name in `Sec-WebSocket-Extensions`.
+const NAME: &str = "permessage-deflate";
+
+/// What a connection negotiated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deflate {
+    /// `server_max_window_bits` as the client asked (8 to 15), `None` when it did not.
+    window_bits: Option<u8>,
+}
+
+impl Deflate {
+    /// The first acceptable permessage-deflate offer of the request's
+    /// `Sec-WebSocket-Extensions` headers. Offers with an unknown or repeated parameter, or
+    /// a value out of range, are declined (RFC 7692 section 5), and the next one is tried;
+    /// `None` when none is acceptable (the connection goes uncompressed).
+    pub fn negotiate(headers: &HeaderMap) -> Option<Self> {
+        headers
+            .get_all("sec-websocket-extensions")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .find_map(offer)
+    }
+
+    /// The `Sec-WebSocket-Extensions` value of the 101 answer.
+    pub fn response(self) -> String {
+        let mut out = format!("{NAME}; server_no_context_takeover; client_no_context_takeover");
+        if let Some(bits) = self.window_bits {
+            out.push_str(&format!("; server_max_window_bits={bits}"));
+        }
+        out
+    }
+
+    /// Whether a frame of `len` bytes goes compressed: at least `min_size`, and within the
+    /// client's window when it asked for one smaller than the compressor's (15 bits).
+    pub fn compresses(self, len: usize, min_size: usize) -> bool {
+        len >= min_size
+            && match self.window_bits {
+                None | Some(15) => true,
+                Some(bits) => len <= 1usize << bits,
+            }
+    }
+}
+
+/// One offer (`permessage-deflate; param; param=value`), if it is this extension's and valid.
+fn offer(element: &str) -> Option<Deflate> {
+    let mut parts = element.split(';').map(str::trim);
+    if parts.next()? != NAME {
+        return None;
+    }
+    let mut seen: Vec<&str> = Vec::with_capacity(4);
+    let mut window_bits = None;
+    for param in parts {
+        let (name, value) = match param.split_once('=') {
+            Some((name, value)) => (name.trim(), Some(unquote(value.trim())?)),
+            None => (param, None),
+        };
+        if seen.contains(&name) {
+            return None; // repeated
+        }
+        seen.push(name);
+        match (name, value) {
+            ("server_no_context_takeover" | "client_no_context_takeover", None) => {}
+            ("server_max_window_bits", Some(value)) => window_bits = Some(bits(value)?),
+            ("client_max_window_bits", None) => {}
+            ("client_max_window_bits", Some(value)) => {
+                bits(value)?;
+            }
+            _ => return None, // unknown, or a value where none belongs (or none where one does)
+        }
+    }
+    Some(Deflate { window_bits })
+}
+
+/// A parameter value, without the quotes of a quoted string.
+fn unquote(value: &str) -> Option<&str> {
+    match value.strip_prefix('"') {
+        Some(rest) => rest.strip_suffix('"'),
+        None => Some(value),
+    }
+}
+
+/// A window size in bits: 8 to 15, decimal without a leading zero (RFC 7692 section 7.1.2).
+fn bits(value: &str) -> Option<u8> {
+    if value.starts_with('0') || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok().filter(|b| (8..=15).contains(b))
+}
+
+impl<S: PeerStream> Connection<S> {
+    /// A compressed message from the client, tungstenite having yielded it as binary
+    /// ([`super::inbound`]). Inflated to at most `ws.max_message_size` bytes: a message that
+    /// would inflate to more closes the connection with 1009 (nothing past the limit is
+    /// allocated), invalid DEFLATE data with 1002 (RFC 7692 section 8), invalid UTF-8 in a
+    /// text message with 1007. A message of the kind the connection's format refuses (binary on
+    /// JSON, text on `herald.msgpack`) is refused before it is inflated, as it is uncompressed.
+    pub(super) async fn on_deflated(&mut self, sent: Sent, data: &Bytes) -> Flow {
+        match (sent, self.format) {
+            (Sent::DeflatedText, Format::Json) | (Sent::DeflatedBinary, Format::Msgpack) => {}
+            (_, Format::Json) => {
+                return self
+                    .error_frame(FrameError::new(
+                        "unsupported_frame",
+                        "binary frames are not supported; send JSON text frames (or connect \
+                         with the herald.msgpack subprotocol)",
+                    ))
+                    .await;
+            }
+            (_, Format::Msgpack) => {
+                return self
+                    .error_frame(FrameError::new(
+                        "unsupported_frame",
+                        "text frames are not supported on a herald.msgpack connection; send \
+                         MessagePack binary frames",
+                    ))
+                    .await;
+            }
+        }
+        let limit = self.state.config().ws.max_message_size;
+        let (code, metric, reason) = match inflate(data, limit) {
+            Ok(bytes) if self.format == Format::Msgpack => {
+                return match Box::pin(self.on_msgpack_command(&bytes)).await {
+                    Ok(flow) => flow,
+                    Err(e) => self.error_frame(e).await,
+                };
+            }
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => {
+                    return match self.on_command(&text, None).await {
+                        Ok(flow) => flow,
+                        Err(e) => self.error_frame(e).await,
+                    };
+                }
+                Err(_) => (
+                    close_code::INVALID_DATA,
+                    "invalid_utf8",
+                    "text frame is not valid UTF-8".to_string(),
+                ),
+            },
+            Err(e @ InflateError::TooBig(_)) => (
+                close_code::TOO_BIG,
+                "too_big",
+                format!("message too big: {e}"),
+            ),
+            Err(e @ InflateError::Corrupt) => (
+                close_code::PROTOCOL,
+                "protocol",
+                format!("protocol error: compressed message {e}"),
+            ),
+        };
+        metrics::client_error("ws", metric);
+        self.close(code, &reason).await;
+        Flow::Close(CloseReason::Protocol)
+    }
+
+    /// The compression of this connection's outbound frames: its negotiated permessage-deflate
+    /// on a JSON connection; none on a `herald.msgpack` one, whose frames go uncompressed
+    /// (inbound, a compressed frame is inflated whatever the format).
+    pub(super) fn json_deflate(&self) -> Option<Deflate> {
+        self.deflate.filter(|_| self.format == Format::Json)
+    }
+
+    /// `message`'s compressed frame for this connection, when it negotiated compression, the
+    /// frame is long enough and compressing shrank it (compressed once per message, shared).
+    pub(super) fn deflated_message(&self, message: &Message) -> Option<WsMessage> {
+        let deflate = self.json_deflate()?;
+        let min_size = self.state.config().ws.deflate_min_size;
+        if !deflate.compresses(message.ws_frame().len(), min_size) {
+            return None;
+        }
+        message.ws_deflate_payload().map(text_frame)
+    }
+
+    /// A reply of this connection's own, compressed when that applies as for
+    /// [`Self::deflated_message`].
+    pub(super) fn deflated_text(&self, text: String) -> WsMessage {
+        let min_size = self.state.config().ws.deflate_min_size;
+        match self.json_deflate() {
+            Some(deflate) if deflate.compresses(text.len(), min_size) => {
+                match compress(text.as_bytes()) {
+                    Some(packed) => text_frame(packed.into()),
+                    None => WsMessage::Text(text.into()),
+                }
+            }
+            _ => WsMessage::Text(text.into()),
+        }
+    }
+}
+
+/// The direct-delivery writer of a connection ([`super::direct`]): as it is without
+/// compression; with it, one that writes a message's compressed frame
+/// ([`Message::ws_deflate_wire_frame`], shared by every such subscriber) when
+/// [`Deflate::compresses`] says so. A wrapper rather than a field of the socket, so that a
+/// connection without compression carries nothing for it.
+pub fn writer(
+    plain: Box<dyn DirectWriter>,
+    deflate: Option<Deflate>,
+    min_size: usize,
+) -> Box<dyn DirectWriter> {
+    match deflate {
+        Some(deflate) => Box::new(DeflateWriter {
+            plain,
+            deflate,
+            min_size,
+        }),
+        None => plain,
+    }
+}
+
+struct DeflateWriter {
+    plain: Box<dyn DirectWriter>,
+    deflate: Deflate,
+    min_size: usize,
+}
+
+impl DirectWriter for DeflateWriter {
+    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+        if self
+            .deflate
+            .compresses(message.ws_frame().len(), self.min_size)
+            && let Some(packed) = message.ws_deflate_wire_frame()
+        {
+            return packed;
+        }
+        self.plain.frame(message)
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        self.plain.try_write(buf)
+    }
+
+    fn counter(&self) -> &'static dyn DeliveryCounter {
+        self.plain.counter()
+    }
+
+    fn counted_bytes(&self, written: usize, message: &Message) -> usize {
+        self.plain.counted_bytes(written, message)
+    }
+
+    fn ready(&self) -> bool {
+        self.plain.ready()
+    }
+}
+
+/// A compressed text message as tungstenite writes it: `payload` already compressed, RSV1 set.
+pub fn text_frame(payload: Bytes) -> WsMessage {
+    let mut frame = Frame::message(payload, OpCode::Data(Data::Text), true);
+    frame.header_mut().rsv1 = true;
+    WsMessage::Frame(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn negotiate(values: &[&str]) -> Option<Deflate> {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append("sec-websocket-extensions", v.parse().unwrap());
+        }
+        Deflate::negotiate(&headers)
+    }
+
+    #[test]
+    fn accepts_the_first_valid_offer() {
+        let plain = Some(Deflate { window_bits: None });
+        assert_eq!(negotiate(&["permessage-deflate"]), plain);
+        assert_eq!(
+            negotiate(&["permessage-deflate; client_max_window_bits"]),
+            plain
+        );
+        assert_eq!(
+            negotiate(&[
+                "permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits=10"
+            ]),
+            plain
+        );
+        // Chrome's offer, and a quoted value.
+        assert_eq!(
+            negotiate(&["permessage-deflate; client_max_window_bits"]),
+            plain
+        );
+        assert_eq!(
+            negotiate(&[r#"permessage-deflate; server_max_window_bits="10""#]),
+            Some(Deflate {
+                window_bits: Some(10)
+            })
+        );
+        // An invalid first offer is declined and the next one taken, across headers too.
+        assert_eq!(
+            negotiate(&[
+                "x-other, permessage-deflate; server_max_window_bits=16",
+                "permessage-deflate; server_max_window_bits=9"
+            ]),
+            Some(Deflate {
+                window_bits: Some(9)
+            })
+        );
+    }
+
+    #[test]
+    fn declines_invalid_offers() {
+        for offer in [
+            "x-webkit-deflate-frame",
+            "permessage-deflate; server_max_window_bits",
+            "permessage-deflate; server_max_window_bits=7",
+            "permessage-deflate; server_max_window_bits=010",
+            "permessage-deflate; client_max_window_bits=16",
+            "permessage-deflate; client_max_window_bits=ten",
+            "permessage-deflate; server_no_context_takeover=1",
+            "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+            "permessage-deflate; mystery",
+            r#"permessage-deflate; server_max_window_bits="10"#,
+        ] {
+            assert_eq!(negotiate(&[offer]), None, "{offer}");
+        }
+        assert_eq!(negotiate(&[]), None);
+    }
+
+    #[test]
+    fn answers_with_what_it_honours() {
+        assert_eq!(
+            Deflate { window_bits: None }.response(),
+            "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
+        );
+        let small = Deflate {
+            window_bits: Some(9),
+        };
+        assert!(small.response().ends_with("; server_max_window_bits=9"));
+        assert!(small.compresses(512, 256) && !small.compresses(513, 256));
+        assert!(!small.compresses(255, 256));
+        assert!(Deflate { window_bits: None }.compresses(1 << 20, 0));
+        let full = Deflate {
+            window_bits: Some(15),
+        };
+        assert!(full.compresses(1 << 20, 0));
+    }
+}
