@@ -5,7 +5,9 @@
 // falls back to the next when one cannot connect or is cut off at once, and tries the
 // preferred one again every `upgradeInterval`. It keeps one cursor per topic and resumes
 // from it on every reconnect, on every transport and on every node, so the application sees
-// every message once and in order, or an explicit `onLost`.
+// every message once and in order, or an explicit `onLost`. A prefix pattern (`orders.*`)
+// subscribes to every matching topic: the client keeps a cursor for each topic it delivered
+// (the most recent `MAX_PATTERN_TOPICS`) and resumes them under the pattern.
 
 import type {
   CloseInfo,
@@ -19,6 +21,7 @@ import type {
 } from "./types.js";
 import { HeraldError } from "./types.js";
 import { isAfter, isTopicName, parseCursor } from "./cursor.js";
+import { MAX_PATTERN_TOPICS, isPattern, matchesPattern, subscriptionError } from "./pattern.js";
 import { fullJitter, type BackoffOptions } from "./backoff.js";
 import { WsConnection } from "./websocket.js";
 import { PollConnection, SseConnection, refusal } from "./http.js";
@@ -26,6 +29,7 @@ import { PollConnection, SseConnection, refusal } from "./http.js";
 export type { HeraldMessage, LostInfo, State, TransportName, CloseInfo, Connection, ConnectionContext, ConnectionHandlers };
 export { HeraldError };
 export { parseCursor, parseResumeList, formatResumeList, isAfter, isTopicName } from "./cursor.js";
+export { MAX_PATTERN_TOPICS, isPattern, matchesPattern, subscriptionError } from "./pattern.js";
 export { fullJitter } from "./backoff.js";
 export type { BackoffOptions } from "./backoff.js";
 export { SseParser } from "./sse.js";
@@ -54,7 +58,8 @@ export interface HeraldOptions {
   stableAfter?: number;
   /** Seconds a long-poll is held (default 25; the gateway caps it at `poll.timeout`). */
   pollTimeout?: number;
-  /** Most topics at once (default 64, the gateway's `limits.max_subscriptions`). */
+  /** Most topics at once, a pattern counting as one (default 64, the gateway's
+   *  `limits.max_subscriptions`). */
   maxTopics?: number;
   /** `fetch` credentials mode for SSE, poll and publish (default `same-origin`; `include`
    *  sends cookies cross-site where the gateway's CORS allows credentials). */
@@ -82,11 +87,13 @@ export interface HeraldOptions {
 }
 
 export interface SubscribeOptions {
-  /** Called when the gateway signals that messages of this topic were lost. */
+  /** Called when the gateway signals that messages of this topic were lost; for a pattern,
+   *  of one of its topics (`info.topic` names it), or of the pattern as a whole when the
+   *  client fell behind its live stream (`info.topic` is the pattern). */
   onLost?: (info: LostInfo) => void;
   /** Start with the newest `last` messages the topic's history holds (fewer when it holds
    *  fewer), then live. Used only while the client holds no cursor for the topic (its first
-   *  subscription); every later connection resumes from the cursor. */
+   *  subscription); every later connection resumes from the cursor. Not for a pattern. */
   last?: number;
 }
 
@@ -104,6 +111,7 @@ export interface ServerUnsubscribed extends ServerTopics {
 }
 
 export interface Subscription {
+  /** The topic or pattern subscribed to. */
   readonly topic: string;
   /** Stops this subscription (the topic is unsubscribed when no other subscription wants it). */
   unsubscribe(): void;
@@ -121,6 +129,7 @@ export type HeraldEvents = {
 type Events = HeraldEvents;
 
 interface Sub {
+  /** A topic, or a pattern (`orders.*`). */
   topic: string;
   onMessage: (m: HeraldMessage) => void;
   onLost: ((info: LostInfo) => void) | undefined;
@@ -165,8 +174,15 @@ export class Herald {
   >;
   private readonly backoff: BackoffOptions;
   private readonly random: () => number;
+  /** Subscriptions by topic or pattern. */
   private readonly subs = new Map<string, Set<Sub>>();
+  /** The patterns among `subs`' keys. */
+  private readonly patterns = new Set<string>();
+  /** Cursors of the topics subscribed, held by the application, or delivered by a pattern. */
   private readonly cursors = new Map<string, string>();
+  /** Topics delivered by a pattern and not subscribed by name, the least recently delivered
+   *  first: past `MAX_PATTERN_TOPICS` the first is forgotten (as the gateway does). */
+  private readonly recent = new Set<string>();
   /** Starting positions a connection reported in another epoch than the cursor's: where
    *  delivery goes on once that connection's loss signal arrives. */
   private readonly hints = new Map<string, string>();
@@ -245,7 +261,8 @@ export class Herald {
     return this._transport;
   }
 
-  /** A topic's cursor: the id of the last message delivered, or its starting position. */
+  /** A topic's cursor: the id of the last message delivered, or its starting position (a
+   *  topic a pattern delivered included). */
   cursor(topic: string): string | undefined {
     return this.cursors.get(topic);
   }
@@ -257,7 +274,7 @@ export class Herald {
     const out = new Set<string>(this.conn ? this.serverSets.get(this.conn) : undefined);
     const personal = this.personal();
     if (personal) out.add(personal);
-    return [...out].filter((t) => !this.subs.has(t));
+    return [...out].filter((t) => !this.ownTopic(t));
   }
 
   /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt), `lost` (loss
@@ -275,11 +292,20 @@ export class Herald {
     this.listeners[event].delete(fn);
   }
 
-  /** Subscribes `onMessage` to `topic`. Many subscriptions share one connection. */
+  /** Subscribes `onMessage` to `topic`, or to every topic a prefix pattern such as
+   *  `orders.*` matches. Many subscriptions share one connection. */
   subscribe(topic: string, onMessage: (m: HeraldMessage) => void, options: SubscribeOptions = {}): Subscription {
     if (this.closed) throw new Error("Herald: subscribe after close()");
-    if (!isTopicName(topic)) {
-      throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}: 1-128 characters of A-Z a-z 0-9 _ . : @ -`);
+    const pattern = isPattern(topic);
+    const bad = subscriptionError(topic);
+    if (bad !== undefined) {
+      throw new TypeError(`Herald: bad ${pattern ? "pattern" : "topic name"} ${JSON.stringify(topic)}: ${bad}`);
+    }
+    if (options.last !== undefined && !(Number.isInteger(options.last) && options.last >= 0)) {
+      throw new RangeError(`Herald: last must be a whole number, not ${String(options.last)}`);
+    }
+    if (options.last !== undefined && pattern) {
+      throw new TypeError(`Herald: last does not apply to a pattern (${JSON.stringify(topic)}): it starts its topics live`);
     }
     let set = this.subs.get(topic);
     if (!set) {
@@ -288,10 +314,10 @@ export class Herald {
       }
       set = new Set();
       this.subs.set(topic, set);
+      if (pattern) this.patterns.add(topic);
+      // Subscribed by name now: its cursor (a pattern's until now) goes with the topic.
+      else this.recent.delete(topic);
       this.topicsChanged();
-    }
-    if (options.last !== undefined && !(Number.isInteger(options.last) && options.last >= 0)) {
-      throw new RangeError(`Herald: last must be a whole number, not ${String(options.last)}`);
     }
     const sub: Sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
     set.add(sub);
@@ -304,9 +330,20 @@ export class Herald {
         s?.delete(sub);
         if (s && s.size === 0) {
           this.subs.delete(topic);
-          if (!this.isServerTopic(topic)) {
-            this.cursors.delete(topic);
-            this.hints.delete(topic);
+          if (pattern) {
+            this.patterns.delete(topic);
+            // The topics no other pattern delivers go with their cursors.
+            for (const t of [...this.recent]) {
+              if (this.patternOf(t) === undefined) {
+                this.recent.delete(t);
+                if (!this.isServerTopic(t)) this.forget(t);
+              }
+            }
+          } else if (this.patternOf(topic) !== undefined) {
+            // A pattern still delivers it: its cursor stays, as the pattern's.
+            this.touch(topic);
+          } else if (!this.isServerTopic(topic)) {
+            this.forget(topic);
           }
           this.topicsChanged();
         }
@@ -396,7 +433,7 @@ export class Herald {
       keep = true;
     }
     if (main) {
-      const told = added.filter((t) => !this.subs.has(t));
+      const told = added.filter((t) => !this.ownTopic(t));
       if (told.length > 0) this.emit("serverSubscribe", { topics: told });
     }
     // The kept personal topic joins the topics the client asks for (a no-op on this
@@ -421,12 +458,12 @@ export class Herald {
     const wanted = this.wanted();
     const gone = topics.filter((t) => !wanted.has(t));
     for (const t of gone) {
-      if (!this.isServerTopic(t)) {
-        this.cursors.delete(t);
-        this.hints.delete(t);
-      }
+      if (this.isServerTopic(t)) continue;
+      // A topic a pattern delivers keeps its cursor, as the pattern's.
+      if (this.patternOf(t) !== undefined) this.touch(t);
+      else this.forget(t);
     }
-    const told = gone.filter((t) => !this.subs.has(t));
+    const told = gone.filter((t) => !this.ownTopic(t));
     if (told.length > 0) this.emit("serverUnsubscribe", { topics: told, reason });
   }
 
@@ -487,6 +524,15 @@ export class Herald {
       topics: () => {
         const m = new Map<string, string | undefined>();
         for (const t of this.wanted()) m.set(t, this.cursors.get(t));
+        return m;
+      },
+      patternCursors: () => {
+        const wanted = this.wanted();
+        const m = new Map<string, string>();
+        for (const t of this.recent) {
+          const c = this.cursors.get(t);
+          if (c !== undefined && !wanted.has(t) && this.patternOf(t) !== undefined) m.set(t, c);
+        }
         return m;
       },
       last: (topic) => {
@@ -606,7 +652,7 @@ export class Herald {
     const before = old ? this.serverSets.get(old) : undefined;
     if (old) this.connectionEnded(old, probe);
     // What the application subscribed the probe to (a connect hook), it is told now.
-    const fresh = [...(this.serverSets.get(probe) ?? [])].filter((t) => !before?.has(t) && !this.subs.has(t));
+    const fresh = [...(this.serverSets.get(probe) ?? [])].filter((t) => !before?.has(t) && !this.ownTopic(t));
     if (fresh.length > 0) this.emit("serverSubscribe", { topics: fresh });
     this.ti = ti;
     this.failsHere = 0;
@@ -718,18 +764,22 @@ export class Herald {
   // ---- delivery ----
 
   private deliver(m: HeraldMessage, from: Connection): void {
-    const set = this.subs.get(m.topic);
-    const server = !set && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
-    if (!set && !server) return;
+    const subs = this.subsFor(m.topic);
+    const server = subs.length === 0 && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
+    if (subs.length === 0 && !server) return;
     if (!isAfter(m.id, this.cursors.get(m.topic))) return; // already delivered
     this.cursors.set(m.topic, m.id);
     this.hints.delete(m.topic);
-    if (!set) {
+    if (!this.named(m.topic)) this.touch(m.topic);
+    if (subs.length === 0) {
       this.emit("serverMessage", m);
       return;
     }
-    for (const sub of [...set]) {
-      if (!sub.active) continue;
+    // Once to each handler, however many of its subscriptions (the topic's, patterns') match.
+    const called = new Set<(m: HeraldMessage) => void>();
+    for (const sub of subs) {
+      if (!sub.active || called.has(sub.onMessage)) continue;
+      called.add(sub.onMessage);
       try {
         sub.onMessage(m);
       } catch (e) {
@@ -739,32 +789,44 @@ export class Herald {
   }
 
   private position(topic: string, cursor: string): void {
-    if ((!this.subs.has(topic) && !this.isServerTopic(topic)) || !parseCursor(cursor)) return;
+    if (!this.ownTopic(topic) && !this.isServerTopic(topic)) return;
+    if (isPattern(topic) || !parseCursor(cursor)) return;
     const current = this.cursors.get(topic);
     if (current === undefined) {
       this.cursors.set(topic, cursor);
-      return;
+    } else {
+      const a = parseCursor(current);
+      const b = parseCursor(cursor)!;
+      if (a && a.epoch !== b.epoch) {
+        this.hints.set(topic, cursor);
+      } else if (isAfter(cursor, current)) {
+        this.cursors.set(topic, cursor);
+      }
     }
-    const a = parseCursor(current);
-    const b = parseCursor(cursor)!;
-    if (a && a.epoch !== b.epoch) {
-      this.hints.set(topic, cursor);
-    } else if (isAfter(cursor, current)) {
-      this.cursors.set(topic, cursor);
-    }
+    // A topic a pattern resumed, or delivered on another connection: counted among the
+    // pattern's topics (where it was, when it is there already).
+    if (!this.named(topic) && !this.recent.has(topic)) this.touch(topic);
   }
 
   private onLostSignal(info: LostInfo, cursor: string | undefined): void {
-    const set = this.subs.get(info.topic) ?? new Set<Sub>();
-    if (set.size === 0 && !this.isServerTopic(info.topic)) return;
-    const next = cursor ?? this.hints.get(info.topic);
-    if (next !== undefined) this.cursors.set(info.topic, next);
-    else this.cursors.delete(info.topic);
-    this.hints.delete(info.topic);
+    // A pattern's loss (the client fell behind its live stream): its topics' cursors stay,
+    // as delivery goes on with what the stream still holds.
+    const pattern = isPattern(info.topic);
+    const subs = pattern ? [...(this.subs.get(info.topic) ?? [])] : this.subsFor(info.topic);
+    if (subs.length === 0 && (pattern || !this.isServerTopic(info.topic))) return;
+    if (!pattern) {
+      const next = cursor ?? this.hints.get(info.topic);
+      if (next !== undefined) this.cursors.set(info.topic, next);
+      else this.cursors.delete(info.topic);
+      this.hints.delete(info.topic);
+      if (!this.named(info.topic)) this.touch(info.topic);
+    }
     let handled = false;
-    for (const sub of [...set]) {
-      if (sub.active && sub.onLost) {
+    const called = new Set<(info: LostInfo) => void>();
+    for (const sub of subs) {
+      if (sub.active && sub.onLost && !called.has(sub.onLost)) {
         handled = true;
+        called.add(sub.onLost);
         try {
           sub.onLost(info);
         } catch (e) {
@@ -773,6 +835,50 @@ export class Herald {
       }
     }
     if (!handled) this.emit("lost", info);
+  }
+
+  // ---- patterns ----
+
+  /** The first subscribed pattern that matches `topic`, if any. */
+  private patternOf(topic: string): string | undefined {
+    for (const p of this.patterns) if (matchesPattern(p, topic)) return p;
+    return undefined;
+  }
+
+  /** Whether the client subscribed `topic` itself: by name or with a pattern. */
+  private ownTopic(topic: string): boolean {
+    return this.subs.has(topic) || this.patternOf(topic) !== undefined;
+  }
+
+  /** Whether `topic` has a cursor of its own, not as one of a pattern's topics: subscribed
+   *  by name, or held by the application. */
+  private named(topic: string): boolean {
+    return this.subs.has(topic) || this.isServerTopic(topic);
+  }
+
+  /** The subscriptions a message of `topic` goes to: the topic's, then its patterns'. */
+  private subsFor(topic: string): Sub[] {
+    const out = [...(this.subs.get(topic) ?? [])];
+    for (const p of this.patterns) if (matchesPattern(p, topic)) out.push(...this.subs.get(p)!);
+    return out;
+  }
+
+  /** A topic a pattern delivered, now the most recent: past `MAX_PATTERN_TOPICS`, the least
+   *  recent is forgotten (its cursor too, unless it has one of its own). */
+  private touch(topic: string): void {
+    this.recent.delete(topic);
+    if (this.patternOf(topic) === undefined) return;
+    this.recent.add(topic);
+    while (this.recent.size > MAX_PATTERN_TOPICS) {
+      const oldest = this.recent.values().next().value as string;
+      this.recent.delete(oldest);
+      if (!this.named(oldest)) this.forget(oldest);
+    }
+  }
+
+  private forget(topic: string): void {
+    this.cursors.delete(topic);
+    this.hints.delete(topic);
   }
 
   // ---- tokens ----

@@ -6,6 +6,7 @@ import type { Connection, ConnectionContext, ConnectionHandlers, CloseInfo, Hera
 import { HeraldError } from "./types.js";
 import { formatResumeList, parseResumeList } from "./cursor.js";
 import { SseParser } from "./sse.js";
+import { matchedBy } from "./pattern.js";
 
 /** A refusal read from an error response: fatal for 4xx other than 408 and 429. */
 export async function refusal(res: Response, what: string): Promise<CloseInfo> {
@@ -150,9 +151,10 @@ export class SseConnection extends HttpConnection {
     this.restart();
   }
 
-  /** Topics named by the server that this stream did not ask for and did not know. */
+  /** Topics named by the server that this stream did not ask for and did not know (those
+   *  its patterns deliver are the client's own). */
   private serverNew(topics: Iterable<string>): string[] {
-    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t));
+    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t) && !matchedBy(this.asked, t));
     for (const t of added) this.byServer.add(t);
     return added;
   }
@@ -166,7 +168,8 @@ export class SseConnection extends HttpConnection {
     if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
     if (!this.current(gen)) return;
     const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
-    const resume = formatResumeList(topics);
+    // The topics' cursors, and those of the topics the patterns delivered.
+    const resume = formatResumeList([...topics, ...this.ctx.patternCursors()]);
     let openTimer: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
       if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
     }, this.ctx.openTimeout);
@@ -310,7 +313,11 @@ export class PollConnection extends HttpConnection {
       this.asked = new Set(topics.keys());
       const q = topicQuery(this.ctx, topics);
       q.set("timeout", first ? "0" : String(this.ctx.pollTimeout));
-      const resume = formatResumeList([...topics, ...[...this.byServer].filter(([t]) => !topics.has(t))]);
+      // The topics' cursors, then those of the topics the patterns delivered and of the
+      // server's topics.
+      const cursors = new Map(topics);
+      for (const [t, c] of [...this.ctx.patternCursors(), ...this.byServer]) if (!cursors.has(t)) cursors.set(t, c);
+      const resume = formatResumeList(cursors);
       if (resume) q.set("cursor", resume);
       const url = new URL(`/v1/poll?${q}`, this.ctx.url);
       const limit = (first ? 0 : this.ctx.pollTimeout * 1000) + this.ctx.openTimeout;
@@ -342,17 +349,18 @@ export class PollConnection extends HttpConnection {
       }
       if (!this.current(gen)) return;
       const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : new Map<string, string>();
-      // Topics of the answer the poll did not ask for: a connect hook's (they come and go
-      // with it).
+      // Topics of the answer the poll did not ask for, nor its patterns deliver: a connect
+      // hook's (they come and go with it).
+      const own = (t: string) => topics.has(t) || matchedBy(topics.keys(), t);
       const added: string[] = [];
       const gone: string[] = [];
       for (const [t, c] of positions) {
-        if (topics.has(t)) continue;
+        if (own(t)) continue;
         if (!this.byServer.has(t)) added.push(t);
         this.byServer.set(t, c);
       }
       for (const t of [...this.byServer.keys()]) {
-        if (topics.has(t)) this.byServer.delete(t); // asked for by the client now
+        if (own(t)) this.byServer.delete(t); // asked for by the client now
         else if (!positions.has(t)) gone.push(t);
       }
       for (const t of gone) this.byServer.delete(t);

@@ -8,7 +8,8 @@ export type State = "connecting" | "open" | "reconnecting" | "closed";
 
 /** A message as the application sees it, on every transport. */
 export interface HeraldMessage {
-  /** The topic it was published to. */
+  /** The topic it was published to (`orders.eu`, also when a pattern such as `orders.*`
+   *  delivered it). */
   topic: string;
   /** Its position in the topic's stream, `<epoch>-<seq>`: the id the publish API returned. */
   id: string;
@@ -20,6 +21,8 @@ export interface HeraldMessage {
 
 /** Why messages were lost: the gateway's loss signal. */
 export interface LostInfo {
+  /** The topic; a pattern (`orders.*`) when the client fell behind the pattern's live
+   *  stream as a whole (`lagged`), not knowing which of its topics it missed. */
   topic: string;
   /** `expired` (older than the history kept), `epoch` (another life of the stream, e.g. a
    *  restarted node with in-memory history), `lagged` (the client fell too far behind). */
@@ -63,7 +66,8 @@ export interface ConnectionHandlers {
   message(m: HeraldMessage): void;
   /** A loss signal; `cursor`, when given, is where delivery continues. */
   lost(info: LostInfo, cursor?: string): void;
-  /** A topic's starting position (`subscribed` cursors, the SSE opening id, the poll cursor). */
+  /** A topic's starting position (`subscribed` cursors, the SSE opening id, the poll cursor),
+   *  a topic a pattern delivered included. */
   position(topic: string, cursor: string): void;
   /** The application subscribed this connection to topics it did not ask for (WebSocket
    *  `subscribed` with `"by": "server"`, SSE `herald.subscribed`, a connect hook's topics in
@@ -81,8 +85,13 @@ export interface ConnectionHandlers {
 export interface ConnectionContext {
   /** The gateway's base URL (`https://push.example.com`). */
   url: string;
-  /** The subscribed topics and each one's cursor, read at the moment of (re)subscribing. */
+  /** The subscribed topics and patterns (`orders.*`, never with a cursor), and each
+   *  topic's cursor, read at the moment of (re)subscribing. */
   topics(): Map<string, string | undefined>;
+  /** The cursors of topics the subscribed patterns delivered (not subscribed by name): sent
+   *  with the patterns (WebSocket `cursors`, SSE `Last-Event-ID`, the poll `cursor`) so that
+   *  they resume under them. At most `MAX_PATTERN_TOPICS`, the least recent first. */
+  patternCursors(): Map<string, string>;
   /** For a topic without a cursor: start with its newest `last` messages (undefined: live). */
   last(topic: string): number | undefined;
   /** The current token, if any. */

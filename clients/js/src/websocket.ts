@@ -2,6 +2,7 @@
 
 import type { Connection, ConnectionContext, ConnectionHandlers, CloseInfo } from "./types.js";
 import { HeraldError } from "./types.js";
+import { isPattern, matchedBy, matchesPattern } from "./pattern.js";
 
 /** Replies awaited, in the order the commands were sent (the gateway answers every command,
  *  in order, with its reply or an error frame). */
@@ -67,13 +68,20 @@ export class WsConnection implements Connection {
     // A topic the application subscribed this connection to is held already: not asked again.
     const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t) && !this.byServer.has(t));
     const unsubscribe = [...this.requested].filter((t) => !wanted.has(t));
+    // Topics the patterns delivered resume under them: their cursors go in the frame of a
+    // pattern that matches them (the gateway refuses a cursor no topic or pattern of its frame
+    // names), except those a pattern this connection holds already goes on delivering.
+    const held = [...this.requested].filter((t) => wanted.has(t));
+    const resume = [...this.ctx.patternCursors()].filter(([t]) => !matchedBy(held, t));
     // One `subscribe` frame per `last` value (it applies to the frame's topics without a
-    // cursor); topics with a cursor go with the first.
+    // cursor); topics with a cursor, and patterns (`last` does not apply to them), go with the
+    // first.
     const frames = new Map<number | undefined, { topics: string[]; cursors: Record<string, string> }>();
     for (const t of subscribe) {
       const c = wanted.get(t);
-      const last = c === undefined ? this.ctx.last(t) : undefined;
-      const key = c === undefined ? last : frames.keys().next().value;
+      const pattern = isPattern(t);
+      const last = c === undefined && !pattern ? this.ctx.last(t) : undefined;
+      const key = c === undefined && !pattern ? last : frames.keys().next().value;
       let frame = frames.get(key);
       if (!frame) {
         frame = { topics: [], cursors: {} };
@@ -81,6 +89,7 @@ export class WsConnection implements Connection {
       }
       frame.topics.push(t);
       if (c !== undefined) frame.cursors[t] = c;
+      if (pattern) for (const [rt, rc] of resume) if (matchesPattern(t, rt)) frame.cursors[rt] = rc;
       this.requested.add(t);
     }
     for (const [last, { topics, cursors }] of frames) {

@@ -56,6 +56,38 @@ function formatResumeList(cursors) {
   return parts.join(",");
 }
 
+// src/pattern.ts
+var MAX_PATTERN_TOPICS = 32;
+var PERSONAL = ["user:", "conn:"];
+function isPattern(name) {
+  return name.endsWith("*");
+}
+function subscriptionError(name) {
+  if (!isPattern(name)) {
+    if (name.includes("*")) return "`*` stands only last, after `.` or `:` (a pattern such as `orders.*`): anywhere else it is not a topic character";
+    return isTopicName(name) ? void 0 : "1-128 characters of A-Z a-z 0-9 _ . : @ -";
+  }
+  const prefix = name.slice(0, -1);
+  if (prefix === "") return "a bare `*` would match every topic; give a prefix ending in `.` or `:`, such as `orders.*`";
+  if (name.length > 128) return "longer than 128 characters, as a topic name";
+  if (prefix.includes("*")) return "`*` stands only last, after `.` or `:` (`orders.*`): anywhere else it is not a topic character";
+  if (!isTopicName(prefix)) return "the prefix is 1-127 characters of A-Z a-z 0-9 _ . : @ -, then `*`";
+  if (!prefix.endsWith(".") && !prefix.endsWith(":")) {
+    return "`*` must follow `.` or `:` and stand last (`orders.*`): it matches whole name segments";
+  }
+  if (PERSONAL.some((p) => prefix.startsWith(p))) return "personal topics (`user:`, `conn:`) cannot be matched by a pattern";
+  return void 0;
+}
+function matchesPattern(pattern, topic) {
+  if (!isPattern(pattern) || isPattern(topic)) return false;
+  const prefix = pattern.slice(0, -1);
+  return topic.startsWith(prefix) && (prefix.includes(":") || !topic.includes(":"));
+}
+function matchedBy(names, topic) {
+  for (const n of names) if (matchesPattern(n, topic)) return true;
+  return false;
+}
+
 // src/backoff.ts
 function fullJitter(attempt, options = {}, random = Math.random) {
   const base = options.base ?? 500;
@@ -114,11 +146,14 @@ var WsConnection = class {
     const wanted = this.ctx.topics();
     const subscribe = [...wanted.keys()].filter((t) => !this.requested.has(t) && !this.byServer.has(t));
     const unsubscribe = [...this.requested].filter((t) => !wanted.has(t));
+    const held = [...this.requested].filter((t) => wanted.has(t));
+    const resume = [...this.ctx.patternCursors()].filter(([t]) => !matchedBy(held, t));
     const frames = /* @__PURE__ */ new Map();
     for (const t of subscribe) {
       const c = wanted.get(t);
-      const last = c === void 0 ? this.ctx.last(t) : void 0;
-      const key = c === void 0 ? last : frames.keys().next().value;
+      const pattern = isPattern(t);
+      const last = c === void 0 && !pattern ? this.ctx.last(t) : void 0;
+      const key = c === void 0 && !pattern ? last : frames.keys().next().value;
       let frame = frames.get(key);
       if (!frame) {
         frame = { topics: [], cursors: {} };
@@ -126,6 +161,9 @@ var WsConnection = class {
       }
       frame.topics.push(t);
       if (c !== void 0) frame.cursors[t] = c;
+      if (pattern) {
+        for (const [rt, rc] of resume) if (matchesPattern(t, rt)) frame.cursors[rt] = rc;
+      }
       this.requested.add(t);
     }
     for (const [last, { topics, cursors }] of frames) {
@@ -485,9 +523,10 @@ var SseConnection = class extends HttpConnection {
     if ([...wanted.keys()].every(held) && [...this.asked].every((t) => wanted.has(t))) return;
     this.restart();
   }
-  /** Topics named by the server that this stream did not ask for and did not know. */
+  /** Topics named by the server that this stream did not ask for and did not know (those
+   *  its patterns deliver are the client's own). */
   serverNew(topics) {
-    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t));
+    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t) && !matchedBy(this.asked, t));
     for (const t of added) this.byServer.add(t);
     return added;
   }
@@ -499,7 +538,7 @@ var SseConnection = class extends HttpConnection {
     if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
     if (!this.current(gen)) return;
     const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
-    const resume = formatResumeList(topics);
+    const resume = formatResumeList([...topics, ...this.ctx.patternCursors()]);
     let openTimer = setTimeout(() => {
       if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
     }, this.ctx.openTimeout);
@@ -635,7 +674,9 @@ var PollConnection = class extends HttpConnection {
       this.asked = new Set(topics.keys());
       const q = topicQuery(this.ctx, topics);
       q.set("timeout", first ? "0" : String(this.ctx.pollTimeout));
-      const resume = formatResumeList([...topics, ...[...this.byServer].filter(([t]) => !topics.has(t))]);
+      const cursors = new Map(topics);
+      for (const [t, c] of [...this.ctx.patternCursors(), ...this.byServer]) if (!cursors.has(t)) cursors.set(t, c);
+      const resume = formatResumeList(cursors);
       if (resume) q.set("cursor", resume);
       const url = new URL(`/v1/poll?${q}`, this.ctx.url);
       const limit = (first ? 0 : this.ctx.pollTimeout * 1e3) + this.ctx.openTimeout;
@@ -662,15 +703,16 @@ var PollConnection = class extends HttpConnection {
       }
       if (!this.current(gen)) return;
       const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : /* @__PURE__ */ new Map();
+      const own = (t) => topics.has(t) || matchedBy(topics.keys(), t);
       const added = [];
       const gone = [];
       for (const [t, c] of positions) {
-        if (topics.has(t)) continue;
+        if (own(t)) continue;
         if (!this.byServer.has(t)) added.push(t);
         this.byServer.set(t, c);
       }
       for (const t of [...this.byServer.keys()]) {
-        if (topics.has(t)) this.byServer.delete(t);
+        if (own(t)) this.byServer.delete(t);
         else if (!positions.has(t)) gone.push(t);
       }
       for (const t of gone) this.byServer.delete(t);
@@ -758,8 +800,15 @@ var Herald = class {
   opts;
   backoff;
   random;
+  /** Subscriptions by topic or pattern. */
   subs = /* @__PURE__ */ new Map();
+  /** The patterns among `subs`' keys. */
+  patterns = /* @__PURE__ */ new Set();
+  /** Cursors of the topics subscribed, held by the application, or delivered by a pattern. */
   cursors = /* @__PURE__ */ new Map();
+  /** Topics delivered by a pattern and not subscribed by name, the least recently delivered
+   *  first: past `MAX_PATTERN_TOPICS` the first is forgotten (as the gateway does). */
+  recent = /* @__PURE__ */ new Set();
   /** Starting positions a connection reported in another epoch than the cursor's: where
    *  delivery goes on once that connection's loss signal arrives. */
   hints = /* @__PURE__ */ new Map();
@@ -806,7 +855,8 @@ var Herald = class {
   get transport() {
     return this._transport;
   }
-  /** A topic's cursor: the id of the last message delivered, or its starting position. */
+  /** A topic's cursor: the id of the last message delivered, or its starting position (a
+   *  topic a pattern delivered included). */
   cursor(topic) {
     return this.cursors.get(topic);
   }
@@ -817,7 +867,7 @@ var Herald = class {
     const out = new Set(this.conn ? this.serverSets.get(this.conn) : void 0);
     const personal = this.personal();
     if (personal) out.add(personal);
-    return [...out].filter((t) => !this.subs.has(t));
+    return [...out].filter((t) => !this.ownTopic(t));
   }
   /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt), `lost` (loss
    *  signals of subscriptions without `onLost`), `serverSubscribe` / `serverUnsubscribe`
@@ -832,11 +882,20 @@ var Herald = class {
   off(event, fn) {
     this.listeners[event].delete(fn);
   }
-  /** Subscribes `onMessage` to `topic`. Many subscriptions share one connection. */
+  /** Subscribes `onMessage` to `topic`, or to every topic a prefix pattern such as
+   *  `orders.*` matches. Many subscriptions share one connection. */
   subscribe(topic, onMessage, options = {}) {
     if (this.closed) throw new Error("Herald: subscribe after close()");
-    if (!isTopicName(topic)) {
-      throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}: 1-128 characters of A-Z a-z 0-9 _ . : @ -`);
+    const pattern = isPattern(topic);
+    const bad = subscriptionError(topic);
+    if (bad !== void 0) {
+      throw new TypeError(`Herald: bad ${pattern ? "pattern" : "topic name"} ${JSON.stringify(topic)}: ${bad}`);
+    }
+    if (options.last !== void 0 && !(Number.isInteger(options.last) && options.last >= 0)) {
+      throw new RangeError(`Herald: last must be a whole number, not ${String(options.last)}`);
+    }
+    if (options.last !== void 0 && pattern) {
+      throw new TypeError(`Herald: last does not apply to a pattern (${JSON.stringify(topic)}): it starts its topics live`);
     }
     let set = this.subs.get(topic);
     if (!set) {
@@ -845,10 +904,9 @@ var Herald = class {
       }
       set = /* @__PURE__ */ new Set();
       this.subs.set(topic, set);
+      if (pattern) this.patterns.add(topic);
+      else this.recent.delete(topic);
       this.topicsChanged();
-    }
-    if (options.last !== void 0 && !(Number.isInteger(options.last) && options.last >= 0)) {
-      throw new RangeError(`Herald: last must be a whole number, not ${String(options.last)}`);
     }
     const sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
     set.add(sub);
@@ -861,9 +919,18 @@ var Herald = class {
         s?.delete(sub);
         if (s && s.size === 0) {
           this.subs.delete(topic);
-          if (!this.isServerTopic(topic)) {
-            this.cursors.delete(topic);
-            this.hints.delete(topic);
+          if (pattern) {
+            this.patterns.delete(topic);
+            for (const t of [...this.recent]) {
+              if (this.patternOf(t) === void 0) {
+                this.recent.delete(t);
+                if (!this.isServerTopic(t)) this.forget(t);
+              }
+            }
+          } else if (this.patternOf(topic) !== void 0) {
+            this.touch(topic);
+          } else if (!this.isServerTopic(topic)) {
+            this.forget(topic);
           }
           this.topicsChanged();
         }
@@ -945,7 +1012,7 @@ var Herald = class {
       keep = true;
     }
     if (main) {
-      const told = added.filter((t) => !this.subs.has(t));
+      const told = added.filter((t) => !this.ownTopic(t));
       if (told.length > 0) this.emit("serverSubscribe", { topics: told });
     }
     if (keep) this.topicsChanged();
@@ -965,12 +1032,11 @@ var Herald = class {
     const wanted = this.wanted();
     const gone = topics.filter((t) => !wanted.has(t));
     for (const t of gone) {
-      if (!this.isServerTopic(t)) {
-        this.cursors.delete(t);
-        this.hints.delete(t);
-      }
+      if (this.isServerTopic(t)) continue;
+      if (this.patternOf(t) !== void 0) this.touch(t);
+      else this.forget(t);
     }
-    const told = gone.filter((t) => !this.subs.has(t));
+    const told = gone.filter((t) => !this.ownTopic(t));
     if (told.length > 0) this.emit("serverUnsubscribe", { topics: told, reason });
   }
   /** A connection ended, or was replaced by `next`: what the application had subscribed it
@@ -1022,6 +1088,15 @@ var Herald = class {
       topics: () => {
         const m = /* @__PURE__ */ new Map();
         for (const t of this.wanted()) m.set(t, this.cursors.get(t));
+        return m;
+      },
+      patternCursors: () => {
+        const wanted = this.wanted();
+        const m = /* @__PURE__ */ new Map();
+        for (const t of this.recent) {
+          const c = this.cursors.get(t);
+          if (c !== void 0 && !wanted.has(t) && this.patternOf(t) !== void 0) m.set(t, c);
+        }
         return m;
       },
       last: (topic) => {
@@ -1135,7 +1210,7 @@ var Herald = class {
     old?.close();
     const before = old ? this.serverSets.get(old) : void 0;
     if (old) this.connectionEnded(old, probe);
-    const fresh = [...this.serverSets.get(probe) ?? []].filter((t) => !before?.has(t) && !this.subs.has(t));
+    const fresh = [...this.serverSets.get(probe) ?? []].filter((t) => !before?.has(t) && !this.ownTopic(t));
     if (fresh.length > 0) this.emit("serverSubscribe", { topics: fresh });
     this.ti = ti;
     this.failsHere = 0;
@@ -1232,18 +1307,21 @@ var Herald = class {
   }
   // ---- delivery ----
   deliver(m, from) {
-    const set = this.subs.get(m.topic);
-    const server = !set && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
-    if (!set && !server) return;
+    const subs = this.subsFor(m.topic);
+    const server = subs.length === 0 && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
+    if (subs.length === 0 && !server) return;
     if (!isAfter(m.id, this.cursors.get(m.topic))) return;
     this.cursors.set(m.topic, m.id);
     this.hints.delete(m.topic);
-    if (!set) {
+    if (!this.named(m.topic)) this.touch(m.topic);
+    if (subs.length === 0) {
       this.emit("serverMessage", m);
       return;
     }
-    for (const sub of [...set]) {
-      if (!sub.active) continue;
+    const called = /* @__PURE__ */ new Set();
+    for (const sub of subs) {
+      if (!sub.active || called.has(sub.onMessage)) continue;
+      called.add(sub.onMessage);
       try {
         sub.onMessage(m);
       } catch (e) {
@@ -1252,31 +1330,39 @@ var Herald = class {
     }
   }
   position(topic, cursor) {
-    if (!this.subs.has(topic) && !this.isServerTopic(topic) || !parseCursor(cursor)) return;
+    if (!this.ownTopic(topic) && !this.isServerTopic(topic)) return;
+    if (isPattern(topic) || !parseCursor(cursor)) return;
     const current = this.cursors.get(topic);
     if (current === void 0) {
       this.cursors.set(topic, cursor);
-      return;
+    } else {
+      const a = parseCursor(current);
+      const b = parseCursor(cursor);
+      if (a && a.epoch !== b.epoch) {
+        this.hints.set(topic, cursor);
+      } else if (isAfter(cursor, current)) {
+        this.cursors.set(topic, cursor);
+      }
     }
-    const a = parseCursor(current);
-    const b = parseCursor(cursor);
-    if (a && a.epoch !== b.epoch) {
-      this.hints.set(topic, cursor);
-    } else if (isAfter(cursor, current)) {
-      this.cursors.set(topic, cursor);
-    }
+    if (!this.named(topic) && !this.recent.has(topic)) this.touch(topic);
   }
   onLostSignal(info, cursor) {
-    const set = this.subs.get(info.topic) ?? /* @__PURE__ */ new Set();
-    if (set.size === 0 && !this.isServerTopic(info.topic)) return;
-    const next = cursor ?? this.hints.get(info.topic);
-    if (next !== void 0) this.cursors.set(info.topic, next);
-    else this.cursors.delete(info.topic);
-    this.hints.delete(info.topic);
+    const pattern = isPattern(info.topic);
+    const subs = pattern ? [...this.subs.get(info.topic) ?? []] : this.subsFor(info.topic);
+    if (subs.length === 0 && (pattern || !this.isServerTopic(info.topic))) return;
+    if (!pattern) {
+      const next = cursor ?? this.hints.get(info.topic);
+      if (next !== void 0) this.cursors.set(info.topic, next);
+      else this.cursors.delete(info.topic);
+      this.hints.delete(info.topic);
+      if (!this.named(info.topic)) this.touch(info.topic);
+    }
     let handled = false;
-    for (const sub of [...set]) {
-      if (sub.active && sub.onLost) {
+    const called = /* @__PURE__ */ new Set();
+    for (const sub of subs) {
+      if (sub.active && sub.onLost && !called.has(sub.onLost)) {
         handled = true;
+        called.add(sub.onLost);
         try {
           sub.onLost(info);
         } catch (e) {
@@ -1285,6 +1371,43 @@ var Herald = class {
       }
     }
     if (!handled) this.emit("lost", info);
+  }
+  // ---- patterns ----
+  /** The first subscribed pattern that matches `topic`, if any. */
+  patternOf(topic) {
+    for (const p of this.patterns) if (matchesPattern(p, topic)) return p;
+    return void 0;
+  }
+  /** Whether the client subscribed `topic` itself: by name or with a pattern. */
+  ownTopic(topic) {
+    return this.subs.has(topic) || this.patternOf(topic) !== void 0;
+  }
+  /** Whether `topic` has a cursor of its own, not as one of a pattern's topics: subscribed
+   *  by name, or held by the application. */
+  named(topic) {
+    return this.subs.has(topic) || this.isServerTopic(topic);
+  }
+  /** The subscriptions a message of `topic` goes to: the topic's, then its patterns'. */
+  subsFor(topic) {
+    const out = [...this.subs.get(topic) ?? []];
+    for (const p of this.patterns) if (matchesPattern(p, topic)) out.push(...this.subs.get(p));
+    return out;
+  }
+  /** A topic a pattern delivered, now the most recent: past `MAX_PATTERN_TOPICS`, the least
+   *  recent is forgotten (its cursor too, unless it has one of its own). */
+  touch(topic) {
+    this.recent.delete(topic);
+    if (this.patternOf(topic) === void 0) return;
+    this.recent.add(topic);
+    while (this.recent.size > MAX_PATTERN_TOPICS) {
+      const oldest = this.recent.values().next().value;
+      this.recent.delete(oldest);
+      if (!this.named(oldest)) this.forget(oldest);
+    }
+  }
+  forget(topic) {
+    this.cursors.delete(topic);
+    this.hints.delete(topic);
   }
   // ---- tokens ----
   setToken(token) {
@@ -1337,14 +1460,18 @@ var herald_default = Herald;
 export {
   Herald,
   HeraldError,
+  MAX_PATTERN_TOPICS,
   SseParser,
   herald_default as default,
   formatResumeList,
   fullJitter,
   isAfter,
+  isPattern,
   isTopicName,
+  matchesPattern,
   parseCursor,
   parseResumeList,
   personalTopic,
+  subscriptionError,
   tokenExpiry
 };
