@@ -410,7 +410,7 @@ impl Feed {
         };
         if let Some(patterns) = self.patterns.as_mut().filter(|p| p.covers(topic)) {
             // A pattern delivers it from now on, from where this subscription stopped.
-            patterns.set_position(sub.topic.name(), sub.position);
+            patterns.set_position(sub.topic.name(), sub.position, true);
         }
         self.unlink();
         let before = self.subs.len();
@@ -503,6 +503,12 @@ impl Feed {
         // both, and the position check drops the second.
         let receiver = patterns.add(pattern.clone(), registry.patterns().clone(), policy)?;
         for (topic, cursor) in resume {
+            // The feed's patterns track at most MAX_PATTERN_TOPICS positions together: a
+            // longer resume list would replay histories whose positions are then forgotten
+            // (and could deliver twice). The rest are live from now on.
+            if patterns.tracked() >= pattern::MAX_PATTERN_TOPICS {
+                break;
+            }
             if !pattern::matches(&prefix, topic.as_str())
                 || self.subs.iter().any(|s| s.topic.name() == topic)
                 || patterns.position(topic.as_str()).is_some()
@@ -511,7 +517,7 @@ impl Feed {
             }
             let Some(found) = registry.get(topic.as_str()) else {
                 // Not on this node (yet): what arrives up to the position is skipped.
-                patterns.set_position(topic, cursor);
+                patterns.set_position(topic, cursor, false);
                 continue;
             };
             let sub = found.subscribe(Some(cursor));
@@ -523,7 +529,7 @@ impl Feed {
             }
             self.pending
                 .extend(sub.replay.into_iter().map(FeedEvent::Message));
-            patterns.set_position(topic, sub.start);
+            patterns.set_position(topic, sub.start, false);
         }
         self.streams.insert(pattern, LiveStream::new(receiver));
         Ok(())
@@ -537,7 +543,17 @@ impl Feed {
         if let Some(key) = key {
             self.streams.remove(&key);
         }
-        patterns.remove(pattern)
+        let removed = patterns.remove(pattern);
+        // What the pattern had queued (a resume's replay) goes with it, so that subscribing
+        // and unsubscribing in a loop cannot pile up replays faster than they are sent.
+        if removed && !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            self.pending = pending
+                .into_iter()
+                .filter(|e| e.topic().is_none_or(|t| self.is_subscribed(t)))
+                .collect();
+        }
+        removed
     }
 
     /// Whether the message `message`, read from `pattern`'s channel, is for this feed to
@@ -545,10 +561,16 @@ impl Feed {
     /// to by name comes on both its own receiver and the pattern's; both pass its one
     /// position check, so whichever comes first is delivered, once, without a gap.)
     fn pattern_delivers(&self, pattern: &TopicName, message: &Message) -> bool {
-        self.patterns
-            .as_ref()
-            .and_then(|p| p.deliverer(message.topic().as_str()))
-            == Some(pattern)
+        // A topic also subscribed to by name is delivered by its own receiver alone: the
+        // pattern's channel, shared by all its topics, may lag (or skip ahead after a lag)
+        // while the topic's own receiver does not, and the one position check would then
+        // drop the named topic's messages the pattern skipped.
+        !self.subs.iter().any(|s| s.topic.name() == message.topic())
+            && self
+                .patterns
+                .as_ref()
+                .and_then(|p| p.deliverer(message.topic().as_str()))
+                == Some(pattern)
     }
 
     /// A pattern's channel lagged: its subscriber missed `missed` messages of topics it
@@ -584,11 +606,18 @@ impl Feed {
         }
         let cursor = message.cursor();
         match patterns.position(topic.as_str()) {
-            Some(position) if position.epoch != cursor.epoch && position.seq != 0 => {
+            // A topic followed through a pattern alone is forgotten when its history
+            // expires (no receiver of its own keeps it) and comes back in a new epoch at its
+            // next publish: its first message, after a position reached live, loses nothing.
+            Some(position)
+                if position.epoch != cursor.epoch
+                    && position.seq != 0
+                    && !(cursor.seq == 1 && patterns.delivered_live(topic.as_str())) =>
+            {
                 // As `accept` does: a new epoch is a loss for a subscriber that saw any of
                 // the old one; the message follows the signal.
                 let topic = topic.clone();
-                patterns.set_position(&topic, Cursor::new(cursor.epoch, 0));
+                patterns.set_position(&topic, Cursor::new(cursor.epoch, 0), true);
                 self.pending.push_front(FeedEvent::Message(message));
                 return Some(FeedEvent::Lost {
                     topic,
@@ -600,7 +629,7 @@ impl Feed {
             }
             _ => {}
         }
-        patterns.set_position(topic, cursor);
+        patterns.set_position(topic, cursor, true);
         Some(FeedEvent::Message(message))
     }
 
@@ -1556,6 +1585,93 @@ mod tests {
         send(&r, "a.b.d", 1);
         assert_eq!(drain(&mut feed), ["a.b.d:2"]);
         assert_eq!(feed.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_named_topic_keeps_every_message_when_its_pattern_lags() {
+        let r = registry();
+        let mut feed = Feed::new(LagPolicy::RecoverOrNotify, 4);
+        feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        let (n, _) = r
+            .get_or_create_for_subscriber(&TopicName::new("a.n").unwrap())
+            .unwrap();
+        feed.subscribe(n, None).unwrap();
+        // The pattern's channel (8 slots) overflows with a.x; a.n's own receiver does not.
+        send(&r, "a.n", 1);
+        send(&r, "a.x", 10);
+        send(&r, "a.n", 1);
+        let got = drain(&mut feed);
+        let named: Vec<&String> = got.iter().filter(|e| e.starts_with("a.n")).collect();
+        assert_eq!(named, ["a.n:1", "a.n:2"], "{got:?}");
+        let lost: Vec<&String> = got.iter().filter(|e| e.starts_with("lost")).collect();
+        assert_eq!(lost, ["lost a.* lagged"], "only the pattern lost: {got:?}");
+    }
+
+    #[tokio::test]
+    async fn unsubscribing_a_pattern_drops_its_queued_replay() {
+        let r = registry();
+        let mut first = Feed::new(LagPolicy::default(), 4);
+        first.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        send(&r, "a.x", 1);
+        assert_eq!(drain(&mut first), ["a.x:1"]);
+        let resume: Vec<(TopicName, Cursor)> = first
+            .resume_positions()
+            .map(|(t, c)| (t.clone(), c))
+            .collect();
+        send(&r, "a.x", 5);
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        let entries = resume.iter().map(|(t, c)| (t, *c));
+        feed.subscribe_pattern(&r, pattern("a.*"), entries).unwrap();
+        assert_eq!(feed.pending.len(), 5, "the replay is queued");
+        assert!(feed.unsubscribe("a.*"));
+        assert!(feed.pending.is_empty());
+        assert!(drain(&mut feed).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_resume_list_replays_at_most_the_tracked_number_of_topics() {
+        let r = registry();
+        let mut first = Feed::new(LagPolicy::default(), 4);
+        first.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        let names: Vec<TopicName> = (0..crate::pattern::MAX_PATTERN_TOPICS + 8)
+            .map(|i| TopicName::new(&format!("a.{i}")).unwrap())
+            .collect();
+        for name in &names {
+            send(&r, name.as_str(), 1);
+        }
+        drain(&mut first);
+        // A list longer than a connection tracks: only the first MAX_PATTERN_TOPICS replay.
+        let entries: Vec<(TopicName, Cursor)> = names
+            .iter()
+            .map(|n| (n.clone(), r.get(n.as_str()).unwrap().head()))
+            .map(|(n, c)| (n, Cursor::new(c.epoch, 0)))
+            .collect();
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        let entries = entries.iter().map(|(t, c)| (t, *c));
+        feed.subscribe_pattern(&r, pattern("a.*"), entries).unwrap();
+        assert_eq!(feed.pending.len(), crate::pattern::MAX_PATTERN_TOPICS);
+    }
+
+    #[tokio::test]
+    async fn a_pattern_topic_forgotten_and_made_again_is_no_loss() {
+        let r = crate::Registry::new(crate::RegistryConfig {
+            topic: TopicConfig {
+                channel_capacity: 8,
+                history_len: 8,
+                history_ttl: Duration::ZERO,
+                ..TopicConfig::default()
+            },
+            ..crate::RegistryConfig::default()
+        });
+        let mut feed = Feed::new(LagPolicy::default(), 4);
+        feed.subscribe_pattern(&r, pattern("a.*"), []).unwrap();
+        send(&r, "a.x", 1);
+        assert_eq!(drain(&mut feed), ["a.x:1"]);
+        // Its history expired and no receiver of its own holds it: the topic is forgotten,
+        // and its next publish makes it again in another epoch.
+        assert_eq!(r.reclaim(), 1);
+        send(&r, "a.x", 1);
+        assert_eq!(drain(&mut feed), ["a.x:1"], "no loss signal");
     }
 
     #[tokio::test]

@@ -346,11 +346,19 @@ impl<'a> Reader<'a> {
                     _ => self.u32()?,
                 };
                 out.push(b'{');
+                // A key twice would read differently to different readers (first or last
+                // wins): refused, as a JSON publish (parsed into one object) never has it.
+                let mut keys = std::collections::HashSet::with_capacity((len as usize).min(64));
                 for i in 0..len {
                     if i > 0 {
                         out.push(b',');
                     }
                     let key = self.key()?;
+                    if !keys.insert(key) {
+                        return Err(MsgpackError::new(format!(
+                            "the map key {key:?} appears twice"
+                        )));
+                    }
                     let _ = serde_json::to_writer(&mut *out, key);
                     out.push(b':');
                     self.value(out, depth + 1)?;
@@ -439,6 +447,8 @@ mod tests {
         );
         let err = |bytes: &[u8]| to_json(bytes).unwrap_err().to_string();
         assert!(err(&[0x81, 0x01, 0x02]).contains("keys must be strings"));
+        // {"a": 1, "a": 2}
+        assert!(err(&[0x82, 0xa1, b'a', 0x01, 0xa1, b'a', 0x02]).contains("appears twice"));
         assert!(err(&[0xd6, 0xff, 0, 0, 0, 0]).contains("extension"));
         assert!(err(&[0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0]).contains("NaN"));
         assert!(err(&[0xa2, 0xff, 0xfe]).contains("UTF-8"));

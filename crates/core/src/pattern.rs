@@ -79,6 +79,11 @@ impl PatternIndex {
         &self,
         prefix: &str,
     ) -> Result<broadcast::Receiver<Arc<Message>>, RegistryError> {
+        // A pattern held already takes the read lock only, as publishes do: subscribers of
+        // a held pattern coming and going do not hold up the node's publishers.
+        if let Some(sender) = self.channels.read().get(prefix) {
+            return Ok(sender.subscribe());
+        }
         let mut channels = self.channels.write();
         if let Some(sender) = channels.get(prefix) {
             return Ok(sender.subscribe());
@@ -94,6 +99,15 @@ impl PatternIndex {
 
     /// Forgets `prefix` when its last receiver is gone.
     pub fn release(&self, prefix: &str) {
+        // Under the read lock first: the write lock only when this was the last receiver.
+        if self
+            .channels
+            .read()
+            .get(prefix)
+            .is_none_or(|s| s.receiver_count() > 0)
+        {
+            return;
+        }
         let mut channels = self.channels.write();
         if channels
             .get(prefix)
@@ -152,8 +166,9 @@ struct Held {
 #[derive(Debug, Default)]
 pub(crate) struct Patterns {
     held: Vec<Held>,
-    /// Least recently delivered first.
-    seen: Vec<(TopicName, Cursor)>,
+    /// Least recently delivered first; `true` when the position was reached by a live
+    /// delivery (not taken from a client's resume list).
+    seen: Vec<(TopicName, Cursor, bool)>,
 }
 
 impl Patterns {
@@ -214,7 +229,7 @@ impl Patterns {
         let seen = std::mem::take(&mut self.seen);
         self.seen = seen
             .into_iter()
-            .filter(|(t, _)| self.covers(t.as_str()))
+            .filter(|(t, _, _)| self.covers(t.as_str()))
             .collect();
         true
     }
@@ -237,27 +252,42 @@ impl Patterns {
     pub(crate) fn position(&self, topic: &str) -> Option<Cursor> {
         self.seen
             .iter()
-            .find(|(t, _)| t.as_str() == topic)
-            .map(|(_, c)| *c)
+            .find(|(t, _, _)| t.as_str() == topic)
+            .map(|(_, c, _)| *c)
     }
 
-    /// Records `topic`'s position as the most recent; forgets the least recent past the bound.
-    pub(crate) fn set_position(&mut self, topic: &TopicName, cursor: Cursor) {
-        if let Some(i) = self.seen.iter().position(|(t, _)| t == topic) {
+    /// Whether `topic`'s position was reached by a live delivery on this connection (so the
+    /// connection has every message of the topic up to it).
+    pub(crate) fn delivered_live(&self, topic: &str) -> bool {
+        self.seen
+            .iter()
+            .any(|(t, _, live)| *live && t.as_str() == topic)
+    }
+
+    /// How many topics' positions are tracked.
+    pub(crate) fn tracked(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Records `topic`'s position as the most recent, reached by a live delivery when
+    /// `live`; forgets the least recent past the bound.
+    pub(crate) fn set_position(&mut self, topic: &TopicName, cursor: Cursor, live: bool) {
+        if let Some(i) = self.seen.iter().position(|(t, _, _)| t == topic) {
             let mut entry = self.seen.remove(i);
             entry.1 = cursor;
+            entry.2 = live;
             self.seen.push(entry);
             return;
         }
         if self.seen.len() >= MAX_PATTERN_TOPICS {
             self.seen.remove(0);
         }
-        self.seen.push((topic.clone(), cursor));
+        self.seen.push((topic.clone(), cursor, live));
     }
 
     /// The tracked topics with their positions, least recently delivered first.
     pub(crate) fn seen(&self) -> impl Iterator<Item = (&TopicName, Cursor)> {
-        self.seen.iter().map(|(t, c)| (t, *c))
+        self.seen.iter().map(|(t, c, _)| (t, *c))
     }
 }
 
@@ -376,10 +406,10 @@ mod tests {
             .unwrap();
         for i in 0..MAX_PATTERN_TOPICS + 2 {
             let name = TopicName::new(&format!("t.{i}")).unwrap();
-            patterns.set_position(&name, Cursor::new(1, i as u64));
+            patterns.set_position(&name, Cursor::new(1, i as u64), true);
         }
         // t.2 delivered again: the most recent now.
-        patterns.set_position(&TopicName::new("t.2").unwrap(), Cursor::new(1, 99));
+        patterns.set_position(&TopicName::new("t.2").unwrap(), Cursor::new(1, 99), true);
         let seen: Vec<String> = patterns.seen().map(|(t, _)| t.to_string()).collect();
         assert_eq!(seen.len(), MAX_PATTERN_TOPICS);
         assert_eq!(seen.first().unwrap(), "t.3");

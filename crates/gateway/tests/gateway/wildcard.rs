@@ -324,6 +324,26 @@ async fn a_resumed_pattern_replays_the_topics_it_saw_and_gets_the_others_live() 
         let frame = ws_next(&mut ws).await;
         assert_eq!(frame["code"], "bad_cursor", "{frame}");
     }
+    // More cursors than a connection can hold (topics named + the topics patterns track) is
+    // refused before any history is read.
+    let most = test_config().limits.max_subscriptions + herald_core::pattern::MAX_PATTERN_TOPICS;
+    let many: serde_json::Map<String, serde_json::Value> = (0..=most)
+        .map(|i| (format!("r.t{i}"), json!(a_id)))
+        .collect();
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["r.*"], "cursors": many}),
+    )
+    .await;
+    let frame = ws_next(&mut ws).await;
+    assert_eq!(frame["code"], "bad_cursor", "{frame}");
+    assert!(
+        frame["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("at most {most} cursors")),
+        "{frame}"
+    );
     gw.stop().await.unwrap();
 }
 

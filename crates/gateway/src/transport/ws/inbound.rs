@@ -31,7 +31,7 @@ pub const MAX_FRAGMENTS: u32 = 64;
 /// Most messages whose frames were read and that tungstenite has not yielded yet, on a
 /// compressed connection. tungstenite reads `ws.read_buffer_size` bytes at a time and yields
 /// every message it holds before it reads again, so a client stays far below this unless it
-/// sends thousands of empty messages in one read; past it: [`Violation::Rate`].
+/// sends thousands of empty messages in one read; past it: [`Violation::Backlog`].
 pub const MAX_PENDING: usize = 4096;
 
 /// How the client sent a message (permessage-deflate).
@@ -52,6 +52,9 @@ pub enum Violation {
     Rate,
     /// A message split into more than [`MAX_FRAGMENTS`] frames.
     Fragments,
+    /// More than [`MAX_PENDING`] messages read ahead and not yet handled (a compressed
+    /// connection remembers how each was sent).
+    Backlog,
 }
 
 impl Violation {
@@ -60,6 +63,7 @@ impl Violation {
         match self {
             Self::Rate => "too many messages",
             Self::Fragments => "too many fragments in one message",
+            Self::Backlog => "too many messages waiting to be read",
         }
     }
 
@@ -68,6 +72,7 @@ impl Violation {
         match self {
             Self::Rate => "inbound_rate",
             Self::Fragments => "fragments",
+            Self::Backlog => "inbound_backlog",
         }
     }
 }
@@ -213,7 +218,7 @@ impl<S> Inbound<S> {
             return Ok(());
         }
         if sent.len() >= MAX_PENDING {
-            return Err(Violation::Rate);
+            return Err(Violation::Backlog);
         }
         sent.push_back(match (*byte & 0x40 != 0, opcode) {
             (false, _) => Sent::Plain,
@@ -387,6 +392,6 @@ mod tests {
         scan.expect_deflate();
         let mut bytes: Vec<u8> = (0..MAX_PENDING).flat_map(|_| frame(true, 1, 0)).collect();
         scan.scan(&mut bytes).unwrap();
-        assert_eq!(scan.scan(&mut frame(true, 1, 0)), Err(Violation::Rate));
+        assert_eq!(scan.scan(&mut frame(true, 1, 0)), Err(Violation::Backlog));
     }
 }

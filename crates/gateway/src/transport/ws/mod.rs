@@ -794,6 +794,15 @@ impl<S: PeerStream> Connection<S> {
                 format!("at most {max} topics per connection"),
             ));
         }
+        // One cursor per topic named, and as many for topics of patterns as a connection's
+        // patterns track: a longer list is refused, not read (each entry is a history read).
+        let most_cursors = max + herald_core::pattern::MAX_PATTERN_TOPICS;
+        if cursors.len() > most_cursors {
+            return Err(FrameError::new(
+                "bad_cursor",
+                format!("at most {most_cursors} cursors in one subscribe"),
+            ));
+        }
         let mut wanted = Vec::with_capacity(topics.len());
         let mut patterns = Vec::new();
         for topic in &topics {
