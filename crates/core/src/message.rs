@@ -326,7 +326,7 @@ impl Message {
 
     fn encode_ws(&self) -> Bytes {
         let raw = self.data.as_bytes();
-        let mut out = String::with_capacity(64 + raw.len());
+        let mut out = String::with_capacity(64 + self.topic.as_str().len());
         // Topic and event names never need JSON escaping (see `name`), cursors are hex/decimal.
         let _ = write!(
             out,
@@ -337,25 +337,8 @@ impl Message {
             let _ = write!(out, r#","event":"{}""#, event.as_str());
         }
         out.push_str(r#","data":"#);
-        let len = out.len() + raw.len() + 1;
-        let mut wire = BytesMut::with_capacity(10 + len);
-        // Final fragment, text; no mask from a server; the length in 7, 16 or 64 bits.
-        wire.put_u8(0x81);
-        match len {
-            0..=125 => wire.put_u8(len as u8),
-            126..=0xffff => {
-                wire.put_u8(126);
-                wire.put_u16(len as u16);
-            }
-            _ => {
-                wire.put_u8(127);
-                wire.put_u64(len as u64);
-            }
-        }
-        wire.put_slice(out.as_bytes());
-        wire.put_slice(raw);
-        wire.put_u8(b'}');
-        wire.freeze()
+        // Final fragment, text.
+        server_frame(0x81, &[out.as_bytes(), raw, b"}"])
     }
 }
 
