@@ -121,6 +121,11 @@ impl PatternIndex {
         }
     }
 
+    /// Whether some subscriber on this node holds the pattern of `prefix`.
+    pub fn holds(&self, prefix: &str) -> bool {
+        self.channels.read().contains_key(prefix)
+    }
+
     /// Distinct patterns held.
     pub fn len(&self) -> usize {
         self.held.load(Ordering::Acquire)

@@ -242,6 +242,22 @@ pub fn topic_for_subscriber(
     Ok((topic, created.then_some(charge)))
 }
 
+/// The charge for a pattern that `client`'s subscription makes new on this node (none when
+/// the node holds it already): a new pattern pins a channel on the node as a new topic pins
+/// a topic, so it counts against the same per-client quota
+/// (`limits.max_new_topics_per_client`), and one client cannot take the node's
+/// `topics.max_patterns` from everyone else.
+pub fn pattern_charge(
+    state: &AppState,
+    pattern: &TopicName,
+    client: &str,
+) -> Result<Option<QuotaCharge>, ApiError> {
+    if state.registry().patterns().holds(pattern.prefix()) {
+        return Ok(None);
+    }
+    state.topic_quota().charge(client).map(Some)
+}
+
 /// A server-side subscription (the admin API's `POST /v1/users/{user}/subscribe`, or a
 /// message sent to a user): `topics` added to `feed` from their live head (or after `after`), created when new and not charged to the client (the
 /// application asked, and the registry's own limit holds); all or nothing within the
@@ -321,6 +337,7 @@ pub fn open_feed(
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
     }
     for pattern in topics.iter().filter(|t| t.is_pattern()) {
+        charges.extend(pattern_charge(state, pattern, client)?);
         let resume = resume.iter().map(|(t, c)| (t, *c));
         feed.subscribe_pattern(state.registry(), pattern.clone(), resume)
             .map_err(feed_error)?;

@@ -877,22 +877,33 @@ impl<S: PeerStream> Connection<S> {
             .collect::<Result<Vec<_>, ApiError>>()?;
         // Patterns first: the node may refuse one (its limit of distinct patterns), and
         // those this frame added are then dropped again, leaving the connection as it was.
-        let mut added: Vec<TopicName> = Vec::new();
+        let mut added: Vec<(TopicName, Option<crate::limits::QuotaCharge>)> = Vec::new();
         for pattern in &patterns {
             if self.feed.holds(pattern.as_str()) {
                 continue;
             }
-            let resume = resume.iter().map(|(t, c)| (t, *c));
-            if let Err(e) =
-                self.feed
-                    .subscribe_pattern(self.state.registry(), pattern.clone(), resume)
-            {
-                for pattern in &added {
-                    self.feed.unsubscribe(pattern.as_str());
+            let subscribed =
+                super::pattern_charge(&self.state, pattern, &client).and_then(|charge| {
+                    let resume = resume.iter().map(|(t, c)| (t, *c));
+                    self.feed
+                        .subscribe_pattern(self.state.registry(), pattern.clone(), resume)
+                        .map_err(super::feed_error)?;
+                    Ok(charge)
+                });
+            match subscribed {
+                Ok(charge) => added.push((pattern.clone(), charge)),
+                Err(e) => {
+                    for (pattern, _) in &added {
+                        self.feed.unsubscribe(pattern.as_str());
+                    }
+                    return Err(e.into());
                 }
-                return Err(super::feed_error(e).into());
             }
-            added.push(pattern.clone());
+        }
+        for (pattern, charge) in added {
+            if let Some(charge) = charge {
+                self.charges.push((pattern, charge));
+            }
         }
         let mut started = serde_json::Map::new();
         let mut names: Vec<String> = Vec::with_capacity(topics.len() + patterns.len());
