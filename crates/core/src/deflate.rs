@@ -127,27 +127,6 @@ fn finish(out: Vec<u8>, limit: usize) -> Result<Vec<u8>, InflateError> {
     }
 }
 
-/// A whole server frame (unmasked) whose first byte is `first` (FIN, RSV and opcode bits)
-/// and whose payload is `payload`.
-pub fn server_frame(first: u8, payload: &[u8]) -> bytes::Bytes {
-    use bytes::BufMut as _;
-    let mut wire = bytes::BytesMut::with_capacity(10 + payload.len());
-    wire.put_u8(first);
-    match payload.len() {
-        len @ 0..=125 => wire.put_u8(len as u8),
-        len @ 126..=0xffff => {
-            wire.put_u8(126);
-            wire.put_u16(len as u16);
-        }
-        len => {
-            wire.put_u8(127);
-            wire.put_u64(len as u64);
-        }
-    }
-    wire.put_slice(payload);
-    wire.freeze()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

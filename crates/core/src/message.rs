@@ -227,7 +227,7 @@ impl Message {
         self.ws_deflate
             .get_or_init(|| {
                 crate::deflate::compress(self.ws_frame())
-                    .map(|packed| crate::deflate::server_frame(0xc1, &packed))
+                    .map(|packed| server_frame(0xc1, &[&packed]))
             })
             .as_ref()
     }
@@ -342,8 +342,9 @@ impl Message {
     }
 }
 
-/// A whole, final, unmasked WebSocket frame from a server with `opcode` (0x82: binary),
-/// carrying `parts` one after the other.
+/// A whole, final, unmasked WebSocket frame from a server whose first byte is `opcode`
+/// (0x81 text, 0x82 binary, 0xc1 compressed text: RSV1 set), carrying `parts` one after the
+/// other.
 fn server_frame(opcode: u8, parts: &[&[u8]]) -> Bytes {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut wire = BytesMut::with_capacity(10 + len);

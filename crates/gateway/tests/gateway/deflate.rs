@@ -195,10 +195,18 @@ async fn shared_compressed_frames(direct_delivery: bool) {
     .await;
     assert_eq!(data_frame(&mut plain).await.0, 0x81);
 
+    let series = r#"herald_bytes_sent_total{transport="ws"}"#;
+    let sent_before = metric(&gw, series).await;
     let id = publish(&gw, "big", big()).await;
     let (first_a, packed_a) = data_frame(&mut a).await;
     let (first_b, packed_b) = data_frame(&mut b).await;
     let (first_plain, text) = data_frame(&mut plain).await;
+    // Bytes are counted as they cross the wire: compressed for the compressed subscribers.
+    assert_eq!(
+        metric(&gw, series).await - sent_before,
+        (2 * packed_a.len() + text.len()) as f64,
+        "{direct_delivery}"
+    );
     assert_eq!(first_a, 0xc1, "final, RSV1, text");
     assert_eq!(
         (first_b, &packed_b),

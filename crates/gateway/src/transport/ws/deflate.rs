@@ -271,11 +271,24 @@ impl DirectWriter for DeflateWriter {
     }
 
     fn counted_bytes(&self, written: usize, message: &Message) -> usize {
-        self.plain.counted_bytes(written, message)
+        // The compressed payload when the frame went compressed: what crossed the wire.
+        match message.ws_deflate_wire_frame() {
+            Some(packed) if packed.len() == written => packed.len() - header_len(packed.len()),
+            _ => self.plain.counted_bytes(written, message),
+        }
     }
 
     fn ready(&self) -> bool {
         self.plain.ready()
+    }
+}
+
+/// The length of the header of a server's frame `total` bytes long in all (RFC 6455 5.2).
+fn header_len(total: usize) -> usize {
+    match total {
+        0..=127 => 2,
+        128..=0x1_0003 => 4,
+        _ => 10,
     }
 }
 

@@ -1038,11 +1038,15 @@ impl<S: PeerStream> Connection<S> {
             }
             super::Delivery::Message(message) => {
                 let frame = message.ws_frame();
-                self.metrics
-                    .delivered(frame.len(), message.published_at().elapsed());
                 if let Some(packed) = self.deflated_message(&message) {
+                    // Counted as it crosses the wire: compressed.
+                    let bytes = message.ws_deflate_payload().map_or(0, |p| p.len());
+                    self.metrics
+                        .delivered(bytes, message.published_at().elapsed());
                     return self.send(packed).await;
                 }
+                self.metrics
+                    .delivered(frame.len(), message.published_at().elapsed());
                 // The frame is built from validated names and a JSON payload: valid UTF-8.
                 match Utf8Bytes::try_from(frame.clone()) {
                     Ok(text) => self.send(WsMessage::Text(text)).await,
@@ -1087,8 +1091,12 @@ impl<S: PeerStream> Connection<S> {
     async fn send_text(&mut self, text: String) -> Flow {
         match self.format {
             Format::Json => {
-                self.metrics.sent(text.len());
                 let message = self.deflated_text(text);
+                // Counted as it crosses the wire (compressed or not), payload only.
+                self.metrics.sent(match &message {
+                    WsMessage::Frame(frame) => frame.payload().len(),
+                    message => message.len(),
+                });
                 self.send(message).await
             }
             // MessagePack frames go uncompressed: they are compact already, and each
