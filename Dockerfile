@@ -30,8 +30,9 @@ ENV CARGO_TERM_COLOR=never CARGO_INCREMENTAL=0 CARGO_PROFILE_RELEASE_DEBUG=false
 
 # 1. Dependencies, in a layer of their own: only the manifests and the lock file are copied,
 #    with empty sources for every target, so editing Herald's code does not rebuild
-#    librdkafka and the other dependencies. (A new workspace member or declared target needs
-#    a stub here too; deploy/image-test.sh builds this file, so a missing one fails there.)
+#    librdkafka and the other dependencies. (The benches' stubs are named from
+#    benches/Cargo.toml; a new workspace member or other declared target needs a stub here
+#    too: deploy/image-test.sh builds this file, so a missing one fails there.)
 COPY Cargo.toml Cargo.lock ./
 COPY crates/core/Cargo.toml crates/core/
 COPY crates/gateway/Cargo.toml crates/gateway/
@@ -41,7 +42,8 @@ RUN mkdir -p crates/core/src crates/gateway/src crates/loadgen/src benches/bench
  && touch crates/core/src/lib.rs crates/gateway/src/lib.rs crates/loadgen/src/lib.rs benches/lib.rs \
  && echo 'fn main() {}' > crates/gateway/src/main.rs \
  && echo 'fn main() {}' > crates/loadgen/src/main.rs \
- && for b in fanout encoding registry; do echo 'fn main() {}' > "benches/benches/$b.rs"; done \
+ && for b in $(awk -F'"' '/^\[\[bench\]\]/ {b = 1; next} b && /^name/ {print $2; b = 0}' benches/Cargo.toml); do \
+      echo 'fn main() {}' > "benches/benches/$b.rs"; done \
  && cargo build --release --locked -p herald-gateway --bin herald \
  && rm -rf crates/core/src crates/gateway/src
 
