@@ -34,12 +34,16 @@ func main() {
 	publishURL := flag.String("publish-url", "http://127.0.0.1:40100", "admin publish API (loopback)")
 	conns := flag.Int("conns", 15000, "SSE connections")
 	sourceIPs := flag.Int("source-ips", 4, "spread connections over 127.0.0.1..N")
-	topic := flag.String("topic", "w2", "topic")
+	topic := flag.String("topic", "w2", "topic (or prefix pattern, e.g. w2.*) to subscribe to")
+	publishTopic := flag.String("publish-topic", "", "topic to publish to (default: --topic)")
 	rate := flag.Float64("rate", 2, "publishes per second")
 	duration := flag.Duration("duration", 60*time.Second, "publishing time")
 	serverPid := flag.Int("server-pid", 0, "server process to read CPU time of")
 	flag.Parse()
 
+	if *publishTopic == "" {
+		*publishTopic = *topic
+	}
 	u, err := url.Parse(*target)
 	if err != nil || !net.ParseIP(u.Hostname()).IsLoopback() {
 		fail("--url must be a loopback http:// address")
@@ -122,7 +126,7 @@ func main() {
 	client := &http.Client{Timeout: 10 * time.Second}
 	for next := start; time.Since(start) < *duration; next = next.Add(interval) {
 		time.Sleep(time.Until(next))
-		body := fmt.Sprintf(`{"topic":%q,"data":{"t":%d}}`, *topic, time.Now().UnixMicro())
+		body := fmt.Sprintf(`{"topic":%q,"data":{"t":%d}}`, *publishTopic, time.Now().UnixMicro())
 		resp, err := client.Post(*publishURL+"/v1/publish", "application/json", strings.NewReader(body))
 		if err != nil {
 			fail("publish: " + err.Error())
