@@ -9,10 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::cursor::Cursor;
 use crate::name::{EventName, TopicName};
 
-/// Deepest nesting of arrays and objects in a payload. serde_json (and many clients) refuse
-/// documents nested deeper than 128 levels, and a payload travels inside a WebSocket frame's
-/// object: a bound well below that keeps every frame readable by every client.
-pub const MAX_PAYLOAD_DEPTH: usize = 64;
+pub use crate::msgpack::MAX_PAYLOAD_DEPTH;
 
 /// Nesting depth of arrays and objects (a scalar is 0). Recursion is bounded by serde_json's
 /// own limit on what it parses.

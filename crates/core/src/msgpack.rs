@@ -10,12 +10,17 @@
 //!
 //! The reader allocates nothing from a declared length (an array that claims 2^32 items in 5
 //! bytes fails on the first missing item), and refuses nesting deeper than
-//! [`crate::message::MAX_PAYLOAD_DEPTH`] before recursing, so hostile input costs at most its
+//! [`MAX_PAYLOAD_DEPTH`] before recursing, so hostile input costs at most its
 //! own length.
 
 use rmp::Marker;
 
-use crate::message::MAX_PAYLOAD_DEPTH;
+/// Deepest nesting of arrays and objects in a payload, JSON or MessagePack (re-exported as
+/// `message::MAX_PAYLOAD_DEPTH`). serde_json (and many clients) refuse documents nested
+/// deeper than 128 levels, and a payload travels inside a WebSocket frame's object: a bound
+/// well below that keeps every frame readable by every client. Defined here, in the codec
+/// that `message` uses, so that the two modules depend one way.
+pub const MAX_PAYLOAD_DEPTH: usize = 64;
 
 /// Why bytes are not an acceptable MessagePack value: for people.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

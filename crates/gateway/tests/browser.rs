@@ -10,7 +10,6 @@
 mod browser_support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use herald_gateway::{Config, Gateway};
@@ -49,27 +48,13 @@ async fn demo_page_and_native_eventsource_reconnect() {
     let secure = Gateway::start(config).await.unwrap();
     let tls_public = format!("https://localhost:{}", secure.public_addr.port());
     let tls_admin = format!("http://{}", secure.admin_addr);
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg("browser.mjs")
-            .arg(public)
-            .arg(admin)
-            .arg(tls_public)
-            .arg(tls_admin)
-            .env("HERALD_USER_TOKEN", user_token)
-            .current_dir(dir)
-            .output()
-            .expect("node runs")
+    let args = [public, admin, tls_public, tls_admin];
+    tokio::task::spawn_blocking(move || {
+        let token: &std::ffi::OsStr = user_token.as_ref();
+        browser_support::run_node(&dir, "browser.mjs", &args, &[("HERALD_USER_TOKEN", token)])
     })
     .await
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "browser test failed:\n{stdout}\n{stderr}"
-    );
-    println!("{stdout}");
     gw.stop().await.unwrap();
     secure.stop().await.unwrap();
 }

@@ -13,9 +13,8 @@
 #[path = "support/browser.rs"]
 mod browser_support;
 
-use browser_support::{browser_dir, skip};
+use browser_support::{browser_dir, run_node, skip};
 use std::path::Path;
-use std::process::Command;
 use std::sync::Mutex;
 
 /// One browser and its herald processes at a time: the machine may have two cores.
@@ -30,19 +29,12 @@ fn redis_url() -> String {
 /// Runs `node <script>` in tests/browser with `env`; fails with its output unless it passes.
 fn run(script: &str, env: &[(&str, &std::ffi::OsStr)]) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut command = Command::new("node");
-    command
-        .arg(script)
-        .current_dir(browser_dir())
-        .env("HERALD_BIN", env!("CARGO_BIN_EXE_herald"));
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let out = command.output().expect("node runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
-    println!("{stdout}");
+    let bin: &std::ffi::OsStr = env!("CARGO_BIN_EXE_herald").as_ref();
+    let env: Vec<(&str, &std::ffi::OsStr)> = [("HERALD_BIN", bin)]
+        .into_iter()
+        .chain(env.iter().copied())
+        .collect();
+    run_node(&browser_dir(), script, &[], &env);
 }
 
 #[test]

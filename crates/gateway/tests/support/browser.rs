@@ -1,7 +1,9 @@
-//! What the browser tests share: whether to skip them, and where their Node packages and
-//! Chromium are (with a clear failure when they are missing).
+//! What the browser tests share: whether to skip them, where their Node packages and
+//! Chromium are (with a clear failure when they are missing), and how a Node script runs.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Whether `HERALD_SKIP_BROWSER=1` asks to skip the browser tests (said on stderr).
 pub fn skip() -> bool {
@@ -26,4 +28,20 @@ pub fn browser_dir() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// Runs `node <script> <args>` in `dir` with `env`, and returns what it printed; fails with
+/// its output unless it exits 0.
+pub fn run_node(dir: &Path, script: &str, args: &[String], env: &[(&str, &OsStr)]) -> String {
+    let mut command = Command::new("node");
+    command.arg(script).args(args).current_dir(dir);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = command.output().expect("node runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    println!("{stdout}");
+    stdout
 }
