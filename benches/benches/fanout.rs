@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use herald_benches::{small_payload, topic};
-use herald_core::{DeliveryCounter, DirectWriter, Feed, FeedEvent, LagPolicy, Message};
+use herald_core::{DeliveryCounter, DirectSub, DirectWriter, Feed, FeedEvent, LagPolicy, Message};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -53,7 +53,7 @@ fn direct(c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime
         .map(|_| {
             let mut f = Feed::new(LagPolicy::default(), 1);
             f.subscribe(t.clone(), None).expect("subscribes");
-            assert!(f.link(Box::new(Counting(written.clone()))));
+            assert!(f.link(Arc::new(DirectSub::new(Counting(written.clone())))));
             assert!(f.try_next().is_none() && f.is_direct());
             f
         })

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 
 use crate::cursor::Cursor;
-use crate::direct::{DirectSub, DirectWriter};
+use crate::direct::DirectSub;
 use crate::error::FeedError;
 use crate::history::LossReason;
 pub use crate::lag::LagPolicy;
@@ -185,19 +185,23 @@ impl Feed {
         }
     }
 
-    /// Lets the topic's publisher write this feed's messages itself with `writer` while the
-    /// feed is idle, instead of waking the feed's task for each ([`crate::direct`]). Only for
-    /// a feed of one topic; subscribing to another topic ends it. False when not taken.
+    /// Lets the topic's publisher write this feed's messages itself through the connection's
+    /// `link` while the feed is idle, instead of waking the feed's task for each
+    /// ([`crate::direct`]). Only for a feed of one topic; subscribing to another topic ends
+    /// it. False when not taken (or when `link` is attached elsewhere).
     ///
     /// The transport must call [`Self::hold`] before it writes anything itself, and write
     /// what it returns first, and write [`FeedEvent::Rest`] when it comes.
-    pub fn link(&mut self, writer: Box<dyn DirectWriter>) -> bool {
+    pub fn link(&mut self, link: Arc<DirectSub>) -> bool {
         if self.subs.len() != 1 || self.link.is_some() || self.has_patterns() {
             return false;
         }
         let sub = &self.subs[0];
+        if !sub.topic.attach_direct(&link, sub.position) {
+            return false;
+        }
         self.link = Some(Link {
-            sub: sub.topic.attach_direct(writer, sub.position),
+            sub: link,
             live: false,
         });
         true
@@ -964,7 +968,7 @@ mod tests {
         }
     }
 
-    impl DirectWriter for Socket {
+    impl crate::DirectWriter for Socket {
         fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
             message.sse_frame()
         }
@@ -1064,7 +1068,7 @@ mod tests {
     fn linked(t: &Arc<Topic>, socket: &Socket) -> Feed {
         let mut feed = Feed::new(LagPolicy::default(), 4);
         feed.subscribe(t.clone(), None).unwrap();
-        assert!(feed.link(Box::new(socket.clone())));
+        assert!(feed.link(Arc::new(DirectSub::new(socket.clone()))));
         assert!(feed.try_next().is_none());
         assert!(feed.is_direct(), "an idle linked feed goes direct");
         feed

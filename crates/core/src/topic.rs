@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::cursor::Cursor;
-use crate::direct::{DirectSet, DirectSub, DirectWriter};
+use crate::direct::{DirectSet, DirectSub};
 use crate::history::{History, LossReason};
 use crate::lag::LagPolicy;
 use crate::message::{Message, Payload};
@@ -265,15 +265,12 @@ impl Topic {
 
     /// Attaches a subscriber at `position` whose frames the publisher may write itself
     /// ([`crate::direct`]); it is not direct until [`Self::try_direct`] says so.
-    pub(crate) fn attach_direct(
-        &self,
-        writer: Box<dyn DirectWriter>,
-        position: Cursor,
-    ) -> Arc<DirectSub> {
-        self.direct.attach(writer, position)
+    /// False when `sub` is attached to a topic already.
+    pub(crate) fn attach_direct(&self, sub: &Arc<DirectSub>, position: Cursor) -> bool {
+        self.direct.attach(sub, position)
     }
 
-    /// Detaches a direct subscriber (its writer, and the socket in it, is dropped).
+    /// Detaches a direct subscriber: the fan-out lets go of it (and of its socket).
     pub(crate) fn detach_direct(&self, sub: &DirectSub) {
         self.direct.detach(sub);
         self.touch();

@@ -25,20 +25,15 @@ pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// The client's address, if the socket still knows it.
     fn peer_ip(&self) -> Option<std::net::IpAddr>;
 
-    /// A writer for the topic's fan-out ([`herald_core::direct`]), when this stream can be
-    /// written to directly (a shared plain TCP socket); `None` otherwise.
-    fn direct_writer(
-        &self,
-        _metrics: &'static crate::telemetry::metrics::TransportMetrics,
-    ) -> Option<Box<dyn herald_core::DirectWriter>> {
+    /// The link through which the topic's fan-out writes to this stream
+    /// ([`herald_core::direct`]), when it can be written to directly (a shared plain TCP
+    /// socket); `None` otherwise. The stream parks it before it writes anything itself.
+    fn direct_link(&self) -> Option<std::sync::Arc<herald_core::DirectSub>> {
         None
     }
 
-    /// The feed's link to its topic's fan-out (after [`Self::direct_writer`]), or none.
-    fn set_link(&mut self, _link: Option<&std::sync::Arc<herald_core::DirectSub>>) {}
-
     /// Queues the rest of a frame the fan-out wrote in part, for the next flush. Only a
-    /// stream that gave a [`Self::direct_writer`] gets these.
+    /// stream that gave a [`Self::direct_link`] gets these.
     fn write_rest(&mut self, _rest: bytes::Bytes) {}
 }
 

@@ -24,7 +24,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::future::Either;
-use herald_core::{DirectWriter, Feed, FeedEvent, Message, ResumeList};
+use herald_core::{DirectSub, DirectWriter, Feed, FeedEvent, Message, ResumeList};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -187,15 +187,17 @@ impl futures_util::Stream for SinkBody {
 
 /// A plain TCP socket shared by a stream's task and its topic's fan-out, which writes to it
 /// while the stream is idle ([`herald_core::direct`]); the task writes only after
-/// [`Feed::hold`], so the two never write at once.
-struct SharedTcp(Arc<TcpStream>);
+/// [`Feed::hold`], so the two never write at once. The socket lives in the link itself
+/// ([`DirectSub`]): the fan-out reaches it with no pointer of its own to follow.
+struct SharedTcp(Arc<DirectSub<FrameWriter>>);
 
 impl Sink for SharedTcp {
     async fn write(&mut self, chunk: Bytes) -> io::Result<()> {
+        let socket = &self.0.writer().socket;
         let mut buf = &chunk[..];
         while !buf.is_empty() {
-            std::future::poll_fn(|cx| self.0.poll_write_ready(cx)).await?;
-            match self.0.try_write(buf) {
+            std::future::poll_fn(|cx| socket.poll_write_ready(cx)).await?;
+            match socket.try_write(buf) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => buf = &buf[n..],
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -206,13 +208,13 @@ impl Sink for SharedTcp {
     }
 
     fn peer_input(&mut self) -> impl Future<Output = PeerInput> + Send {
-        plain_peer_input(&self.0)
+        plain_peer_input(&self.0.writer().socket)
     }
 }
 
 /// What the topic's fan-out writes to a directly served stream: the message's shared frame.
 struct FrameWriter {
-    socket: Arc<TcpStream>,
+    socket: TcpStream,
     json: bool,
     metrics: &'static TransportMetrics,
 }
@@ -271,13 +273,13 @@ pub fn serve_raw(
     sse.queued = Some(Bytes::from(first));
     match socket {
         ClientStream::Plain(tcp) if !sse.multi && sse.state.config().topics.direct_delivery => {
-            let socket = Arc::new(tcp);
-            sse.feed.link(Box::new(FrameWriter {
-                socket: socket.clone(),
+            let link = Arc::new(DirectSub::new(FrameWriter {
+                socket: tcp,
                 json: sse.json,
                 metrics: sse.metrics,
             }));
-            Either::Left(serve(SharedTcp(socket), sse, write_timeout))
+            sse.feed.link(link.clone());
+            Either::Left(serve(SharedTcp(link), sse, write_timeout))
         }
         socket => Either::Right(serve(socket, sse, write_timeout)),
     }

@@ -22,8 +22,8 @@
 
 use axum::http::HeaderMap;
 use bytes::Bytes;
+use herald_core::Message;
 use herald_core::deflate::{InflateError, compress, inflate};
-use herald_core::{DeliveryCounter, DirectWriter, Message};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
@@ -224,62 +224,23 @@ impl<S: PeerStream> Connection<S> {
     }
 }
 
-/// The direct-delivery writer of a connection ([`super::direct`]): as it is without
-/// compression; with it, one that writes a message's compressed frame
-/// ([`Message::ws_deflate_wire_frame`], shared by every such subscriber) when
-/// [`Deflate::compresses`] says so. A wrapper rather than a field of the socket, so that a
-/// connection without compression carries nothing for it.
-pub fn writer(
-    plain: Box<dyn DirectWriter>,
-    deflate: Option<Deflate>,
-    min_size: usize,
-) -> Box<dyn DirectWriter> {
-    match deflate {
-        Some(deflate) => Box::new(DeflateWriter {
-            plain,
-            deflate,
-            min_size,
-        }),
-        None => plain,
+/// `message`'s compressed wire frame for a connection that negotiated `deflate`, when
+/// [`Deflate::compresses`] says so (compressed once per message and shared,
+/// [`Message::ws_deflate_wire_frame`]): what direct delivery ([`super::direct`]) writes.
+pub fn wire_frame(deflate: Deflate, min_size: usize, message: &Message) -> Option<&Bytes> {
+    if deflate.compresses(message.ws_frame().len(), min_size) {
+        message.ws_deflate_wire_frame()
+    } else {
+        None
     }
 }
 
-struct DeflateWriter {
-    plain: Box<dyn DirectWriter>,
-    deflate: Deflate,
-    min_size: usize,
-}
-
-impl DirectWriter for DeflateWriter {
-    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        if self
-            .deflate
-            .compresses(message.ws_frame().len(), self.min_size)
-            && let Some(packed) = message.ws_deflate_wire_frame()
-        {
-            return packed;
-        }
-        self.plain.frame(message)
-    }
-
-    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
-        self.plain.try_write(buf)
-    }
-
-    fn counter(&self) -> &'static dyn DeliveryCounter {
-        self.plain.counter()
-    }
-
-    fn counted_bytes(&self, written: usize, message: &Message) -> usize {
-        // The compressed payload when the frame went compressed: what crossed the wire.
-        match message.ws_deflate_wire_frame() {
-            Some(packed) if packed.len() == written => packed.len() - header_len(packed.len()),
-            _ => self.plain.counted_bytes(written, message),
-        }
-    }
-
-    fn ready(&self) -> bool {
-        self.plain.ready()
+/// What a direct delivery whose frame was `written` bytes long counts: the compressed
+/// payload when the frame went compressed (what crossed the wire), `None` when it did not.
+pub fn counted_bytes(written: usize, message: &Message) -> Option<usize> {
+    match message.ws_deflate_wire_frame() {
+        Some(packed) if packed.len() == written => Some(packed.len() - header_len(packed.len())),
+        _ => None,
     }
 }
 

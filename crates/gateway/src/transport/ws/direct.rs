@@ -22,52 +22,57 @@ use herald_core::{DirectSub, DirectWriter, Message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+use super::deflate::{self, Deflate};
 use super::format::Format;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::TransportMetrics;
 
 /// A plain TCP socket shared by a connection's task (through tungstenite) and its topic's
-/// fan-out.
+/// fan-out. The socket lives in the connection's link ([`DirectSub`]), which the feed
+/// attaches to its topic while it has one.
 pub struct SharedSocket {
-    tcp: Arc<TcpStream>,
-    /// The feed's link to its topic's fan-out, while it has one.
-    link: Option<Arc<DirectSub>>,
+    link: Arc<DirectSub<FrameWriter>>,
     /// Written before tungstenite's next bytes: the rest of a frame the fan-out wrote in part.
     rest: Option<Bytes>,
-    /// tungstenite wrote and has not flushed yet: its frame may be half out.
-    /// Shared with the fan-out's writer: whether tungstenite has bytes half out, and the
-    /// connection's wire format.
-    gate: Arc<Gate>,
-}
-
-/// What the socket's two writers share. The format lives here, in an allocation the flag needs
-/// anyway (and that a byte more does not grow), rather than in every socket.
-struct Gate {
-    /// tungstenite wrote and has not flushed yet: its frame may be half out.
-    dirty: AtomicBool,
-    /// Which of a message's frames the fan-out writes.
-    format: Format,
 }
 
 impl SharedSocket {
-    /// Shares `tcp`, which carries frames in `format`.
-    pub fn new(tcp: TcpStream, format: Format) -> Self {
+    /// Shares `tcp`, which carries frames in `format`, compressed as `deflate` says
+    /// (messages of at least `min_size` bytes; JSON connections only).
+    pub fn new(
+        tcp: TcpStream,
+        format: Format,
+        deflate: Option<Deflate>,
+        min_size: usize,
+        metrics: &'static TransportMetrics,
+    ) -> Self {
         Self {
-            tcp: Arc::new(tcp),
-            link: None,
-            rest: None,
-            gate: Arc::new(Gate {
+            link: Arc::new(DirectSub::new(FrameWriter {
+                tcp,
                 dirty: AtomicBool::new(false),
                 format,
-            }),
+                deflate: deflate.filter(|_| format == Format::Json),
+                min_size: u32::try_from(min_size).unwrap_or(u32::MAX),
+                metrics,
+            })),
+            rest: None,
         }
+    }
+
+    fn tcp(&self) -> &TcpStream {
+        &self.link.writer().tcp
+    }
+
+    fn dirty(&self, dirty: bool) {
+        self.link.writer().dirty.store(dirty, Ordering::Release);
     }
 
     /// Writes [`Self::rest`] out first.
     fn poll_rest(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while let Some(rest) = self.rest.as_mut() {
-            ready!(self.tcp.poll_write_ready(cx))?;
-            match self.tcp.try_write(rest) {
+            let tcp = &self.link.writer().tcp;
+            ready!(tcp.poll_write_ready(cx))?;
+            match tcp.try_write(rest) {
                 Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Ok(n) if n == rest.len() => self.rest = None,
                 Ok(n) => rest.advance(n),
@@ -80,8 +85,7 @@ impl SharedSocket {
 
     /// Stops the fan-out before this task writes: takes over what it left half-written.
     fn park(&mut self) {
-        let Some(link) = &self.link else { return };
-        if let Some(rest) = link.park_for_write() {
+        if let Some(rest) = self.link.park_for_write() {
             self.rest = Some(match self.rest.take() {
                 None => rest,
                 Some(before) => [before, rest].concat().into(),
@@ -92,27 +96,11 @@ impl SharedSocket {
 
 impl PeerStream for SharedSocket {
     fn peer_ip(&self) -> Option<std::net::IpAddr> {
-        self.tcp.peer_addr().ok().map(|a| a.ip())
+        self.tcp().peer_addr().ok().map(|a| a.ip())
     }
 
-    fn direct_writer(&self, metrics: &'static TransportMetrics) -> Option<Box<dyn DirectWriter>> {
-        Some(Box::new(FrameWriter {
-            tcp: self.tcp.clone(),
-            gate: self.gate.clone(),
-            metrics,
-        }))
-    }
-
-    fn set_link(&mut self, link: Option<&Arc<DirectSub>>) {
-        let same = match (&self.link, link) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        if !same {
-            self.park();
-            self.link = link.cloned();
-        }
+    fn direct_link(&self) -> Option<Arc<DirectSub>> {
+        Some(self.link.clone())
     }
 
     fn write_rest(&mut self, rest: Bytes) {
@@ -122,7 +110,7 @@ impl PeerStream for SharedSocket {
             Some(before) => [before, rest].concat().into(),
         });
         // Out with tungstenite's next flush, before anything else.
-        self.gate.dirty.store(true, Ordering::Release);
+        self.dirty(true);
     }
 }
 
@@ -132,9 +120,10 @@ impl AsyncRead for SharedSocket {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        let tcp = self.tcp();
         loop {
-            ready!(self.tcp.poll_read_ready(cx))?;
-            match self.tcp.try_read(buf.initialize_unfilled()) {
+            ready!(tcp.poll_read_ready(cx))?;
+            match tcp.try_read(buf.initialize_unfilled()) {
                 Ok(n) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
@@ -154,12 +143,13 @@ impl AsyncWrite for SharedSocket {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         // Dirty before the fan-out is parked: it must not go direct again until flushed.
-        this.gate.dirty.store(true, Ordering::Release);
+        this.dirty(true);
         this.park();
         ready!(this.poll_rest(cx))?;
+        let tcp = this.tcp();
         loop {
-            ready!(this.tcp.poll_write_ready(cx))?;
-            match this.tcp.try_write(buf) {
+            ready!(tcp.poll_write_ready(cx))?;
+            match tcp.try_write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 other => return Poll::Ready(other),
             }
@@ -171,7 +161,7 @@ impl AsyncWrite for SharedSocket {
         ready!(this.poll_rest(cx))?;
         // tungstenite flushes its stream only once its own buffer is out: nothing of its is
         // half-written now.
-        this.gate.dirty.store(false, Ordering::Release);
+        this.dirty(false);
         Poll::Ready(Ok(()))
     }
 
@@ -179,20 +169,32 @@ impl AsyncWrite for SharedSocket {
         let this = self.get_mut();
         this.park();
         ready!(this.poll_rest(cx))?;
-        Poll::Ready(socket2::SockRef::from(&*this.tcp).shutdown(std::net::Shutdown::Write))
+        Poll::Ready(socket2::SockRef::from(this.tcp()).shutdown(std::net::Shutdown::Write))
     }
 }
 
-/// What the topic's fan-out writes to a directly served WebSocket: the message's whole frame.
-struct FrameWriter {
-    tcp: Arc<TcpStream>,
-    gate: Arc<Gate>,
+/// The socket, and what the topic's fan-out writes to it: the message's whole frame, in the
+/// connection's format, compressed when the connection negotiated it.
+pub struct FrameWriter {
+    tcp: TcpStream,
+    /// tungstenite wrote and has not flushed yet: its frame may be half out.
+    dirty: AtomicBool,
+    format: Format,
+    /// permessage-deflate, on a JSON connection that negotiated it.
+    deflate: Option<Deflate>,
+    /// `ws.deflate_min_size`.
+    min_size: u32,
     metrics: &'static TransportMetrics,
 }
 
 impl DirectWriter for FrameWriter {
     fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        match self.gate.format {
+        if let Some(deflate) = self.deflate
+            && let Some(packed) = deflate::wire_frame(deflate, self.min_size as usize, message)
+        {
+            return packed;
+        }
+        match self.format {
             Format::Json => message.ws_wire_frame(),
             Format::Msgpack => message.ws_msgpack_wire_frame(),
         }
@@ -206,16 +208,22 @@ impl DirectWriter for FrameWriter {
         self.metrics
     }
 
-    fn counted_bytes(&self, _written: usize, message: &Message) -> usize {
-        // The payload's length, as the task's own path counts it.
-        match self.gate.format {
+    fn counted_bytes(&self, written: usize, message: &Message) -> usize {
+        // The compressed payload when the frame went compressed (what crossed the wire), else
+        // the payload's length, as the task's own path counts it.
+        if self.deflate.is_some()
+            && let Some(counted) = deflate::counted_bytes(written, message)
+        {
+            return counted;
+        }
+        match self.format {
             Format::Json => message.ws_frame().len(),
             Format::Msgpack => message.ws_msgpack_frame().len(),
         }
     }
 
     fn ready(&self) -> bool {
-        !self.gate.dirty.load(Ordering::Acquire)
+        !self.dirty.load(Ordering::Acquire)
     }
 }
 
@@ -273,7 +281,13 @@ mod tests {
         socket2::SockRef::from(&server)
             .set_send_buffer_size(16 * 1024)
             .unwrap();
-        let mut socket = SharedSocket::new(server, Format::Json);
+        let mut socket = SharedSocket::new(
+            server,
+            Format::Json,
+            None,
+            0,
+            metrics::transport(Transport::Ws),
+        );
         let config = TopicConfig {
             channel_capacity: 64,
             history_len: 64,
@@ -282,9 +296,7 @@ mod tests {
         let topic = Arc::new(Topic::new(TopicName::new("t").unwrap(), &config));
         let mut feed = Feed::new(LagPolicy::default(), 4);
         feed.subscribe(topic.clone(), None).unwrap();
-        let writer = socket.direct_writer(metrics::transport(Transport::Ws));
-        assert!(feed.link(writer.unwrap()));
-        socket.set_link(feed.direct_link());
+        assert!(feed.link(socket.direct_link().unwrap()));
         assert!(feed.try_next().is_none());
         assert!(feed.is_direct());
         // Messages go out until the socket takes part of one and the link is parked.

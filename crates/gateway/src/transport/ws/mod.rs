@@ -198,7 +198,13 @@ pub async fn upgrade_raw(
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
         ClientStream::Plain(tcp) if state.config().topics.direct_delivery => {
-            let socket = direct::SharedSocket::new(tcp, format);
+            let socket = direct::SharedSocket::new(
+                tcp,
+                format,
+                deflate,
+                state.config().ws.deflate_min_size,
+                metrics::transport(Transport::Ws),
+            );
             serve(state, socket, who, opened, permits).await;
         }
         stream => serve(state, stream, who, opened, permits).await,
@@ -461,18 +467,15 @@ impl<S: PeerStream> Connection<S> {
     }
 
     /// Links a feed of one topic to its topic's fan-out when the socket can be written to
-    /// directly ([`direct`]), and tells the socket which link to park before it writes.
+    /// directly ([`direct`]): the socket parks it before it writes.
     fn relink(&mut self) {
-        let deflate = self.json_deflate();
         let stream = self.socket.get_mut().get_mut();
         if self.feed.direct_link().is_none()
             && self.feed.len() == 1
-            && let Some(writer) = stream.direct_writer(self.metrics)
+            && let Some(link) = stream.direct_link()
         {
-            let min_size = self.state.config().ws.deflate_min_size;
-            self.feed.link(deflate::writer(writer, deflate, min_size));
+            self.feed.link(link);
         }
-        stream.set_link(self.feed.direct_link());
     }
 
     /// Tells the presence members this connection's topics, after they changed (never on
