@@ -115,6 +115,43 @@ pub async fn plain_peer_input(tcp: &TcpStream) -> PeerInput {
     }
 }
 
+/// Reads what a shared plain TCP socket holds into `buf` once it is readable, as tokio's own
+/// `TcpStream::poll_read` does: a read that leaves part of the buffer empty shows the socket
+/// drained (epoll, edge-triggered), so its readiness is cleared then, and the next read waits
+/// for the next event instead of first failing with `WouldBlock` — one `recvfrom` per
+/// message a client sends instead of two. (`try_read` alone clears readiness only on
+/// `WouldBlock`; `try_io` clears it when its closure says `WouldBlock`, so the closure says
+/// so after a partial read and hands the count out on the side.)
+pub fn poll_read_shared(
+    tcp: &TcpStream,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    use std::io::Read as _;
+    loop {
+        std::task::ready!(tcp.poll_read_ready(cx))?;
+        let unfilled = buf.initialize_unfilled();
+        let len = unfilled.len();
+        let mut drained = None;
+        let read = tcp.try_io(tokio::io::Interest::READABLE, || {
+            let n = (&*socket2::SockRef::from(tcp)).read(unfilled)?;
+            if n > 0 && n < len {
+                drained = Some(n);
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        match (read, drained) {
+            (Ok(n), _) | (Err(_), Some(n)) => {
+                buf.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => {}
+            (Err(e), None) => return Poll::Ready(Err(e)),
+        }
+    }
+}
+
 /// One `send(2)` on a shared socket for the topic's fan-out, without tokio's readiness
 /// bookkeeping (a cache miss per socket per message): a `WouldBlock` here leaves tokio's
 /// readiness stale, and the task's own write finds that out with one more `send` of its own.

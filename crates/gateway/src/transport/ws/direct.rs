@@ -120,18 +120,7 @@ impl AsyncRead for SharedSocket {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let tcp = self.tcp();
-        loop {
-            ready!(tcp.poll_read_ready(cx))?;
-            match tcp.try_read(buf.initialize_unfilled()) {
-                Ok(n) => {
-                    buf.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        crate::server::stream::poll_read_shared(self.tcp(), cx, buf)
     }
 }
 
