@@ -64,7 +64,12 @@ impl TokenBucket {
     /// Takes `n` tokens, or none and says how long until there are `n` (`n` above the burst
     /// can never be taken: the wait is then the time to refill the whole burst).
     pub fn take(&mut self, rate: Rate, n: f64) -> Result<(), Duration> {
-        self.refill(rate, Instant::now());
+        self.take_at(rate, n, Instant::now())
+    }
+
+    /// [`Self::take`] with the clock read by the caller, which needs `now` too.
+    pub fn take_at(&mut self, rate: Rate, n: f64, now: Instant) -> Result<(), Duration> {
+        self.refill(rate, now);
         if self.tokens >= n {
             self.tokens -= n;
             Ok(())
@@ -73,6 +78,11 @@ impl TokenBucket {
             // A tiny configured rate can make the wait overflow a Duration: wait "forever".
             Err(Duration::try_from_secs_f64(missing / rate.per_second).unwrap_or(Duration::MAX))
         }
+    }
+
+    /// When tokens were last taken (or the bucket was filled).
+    pub fn refilled(&self) -> Instant {
+        self.refilled
     }
 
     /// Whether the bucket would be full now (nothing to remember about it).
