@@ -242,12 +242,14 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
     }
 
     /// Writes `message` to this subscriber if it is direct, still in the attachment
-    /// `generation`, and the message is its next one; parks it when the socket does not take
-    /// the whole frame or the message is not the next one. Returns where the delivery counts
-    /// and its bytes, when it was delivered.
+    /// `generation`, and the message is its next one (it follows `previous`, the topic's
+    /// head before it); parks it when the socket does not take the whole frame or the
+    /// message is not the next one. Returns where the delivery counts and its bytes, when it
+    /// was delivered.
     fn offer(
         &self,
         message: &Message,
+        previous: Cursor,
         now: Instant,
         generation: u32,
     ) -> Option<(&'static dyn DeliveryCounter, usize)> {
@@ -259,7 +261,7 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
         if cursor.epoch == state.position.epoch && cursor.seq <= state.position.seq {
             return None;
         }
-        if cursor.epoch != state.position.epoch || cursor.seq != state.position.seq + 1 {
+        if state.position != previous {
             state.park();
             return None;
         }
@@ -367,7 +369,8 @@ struct Entry {
 
 #[derive(Default)]
 struct Queue {
-    messages: Vec<Arc<Message>>,
+    /// Each message with the topic's head before it.
+    messages: Vec<(Arc<Message>, Cursor)>,
     /// Messages were dropped from a full queue: every subscriber of the group is parked and
     /// recovers from history.
     overflowed: bool,
@@ -472,7 +475,7 @@ impl DirectSet {
     /// topic's lock, so each queue is in the topic's order. At most `capacity` wait in a
     /// group: past that the oldest are dropped and the group's subscribers are parked (they
     /// recover from history, as a lagging subscriber does).
-    pub(crate) fn queue(&self, message: &Arc<Message>, capacity: usize) {
+    pub(crate) fn queue(&self, message: &Arc<Message>, previous: Cursor, capacity: usize) {
         let slots = self.slots.lock();
         for group in &slots.groups {
             if group.subs.lock().len == 0 {
@@ -483,7 +486,7 @@ impl DirectSet {
                 queue.messages.clear();
                 queue.overflowed = true;
             }
-            queue.messages.push(message.clone());
+            queue.messages.push((message.clone(), previous));
         }
     }
 
@@ -562,12 +565,12 @@ impl Group {
                     continue;
                 }
                 let now = Instant::now();
-                for message in &messages {
+                for (message, previous) in &messages {
                     let latency = now.saturating_duration_since(message.published_at());
                     let mut tally = Tally::default();
                     for entry in subs.iter() {
                         if let Some((counter, bytes)) =
-                            entry.sub.offer(message, now, entry.generation)
+                            entry.sub.offer(message, *previous, now, entry.generation)
                         {
                             tally.add(counter, bytes, latency);
                         }
@@ -642,7 +645,12 @@ mod tests {
         assert!(
             stale[0]
                 .sub
-                .offer(&message, Instant::now(), stale[0].generation)
+                .offer(
+                    &message,
+                    Cursor::new(5, 0),
+                    Instant::now(),
+                    stale[0].generation
+                )
                 .is_none()
         );
         assert!(socket.writer().0.lock().is_empty());
@@ -651,7 +659,12 @@ mod tests {
         assert!(
             fresh[0]
                 .sub
-                .offer(&message, Instant::now(), fresh[0].generation)
+                .offer(
+                    &message,
+                    Cursor::new(5, 0),
+                    Instant::now(),
+                    fresh[0].generation
+                )
                 .is_some()
         );
         assert!(!socket.writer().0.lock().is_empty());

@@ -1250,6 +1250,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_log_fed_topic_s_gapped_positions_are_written_directly_without_waking_the_task() {
+        // A Redis stream's ids or a shared Kafka partition's offsets: one topic's positions
+        // are not consecutive numbers.
+        let config = TopicConfig {
+            channel_capacity: 8,
+            history_len: 8,
+            history_ttl: Duration::from_secs(60),
+            log_fed: true,
+            lag_policy: None,
+        };
+        let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
+        let data = |v: &str| Payload::from_value(&serde_json::json!(v));
+        a.ingest(Cursor::new(5, 10), None, data("before")).unwrap();
+        let socket = Socket::with_room(usize::MAX);
+        let mut feed = linked(&a, &socket);
+        for (seq, text) in [(25, "one"), (26, "two"), (4_000, "three")] {
+            a.ingest(Cursor::new(5, seq), None, data(text)).unwrap();
+            assert!(feed.is_direct(), "parked at {seq}");
+        }
+        assert_eq!(socket.frames().0, ["one", "two", "three"]);
+        assert!(drain(&mut feed).is_empty(), "the task is not given them");
+        let positions: Vec<_> = feed.positions().map(|(t, c)| format!("{t}={c}")).collect();
+        assert_eq!(positions, ["a=5-4000"]);
+    }
+
+    #[tokio::test]
     async fn a_queue_overflow_parks_direct_subscribers_who_recover_under_the_lag_policy() {
         let a = topic("a", 2, 2);
         let socket = Socket::with_room(usize::MAX);

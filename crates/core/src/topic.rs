@@ -294,6 +294,9 @@ impl Topic {
             // receivers, which subscribe again from their position.
             state.sender = broadcast::channel(state.capacity).0;
         }
+        // The message this one follows: a direct subscriber at it takes this one next
+        // (positions assigned by a shared log are not consecutive numbers).
+        let previous = Cursor::new(state.epoch, state.head);
         state.head = message.cursor().seq;
         state.messages += 1;
         let now = Instant::now();
@@ -303,7 +306,7 @@ impl Topic {
         // No receiver is not an error: the message stays in history.
         let _ = state.sender.send(message.clone());
         if self.direct.len() > 0 {
-            self.direct.queue(&message, state.capacity);
+            self.direct.queue(&message, previous, state.capacity);
         }
         // Under the lock: each pattern channel carries this topic's messages in order.
         if let Some(patterns) = &self.patterns {
