@@ -642,31 +642,22 @@ mod tests {
         // `a`'s first message has the cursor `b`'s next one will have: not written, and the
         // link is not parked for it.
         let message = a.publish(None, Payload::from_value(&serde_json::json!("from a")));
-        assert!(
-            stale[0]
+        let offer = |entry: &Entry| {
+            entry
                 .sub
                 .offer(
                     &message,
                     Cursor::new(5, 0),
                     Instant::now(),
-                    stale[0].generation
+                    entry.generation,
                 )
-                .is_none()
-        );
+                .is_some()
+        };
+        assert!(!offer(&stale[0]));
         assert!(socket.writer().0.lock().is_empty());
         assert!(link.is_direct());
         let fresh = b.direct.running_for_test()[0].snapshot();
-        assert!(
-            fresh[0]
-                .sub
-                .offer(
-                    &message,
-                    Cursor::new(5, 0),
-                    Instant::now(),
-                    fresh[0].generation
-                )
-                .is_some()
-        );
+        assert!(offer(&fresh[0]));
         assert!(!socket.writer().0.lock().is_empty());
         b.direct.detach(&link);
         assert_eq!((b.direct.len(), b.direct.direct_now()), (0, 0));

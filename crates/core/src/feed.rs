@@ -1227,8 +1227,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_direct_subscriber_whose_log_moves_to_another_epoch_is_told_then_gets_the_message() {
+    /// A topic fed by a shared log (positions assigned elsewhere), epoch 5.
+    fn log_fed(name: &str) -> Arc<Topic> {
         let config = TopicConfig {
             channel_capacity: 8,
             history_len: 8,
@@ -1236,15 +1236,23 @@ mod tests {
             log_fed: true,
             lag_policy: None,
         };
-        let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
-        let data = |v: &str| Payload::from_value(&serde_json::json!(v));
-        a.ingest(Cursor::new(5, 1), None, data("before")).unwrap();
+        Arc::new(Topic::with_epoch(TopicName::new(name).unwrap(), &config, 5))
+    }
+
+    fn text(v: &str) -> Payload {
+        Payload::from_value(&serde_json::json!(v))
+    }
+
+    #[tokio::test]
+    async fn a_direct_subscriber_whose_log_moves_to_another_epoch_is_told_then_gets_the_message() {
+        let a = log_fed("a");
+        a.ingest(Cursor::new(5, 1), None, text("before")).unwrap();
         let socket = Socket::with_room(usize::MAX);
         let mut feed = linked(&a, &socket);
-        a.ingest(Cursor::new(5, 2), None, data("direct")).unwrap();
+        a.ingest(Cursor::new(5, 2), None, text("direct")).unwrap();
         assert_eq!(socket.frames().0, ["direct"]);
         // The log lost its data: its next message is in a new epoch.
-        a.ingest(Cursor::new(9, 1), None, data("after")).unwrap();
+        a.ingest(Cursor::new(9, 1), None, text("after")).unwrap();
         assert_eq!(drain(&mut feed), ["lost a epoch", "a:1"]);
         assert_eq!(socket.frames().0, ["direct"]);
     }
@@ -1253,20 +1261,12 @@ mod tests {
     async fn a_log_fed_topic_s_gapped_positions_are_written_directly_without_waking_the_task() {
         // A Redis stream's ids or a shared Kafka partition's offsets: one topic's positions
         // are not consecutive numbers.
-        let config = TopicConfig {
-            channel_capacity: 8,
-            history_len: 8,
-            history_ttl: Duration::from_secs(60),
-            log_fed: true,
-            lag_policy: None,
-        };
-        let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
-        let data = |v: &str| Payload::from_value(&serde_json::json!(v));
-        a.ingest(Cursor::new(5, 10), None, data("before")).unwrap();
+        let a = log_fed("a");
+        a.ingest(Cursor::new(5, 10), None, text("before")).unwrap();
         let socket = Socket::with_room(usize::MAX);
         let mut feed = linked(&a, &socket);
-        for (seq, text) in [(25, "one"), (26, "two"), (4_000, "three")] {
-            a.ingest(Cursor::new(5, seq), None, data(text)).unwrap();
+        for (seq, data) in [(25, "one"), (26, "two"), (4_000, "three")] {
+            a.ingest(Cursor::new(5, seq), None, text(data)).unwrap();
             assert!(feed.is_direct(), "parked at {seq}");
         }
         assert_eq!(socket.frames().0, ["one", "two", "three"]);
