@@ -270,7 +270,8 @@ impl Topic {
         self.direct.attach(sub, position)
     }
 
-    /// Detaches a direct subscriber: the fan-out lets go of it (and of its socket).
+    /// Detaches a direct subscriber: the fan-out stops writing to it and lets go of it (its
+    /// socket closes when the connection lets go too).
     pub(crate) fn detach_direct(&self, sub: &DirectSub) {
         self.direct.detach(sub);
         self.touch();

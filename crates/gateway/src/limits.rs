@@ -39,9 +39,14 @@ impl Rate {
 
     /// A full bucket of this rate.
     pub fn bucket(self) -> TokenBucket {
+        self.bucket_at(Instant::now())
+    }
+
+    /// A full bucket of this rate, filled at `now`.
+    pub fn bucket_at(self, now: Instant) -> TokenBucket {
         TokenBucket {
             tokens: self.burst,
-            refilled: Instant::now(),
+            refilled: now,
         }
     }
 }
@@ -80,7 +85,7 @@ impl TokenBucket {
         }
     }
 
-    /// When tokens were last taken (or the bucket was filled).
+    /// When tokens were last asked for (taken or refused), or the bucket was filled.
     pub fn refilled(&self) -> Instant {
         self.refilled
     }

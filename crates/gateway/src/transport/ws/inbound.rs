@@ -118,7 +118,8 @@ impl<S> Inbound<S> {
             fragments: 0,
             rate: rate_or_none,
             limited: rate.is_some(),
-            bucket: rate_or_none.bucket(),
+            // The clock the rest of the connection reads (tokio's, which a test may pause).
+            bucket: rate_or_none.bucket_at(Instant::now().into_std()),
             violation: None,
             sent: None,
         }
@@ -232,8 +233,8 @@ impl<S> Inbound<S> {
     }
 
     fn frame(&mut self, first_byte: u8) -> Result<(), Violation> {
-        // A connection without a limit takes nothing: its bucket (empty, never refilled) only
-        // keeps the time.
+        // A connection without a limit takes nothing: its bucket (empty, refilled by nothing)
+        // only keeps the time.
         let cost = if self.limited { 1.0 } else { 0.0 };
         if self
             .bucket

@@ -596,6 +596,7 @@ impl<S: PeerStream> Connection<S> {
                 // tungstenite queued the reply (the client's code echoed, 1002 for an invalid
                 // one): send it, then close the TCP connection cleanly.
                 let limit = Duration::from_secs(1).min(self.state.config().limits.write_timeout);
+                self.rest_first();
                 let _ = tokio::time::timeout(limit, self.socket.flush()).await;
                 self.linger().await;
                 Flow::Close(CloseReason::Client)
@@ -1115,6 +1116,7 @@ impl<S: PeerStream> Connection<S> {
     /// Sends one frame; a client that does not take it within the write timeout is a slow
     /// consumer and is dropped.
     async fn send(&mut self, message: WsMessage) -> Flow {
+        self.rest_first();
         let timeout = self.state.config().limits.write_timeout;
         match tokio::time::timeout(timeout, self.socket.send(message)).await {
             Ok(Ok(())) => Flow::Continue,
@@ -1134,8 +1136,19 @@ impl<S: PeerStream> Connection<S> {
             reason: Utf8Bytes::from(reason),
         };
         let limit = Duration::from_secs(1).min(self.state.config().limits.write_timeout);
+        self.rest_first();
         let _ = tokio::time::timeout(limit, self.socket.send(WsMessage::Close(Some(frame)))).await;
         self.linger().await;
+    }
+
+    /// Queues, ahead of tungstenite's next bytes, the rest of a frame the topic's fan-out
+    /// wrote in part and the feed holds ([`herald_core::Feed::hold`]): the link parks itself
+    /// before tungstenite writes, but a feed that just unlinked (an unsubscribe, a second
+    /// topic) took that rest over, and a reply written before it would cut the frame.
+    fn rest_first(&mut self) {
+        if let Some(rest) = self.feed.hold() {
+            self.socket.get_mut().get_mut().write_rest(rest);
+        }
     }
 
     /// Half-closes and drains what the client still sends (its close reply, the rest of a
