@@ -212,6 +212,29 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
         self.take().rest
     }
 
+    /// Writes `frame`, a small frame of the transport's own (a WebSocket ping), while the
+    /// subscriber is direct: under the lock the fan-out writes under, so it cannot cut one of
+    /// the fan-out's frames, and the subscriber stays direct (parking it and coming back
+    /// costs its task a wake-up, a new live subscription and a replay check). True when the
+    /// frame is on its way (all of it written, or the rest kept to be written first and the
+    /// subscriber parked, as the fan-out does); false when the subscriber is not direct or
+    /// the socket took none of it — the caller then writes it the ordinary way.
+    pub fn write_while_direct(&self, frame: &[u8]) -> bool {
+        let mut state = self.state.lock();
+        if !state.direct || state.rest.is_some() {
+            return false;
+        }
+        match self.writer.try_write(frame) {
+            Ok(n) if n == frame.len() => true,
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                state.rest = Some(Bytes::copy_from_slice(&frame[n..]));
+                state.park();
+                true
+            }
+        }
+    }
+
     /// Whether the writer lets the fan-out start writing.
     pub(crate) fn writer_ready(&self) -> bool {
         self.writer.ready()
@@ -618,6 +641,31 @@ mod tests {
 
     impl DeliveryCounter for NoCount {
         fn delivered(&self, _n: u64, _bytes: u64, _latency: std::time::Duration) {}
+    }
+
+    #[test]
+    fn a_frame_of_the_transport_s_own_is_written_while_direct_without_parking() {
+        let topic = Topic::with_epoch(TopicName::new("t").unwrap(), &TopicConfig::default(), 5);
+        let socket = Arc::new(DirectSub::new(Taken::default()));
+        let link: Arc<DirectSub> = socket.clone();
+        assert!(
+            !link.write_while_direct(b"ping"),
+            "not attached: written the ordinary way"
+        );
+        assert!(topic.direct.attach(&link, Cursor::new(5, 0)));
+        assert!(
+            !link.write_while_direct(b"ping"),
+            "attached, not direct yet"
+        );
+        assert!(link.go_direct(Cursor::new(5, 0)));
+        assert!(link.write_while_direct(b"ping"));
+        assert!(link.is_direct(), "still direct");
+        assert_eq!(&socket.writer().0.lock()[..], b"ping");
+        // A rest the fan-out left goes first: the frame is not written now.
+        link.state.lock().rest = Some(Bytes::from_static(b"rest"));
+        assert!(!link.write_while_direct(b"ping"));
+        assert_eq!(&socket.writer().0.lock()[..], b"ping");
+        topic.direct.detach(&link);
     }
 
     #[test]

@@ -302,3 +302,48 @@ async fn a_client_picks_its_ping_interval_within_the_bounds() {
     }
     gw.stop().await.unwrap();
 }
+
+/// A subscribed, idle connection is written by its topic's fan-out; the server's pings go out
+/// between the fan-out's frames (written by the link itself while it is direct) and every
+/// frame arrives whole and in order.
+#[tokio::test]
+async fn pings_go_out_between_messages_to_a_directly_written_subscriber() {
+    let mut config = test_config();
+    config.ws.min_ping_interval = std::time::Duration::from_millis(100);
+    let gw = spawn_gateway(config).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(&mut ws, json!({"type": "heartbeat", "interval": 0.1})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "heartbeat");
+    ws_subscribe(&mut ws, &["t"]).await;
+    let mut pings = 0;
+    for i in 0..5 {
+        publish(&gw, "t", json!(i)).await;
+        // The message, then the next ping, sent while the connection idles on the fan-out.
+        let mut got_message = false;
+        loop {
+            match tokio::time::timeout(WAIT, ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap()
+            {
+                WsMessage::Ping(_) if got_message => {
+                    pings += 1;
+                    break;
+                }
+                WsMessage::Ping(_) => pings += 1,
+                WsMessage::Text(text) => {
+                    let frame: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(
+                        (&frame["type"], &frame["data"]),
+                        (&json!("message"), &json!(i))
+                    );
+                    got_message = true;
+                }
+                other => panic!("unexpected frame: {other:?}"),
+            }
+        }
+    }
+    assert!(pings >= 5);
+    gw.stop().await.unwrap();
+}

@@ -438,7 +438,7 @@ impl<S: PeerStream> Connection<S> {
                     } else {
                         // Boxed, as every rare path here: an idle connection's task is sized
                         // by the largest path it may take.
-                        Box::pin(self.send(WsMessage::Ping(Default::default()))).await
+                        Box::pin(self.ping()).await
                     }
                 }
             };
@@ -1111,6 +1111,22 @@ impl<S: PeerStream> Connection<S> {
                 self.send(frame).await
             }
         }
+    }
+
+    /// Pings the client. While the topic's fan-out writes to this connection the link writes
+    /// the two-byte frame itself, under the fan-out's lock, and the connection stays direct
+    /// (measured, W3 at 15,000 connections and a 30 s ping: ~0.9 µs per delivery went to
+    /// leaving direct delivery for each ping and coming back); otherwise tungstenite does.
+    async fn ping(&mut self) -> Flow {
+        /// An empty ping as a server sends it (FIN, opcode 0x9, unmasked, no payload).
+        const PING: [u8; 2] = [0x89, 0x00];
+        if self.feed.is_direct()
+            && let Some(link) = self.feed.direct_link()
+            && link.write_while_direct(&PING)
+        {
+            return Flow::Continue;
+        }
+        self.send(WsMessage::Ping(Default::default())).await
     }
 
     /// Sends one frame; a client that does not take it within the write timeout is a slow
