@@ -260,8 +260,10 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn the_task_s_own_bytes_follow_the_rest_of_a_frame_the_fan_out_left_half_written() {
+    /// A linked feed whose fan-out filled the socket and left a frame half-written; `between`
+    /// does what the connection does before tungstenite writes a pong; the client must then
+    /// read every frame whole, the pong last.
+    async fn half_written_then_a_pong(between: impl FnOnce(&mut Feed, &mut SharedSocket)) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap())
             .await
@@ -296,13 +298,12 @@ mod tests {
             published += 1;
             assert!(published < 1000, "the socket never filled");
         }
-        // tungstenite writes a pong now, before the feed has looked: it goes out after the
-        // rest of the half-written frame, and the client reads every frame whole.
         let reader = tokio::spawn(async move {
             let mut wire = Vec::new();
             client.read_to_end(&mut wire).await.unwrap();
             wire
         });
+        between(&mut feed, &mut socket);
         socket.write_all(&[0x8a, 0x00]).await.unwrap();
         socket.flush().await.unwrap();
         socket.shutdown().await.unwrap();
@@ -316,62 +317,22 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_task_s_own_bytes_follow_the_rest_of_a_frame_the_fan_out_left_half_written() {
+        // tungstenite writes a pong before the feed has looked.
+        half_written_then_a_pong(|_, _| {}).await;
+    }
+
+    #[tokio::test]
     async fn a_reply_after_an_unsubscribe_follows_the_rest_the_feed_took_over() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (server, _) = listener.accept().await.unwrap();
-        socket2::SockRef::from(&server)
-            .set_send_buffer_size(16 * 1024)
-            .unwrap();
-        let mut socket = SharedSocket::new(
-            server,
-            Format::Json,
-            None,
-            0,
-            metrics::transport(Transport::Ws),
-        );
-        let config = TopicConfig {
-            channel_capacity: 64,
-            history_len: 64,
-            ..TopicConfig::default()
-        };
-        let topic = Arc::new(Topic::new(TopicName::new("t").unwrap(), &config));
-        let mut feed = Feed::new(LagPolicy::default(), 4);
-        feed.subscribe(topic.clone(), None).unwrap();
-        assert!(feed.link(socket.direct_link().unwrap()));
-        assert!(feed.try_next().is_none());
-        assert!(feed.is_direct());
-        // Messages go out until the socket takes part of one and the link is parked.
-        let pad = "z".repeat(10_000);
-        let mut published = 0;
-        while feed.is_direct() {
-            topic.publish(None, Payload::from_value(&serde_json::json!(pad)));
-            published += 1;
-            assert!(published < 1000, "the socket never filled");
-        }
         // The client unsubscribes before the feed has looked: the feed unlinks and takes the
         // half-written rest over; the connection queues it ahead of its reply
-        // (`Connection::rest_first`), and the client reads every frame whole.
-        let reader = tokio::spawn(async move {
-            let mut wire = Vec::new();
-            client.read_to_end(&mut wire).await.unwrap();
-            wire
-        });
-        feed.unsubscribe("t");
-        if let Some(rest) = feed.hold() {
-            socket.write_rest(rest);
-        }
-        socket.write_all(&[0x8a, 0x00]).await.unwrap();
-        socket.flush().await.unwrap();
-        socket.shutdown().await.unwrap();
-        drop(socket);
-        drop(feed);
-        let got = frames(&reader.await.unwrap());
-        let (pong, texts) = got.split_last().unwrap();
-        assert_eq!(pong.0, OpCode::Control(Control::Pong));
-        assert!(!texts.is_empty());
-        assert!(texts.iter().all(|(op, _)| *op == OpCode::Data(Data::Text)));
+        // (`Connection::rest_first`).
+        half_written_then_a_pong(|feed, socket| {
+            feed.unsubscribe("t");
+            if let Some(rest) = feed.hold() {
+                socket.write_rest(rest);
+            }
+        })
+        .await;
     }
 }
