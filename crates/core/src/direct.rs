@@ -122,6 +122,13 @@ impl LinkState {
         }
     }
 
+    /// Part of a frame is on the wire: the task writes `rest` before anything else, then
+    /// goes on from the position reached.
+    fn cut(&mut self, rest: Bytes) {
+        self.rest = Some(rest);
+        self.park();
+    }
+
     /// Parks the subscriber: the fan-out stops writing to it and its task is woken.
     fn park(&mut self) {
         self.leave();
@@ -228,8 +235,7 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
             Ok(n) if n == frame.len() => true,
             Ok(0) | Err(_) => false,
             Ok(n) => {
-                state.rest = Some(Bytes::copy_from_slice(&frame[n..]));
-                state.park();
+                state.cut(Bytes::copy_from_slice(&frame[n..]));
                 true
             }
         }
@@ -298,8 +304,7 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
                 if n < frame.len() {
                     // Part of the frame is on the wire: the task writes the rest, then goes
                     // on after this message.
-                    state.rest = Some(frame.slice(n..));
-                    state.park();
+                    state.cut(frame.slice(n..));
                 }
                 Some(counted)
             }

@@ -702,6 +702,15 @@ impl SseStream {
                     self.last_write = Instant::now();
                     self.sleep.as_mut().reset(self.last_write + heartbeat);
                     self.metrics.sent(PING.len());
+                    // While the topic's fan-out writes this stream, its link writes the
+                    // heartbeat under the fan-out's lock and the stream stays direct (as a
+                    // WebSocket's ping): no leaving direct delivery and coming back for it.
+                    if self.feed.is_direct()
+                        && let Some(link) = self.feed.direct_link()
+                        && link.write_while_direct(&PING)
+                    {
+                        continue;
+                    }
                     return Some(PING);
                 }
             }
