@@ -24,9 +24,9 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 use herald_core::Message;
 use herald_core::deflate::{InflateError, compress, inflate};
-use tokio_tungstenite::tungstenite::Message as WsMessage;
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tungstenite::Message as WsMessage;
+use tungstenite::protocol::frame::Frame;
+use tungstenite::protocol::frame::coding::{Data, OpCode};
 
 use super::format::Format;
 use super::inbound::Sent;

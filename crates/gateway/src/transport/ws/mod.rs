@@ -28,15 +28,15 @@ use futures_util::{SinkExt as _, StreamExt as _};
 use herald_core::protocol::{self, Command};
 use herald_core::{Cursor, Feed, TopicName};
 use tokio::time::Instant;
-use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::frame::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{self as tungstenite, Message as WsMessage, Utf8Bytes};
+use tungstenite::protocol::frame::CloseFrame;
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::{Message as WsMessage, Utf8Bytes};
 
 mod deflate;
 mod direct;
 pub mod format;
 pub mod inbound;
+mod socket;
 
 use format::Format;
 
@@ -75,7 +75,7 @@ pub mod close_code {
 pub const PATH: &str = "/v1/ws";
 
 /// A connection's WebSocket: its frames counted by [`inbound::Inbound`] on the client's stream.
-type Socket<S> = WebSocketStream<inbound::Inbound<S>>;
+type Socket<S> = socket::WebSocket<inbound::Inbound<S>>;
 
 /// How long a closing connection drains what the client still sends.
 const LINGER: Duration = Duration::from_secs(2);
@@ -245,7 +245,7 @@ async fn serve<S: PeerStream>(
         .max_write_buffer_size(ws.max_message_size.max(ws.write_buffer_size + 1) * 4)
         .max_message_size(Some(ws.max_message_size))
         .max_frame_size(Some(ws.max_message_size));
-    let socket = WebSocketStream::from_raw_socket(stream, Role::Server, Some(config)).await;
+    let socket = socket::WebSocket::new(stream, Role::Server, Some(config));
     let granted = std::mem::take(&mut opened.granted);
     let mut connection = Connection::new(state.clone(), socket, who, opened);
     // The connect hook's topics are subscribed and told here, before the connection's task
@@ -1216,6 +1216,7 @@ mod lifecycle_tests {
     use herald_core::Payload;
     use serde_json::{Value, json};
     use tokio::io::DuplexStream;
+    use tokio_tungstenite::WebSocketStream;
     use tokio_util::sync::CancellationToken;
 
     use super::*;
@@ -1232,7 +1233,7 @@ mod lifecycle_tests {
         let (server, client) = tokio::io::duplex(64 * 1024);
         let ws = &state.config().ws;
         let server = inbound::Inbound::new(server, Rate::new(ws.inbound_rate, ws.inbound_burst));
-        let server = WebSocketStream::from_raw_socket(server, Role::Server, None).await;
+        let server = socket::WebSocket::new(server, Role::Server, None);
         let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
         let task =
             tokio::spawn(Connection::new(state.clone(), server, who, Opened::default()).run());
