@@ -113,6 +113,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
         Poll::Ready(flushed)
     }
 
+    /// Queues `message` (writing what the stream takes now). Without a context: a send
+    /// that blocks here is woken for only by the `poll_ready` or `poll_flush` that must
+    /// follow it (`SinkExt::send` does both; a bare `feed` left waiting in a `select!`
+    /// would not be woken when the socket drains).
     fn start_send(mut self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
         match self.with(None, |c, io| c.write(io, message)) {
             // Queued: `poll_ready` flushes it.
