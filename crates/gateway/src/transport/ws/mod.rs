@@ -3,8 +3,9 @@
 //!
 //! The accept loop recognises an HTTP/1.1 upgrade to `/v1/ws` and hands the raw socket to
 //! [`upgrade_raw`], which answers the handshake and runs tungstenite's protocol directly on
-//! the TCP stream ([`socket::WebSocket`]): no hyper connection or boxed upgraded I/O stays behind for the connection's
-//! life, and the connection runs on a task of its own, sized for it alone.
+//! the TCP stream ([`socket::WebSocket`]): no hyper connection or boxed upgraded I/O stays
+//! behind for the connection's life, and the connection runs on a task of its own, sized for
+//! it alone.
 //!
 //! Client commands are parsed by [`herald_core::protocol`].
 //!

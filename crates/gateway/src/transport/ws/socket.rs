@@ -195,3 +195,73 @@ impl<S: AsyncWrite + Unpin> Write for Io<'_, '_, S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::{SinkExt as _, StreamExt as _};
+    use tokio::io::duplex;
+    use tokio_tungstenite::WebSocketStream;
+
+    use super::*;
+
+    /// A send that does not fit the stream blocks inside `start_send` (no context there) and
+    /// completes once the client reads: the flush that follows registered the task's waker.
+    #[tokio::test]
+    async fn a_send_blocked_on_a_full_stream_completes_when_the_client_reads() {
+        let (server, client) = duplex(256);
+        let config = WebSocketConfig::default().write_buffer_size(0);
+        let mut server = WebSocket::new(server, Role::Server, Some(config));
+        let mut client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+        let big = "x".repeat(64 * 1024);
+        let sending = tokio::spawn(async move {
+            server.send(Message::text(big.clone())).await.unwrap();
+            server
+        });
+        let got = tokio::time::timeout(std::time::Duration::from_secs(10), client.next())
+            .await
+            .expect("the blocked send was never finished")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.into_text().unwrap().len(), 64 * 1024);
+        let mut server = sending.await.unwrap();
+        // The stream still works both ways after the blocked send.
+        client.send(Message::text("back")).await.unwrap();
+        assert_eq!(server.next().await.unwrap().unwrap(), Message::text("back"));
+    }
+
+    /// A read that finds nothing is woken when the client's frame arrives; a ping is answered
+    /// while reading; the client's close ends the stream (fused).
+    #[tokio::test]
+    async fn a_pending_read_is_woken_and_the_close_ends_the_stream() {
+        let (server, client) = duplex(1024);
+        let mut server = WebSocket::new(server, Role::Server, None);
+        let mut client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+        let reading = tokio::spawn(async move {
+            let first = server.next().await.unwrap().unwrap();
+            let ping = server.next().await.unwrap().unwrap();
+            let close = server.next().await.unwrap().unwrap();
+            server.flush().await.unwrap();
+            let end = server.next().await;
+            (
+                first,
+                ping,
+                close,
+                end.is_none(),
+                server.next().await.is_none(),
+            )
+        });
+        tokio::task::yield_now().await;
+        client.send(Message::text("hello")).await.unwrap();
+        client.send(Message::Ping("p".into())).await.unwrap();
+        assert_eq!(
+            client.next().await.unwrap().unwrap(),
+            Message::Pong("p".into())
+        );
+        client.close(None).await.unwrap();
+        let (first, ping, close, ended, fused) = reading.await.unwrap();
+        assert_eq!(first, Message::text("hello"));
+        assert_eq!(ping, Message::Ping("p".into()));
+        assert!(matches!(close, Message::Close(_)));
+        assert!(ended && fused);
+    }
+}
