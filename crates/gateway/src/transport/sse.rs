@@ -427,7 +427,10 @@ async fn try_open(
         metrics,
         guard: state.open_connection_as(id, Transport::Sse, &who),
         state: state.clone(),
-        sleep: Box::pin(tokio::time::sleep(heartbeat)),
+        sleep: Box::pin(tokio::time::sleep_until(super::on_grid(
+            Instant::now() + heartbeat,
+            heartbeat,
+        ))),
         // At most `sse.max_heartbeat`, checked above; 4 bytes rather than a `Duration`'s 16.
         heartbeat_ms: u32::try_from(heartbeat.as_millis()).unwrap_or(u32::MAX),
         last_write: Instant::now(),
@@ -694,13 +697,14 @@ impl SseStream {
                     let direct = self.feed.last_direct_write().map(Instant::from_std);
                     let last = direct.map_or(self.last_write, |d| d.max(self.last_write));
                     let heartbeat = Duration::from_millis(self.heartbeat_ms.into());
-                    let due = last + heartbeat;
+                    let due = super::on_grid(last + heartbeat, heartbeat);
                     if due > Instant::now() {
                         self.sleep.as_mut().reset(due);
                         continue;
                     }
                     self.last_write = Instant::now();
-                    self.sleep.as_mut().reset(self.last_write + heartbeat);
+                    let next = super::on_grid(self.last_write + heartbeat, heartbeat);
+                    self.sleep.as_mut().reset(next);
                     self.metrics.sent(PING.len());
                     // While the topic's fan-out writes this stream, its link writes the
                     // heartbeat under the fan-out's lock and the stream stays direct (as a

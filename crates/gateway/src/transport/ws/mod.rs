@@ -367,11 +367,10 @@ struct Connection<S> {
     deflate: Option<deflate::Deflate>,
 }
 
-/// A ping timer firing every `every`, first after one interval.
-fn pings(every: Duration) -> tokio::time::Interval {
-    let mut ping = tokio::time::interval_at(Instant::now() + every, every);
-    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ping
+/// When the next ping is due, `every` from now, on the keep-alive grid
+/// ([`super::on_grid`]).
+fn next_ping(every: Duration) -> Instant {
+    super::on_grid(Instant::now() + every, every)
 }
 
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
@@ -414,8 +413,9 @@ impl<S: PeerStream> Connection<S> {
     async fn run(mut self) {
         // Polled on every wake-up: one atomic load (see `crate::shutdown::Drain`).
         let mut shutdown = self.state.drain().wait();
-        let mut ping = pings(self.ping_every());
+        let mut ping = Box::pin(tokio::time::sleep_until(next_ping(self.ping_every())));
         let reason = loop {
+            let ping_ms = self.ping_ms;
             let flow = tokio::select! {
                 biased;
                 _ = &mut shutdown => {
@@ -432,7 +432,8 @@ impl<S: PeerStream> Connection<S> {
                 // linked feed's messages are written by the fan-out and never come here; those
                 // that do (several topics, TLS, a parked link) pay one allocation each.
                 event = self.feed.next() => Box::pin(self.on_event(event)).await,
-                _ = ping.tick() => {
+                _ = ping.as_mut() => {
+                    ping.as_mut().reset(next_ping(self.ping_every()));
                     if self.socket.get_ref().last_frame().elapsed() > self.idle_timeout() {
                         Box::pin(self.close(close_code::GOING_AWAY, "idle timeout")).await;
                         Flow::Close(CloseReason::Idle)
@@ -446,8 +447,9 @@ impl<S: PeerStream> Connection<S> {
             if let Flow::Close(reason) = flow {
                 break reason;
             }
-            if ping.period() != self.ping_every() {
-                ping = pings(self.ping_every()); // the client asked for another interval
+            if self.ping_ms != ping_ms {
+                // The client asked for another interval.
+                ping.as_mut().reset(next_ping(self.ping_every()));
             }
             self.relink();
         };
