@@ -21,6 +21,35 @@ fn depth(value: &serde_json::Value) -> usize {
     }
 }
 
+/// Nesting depth of arrays and objects in JSON text that is known to be valid (a scalar is
+/// 0), found by counting brackets outside strings, without parsing it into values: for
+/// text that is checked and passed on as it is (a `ping`'s data).
+pub fn json_depth(json: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// A published payload: one value, in compact JSON, and as its publisher wrote it when that
 /// was MessagePack ([`crate::msgpack`]). A MessagePack payload's JSON form is made once, at
 /// publish (which checks that it has one): every JSON transport shares it.
@@ -508,6 +537,19 @@ mod tests {
         let objects = format!("{}1{}", r#"{"a":"#.repeat(70), "}".repeat(70));
         assert!(Payload::from_json(objects.as_bytes()).is_err());
         assert!(Payload::from_json(br#""[[[[ not nesting""#).is_ok());
+        // The bracket count agrees with the parsed values' depth.
+        for text in [
+            nested(MAX_PAYLOAD_DEPTH),
+            nested(MAX_PAYLOAD_DEPTH + 1),
+            objects.clone(),
+            r#""[[[[ not nesting""#.to_string(),
+            r#"{"a":"\"[{","b":[1,[2,{"c":"]]"}]],"d":{}}"#.to_string(),
+            "7".to_string(),
+            "[]".to_string(),
+        ] {
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(json_depth(text.as_bytes()), depth(&value), "{text}");
+        }
     }
 
     #[test]

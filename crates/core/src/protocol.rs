@@ -145,10 +145,17 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
         },
         "ping" => {
             // Echoed data obeys the payload rules (nesting depth), like published data.
-            if let Some(data) = frame.data.0 {
+            // The data is valid JSON (serde read it to its end); it goes back as sent, so
+            // only its depth is checked, without parsing it into values.
+            if let Some(data) = frame.data.0
+                && crate::message::json_depth(data.get().as_bytes())
+                    > crate::message::MAX_PAYLOAD_DEPTH
+            {
                 // `bad_frame`: the text is JSON, the command is not acceptable.
-                crate::message::Payload::from_json(data.get().as_bytes())
-                    .map_err(|e| CommandError::frame(e.to_string()))?;
+                return Err(CommandError::frame(format!(
+                    "payload is nested deeper than {} levels",
+                    crate::message::MAX_PAYLOAD_DEPTH
+                )));
             }
             Command::Ping { data: frame.data.0 }
         }

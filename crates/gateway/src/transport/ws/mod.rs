@@ -1136,8 +1136,17 @@ impl<S: PeerStream> Connection<S> {
     /// consumer and is dropped.
     async fn send(&mut self, message: WsMessage) -> Flow {
         self.rest_first();
-        let timeout = self.state.config().limits.write_timeout;
-        match tokio::time::timeout(timeout, self.socket.send(message)).await {
+        let mut send = self.socket.send(message);
+        // Nearly every send is taken at once by the socket: the timeout (a clock read and a
+        // timer) is set only for one that has to wait.
+        let sent = match futures_util::poll!(&mut send) {
+            std::task::Poll::Ready(sent) => Ok(sent),
+            std::task::Poll::Pending => {
+                let timeout = self.state.config().limits.write_timeout;
+                tokio::time::timeout(timeout, send).await
+            }
+        };
+        match sent {
             Ok(Ok(())) => Flow::Continue,
             Ok(Err(_)) => Flow::Close(CloseReason::Client),
             Err(_) => {
