@@ -26,19 +26,20 @@ fn depth(value: &serde_json::Value) -> usize {
 /// text that is checked and passed on as it is (a `ping`'s data).
 pub fn json_depth(json: &[u8]) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in json {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
+    let mut at = 0;
+    while let Some(&b) = json.get(at) {
+        at += 1;
         match b {
-            b'"' => in_string = true,
+            // A string: skip to its closing quote (most of a payload's bytes are in strings).
+            b'"' => {
+                while let Some(found) = memchr::memchr2(b'"', b'\\', &json[at.min(json.len())..]) {
+                    at += found + 1;
+                    if json[at - 1] == b'"' {
+                        break;
+                    }
+                    at += 1; // the escaped character
+                }
+            }
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
@@ -544,6 +545,7 @@ mod tests {
             objects.clone(),
             r#""[[[[ not nesting""#.to_string(),
             r#"{"a":"\"[{","b":[1,[2,{"c":"]]"}]],"d":{}}"#.to_string(),
+            r#"["\\",[["x\\\"]"]]]"#.to_string(),
             "7".to_string(),
             "[]".to_string(),
         ] {
