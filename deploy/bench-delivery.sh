@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # W2 (SSE) and W3 (WebSocket) fan-out beside the floor server, in one sitting: 15,000
 # subscribers of one topic, 2 publishes/s for 60 s (BENCHMARKS.md). Runs each server fresh,
-# alternating Herald and the floor server (SSE, the floor of both), and prints one line a run: delivered / expected,
+# alternating Herald and the floor server (bare blocking writes of the same frames: SSE events,
+# or WebSocket text frames of Herald's `message` JSON, read by the same client), and prints one
+# line a run: delivered / expected,
 # latency p50/p99, server CPU µs per delivery, RSS per connection. Reports (JSON) go to $OUT.
 #
 #   deploy/bench-delivery.sh                  # W2 and W3, 2 rounds, release builds of this tree
@@ -67,8 +69,7 @@ PY
 echo "reports in $OUT"
 for round in $(seq "$ROUNDS"); do
   for w in $WORKLOADS; do
-    # The floor server writes SSE only: it is the floor for both workloads.
-    run "${w}_floor_$round" floor sse
+    run "${w}_floor_$round" floor "$w"
     run "${w}_herald_$round" herald "$w"
   done
 done

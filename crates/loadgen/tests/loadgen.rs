@@ -435,3 +435,66 @@ fn hostile_refuses_bad_command_lines() {
         assert_eq!(out.status.code(), Some(64), "{bad:?}");
     }
 }
+
+/// The floor server started on free ports: its process and its public and admin addresses
+/// (read from the line it prints once both listen).
+struct Floor {
+    child: std::process::Child,
+    addr: String,
+    admin: String,
+}
+
+impl Floor {
+    fn start() -> Self {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herald-floor-server"))
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start herald-floor-server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        // "herald-floor-server: SSE on 127.0.0.1:P, publish on 127.0.0.1:Q"
+        let addr = line
+            .split(" on ")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
+        let admin = line.split(" on ").nth(2).unwrap().trim();
+        Self {
+            addr: addr.to_owned(),
+            admin: admin.to_owned(),
+            child,
+        }
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The floor server serves both fan-out workloads the loadgen runs against Herald: SSE, and
+/// WebSocket with Herald's subscribe handshake and `message` frames; every message reaches
+/// every subscriber once.
+#[test]
+fn floor_server_serves_sse_and_websocket_subscribers() {
+    for workload in ["sse", "ws"] {
+        let floor = Floor::start();
+        let line = format!(
+            "{workload} --url http://{} --publish-url http://{} --conns 30 --topics 1 \
+             --publish-rate 20 --duration 2s --drain 2s --server-pid {}",
+            floor.addr,
+            floor.admin,
+            floor.child.id()
+        );
+        let (r, _) = run_report(&cmd(&line, &[]), &format!("floor-{workload}"));
+        assert_complete_delivery(&r, 30, 1);
+    }
+}
