@@ -48,7 +48,13 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     telemetry::init_logging(&config);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if config.worker_threads > 0 {
+        builder.worker_threads(config.worker_threads);
+    }
+    // Named for `top -H` and the like (the blocking pool's threads share the name).
+    builder.thread_name("herald-worker");
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("herald: cannot start the runtime: {e}");

@@ -92,6 +92,7 @@ impl Config {
             self.sse.min_heartbeat <= self.sse.max_heartbeat,
             "sse.min_heartbeat must be at most sse.max_heartbeat"
         );
+        within("worker_threads", self.worker_threads, 0..=1024)?;
         let ws = &self.ws;
         within("ws.max_message_size", ws.max_message_size, 1024..=16 << 20)?;
         rate("ws.inbound_rate", ws.inbound_rate)?;

@@ -425,3 +425,27 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `worker_threads` sets the runtime's workers (named `herald-worker`; the blocking pool's
+/// threads would share the name, and none has started yet); one more than the CPUs, so that
+/// the default could not pass for it.
+#[test]
+fn worker_threads_sets_the_runtime_s_workers() {
+    let wanted = std::thread::available_parallelism().map_or(1, usize::from) + 1;
+    let dir = std::env::temp_dir().join(format!("herald-workers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("herald.toml");
+    std::fs::write(&file, format!("worker_threads = {wanted}\n")).unwrap();
+    let mut cmd = herald_on_any_port();
+    cmd.arg("--config").arg(&file);
+    let herald = Herald::start(cmd);
+    let tasks = format!("/proc/{}/task", herald.child.id());
+    let workers = std::fs::read_dir(&tasks)
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim_end() == "herald-worker")
+        .count();
+    assert_eq!(workers, wanted, "threads named herald-worker in {tasks}");
+    drop(herald);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -30,6 +30,13 @@ pub struct Config {
     /// Address of the admin listener: publish API, topic stats, `/metrics`, `/healthz`,
     /// `/readyz`. Keep it on a private interface.
     pub admin_listen: SocketAddr,
+    /// The runtime's worker threads; 0: one per CPU the process may use (tokio's default,
+    /// which also reads `TOKIO_WORKER_THREADS`). Fewer workers than CPUs wake each other
+    /// less: on a small machine shared with other work, one worker answered the WebSocket
+    /// echo for about a fifth less CPU per message, while a broadcast's fan-out no longer runs
+    /// on two cores at once (BENCHMARKS.md, "Worker threads").
+    /// Bound: 0 to 1024.
+    pub worker_threads: usize,
     /// Log output: `text` or `json`.
     pub log_format: LogFormat,
     /// Log filter in `tracing_subscriber::EnvFilter` syntax (`info`, `herald_gateway=debug`).
@@ -472,6 +479,7 @@ impl Default for Config {
         Self {
             listen: ([0, 0, 0, 0], 8080).into(),
             admin_listen: ([127, 0, 0, 1], 9090).into(),
+            worker_threads: 0,
             log_format: LogFormat::Text,
             log_filter: "info".into(),
             dev: false,
