@@ -166,6 +166,8 @@ fn invalid_configuration_exits_64_before_binding() {
     std::fs::create_dir_all(&dir).unwrap();
     let bad_file = dir.join("bad.toml");
     std::fs::write(&bad_file, "listen = 12\n").unwrap();
+    let too_many_workers = dir.join("workers.toml");
+    std::fs::write(&too_many_workers, "worker_threads = 5000\n").unwrap();
     let unknown_key = dir.join("unknown.toml");
     std::fs::write(&unknown_key, "[sse]\nheartbeet = \"1s\"\n").unwrap();
     let cases: Vec<Vec<String>> = vec![
@@ -173,6 +175,7 @@ fn invalid_configuration_exits_64_before_binding() {
         vec!["--no-such-flag".into()],
         vec!["--config".into(), bad_file.display().to_string()],
         vec!["--config".into(), unknown_key.display().to_string()],
+        vec!["--config".into(), too_many_workers.display().to_string()],
         vec![
             "--config".into(),
             dir.join("missing.toml").display().to_string(),

@@ -354,8 +354,14 @@ pub fn feed_error(e: herald_core::FeedError) -> ApiError {
     }
 }
 
-/// When a keep-alive timer (a WebSocket ping, an SSE heartbeat) that should fire at `at`
-/// fires: the first point at or after `at` of a grid shared by every connection, its step a
+/// When a keep-alive timer (a WebSocket ping, an SSE heartbeat) with interval `every`, last
+/// reset at `after`, fires: the first point at or after `after + every` of a grid shared by
+/// every connection ([`on_grid`]).
+pub fn next_keep_alive(after: tokio::time::Instant, every: Duration) -> tokio::time::Instant {
+    on_grid(after + every, every)
+}
+
+/// The first point at or after `at` of a grid shared by every connection, its step a
 /// sixteenth of `every` (the timer's interval) and at most a second.
 ///
 /// Why: a connection's timer follows the time it opened, so 15,000 connections pinged every
@@ -363,7 +369,7 @@ pub fn feed_error(e: herald_core::FeedError) -> ApiError {
 /// back one at a time: an idle thread woken for each. On the grid, the timers due within the
 /// same second fire together, in one wake-up, and their pongs arrive together (measured in
 /// BENCHMARKS.md, "Keep-alive timers on a grid"). A timer fires at most one step late.
-pub fn on_grid(at: tokio::time::Instant, every: Duration) -> tokio::time::Instant {
+fn on_grid(at: tokio::time::Instant, every: Duration) -> tokio::time::Instant {
     static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
     let step = (every / 16).clamp(Duration::from_millis(1), Duration::from_secs(1));
@@ -493,7 +499,7 @@ pub fn jitter(max: std::time::Duration) -> std::time::Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::on_grid;
+    use super::{next_keep_alive, on_grid};
     use std::time::Duration;
     use tokio::time::Instant;
 
@@ -509,6 +515,17 @@ mod tests {
         }
         // A point on the grid is its own.
         assert_eq!(on_grid(base, every), base);
+    }
+
+    #[test]
+    fn two_connections_reset_apart_are_pinged_in_one_wake_up() {
+        let every = Duration::from_secs(30);
+        // Take a moment just past a grid point, so that both resets fall in one step.
+        let first = on_grid(Instant::now(), every) + Duration::from_millis(10);
+        let second = first + Duration::from_millis(300);
+        let due = next_keep_alive(first, every);
+        assert_eq!(due, next_keep_alive(second, every));
+        assert!(due >= second + every && due - (first + every) <= Duration::from_secs(1));
     }
 
     #[test]

@@ -427,8 +427,8 @@ async fn try_open(
         metrics,
         guard: state.open_connection_as(id, Transport::Sse, &who),
         state: state.clone(),
-        sleep: Box::pin(tokio::time::sleep_until(super::on_grid(
-            Instant::now() + heartbeat,
+        sleep: Box::pin(tokio::time::sleep_until(super::next_keep_alive(
+            Instant::now(),
             heartbeat,
         ))),
         // At most `sse.max_heartbeat`, checked above; 4 bytes rather than a `Duration`'s 16.
@@ -697,13 +697,13 @@ impl SseStream {
                     let direct = self.feed.last_direct_write().map(Instant::from_std);
                     let last = direct.map_or(self.last_write, |d| d.max(self.last_write));
                     let heartbeat = Duration::from_millis(self.heartbeat_ms.into());
-                    let due = super::on_grid(last + heartbeat, heartbeat);
+                    let due = super::next_keep_alive(last, heartbeat);
                     if due > Instant::now() {
                         self.sleep.as_mut().reset(due);
                         continue;
                     }
                     self.last_write = Instant::now();
-                    let next = super::on_grid(self.last_write + heartbeat, heartbeat);
+                    let next = super::next_keep_alive(self.last_write, heartbeat);
                     self.sleep.as_mut().reset(next);
                     self.metrics.sent(PING.len());
                     // While the topic's fan-out writes this stream, its link writes the

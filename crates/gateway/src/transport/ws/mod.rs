@@ -367,12 +367,6 @@ struct Connection<S> {
     deflate: Option<deflate::Deflate>,
 }
 
-/// When the next ping is due, `every` from now, on the keep-alive grid
-/// ([`super::on_grid`]).
-fn next_ping(every: Duration) -> Instant {
-    super::on_grid(Instant::now() + every, every)
-}
-
 fn expiry_of(who: &crate::auth::Identity) -> Option<std::pin::Pin<Box<tokio::time::Sleep>>> {
     who.time_left()
         .map(|left| Box::pin(tokio::time::sleep(left)))
@@ -413,7 +407,10 @@ impl<S: PeerStream> Connection<S> {
     async fn run(mut self) {
         // Polled on every wake-up: one atomic load (see `crate::shutdown::Drain`).
         let mut shutdown = self.state.drain().wait();
-        let mut ping = Box::pin(tokio::time::sleep_until(next_ping(self.ping_every())));
+        let mut ping = Box::pin(tokio::time::sleep_until(super::next_keep_alive(
+            Instant::now(),
+            self.ping_every(),
+        )));
         let reason = loop {
             let ping_ms = self.ping_ms;
             let flow = tokio::select! {
@@ -433,7 +430,7 @@ impl<S: PeerStream> Connection<S> {
                 // that do (several topics, TLS, a parked link) pay one allocation each.
                 event = self.feed.next() => Box::pin(self.on_event(event)).await,
                 _ = ping.as_mut() => {
-                    ping.as_mut().reset(next_ping(self.ping_every()));
+                    ping.as_mut().reset(super::next_keep_alive(Instant::now(), self.ping_every()));
                     if self.socket.get_ref().last_frame().elapsed() > self.idle_timeout() {
                         Box::pin(self.close(close_code::GOING_AWAY, "idle timeout")).await;
                         Flow::Close(CloseReason::Idle)
@@ -449,7 +446,8 @@ impl<S: PeerStream> Connection<S> {
             }
             if self.ping_ms != ping_ms {
                 // The client asked for another interval.
-                ping.as_mut().reset(next_ping(self.ping_every()));
+                ping.as_mut()
+                    .reset(super::next_keep_alive(Instant::now(), self.ping_every()));
             }
             self.relink();
         };
