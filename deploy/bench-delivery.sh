@@ -6,8 +6,14 @@
 # line a run: delivered / expected,
 # latency p50/p99, server CPU µs per delivery, RSS per connection. Reports (JSON) go to $OUT.
 #
+# W4 (`echo`: 5,000 WebSocket clients sending 256-byte `ping`s at $ECHO_RATES msg/s for 30 s,
+# answered by `pong`s) alternates Herald with deploy/bench/ws-echo-go, a Go gateway of the
+# gorilla/websocket design Herald replaces (built with `go`), and prints answered / sent, the
+# round trip p50/p99 and server CPU µs per echo.
+#
 #   deploy/bench-delivery.sh                  # W2 and W3, 2 rounds, release builds of this tree
 #   ROUNDS=1 WORKLOADS="sse" deploy/bench-delivery.sh
+#   WORKLOADS=echo ROUNDS=3 deploy/bench-delivery.sh   # W4 at 20k and 40k msg/s beside Go
 #   HERALD_BIN=/path/to/other/herald deploy/bench-delivery.sh   # compare another build
 #
 # Measure on an idle machine: other load skews the many-task runtime more than the floor
@@ -27,15 +33,22 @@ fi
 HERALD_BIN=${HERALD_BIN:-$repo/target/release/herald}
 LOADGEN_BIN=${LOADGEN_BIN:-$repo/target/release/herald-loadgen}
 FLOOR_BIN=${FLOOR_BIN:-$repo/target/release/herald-floor-server}
+ECHO_RATES=${ECHO_RATES:-"20000 40000"}
+ECHO_DURATION=${ECHO_DURATION:-30s}
+GO_ECHO_BIN=${GO_ECHO_BIN:-$repo/target/bench/ws-echo-go}
+case " $WORKLOADS " in
+  *" echo "*) [ -x "$GO_ECHO_BIN" ] || (cd deploy/bench/ws-echo-go && go build -o "$GO_ECHO_BIN" .) ;;
+esac
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-run() { # run <name> <server: herald|floor> <workload: sse|ws>
-  local name=$1 server=$2 workload=$3 port admin pid
+run() { # run <name> <server: herald|floor|go> <workload: sse|ws|echo> [echo rate]
+  local name=$1 server=$2 workload=$3 rate=${4:-} port admin pid
   port=$(free_port); admin=$(free_port)
   case $server in
     herald) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
     floor) "$FLOOR_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" & ;;
+    go) "$GO_ECHO_BIN" --listen "127.0.0.1:$port" >/dev/null & admin=$port ;;
   esac
   pid=$!
   python3 - "$port" "$admin" <<'PY'
@@ -49,14 +62,25 @@ for port in sys.argv[1:]:
     else:
         sys.exit(f"nothing listens on {port}")
 PY
-  "$LOADGEN_BIN" "$workload" --url "http://127.0.0.1:$port" --conns "$CONNS" --source-ips 4 --topics 1 \
-    --publish-url "http://127.0.0.1:$admin" --publish-rate 2 --duration "$DURATION" \
-    --server-pid "$pid" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || true
+  if [ "$workload" = echo ]; then
+    "$LOADGEN_BIN" echo --url "http://127.0.0.1:$port" --conns 5000 --rate "$rate" --size 256 \
+      --source-ips 4 --duration "$ECHO_DURATION" --server-pid "$pid" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || true
+  else
+    "$LOADGEN_BIN" "$workload" --url "http://127.0.0.1:$port" --conns "$CONNS" --source-ips 4 --topics 1 \
+      --publish-url "http://127.0.0.1:$admin" --publish-rate 2 --duration "$DURATION" \
+      --server-pid "$pid" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || true
+  fi
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   python3 - "$OUT/$name.json" "$name" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); d = r["delivery"]; s = r["servers"][0]
+if r.get("echo"):
+    e = r["echo"]; lat = e["rtt_ms"]
+    print(f'{sys.argv[2]:<18} {e["answered"]:>9,} / {e["sent"]:<9,} answered'
+          f'  rtt p50 {lat["p50_ms"]:5.2f} p99 {lat["p99_ms"]:6.2f} ms'
+          f'  cpu {100 * s["cpu_fraction_of_machine"]:4.1f} %  {s["cpu_us_per_delivery"] or 0:6.2f} µs/echo')
+    sys.exit()
 lat = d["latency_ms"]
 rss = s.get("rss_growth_per_conn_bytes")
 print(f'{sys.argv[2]:<14} {d["delivered"]:>9,} / {d["expected"]:<9,} missing {d["missing"]} dup {d["duplicates"]}'
@@ -69,6 +93,13 @@ PY
 echo "reports in $OUT"
 for round in $(seq "$ROUNDS"); do
   for w in $WORKLOADS; do
+    if [ "$w" = echo ]; then
+      for rate in $ECHO_RATES; do
+        run "echo${rate}_go_$round" go echo "$rate"
+        run "echo${rate}_herald_$round" herald echo "$rate"
+      done
+      continue
+    fi
     run "${w}_floor_$round" floor "$w"
     run "${w}_herald_$round" herald "$w"
   done
