@@ -44,6 +44,27 @@ struct Subscriber {
 
 type Subscribers = Arc<Mutex<HashMap<String, Vec<Subscriber>>>>;
 
+/// A listening socket on `addr` with a `listen(2)` backlog of 4096, as Herald's default
+/// `limits.listen_backlog`: std's `bind` fixes it at 128, and 15,000 clients dialling at once
+/// overflowed it (their SYNs dropped and sent again a second later, some timing out), so the
+/// floor's runs, not Herald's, lost connections.
+fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    use nix::sys::socket::{
+        AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, setsockopt, socket, sockopt,
+    };
+    use std::os::fd::AsRawFd;
+    let family = if addr.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    let fd = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    nix::sys::socket::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))?;
+    nix::sys::socket::listen(&fd, Backlog::new(4096)?)?;
+    Ok(TcpListener::from(fd))
+}
+
 fn main() -> anyhow::Result<()> {
     let mut listen: SocketAddr = "127.0.0.1:40000".parse()?;
     let mut admin: SocketAddr = "127.0.0.1:40100".parse()?;
@@ -70,8 +91,8 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let subscribers: Subscribers = Arc::default();
-    let public = TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
-    let admin = TcpListener::bind(admin).with_context(|| format!("bind {admin}"))?;
+    let public = bind(listen).with_context(|| format!("bind {listen}"))?;
+    let admin = bind(admin).with_context(|| format!("bind {admin}"))?;
     eprintln!(
         "herald-floor-server: SSE on {}, publish on {}",
         public.local_addr()?,
