@@ -82,6 +82,16 @@ fn encoding(c: &mut Criterion) {
     group.bench_function("payload_from_msgpack", |b| {
         b.iter(|| black_box(Payload::from_msgpack(&packed).expect("valid MessagePack")))
     });
+    // A client's `ping` with data as W4 sends it (256 bytes): parsed, its data checked for
+    // depth and kept as written, once per frame a WebSocket client sends.
+    let ping = format!(
+        r#"{{"type":"ping","data":{{"ts":1764151200000000,"seq":42,"pad":"{}"}}}}"#,
+        "x".repeat(192)
+    );
+    assert_eq!(ping.len(), 256);
+    group.bench_function("command/ping_256", |b| {
+        b.iter(|| black_box(herald_core::protocol::parse(black_box(&ping)).is_ok()))
+    });
     group.finish();
 }
 
