@@ -8,8 +8,9 @@
 #
 # W4 (`echo`: 5,000 WebSocket clients sending 256-byte `ping`s at $ECHO_RATES msg/s for 30 s,
 # answered by `pong`s) alternates Herald with deploy/bench/ws-echo-go, a Go gateway of the
-# gorilla/websocket design Herald replaces (built with `go`), and prints answered / sent, the
-# round trip p50/p99 and server CPU µs per echo.
+# gorilla/websocket design Herald replaces (built with `go`), in both its shapes (a writer
+# goroutine per connection fed by a channel; `--inline`, answers written by the reader), and
+# prints answered / sent, the round trip p50/p99 and server CPU µs per echo.
 #
 #   deploy/bench-delivery.sh                  # W2 and W3, 2 rounds, release builds of this tree
 #   ROUNDS=1 WORKLOADS="sse" deploy/bench-delivery.sh
@@ -42,13 +43,14 @@ esac
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-run() { # run <name> <server: herald|floor|go> <workload: sse|ws|echo> [echo rate]
+run() { # run <name> <server: herald|floor|go|go-inline> <workload: sse|ws|echo> [echo rate]
   local name=$1 server=$2 workload=$3 rate=${4:-} port admin pid
   port=$(free_port); admin=$(free_port)
   case $server in
     herald) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
     floor) "$FLOOR_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" & ;;
     go) "$GO_ECHO_BIN" --listen "127.0.0.1:$port" >/dev/null & admin=$port ;;
+    go-inline) "$GO_ECHO_BIN" --listen "127.0.0.1:$port" --inline >/dev/null & admin=$port ;;
   esac
   pid=$!
   python3 - "$port" "$admin" <<'PY'
@@ -96,6 +98,7 @@ for round in $(seq "$ROUNDS"); do
     if [ "$w" = echo ]; then
       for rate in $ECHO_RATES; do
         run "echo${rate}_go_$round" go echo "$rate"
+        run "echo${rate}_goinline_$round" go-inline echo "$rate"
         run "echo${rate}_herald_$round" herald echo "$rate"
       done
       continue

@@ -9,6 +9,10 @@
 // frame is decoded as a JSON command, and `{"type":"ping","data":D}` is answered with
 // `{"type":"pong","data":D}` (D as the client sent it); any other command gets an error frame.
 //
+// With --inline the reader writes each answer itself under the connection's write lock
+// (no writer goroutine, no channel; the ticker's pings take the same lock): the leanest Go
+// shape, to bound how much of Go's cost is the design rather than the language.
+//
 //	go build -o /tmp/ws-echo-go ./deploy/bench/ws-echo-go
 //	/tmp/ws-echo-go --listen 127.0.0.1:18080
 //	herald-loadgen echo --url http://127.0.0.1:18080 --conns 5000 --rate 40000 --size 256 \
@@ -25,6 +29,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -60,7 +65,11 @@ type reply struct {
 type client struct {
 	conn *websocket.Conn
 	send chan []byte
+	// With --inline: held by whoever writes.
+	write sync.Mutex
 }
+
+var inline = flag.Bool("inline", false, "answer from the reader goroutine (no writer goroutine)")
 
 func (c *client) readPump() {
 	defer func() {
@@ -90,6 +99,16 @@ func (c *client) readPump() {
 		encoded, err := json.Marshal(out)
 		if err != nil {
 			return
+		}
+		if *inline {
+			c.write.Lock()
+			c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+			err := c.conn.WriteMessage(websocket.TextMessage, encoded)
+			c.write.Unlock()
+			if err != nil {
+				return
+			}
+			continue
 		}
 		select {
 		case c.send <- encoded:
@@ -125,13 +144,39 @@ func (c *client) writePump() {
 	}
 }
 
+// pinger pings every pingEvery under the write lock until the reader ends (--inline).
+func (c *client) pinger() {
+	ticker := time.NewTicker(pingEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case _, ok := <-c.send:
+			if !ok {
+				return
+			}
+		case <-ticker.C:
+			c.write.Lock()
+			c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+			err := c.conn.WriteMessage(websocket.PingMessage, nil)
+			c.write.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
 func serveWs(w http.ResponseWriter, r *http.Request) {
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader answered with the error
 	}
 	c := &client{conn: conn, send: make(chan []byte, sendQueue)}
-	go c.writePump()
+	if *inline {
+		go c.pinger()
+	} else {
+		go c.writePump()
+	}
 	go c.readPump()
 }
 
