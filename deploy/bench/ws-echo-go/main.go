@@ -10,8 +10,8 @@
 // `{"type":"pong","data":D}` (D as the client sent it); any other command gets an error frame.
 //
 // With --inline the reader writes each answer itself under the connection's write lock
-// (no writer goroutine, no channel; the ticker's pings take the same lock): the leanest Go
-// shape, to bound how much of Go's cost is the design rather than the language.
+// (no channel hand-off; the writer goroutine only pings, under the same lock): the leanest
+// Go shape, to bound how much of Go's cost is the design rather than the language.
 //
 //	go build -o /tmp/ws-echo-go ./deploy/bench/ws-echo-go
 //	/tmp/ws-echo-go --listen 127.0.0.1:18080
@@ -65,7 +65,7 @@ type reply struct {
 type client struct {
 	conn *websocket.Conn
 	send chan []byte
-	// With --inline: held by whoever writes.
+	// Held by whoever writes (the reader too, with --inline).
 	write sync.Mutex
 }
 
@@ -101,11 +101,7 @@ func (c *client) readPump() {
 			return
 		}
 		if *inline {
-			c.write.Lock()
-			c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-			err := c.conn.WriteMessage(websocket.TextMessage, encoded)
-			c.write.Unlock()
-			if err != nil {
+			if c.writeFrame(websocket.TextMessage, encoded) != nil {
 				return
 			}
 			continue
@@ -118,6 +114,17 @@ func (c *client) readPump() {
 	}
 }
 
+// writeFrame writes one frame under the connection's write lock (taken by the reader too
+// with --inline, uncontended otherwise).
+func (c *client) writeFrame(kind int, data []byte) error {
+	c.write.Lock()
+	defer c.write.Unlock()
+	c.conn.SetWriteDeadline(time.Now().Add(writeWait))
+	return c.conn.WriteMessage(kind, data)
+}
+
+// writePump writes the queued answers (none with --inline: the reader writes them) and a
+// ping every pingEvery, until the reader closes the queue.
 func (c *client) writePump() {
 	ticker := time.NewTicker(pingEvery)
 	defer func() {
@@ -127,39 +134,15 @@ func (c *client) writePump() {
 	for {
 		select {
 		case frame, ok := <-c.send:
-			c.conn.SetWriteDeadline(time.Now().Add(writeWait))
 			if !ok {
-				c.conn.WriteMessage(websocket.CloseMessage, []byte{})
+				c.writeFrame(websocket.CloseMessage, []byte{})
 				return
 			}
-			if err := c.conn.WriteMessage(websocket.TextMessage, frame); err != nil {
+			if c.writeFrame(websocket.TextMessage, frame) != nil {
 				return
 			}
 		case <-ticker.C:
-			c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-			if err := c.conn.WriteMessage(websocket.PingMessage, nil); err != nil {
-				return
-			}
-		}
-	}
-}
-
-// pinger pings every pingEvery under the write lock until the reader ends (--inline).
-func (c *client) pinger() {
-	ticker := time.NewTicker(pingEvery)
-	defer ticker.Stop()
-	for {
-		select {
-		case _, ok := <-c.send:
-			if !ok {
-				return
-			}
-		case <-ticker.C:
-			c.write.Lock()
-			c.conn.SetWriteDeadline(time.Now().Add(writeWait))
-			err := c.conn.WriteMessage(websocket.PingMessage, nil)
-			c.write.Unlock()
-			if err != nil {
+			if c.writeFrame(websocket.PingMessage, nil) != nil {
 				return
 			}
 		}
@@ -172,11 +155,7 @@ func serveWs(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader answered with the error
 	}
 	c := &client{conn: conn, send: make(chan []byte, sendQueue)}
-	if *inline {
-		go c.pinger()
-	} else {
-		go c.writePump()
-	}
+	go c.writePump()
 	go c.readPump()
 }
 
