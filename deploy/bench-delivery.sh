@@ -36,10 +36,13 @@ LOADGEN_BIN=${LOADGEN_BIN:-$repo/target/release/herald-loadgen}
 FLOOR_BIN=${FLOOR_BIN:-$repo/target/release/herald-floor-server}
 ECHO_RATES=${ECHO_RATES:-"20000 40000"}
 ECHO_DURATION=${ECHO_DURATION:-30s}
-GO_ECHO_BIN=${GO_ECHO_BIN:-$repo/target/bench/ws-echo-go}
-case " $WORKLOADS " in
-  *" echo "*) [ -x "$GO_ECHO_BIN" ] || (cd deploy/bench/ws-echo-go && go build -o "$GO_ECHO_BIN" .) ;;
-esac
+# Built from this tree each time (go's build cache makes that quick), unless given.
+if [ -z "${GO_ECHO_BIN:-}" ]; then
+  GO_ECHO_BIN=$repo/target/bench/ws-echo-go
+  case " $WORKLOADS " in
+    *" echo "*) (cd deploy/bench/ws-echo-go && go build -o "$GO_ECHO_BIN" .) ;;
+  esac
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
