@@ -40,20 +40,20 @@ struct Inner {
 impl AppState {
     /// State for a lone gateway (no log, no cluster observer) with `config`, stopping on
     /// `shutdown`; connection tasks are tracked by `tracker`. Reads the token key files
-    /// `config.auth` names (fails as [`Config::validate`] would on an unreadable one).
+    /// `config.auth` names and the hooks' CA file (fails as [`Config::validate`] would on an
+    /// unreadable one).
     pub fn new(
         config: Config,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
     ) -> anyhow::Result<Self> {
-        let auth =
-            crate::auth::Auth::from_config(&config.auth)?.with_namespaces(&config.namespaces);
+        let access = crate::validate::Access::load(&config)?;
         let kept = crate::cluster::members::Kept::from_config(&config);
         let rules = crate::cluster::join_leave::Rules::from_config(&config);
         Ok(Self::clustered(
             config,
-            auth,
+            access,
             shutdown,
             tracker,
             metrics,
@@ -76,13 +76,13 @@ impl AppState {
         (state, shutdown)
     }
 
-    /// Like [`Self::new`], with the access rules `auth` as validation loaded them
-    /// ([`crate::validate::Loaded`]), in a cluster: `logs` carry and position every publish
+    /// Like [`Self::new`], with the token rules and hooks (`access`) as validation loaded
+    /// them ([`crate::validate::Loaded`]), in a cluster: `logs` carry and position every publish
     /// (each topic through the one log that feeds it), and must all be connected for the node
     /// to be ready; `cluster` observes the client connections.
     pub fn clustered(
         config: Config,
-        auth: crate::auth::Auth,
+        access: crate::validate::Access,
         shutdown: CancellationToken,
         tracker: TaskTracker,
         metrics: PrometheusHandle,
@@ -98,7 +98,7 @@ impl AppState {
             100_000,
         );
         let topic_quota = crate::limits::TopicQuota::new(config.limits.max_new_topics_per_client);
-        let hooks = crate::hooks::Hooks::from_config(&config.hooks);
+        let crate::validate::Access { auth, hooks } = access;
         Self(Arc::new(Inner {
             config,
             registry,
@@ -324,10 +324,10 @@ mod tests {
     fn state(logs: Logs) -> (AppState, CancellationToken) {
         let shutdown = CancellationToken::new();
         let config = Config::default();
-        let auth = crate::auth::Auth::from_config(&config.auth).unwrap();
+        let access = crate::validate::Access::load(&config).unwrap();
         let state = AppState::clustered(
             config,
-            auth,
+            access,
             shutdown.clone(),
             TaskTracker::new(),
             crate::telemetry::metrics::install(),

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -150,11 +151,48 @@ struct Inner {
 /// Least time between two `warn` lines about the same hook's failures.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
+/// TLS for the hooks' client (rustls with ring, as the public listener; HTTP/1.1). With an
+/// `https://` hook: the system's trust store and the CA certificates of `hooks.ca_file`.
+/// Without one, no certificate is trusted (reqwest builds its TLS either way, and no
+/// `https://` request can come from plain URLs with redirects off).
+fn client_tls(config: &HooksConfig) -> anyhow::Result<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("hooks: TLS protocol versions")?;
+    let mut tls = if config.any_https() {
+        let extra = match &config.ca_file {
+            Some(path) => crate::server::tls::read_certificates(path)
+                .map_err(|e| anyhow::anyhow!("hooks.ca_file: {e:#}"))?,
+            None => Vec::new(),
+        };
+        let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "hooks: no certificate to check an https:// hook with ({e}): install the \
+                     system's CA certificates (ca-certificates) or set hooks.ca_file"
+                )
+            })?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth()
+    } else {
+        builder
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth()
+    };
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tls)
+}
+
 impl Hooks {
-    /// The hooks `config` names (validated: [`HooksConfig::validate`]).
-    pub fn from_config(config: &HooksConfig) -> Self {
+    /// The hooks `config` names (validated: [`HooksConfig::validate`]). An `https://` hook's
+    /// certificate is checked against the system's trust store and `hooks.ca_file`, both read
+    /// here: an unreadable file, or no CA certificate in either, is an error.
+    pub fn from_config(config: &HooksConfig) -> anyhow::Result<Self> {
         if !config.any() {
-            return Self(None);
+            return Ok(Self(None));
         }
         let url = |u: &Option<String>| u.as_deref().and_then(|u| reqwest::Url::parse(u).ok());
         let client = reqwest::Client::builder()
@@ -162,9 +200,10 @@ impl Hooks {
             .pool_idle_timeout(Duration::from_secs(60))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            .tls_backend_preconfigured(client_tls(config)?)
             .build()
-            .expect("a plain-HTTP client without TLS always builds");
-        Self(Some(Inner {
+            .context("hooks: the HTTP client")?;
+        Ok(Self(Some(Inner {
             client,
             urls: [
                 url(&config.connect_url),
@@ -182,7 +221,7 @@ impl Hooks {
                 .collect(),
             warned: Default::default(),
             started: Instant::now(),
-        }))
+        })))
     }
 
     /// Whether `hook` is configured.
@@ -373,6 +412,12 @@ fn bounded_reason(reason: Option<String>) -> String {
     reason
 }
 
+/// A failed request's causes, innermost last ("error sending request: client error
+/// (Connect): invalid peer certificate: UnknownIssuer"), without the URL (logged beside it).
+fn failure(e: reqwest::Error) -> String {
+    format!("{:#}", anyhow::Error::new(e.without_url()))
+}
+
 impl Inner {
     /// One hook request, bounded in time, size and concurrency, counted.
     async fn call(
@@ -402,7 +447,7 @@ impl Inner {
             request = request.header(name, value);
         }
         let answer = tokio::time::timeout(self.timeout, async {
-            let mut response = request.send().await.map_err(|e| e.to_string())?;
+            let mut response = request.send().await.map_err(failure)?;
             if !response.status().is_success() {
                 return Err(format!("status {}", response.status()));
             }
@@ -413,7 +458,7 @@ impl Inner {
                 return Err("answer over 64 KiB".to_string());
             }
             let mut bytes = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+            while let Some(chunk) = response.chunk().await.map_err(failure)? {
                 if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
                     return Err("answer over 64 KiB".to_string());
                 }
@@ -488,7 +533,7 @@ mod tests {
 
     #[test]
     fn no_hook_configured_builds_nothing() {
-        let hooks = Hooks::from_config(&HooksConfig::default());
+        let hooks = Hooks::from_config(&HooksConfig::default()).unwrap();
         assert!(!hooks.has(Hook::Connect));
         let mut headers = HeaderMap::new();
         headers.insert("cookie", HeaderValue::from_static("s=1"));

@@ -63,13 +63,13 @@ pub async fn run_validated(
     loaded: validate::Loaded,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let validate::Loaded { auth, tls } = loaded;
+    let validate::Loaded { access, tls } = loaded;
     let metrics = telemetry::metrics::current();
     let tracker = TaskTracker::new();
     let (logs, cluster) = cluster_parts(&config).await?;
     let state = AppState::clustered(
         config.clone(),
-        auth,
+        access,
         shutdown.clone(),
         tracker.clone(),
         metrics.clone(),

@@ -23,10 +23,31 @@ use crate::server::tls::Tls;
 /// What a valid configuration loaded: each file it names, read once.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The access rules, with the token keys read from their files.
-    pub auth: Auth,
+    /// Who decides what clients may do.
+    pub access: Access,
     /// The public listener's TLS certificate and key, when TLS is on.
     pub tls: Option<Arc<Tls>>,
+}
+
+/// Who decides what clients may do: the token rules, and the application's hooks.
+#[derive(Debug)]
+pub struct Access {
+    /// The access rules, with the token keys read from their files.
+    pub auth: Auth,
+    /// The hooks, with the CA certificates an `https://` hook is checked against.
+    pub hooks: crate::hooks::Hooks,
+}
+
+impl Access {
+    /// Reads the token key files and the hooks' CA file `config` names.
+    pub fn load(config: &Config) -> anyhow::Result<Self> {
+        Ok(Self {
+            auth: Auth::from_config(&config.auth)
+                .map_err(|e| anyhow::anyhow!("auth: {e:#}"))?
+                .with_namespaces(&config.namespaces),
+            hooks: crate::hooks::Hooks::from_config(&config.hooks)?,
+        })
+    }
 }
 
 /// `value` of `key` must be within `range`.
@@ -67,7 +88,7 @@ fn rate(key: &str, value: f64) -> anyhow::Result<()> {
 
 impl Config {
     /// Checks every value and reads every file the configuration names (token keys, TLS
-    /// certificate and key, Redis CA); the error says which field is wrong and why. What was
+    /// certificate and key, the hooks' CA); the error says which field is wrong and why. What was
     /// read is returned, so start-up uses it instead of reading again.
     pub fn validate(&self) -> anyhow::Result<Loaded> {
         ensure!(
@@ -197,9 +218,6 @@ impl Config {
         if let Some(secret) = &self.auth.hs256_secret {
             at_least("auth.hs256_secret length", secret.len(), 32)?;
         }
-        let auth = Auth::from_config(&self.auth)
-            .map_err(|e| anyhow::anyhow!("auth: {e:#}"))?
-            .with_namespaces(&self.namespaces);
         let tls = match self.tls.enabled() {
             true => Some(Arc::new(
                 Tls::load(&self.tls).map_err(|e| anyhow::anyhow!("tls: {e:#}"))?,
@@ -212,7 +230,8 @@ impl Config {
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);
         }
-        Ok(Loaded { auth, tls })
+        let access = Access::load(self)?;
+        Ok(Loaded { access, tls })
     }
 }
 
@@ -263,7 +282,7 @@ mod tests {
         let mut config = Config::default();
         config.auth.hs256_secret = Some("0123456789abcdef0123456789abcdef".into());
         let loaded = config.validate().unwrap();
-        assert!(loaded.auth.enabled());
+        assert!(loaded.access.auth.enabled());
         assert!(loaded.tls.is_none());
         config.tls.cert_file = Some("/nonexistent/cert.pem".into());
         config.tls.key_file = Some("/nonexistent/key.pem".into());

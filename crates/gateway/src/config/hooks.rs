@@ -2,6 +2,7 @@
 //! connected ([`crate::hooks`] calls them; README "HTTP hooks" and docs/protocol.md say what
 //! the backend and the clients see).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, ensure};
@@ -40,8 +41,9 @@ pub struct HooksConfig {
     /// Called before a client connection is accepted (an SSE stream, a WebSocket upgrade, a
     /// long-poll request). Allow-with-data may name the user (it replaces the token's `sub`),
     /// topics the connection is subscribed to on the application's behalf, and `info` kept
-    /// with the connection and sent with its later hook requests. `http://` only; the
-    /// password of a `user:password@` URL is never printed.
+    /// with the connection and sent with its later hook requests. `http://` or `https://`
+    /// (the server's certificate checked against the system's trust store and `ca_file`);
+    /// the password of a `user:password@` URL is never printed.
     #[serde(serialize_with = "super::secrets::serialize_redacted_url")]
     pub connect_url: Option<String>,
     /// Called when a client subscribes (the topics of an SSE or long-poll request, a WebSocket
@@ -76,6 +78,10 @@ pub struct HooksConfig {
     /// A WebSocket connection's hook requests carry those of its upgrade request.
     /// Bound: at most 16; not `host`, `content-type`, `content-length` or hop-by-hop headers.
     pub forward_headers: Vec<String>,
+    /// PEM file of CA certificates trusted for `https://` hook URLs besides the system's
+    /// trust store (a backend with a certificate from a private CA). Read at start-up.
+    /// Bound: only with an `https://` hook URL.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// What an unavailable hook means.
@@ -100,6 +106,7 @@ impl Default for HooksConfig {
             max_in_flight: 1000,
             on_unavailable: OnUnavailable::Deny,
             forward_headers: vec!["authorization".into(), "cookie".into()],
+            ca_file: None,
         }
     }
 }
@@ -121,7 +128,15 @@ impl HooksConfig {
         .into_iter()
     }
 
-    /// Checks every URL (absolute `http://` with a host), the bounds and the header names.
+    /// Whether any hook URL is `https://`.
+    pub fn any_https(&self) -> bool {
+        self.urls()
+            .filter_map(|(_, url)| url)
+            .any(|url| reqwest::Url::parse(url).is_ok_and(|u| u.scheme() == "https"))
+    }
+
+    /// Checks every URL (absolute `http://` or `https://` with a host), the bounds and the
+    /// header names.
     pub fn validate(&self) -> anyhow::Result<()> {
         for (key, url) in self.urls() {
             let Some(url) = url else { continue };
@@ -133,9 +148,8 @@ impl HooksConfig {
                 ),
             };
             ensure!(
-                parsed.scheme() == "http",
-                "{key} must be an http:// URL (this build calls hooks over plain HTTP: keep the \
-                 backend on a private network or behind a local TLS proxy), not {}://",
+                matches!(parsed.scheme(), "http" | "https"),
+                "{key} must be an http:// or https:// URL, not {}://",
                 parsed.scheme()
             );
             ensure!(
@@ -143,6 +157,10 @@ impl HooksConfig {
                 "{key} needs a host"
             );
         }
+        ensure!(
+            self.ca_file.is_none() || self.any_https(),
+            "hooks.ca_file is set but no hook URL is https://"
+        );
         ensure!(
             self.timeout >= Duration::from_millis(1) && self.timeout <= Duration::from_secs(60),
             "hooks.timeout must be within 1ms..=60s"
@@ -218,10 +236,20 @@ mod tests {
         hooks.subscribe_url = Some("ftp://backend/subscribe".into());
         let e = hooks.validate().unwrap_err().to_string();
         assert!(
-            e.starts_with("hooks.subscribe_url must be an http:// URL"),
+            e.starts_with("hooks.subscribe_url must be an http:// or https:// URL, not ftp://"),
             "{e}"
         );
         hooks.subscribe_url = None;
+        hooks.ca_file = Some("/etc/herald/hooks-ca.pem".into());
+        assert_eq!(
+            hooks.validate().unwrap_err().to_string(),
+            "hooks.ca_file is set but no hook URL is https://"
+        );
+        hooks.subscribe_url = Some("https://backend.internal/subscribe".into());
+        hooks.validate().unwrap();
+        assert!(hooks.any_https());
+        hooks.subscribe_url = None;
+        hooks.ca_file = None;
         hooks.forward_headers.push("Content-Length".into());
         let e = hooks.validate().unwrap_err().to_string();
         assert!(e.contains("\"Content-Length\" is set by Herald"), "{e}");
@@ -246,7 +274,7 @@ mod tests {
         assert!(!text.contains("s3cret"), "{text}");
         assert!(text.contains("10.0.0.5:3000/publish"), "{text}");
         let bad = HooksConfig {
-            connect_url: Some("https://herald:s3cret@backend/connect".into()),
+            connect_url: Some("ftp://herald:s3cret@backend/connect".into()),
             ..HooksConfig::default()
         };
         assert!(!bad.validate().unwrap_err().to_string().contains("s3cret"));

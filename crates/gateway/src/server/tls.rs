@@ -80,7 +80,7 @@ impl Acceptors {
                 "tls.cert_file and tls.key_file must be set together"
             ));
         };
-        let chain = read_chain(cert)?;
+        let chain = read_certificates(cert)?;
         let key = PrivateKeyDer::from_pem_file(key)
             .map_err(|e| anyhow!("cannot read a private key from {}: {e}", key.display()))?;
         let build = |alpn: &[&[u8]]| -> anyhow::Result<TlsAcceptor> {
@@ -101,7 +101,8 @@ impl Acceptors {
     }
 }
 
-fn read_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+/// The certificates of a PEM file (a chain, or CA certificates to trust); at least one.
+pub(crate) fn read_certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let chain = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|e| anyhow!("cannot read certificates from {}: {e}", path.display()))?;

@@ -31,16 +31,19 @@ enum Reply {
 
 type Decide = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 
+/// The requests a backend received: hook name, JSON body, headers.
+type Calls = Arc<Mutex<Vec<(String, Value, HeaderMap)>>>;
+
 /// A backend the test programs: every request (hook name, JSON body, headers) is recorded.
 struct Backend {
     url: String,
-    calls: Arc<Mutex<Vec<(String, Value, HeaderMap)>>>,
+    calls: Calls,
 }
 
 #[derive(Clone)]
 struct BackendState {
     decide: Arc<Decide>,
-    calls: Arc<Mutex<Vec<(String, Value, HeaderMap)>>>,
+    calls: Calls,
 }
 
 async fn hook(
@@ -69,6 +72,56 @@ async fn hook(
 
 impl Backend {
     async fn start(decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static) -> Self {
+        let (app, calls) = Self::app(decide);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { url, calls }
+    }
+
+    /// The backend over TLS (HTTP/1.1), with the test CA's certificate for `127.0.0.1`
+    /// (`tests/fixtures/tls/server-a.pem`).
+    async fn start_tls(decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static) -> Self {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (app, calls) = Self::app(decide);
+        let chain = CertificateDer::pem_file_iter(crate::tls::fixture("server-a.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(crate::tls::fixture("server-a.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}/hooks", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let (acceptor, app) = (acceptor.clone(), app.clone());
+                tokio::spawn(async move {
+                    // A client that does not trust the certificate ends the handshake here.
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { url, calls }
+    }
+
+    fn app(
+        decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    ) -> (axum::Router, Calls) {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let app = axum::Router::new()
             .route("/hooks/{name}", axum::routing::post(hook))
@@ -76,10 +129,7 @@ impl Backend {
                 decide: Arc::new(decide),
                 calls: calls.clone(),
             });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hooks", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { url, calls }
+        (app, calls)
     }
 
     /// The URL of hook `name`.
@@ -488,6 +538,65 @@ async fn a_backend_that_is_down_denies_or_falls_back_to_the_token_rules() {
         200
     );
     gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_https_hook_is_trusted_through_hooks_ca_file_and_refused_without_it() {
+    let backend = Backend::start_tls(|_, _| deny("checked over TLS")).await;
+    let mut config = hooked(test_config(), &backend, &["connect"]);
+    assert!(
+        config
+            .hooks
+            .connect_url
+            .as_deref()
+            .unwrap()
+            .starts_with("https://127.0.0.1:")
+    );
+    config.hooks.ca_file = Some(crate::tls::fixture("ca.pem"));
+    let gw = spawn_gateway(config.clone()).await;
+    for path in [Path::Direct, Path::AbsoluteForm, Path::Poll] {
+        let (status, body) = subscribe_on(&gw, path, "topic=news", "session=s1").await;
+        assert_eq!(status, 403, "{path:?}: {body}");
+        assert_eq!(body["reason"], "checked over TLS", "{path:?}");
+    }
+    let calls = backend.calls("connect");
+    assert_eq!(calls.len(), 3, "every decision was asked over TLS");
+    assert_eq!(calls[0].1["cookie"], "session=s1");
+    gw.stop().await.unwrap();
+
+    // Trusting another certificate (a leaf, not the backend's CA) on top of the system's
+    // trust store: the handshake fails, the hook is unavailable, and the request never
+    // reaches the backend.
+    config.hooks.ca_file = Some(crate::tls::fixture("server-b.pem"));
+    let gw = spawn_gateway(config.clone()).await;
+    let (status, body) = sse_get(&gw, "topic=news", &[]).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("hook_unavailable")),
+        "{body}"
+    );
+    assert_eq!(
+        metric(
+            &gw,
+            r#"herald_hook_requests_total{hook="connect",result="unavailable"}"#
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        backend.calls("connect").len(),
+        3,
+        "nothing sent past a failed handshake"
+    );
+    gw.stop().await.unwrap();
+
+    // A CA file that cannot be read stops the start, naming the key.
+    config.hooks.ca_file = Some(crate::tls::fixture("missing.pem"));
+    let e = config.validate().unwrap_err().to_string();
+    assert!(
+        e.starts_with("hooks.ca_file: cannot read certificates from"),
+        "{e}"
+    );
 }
 
 #[tokio::test]

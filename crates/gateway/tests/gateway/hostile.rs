@@ -204,7 +204,7 @@ async fn subscribers_cannot_lock_publishers_or_other_clients_out() {
     // A publisher creates a new topic as usual.
     publish(&gw, "fresh-publish", json!(1)).await;
     // Another client (another address) subscribes to a new topic as usual.
-    let other = reqwest::Client::builder()
+    let other = http_builder()
         .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
         .build()
         .unwrap();

@@ -19,7 +19,7 @@ use tokio_rustls::client::TlsStream;
 
 use crate::common::*;
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/tls")
         .join(name)

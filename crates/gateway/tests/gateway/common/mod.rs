@@ -139,10 +139,15 @@ where
 }
 
 pub fn http() -> reqwest::Client {
+    http_builder().pool_max_idle_per_host(0).build().unwrap()
+}
+
+/// A builder for a test's HTTP client. reqwest is built with rustls and no crypto provider of
+/// its own (the gateway's hooks pass theirs, ring): a client built here gets ring, installed
+/// once as the process's default.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap()
 }
 
 /// A GET with the given headers, sent by a fresh client; the response whatever its status.
