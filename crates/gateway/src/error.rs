@@ -8,7 +8,7 @@ use herald_core::{CursorError, RegistryError, TopicNameError};
 use std::time::Duration;
 
 /// A request the gateway refuses, and why.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ApiError {
     status: StatusCode,
     code: &'static str,

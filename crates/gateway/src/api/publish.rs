@@ -356,15 +356,61 @@ async fn batch(
     if let Some(key) = limit_key {
         admit(state, key, messages.len())?;
     }
-    let mut results = Vec::with_capacity(messages.len());
-    for raw in messages {
-        let result = match OneRequest::msgpack(raw) {
-            Ok(request) => publish_one(state, request, publisher, None).await,
+    let requests = messages.into_iter().map(OneRequest::msgpack).collect();
+    Ok(publish_in_order(state, requests, publisher).await)
+}
+
+/// A batch's messages put to the publish hook at once, at most (the hook's answers are taken
+/// in order, and the messages published in order after them).
+const BATCH_HOOK_CONCURRENCY: usize = 16;
+
+/// Publishes a batch's messages in order, each refused on its own. The publish hook, when a
+/// client publishes, is asked about up to [`BATCH_HOOK_CONCURRENCY`] of them at once: asked
+/// one after another, a batch of 100 behind a backend that answers in 10 ms took a second (and
+/// 100 s behind one that times out).
+async fn publish_in_order(
+    state: &AppState,
+    requests: Vec<Result<OneRequest<'_>, ApiError>>,
+    publisher: &Publisher<'_>,
+) -> Json<serde_json::Value> {
+    use futures_util::StreamExt as _;
+    let mut results = Vec::with_capacity(requests.len());
+    let mut requests = requests.into_iter();
+    let mut preparing = futures_util::stream::FuturesOrdered::new();
+    loop {
+        while preparing.len() < BATCH_HOOK_CONCURRENCY
+            && let Some(request) = requests.next()
+        {
+            preparing.push_back(prepare_one(state, publisher, request));
+        }
+        let Some(prepared) = preparing.next().await else {
+            break;
+        };
+        let result = match prepared {
+            Ok(prepared) => routed(state, prepared).await,
             Err(e) => Err(e),
         };
         results.push(result.unwrap_or_else(|e| batch_error(&e)));
     }
-    Ok(Json(serde_json::json!({ "results": results })))
+    Json(serde_json::json!({ "results": results }))
+}
+
+/// One of a batch's messages through [`prepare_data`] (a refused one as it is).
+async fn prepare_one(
+    state: &AppState,
+    publisher: &Publisher<'_>,
+    request: Result<OneRequest<'_>, ApiError>,
+) -> Result<crate::publish::Prepared, ApiError> {
+    let request = request?;
+    prepare_data(
+        state,
+        publisher,
+        None,
+        request.topic,
+        request.event,
+        request.data,
+    )
+    .await
 }
 
 /// A batch's result for a message that was refused.
@@ -391,15 +437,19 @@ async fn json_batch(
     if let Some(key) = limit_key {
         admit(state, key, batch.messages.len())?;
     }
-    let mut results = Vec::with_capacity(batch.messages.len());
-    for raw in &batch.messages {
-        let result = match serde_json::from_str::<PublishRequest>(raw.get()).map_err(bad_json) {
-            Ok(request) => publish_one(state, OneRequest::json(&request), publisher, None).await,
-            Err(e) => Err(e),
-        };
-        results.push(result.unwrap_or_else(|e| batch_error(&e)));
-    }
-    Ok(Json(serde_json::json!({ "results": results })))
+    let parsed: Vec<Result<PublishRequest, ApiError>> = batch
+        .messages
+        .iter()
+        .map(|raw| serde_json::from_str(raw.get()).map_err(bad_json))
+        .collect();
+    let requests = parsed
+        .iter()
+        .map(|p| match p {
+            Ok(request) => Ok(OneRequest::json(request)),
+            Err(e) => Err(e.clone()),
+        })
+        .collect();
+    Ok(publish_in_order(state, requests, publisher).await)
 }
 
 async fn publish_one(
@@ -417,6 +467,14 @@ async fn publish_one(
         request.data,
     )
     .await?;
+    routed(state, prepared).await
+}
+
+/// Publishes a prepared message; answers its id and topic.
+async fn routed(
+    state: &AppState,
+    prepared: crate::publish::Prepared,
+) -> Result<serde_json::Value, ApiError> {
     let (topic, id) = route(state, prepared, "http").await?;
     Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
 }

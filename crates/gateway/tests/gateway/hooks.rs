@@ -27,6 +27,42 @@ enum Reply {
     Raw(String),
     /// Waits, then answers 200 with this JSON.
     Slow(Duration, Value),
+    /// Holds the request until the crowd has gathered, then answers 200 with this JSON.
+    Together(Arc<Crowd>, Value),
+}
+
+/// Requests held until `size` have arrived (at most 10 s), so that only requests made at the
+/// same time are answered soon; counts the most held at once.
+struct Crowd {
+    size: usize,
+    arrived: tokio::sync::watch::Sender<usize>,
+    held: std::sync::atomic::AtomicUsize,
+    most_held: std::sync::atomic::AtomicUsize,
+}
+
+impl Crowd {
+    fn new(size: usize) -> Arc<Self> {
+        Arc::new(Self {
+            size,
+            arrived: tokio::sync::watch::Sender::new(0),
+            held: Default::default(),
+            most_held: Default::default(),
+        })
+    }
+
+    async fn join(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let held = self.held.fetch_add(1, SeqCst) + 1;
+        self.most_held.fetch_max(held, SeqCst);
+        self.arrived.send_modify(|n| *n += 1);
+        let mut arrived = self.arrived.subscribe();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            arrived.wait_for(|n| *n >= self.size),
+        )
+        .await;
+        self.held.fetch_sub(1, SeqCst);
+    }
 }
 
 type Decide = dyn Fn(&str, &Value) -> Reply + Send + Sync;
@@ -65,6 +101,10 @@ async fn hook(
         Reply::Raw(s) => s.into_response(),
         Reply::Slow(wait, v) => {
             tokio::time::sleep(wait).await;
+            axum::Json(v).into_response()
+        }
+        Reply::Together(crowd, v) => {
+            crowd.join().await;
             axum::Json(v).into_response()
         }
     }
@@ -489,6 +529,60 @@ async fn the_publish_hook_decides_for_http_and_websocket_clients() {
     let (last, _) = backend.calls("publish").pop().unwrap();
     assert_eq!(last["user"], "w");
     assert_eq!(last["token"]["publish"], json!(["*"]));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batchs_messages_are_put_to_the_publish_hook_together_and_published_in_order() {
+    // The backend answers only once 16 requests are waiting at once: asked one after another,
+    // every message would time out.
+    let crowd = Crowd::new(16);
+    let held = crowd.clone();
+    let backend = Backend::start(move |_, body| {
+        if body["data"] == 30 {
+            return deny("not thirty");
+        }
+        Reply::Together(held.clone(), json!({"result": "allow"}))
+    })
+    .await;
+    let mut config = hooked(token_config(), &backend, &["publish"]);
+    config.hooks.timeout = Duration::from_secs(5);
+    let gw = spawn_gateway(config).await;
+    let mut sse = SseClient::connect(&gw, "topic=public.batch", None).await;
+    let messages: Vec<Value> = (0..40)
+        .map(|i| json!({"topic": "public.batch", "data": i}))
+        .collect();
+    let resp = post_json(
+        format!("http://{}/v1/publish/batch", gw.public_addr),
+        &[],
+        &json!({ "messages": messages }),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let results: Value = resp.json().await.unwrap();
+    let results = results["results"].as_array().unwrap();
+    assert_eq!(results.len(), 40);
+    for (i, result) in results.iter().enumerate() {
+        if i == 30 {
+            assert_eq!(result["code"], "forbidden", "{result}");
+            assert_eq!(result["reason"], "not thirty");
+        } else {
+            assert!(result["id"].is_string(), "message {i}: {result}");
+        }
+    }
+    assert_eq!(
+        crowd.most_held.load(std::sync::atomic::Ordering::SeqCst),
+        16,
+        "16 messages of a batch are put to the hook at once, no more"
+    );
+    for i in (0..40).filter(|&i| i != 30) {
+        let event = sse.next_event().await.unwrap();
+        assert_eq!(
+            event.data.as_deref(),
+            Some(i.to_string().as_str()),
+            "in order"
+        );
+    }
     gw.stop().await.unwrap();
 }
 
