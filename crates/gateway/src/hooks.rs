@@ -141,6 +141,8 @@ struct Inner {
     urls: [Option<reqwest::Url>; 4],
     timeout: Duration,
     permits: Arc<Semaphore>,
+    /// `hooks.max_in_flight`.
+    max_in_flight: usize,
     on_unavailable: OnUnavailable,
     forward: Box<[HeaderName]>,
     /// When each hook's failure was last logged at `warn` (ms after `started`, 0: never).
@@ -148,40 +150,47 @@ struct Inner {
     started: Instant,
 }
 
+/// Most of a batch's messages put to the publish hook at once ([`Hooks::batch_window`]).
+pub const MAX_BATCH_WINDOW: usize = 16;
+
 /// Least time between two `warn` lines about the same hook's failures.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// TLS for the hooks' client (rustls with ring, as the public listener; HTTP/1.1). With an
-/// `https://` hook: the system's trust store and the CA certificates of `hooks.ca_file`.
-/// Without one, no certificate is trusted (reqwest builds its TLS either way, and no
-/// `https://` request can come from plain URLs with redirects off).
+/// `https://` hook, the backend's certificate is checked (chain and name) against the system's
+/// trust store (`/etc/ssl/certs`, or `SSL_CERT_FILE` / `SSL_CERT_DIR`) and the CA
+/// certificates of `hooks.ca_file`. Without one, no certificate is trusted (reqwest builds its
+/// TLS either way, and no `https://` request can come from plain URLs with redirects off).
 fn client_tls(config: &HooksConfig) -> anyhow::Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    if config.any_https() {
+        if let Some(path) = &config.ca_file {
+            let certs = crate::server::tls::read_certificates(path)
+                .map_err(|e| anyhow::anyhow!("hooks.ca_file: {e:#}"))?;
+            for (n, cert) in certs.into_iter().enumerate() {
+                roots.add(cert).map_err(|e| {
+                    anyhow::anyhow!(
+                        "hooks.ca_file: certificate {} in {} is not usable as a CA: {e}",
+                        n + 1,
+                        path.display()
+                    )
+                })?;
+            }
+        }
+        // Unreadable system certificates are skipped, as the system's own clients do.
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        anyhow::ensure!(
+            !roots.is_empty(),
+            "hooks: an https:// hook needs CA certificates to check it with, and the system has \
+             none: install ca-certificates, or set hooks.ca_file"
+        );
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .context("hooks: TLS protocol versions")?;
-    let mut tls = if config.any_https() {
-        let extra = match &config.ca_file {
-            Some(path) => crate::server::tls::read_certificates(path)
-                .map_err(|e| anyhow::anyhow!("hooks.ca_file: {e:#}"))?,
-            None => Vec::new(),
-        };
-        let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "hooks: no certificate to check an https:// hook with ({e}): install the \
-                     system's CA certificates (ca-certificates) or set hooks.ca_file"
-                )
-            })?;
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verifier))
-            .with_no_client_auth()
-    } else {
-        builder
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth()
-    };
+        .context("hooks: TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(tls)
 }
@@ -213,6 +222,7 @@ impl Hooks {
             ],
             timeout: config.timeout,
             permits: Arc::new(Semaphore::new(config.max_in_flight)),
+            max_in_flight: config.max_in_flight,
             on_unavailable: config.on_unavailable,
             forward: config
                 .forward_headers
@@ -222,6 +232,16 @@ impl Hooks {
             warned: Default::default(),
             started: Instant::now(),
         })))
+    }
+
+    /// How many of a batch's messages may be put to the publish hook at once: at most
+    /// [`MAX_BATCH_WINDOW`], and at most a sixteenth of `hooks.max_in_flight` (at least one), so
+    /// that one batch neither finds its own requests refused as overloaded nor takes the
+    /// permits other clients' hooks need.
+    pub fn batch_window(&self) -> usize {
+        self.0.as_ref().map_or(1, |i| {
+            (i.max_in_flight / MAX_BATCH_WINDOW).clamp(1, MAX_BATCH_WINDOW)
+        })
     }
 
     /// Whether `hook` is configured.
@@ -529,6 +549,32 @@ mod tests {
         let long = "é".repeat(200);
         let cut = bounded_reason(Some(long));
         assert!(cut.len() <= MAX_REASON_BYTES && cut.chars().all(|c| c == 'é'));
+    }
+
+    /// The client builds with its own TLS (ring), no process-wide crypto provider installed:
+    /// reqwest would panic building one without.
+    #[test]
+    fn the_client_builds_for_plain_and_https_hooks_and_sizes_a_batch_by_max_in_flight() {
+        let mut config = HooksConfig {
+            connect_url: Some("http://127.0.0.1:9/connect".into()),
+            ..HooksConfig::default()
+        };
+        let hooks = Hooks::from_config(&config).unwrap();
+        assert_eq!(hooks.batch_window(), MAX_BATCH_WINDOW, "1000 in flight");
+        config.publish_url = Some("https://127.0.0.1:9/publish".into());
+        config.ca_file = Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/ca.pem"),
+        );
+        for (in_flight, window) in [(1, 1), (4, 1), (64, 4), (100, 6), (100_000, 16)] {
+            config.max_in_flight = in_flight;
+            assert_eq!(Hooks::from_config(&config).unwrap().batch_window(), window);
+        }
+        config.ca_file = Some("/nonexistent/ca.pem".into());
+        let e = Hooks::from_config(&config).unwrap_err().to_string();
+        assert!(
+            e.starts_with("hooks.ca_file: cannot read certificates"),
+            "{e}"
+        );
     }
 
     #[test]

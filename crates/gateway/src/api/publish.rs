@@ -360,34 +360,49 @@ async fn batch(
     Ok(publish_in_order(state, requests, publisher).await)
 }
 
-/// A batch's messages put to the publish hook at once, at most (the hook's answers are taken
-/// in order, and the messages published in order after them).
-const BATCH_HOOK_CONCURRENCY: usize = 16;
-
 /// Publishes a batch's messages in order, each refused on its own. The publish hook, when a
-/// client publishes, is asked about up to [`BATCH_HOOK_CONCURRENCY`] of them at once: asked
-/// one after another, a batch of 100 behind a backend that answers in 10 ms took a second (and
-/// 100 s behind one that times out).
+/// client publishes, is asked about several at once ([`crate::hooks::Hooks::batch_window`]),
+/// and kept polled while the messages before them are published: asked one after another, a
+/// batch of 100 behind a backend that answers in 10 ms took a second (and 100 s behind one
+/// that times out).
 async fn publish_in_order(
     state: &AppState,
     requests: Vec<Result<OneRequest<'_>, ApiError>>,
     publisher: &Publisher<'_>,
 ) -> Json<serde_json::Value> {
     use futures_util::StreamExt as _;
+    let window = state.hooks().batch_window();
     let mut results = Vec::with_capacity(requests.len());
     let mut requests = requests.into_iter();
     let mut preparing = futures_util::stream::FuturesOrdered::new();
+    // Prepared while an earlier message was being published, in order.
+    let mut prepared = std::collections::VecDeque::new();
     loop {
-        while preparing.len() < BATCH_HOOK_CONCURRENCY
+        while preparing.len() + prepared.len() < window
             && let Some(request) = requests.next()
         {
             preparing.push_back(prepare_one(state, publisher, request));
         }
-        let Some(prepared) = preparing.next().await else {
-            break;
+        let next = match prepared.pop_front() {
+            Some(next) => next,
+            None => match preparing.next().await {
+                Some(next) => next,
+                None => break,
+            },
         };
-        let result = match prepared {
-            Ok(prepared) => routed(state, prepared).await,
+        let result = match next {
+            Ok(message) => {
+                let mut route = std::pin::pin!(routed(state, message));
+                loop {
+                    tokio::select! {
+                        biased;
+                        routed = &mut route => break routed,
+                        Some(next) = preparing.next(), if !preparing.is_empty() => {
+                            prepared.push_back(next);
+                        }
+                    }
+                }
+            }
             Err(e) => Err(e),
         };
         results.push(result.unwrap_or_else(|e| batch_error(&e)));

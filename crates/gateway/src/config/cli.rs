@@ -115,7 +115,7 @@ pub struct Cli {
     /// TLS private key (PEM) for the public listener.
     #[arg(long, env = "HERALD_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// URL of the connect hook (`http://…`): the application's backend decides who connects.
+    /// URL of the connect hook (`http://…` or `https://…`): the application's backend decides who connects.
     #[arg(
         long,
         env = "HERALD_HOOKS_CONNECT_URL",
@@ -150,6 +150,9 @@ pub struct Cli {
     /// What an unavailable hook means: deny or allow (the token rules decide).
     #[arg(long, env = "HERALD_HOOKS_ON_UNAVAILABLE", value_name = "POLICY")]
     pub hooks_on_unavailable: Option<super::OnUnavailable>,
+    /// CA certificates (PEM) trusted for `https://` hooks besides the system's trust store.
+    #[arg(long, env = "HERALD_HOOKS_CA_FILE", value_name = "FILE")]
+    pub hooks_ca_file: Option<PathBuf>,
     /// Admin listener access (keys, open /metrics, insecure).
     #[command(flatten)]
     pub admin: admin::AdminArgs,
@@ -210,6 +213,7 @@ fn defaults() -> Vec<(&'static str, String)> {
         ("hooks_publish_url", "none".into()),
         ("hooks_refresh_url", "none".into()),
         ("hooks_on_unavailable", name(&d.hooks.on_unavailable)),
+        ("hooks_ca_file", "none (the system's trust store)".into()),
         (
             "admin_api_keys",
             list(&d.admin.api_keys, "none (required off loopback)"),
@@ -343,6 +347,9 @@ impl Cli {
         }
         if let Some(v) = self.hooks_on_unavailable {
             config.hooks.on_unavailable = v;
+        }
+        if let Some(v) = &self.hooks_ca_file {
+            config.hooks.ca_file = Some(v.clone());
         }
         config
             .cluster

@@ -119,9 +119,12 @@ impl Backend {
         Self { url, calls }
     }
 
-    /// The backend over TLS (HTTP/1.1), with the test CA's certificate for `127.0.0.1`
-    /// (`tests/fixtures/tls/server-a.pem`).
-    async fn start_tls(decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static) -> Self {
+    /// The backend over TLS (HTTP/1.1) on `ip`, with the test CA's certificate for `localhost`
+    /// and `127.0.0.1` (`tests/fixtures/tls/server-a.pem`).
+    async fn start_tls(
+        ip: &str,
+        decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let (app, calls) = Self::app(decide);
@@ -138,7 +141,7 @@ impl Backend {
             .with_single_cert(chain, key)
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let url = format!("https://{}/hooks", listener.local_addr().unwrap());
         tokio::spawn(async move {
             loop {
@@ -532,6 +535,19 @@ async fn the_publish_hook_decides_for_http_and_websocket_clients() {
     gw.stop().await.unwrap();
 }
 
+/// Publishes `messages` as one batch on the public listener; the results.
+async fn publish_batch(gw: &Gateway, messages: &[Value]) -> Vec<Value> {
+    let resp = post_json(
+        format!("http://{}/v1/publish/batch", gw.public_addr),
+        &[],
+        &json!({ "messages": messages }),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let results: Value = resp.json().await.unwrap();
+    results["results"].as_array().unwrap().clone()
+}
+
 #[tokio::test]
 async fn a_batchs_messages_are_put_to_the_publish_hook_together_and_published_in_order() {
     // The backend answers only once 16 requests are waiting at once: asked one after another,
@@ -547,42 +563,66 @@ async fn a_batchs_messages_are_put_to_the_publish_hook_together_and_published_in
     .await;
     let mut config = hooked(token_config(), &backend, &["publish"]);
     config.hooks.timeout = Duration::from_secs(5);
-    let gw = spawn_gateway(config).await;
+    let gw = spawn_gateway(config.clone()).await;
     let mut sse = SseClient::connect(&gw, "topic=public.batch", None).await;
+    // Message 35 is not a message (no `data`): refused in its place, never put to the hook.
     let messages: Vec<Value> = (0..40)
-        .map(|i| json!({"topic": "public.batch", "data": i}))
+        .map(|i| match i {
+            35 => json!({"topic": "public.batch"}),
+            i => json!({"topic": "public.batch", "data": i}),
+        })
         .collect();
-    let resp = post_json(
-        format!("http://{}/v1/publish/batch", gw.public_addr),
-        &[],
-        &json!({ "messages": messages }),
-    )
-    .await;
-    assert_eq!(resp.status(), 200);
-    let results: Value = resp.json().await.unwrap();
-    let results = results["results"].as_array().unwrap();
+    let results = publish_batch(&gw, &messages).await;
     assert_eq!(results.len(), 40);
-    for (i, result) in results.iter().enumerate() {
-        if i == 30 {
-            assert_eq!(result["code"], "forbidden", "{result}");
-            assert_eq!(result["reason"], "not thirty");
-        } else {
-            assert!(result["id"].is_string(), "message {i}: {result}");
-        }
-    }
+    assert_eq!(results[30]["code"], "forbidden", "{}", results[30]);
+    assert_eq!(results[30]["reason"], "not thirty");
+    assert_eq!(results[35]["code"], "bad_json", "{}", results[35]);
     assert_eq!(
         crowd.most_held.load(std::sync::atomic::Ordering::SeqCst),
         16,
         "16 messages of a batch are put to the hook at once, no more"
     );
-    for i in (0..40).filter(|&i| i != 30) {
+    assert_eq!(backend.calls("publish").len(), 39);
+    for i in (0..40).filter(|&i| i != 30 && i != 35) {
         let event = sse.next_event().await.unwrap();
         assert_eq!(
             event.data.as_deref(),
             Some(i.to_string().as_str()),
             "in order"
         );
+        // An SSE event's id is `topic=cursor`; a result's `id` is the cursor.
+        assert_eq!(
+            event.id,
+            Some(format!(
+                "public.batch={}",
+                results[i]["id"].as_str().unwrap()
+            )),
+            "message {i}'s result names it"
+        );
     }
+    gw.stop().await.unwrap();
+
+    // With room for four hook requests in all, a batch asks about one message at a time
+    // rather than finding its own requests refused as overloaded.
+    let allowing =
+        Backend::start(|_, _| Reply::Slow(Duration::from_millis(5), json!({"result": "allow"})))
+            .await;
+    let mut config = hooked(token_config(), &allowing, &["publish"]);
+    config.hooks.max_in_flight = 4;
+    let gw = spawn_gateway(config).await;
+    let messages: Vec<Value> = (0..10)
+        .map(|i| json!({"topic": "public.batch", "data": i}))
+        .collect();
+    let results = publish_batch(&gw, &messages).await;
+    assert!(results.iter().all(|r| r["id"].is_string()), "{results:?}");
+    assert_eq!(
+        metric(
+            &gw,
+            r#"herald_hook_requests_total{hook="publish",result="allow"}"#
+        )
+        .await,
+        10.0
+    );
     gw.stop().await.unwrap();
 }
 
@@ -636,7 +676,7 @@ async fn a_backend_that_is_down_denies_or_falls_back_to_the_token_rules() {
 
 #[tokio::test]
 async fn an_https_hook_is_trusted_through_hooks_ca_file_and_refused_without_it() {
-    let backend = Backend::start_tls(|_, _| deny("checked over TLS")).await;
+    let backend = Backend::start_tls("127.0.0.1", |_, _| deny("checked over TLS")).await;
     let mut config = hooked(test_config(), &backend, &["connect"]);
     assert!(
         config
@@ -658,31 +698,57 @@ async fn an_https_hook_is_trusted_through_hooks_ca_file_and_refused_without_it()
     assert_eq!(calls[0].1["cookie"], "session=s1");
     gw.stop().await.unwrap();
 
-    // Trusting another certificate (a leaf, not the backend's CA) on top of the system's
-    // trust store: the handshake fails, the hook is unavailable, and the request never
-    // reaches the backend.
-    config.hooks.ca_file = Some(crate::tls::fixture("server-b.pem"));
-    let gw = spawn_gateway(config.clone()).await;
-    let (status, body) = sse_get(&gw, "topic=news", &[]).await;
+    // The backend's certificate does not check out: the handshake fails, the hook is
+    // unavailable, and the request never reaches the backend. Trusting the system's store
+    // alone (which does not hold the test CA); trusting another certificate (a leaf, not the
+    // backend's CA); and the right CA with a backend whose address the certificate does not
+    // name (127.0.0.2).
+    let elsewhere = Backend::start_tls("127.0.0.2", |_, _| allow()).await;
+    let mut misnamed = hooked(test_config(), &elsewhere, &["connect"]);
+    misnamed.hooks.ca_file = Some(crate::tls::fixture("ca.pem"));
+    let mut system_only = config.clone();
+    system_only.hooks.ca_file = None;
+    let mut other_ca = config.clone();
+    other_ca.hooks.ca_file = Some(crate::tls::fixture("server-b.pem"));
+    for (case, config) in [
+        ("system store", system_only),
+        ("another certificate", other_ca),
+        ("misnamed", misnamed),
+    ] {
+        if case == "system store"
+            && let Err(e) = config.validate()
+        {
+            // A machine with no CA certificates at all refuses to start instead.
+            let e = e.to_string();
+            assert!(
+                e.contains("install ca-certificates, or set hooks.ca_file"),
+                "{e}"
+            );
+            continue;
+        }
+        let gw = spawn_gateway(config).await;
+        let (status, body) = sse_get(&gw, "topic=news", &[]).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (503, Some("hook_unavailable")),
+            "{case}: {body}"
+        );
+        assert_eq!(
+            metric(
+                &gw,
+                r#"herald_hook_requests_total{hook="connect",result="unavailable"}"#
+            )
+            .await,
+            1.0,
+            "{case}"
+        );
+        gw.stop().await.unwrap();
+    }
     assert_eq!(
-        (status, body["code"].as_str()),
-        (503, Some("hook_unavailable")),
-        "{body}"
-    );
-    assert_eq!(
-        metric(
-            &gw,
-            r#"herald_hook_requests_total{hook="connect",result="unavailable"}"#
-        )
-        .await,
-        1.0
-    );
-    assert_eq!(
-        backend.calls("connect").len(),
+        backend.calls("connect").len() + elsewhere.calls("connect").len(),
         3,
         "nothing sent past a failed handshake"
     );
-    gw.stop().await.unwrap();
 
     // A CA file that cannot be read stops the start, naming the key.
     config.hooks.ca_file = Some(crate::tls::fixture("missing.pem"));
