@@ -170,7 +170,7 @@ fn client_tls(config: &HooksConfig) -> anyhow::Result<rustls::ClientConfig> {
             for (n, cert) in certs.into_iter().enumerate() {
                 roots.add(cert).map_err(|e| {
                     anyhow::anyhow!(
-                        "hooks.ca_file: certificate {} in {} is not usable as a CA: {e}",
+                        "hooks.ca_file: certificate {} in {} cannot be parsed ({e})",
                         n + 1,
                         path.display()
                     )
@@ -178,11 +178,21 @@ fn client_tls(config: &HooksConfig) -> anyhow::Result<rustls::ClientConfig> {
             }
         }
         // Unreadable system certificates are skipped, as the system's own clients do.
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        let system = rustls_native_certs::load_native_certs();
+        roots.add_parsable_certificates(system.certs);
+        if let Some(e) = system.errors.first() {
+            // A wrong SSL_CERT_FILE or SSL_CERT_DIR replaces the system's paths.
+            tracing::warn!(error = %e, "hooks: the system's CA certificates were not all read");
+        }
         anyhow::ensure!(
             !roots.is_empty(),
-            "hooks: an https:// hook needs CA certificates to check it with, and the system has \
-             none: install ca-certificates, or set hooks.ca_file"
+            "hooks: an https:// hook needs CA certificates to check it with, and none were \
+             read from the system{}: install ca-certificates, or set hooks.ca_file",
+            system
+                .errors
+                .first()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
         );
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

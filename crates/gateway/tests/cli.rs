@@ -209,13 +209,26 @@ fn invalid_configuration_exits_64_before_binding() {
 fn print_config_shows_the_effective_configuration() {
     let out = herald()
         .args(["--print-config", "--listen", "127.0.0.1:1234"])
+        .args(["--hooks-connect-url", "https://backend.internal/connect"])
         .env("HERALD_ADMIN_LISTEN", "127.0.0.1:4321")
+        .env("HERALD_HOOKS_CA_FILE", tls_fixture("ca.pem"))
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("listen = \"127.0.0.1:1234\""), "{text}");
     assert!(text.contains("admin_listen = \"127.0.0.1:4321\""), "{text}");
+    assert!(
+        text.contains(&format!(
+            "ca_file = {:?}",
+            tls_fixture("ca.pem").display().to_string()
+        )),
+        "{text}"
+    );
     assert!(
         text.contains("[sse]") && text.contains("heartbeat = \"15s\""),
         "{text}"
