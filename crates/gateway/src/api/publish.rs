@@ -125,6 +125,19 @@ struct OneRequest<'a> {
 }
 
 impl<'a> OneRequest<'a> {
+    /// Through the publish pipeline ([`prepare_data`]), up to routing.
+    async fn prepare(
+        self,
+        state: &AppState,
+        publisher: &Publisher<'_>,
+        rate_key: Option<&str>,
+    ) -> Result<crate::publish::Prepared, ApiError> {
+        prepare_data(
+            state, publisher, rate_key, self.topic, self.event, self.data,
+        )
+        .await
+    }
+
     fn json(request: &'a PublishRequest) -> Self {
         Self {
             topic: &request.topic,
@@ -410,22 +423,13 @@ async fn publish_in_order(
     Json(serde_json::json!({ "results": results }))
 }
 
-/// One of a batch's messages through [`prepare_data`] (a refused one as it is).
+/// One of a batch's messages through the pipeline (a refused one as it is).
 async fn prepare_one(
     state: &AppState,
     publisher: &Publisher<'_>,
     request: Result<OneRequest<'_>, ApiError>,
 ) -> Result<crate::publish::Prepared, ApiError> {
-    let request = request?;
-    prepare_data(
-        state,
-        publisher,
-        None,
-        request.topic,
-        request.event,
-        request.data,
-    )
-    .await
+    request?.prepare(state, publisher, None).await
 }
 
 /// A batch's result for a message that was refused.
@@ -473,15 +477,7 @@ async fn publish_one(
     publisher: &Publisher<'_>,
     rate_key: Option<&str>,
 ) -> Result<serde_json::Value, ApiError> {
-    let prepared = prepare_data(
-        state,
-        publisher,
-        rate_key,
-        request.topic,
-        request.event,
-        request.data,
-    )
-    .await?;
+    let prepared = request.prepare(state, publisher, rate_key).await?;
     routed(state, prepared).await
 }
 
