@@ -34,6 +34,7 @@ struct Inner {
     auth: crate::auth::Auth,
     publish_limits: crate::limits::PublishLimits,
     topic_quota: Arc<crate::limits::TopicQuota>,
+    pattern_quota: Arc<crate::limits::TopicQuota>,
     hooks: crate::hooks::Hooks,
 }
 
@@ -98,6 +99,8 @@ impl AppState {
             100_000,
         );
         let topic_quota = crate::limits::TopicQuota::new(config.limits.max_new_topics_per_client);
+        let pattern_quota =
+            crate::limits::TopicQuota::for_patterns(config.limits.max_new_patterns_per_client);
         let crate::validate::Access { auth, hooks } = access;
         Self(Arc::new(Inner {
             config,
@@ -112,6 +115,7 @@ impl AppState {
             auth,
             publish_limits,
             topic_quota,
+            pattern_quota,
             hooks,
         }))
     }
@@ -134,6 +138,11 @@ impl AppState {
     /// Topics each client's subscriptions created, per client.
     pub fn topic_quota(&self) -> &Arc<crate::limits::TopicQuota> {
         &self.0.topic_quota
+    }
+
+    /// New prefix patterns per client (`limits.max_new_patterns_per_client`).
+    pub fn pattern_quota(&self) -> &Arc<crate::limits::TopicQuota> {
+        &self.0.pattern_quota
     }
 
     /// Cancelled when the gateway starts draining.

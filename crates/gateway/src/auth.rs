@@ -73,6 +73,10 @@ pub struct Identity {
     pub info: Option<std::sync::Arc<String>>,
     /// Whether a token was presented (its claims are sent to the hooks).
     token: bool,
+    /// The connect hook could not vouch for the client (unavailable, let in by
+    /// `hooks.on_unavailable = "allow"`): it gets only what its token and the public
+    /// prefixes allow ([`Auth::may_subscribe`]).
+    pub unvouched: bool,
 }
 
 impl Identity {
@@ -116,6 +120,9 @@ pub struct Auth {
     public_prefixes: Vec<String>,
     api_keys: HashSet<String>,
     allowed_origins: Vec<String>,
+    /// Whether requests carry credentials a browser attaches by itself (a hook is told the
+    /// client's cookies): then, with no `allowed_origins`, only the site's own pages pass.
+    ambient_credentials: bool,
     /// What each namespace says of anonymous clients and client publishing.
     namespaces: HashMap<String, Access>,
 }
@@ -211,6 +218,7 @@ impl Auth {
             public_prefixes: config.public_prefixes.clone(),
             api_keys: config.api_keys.iter().cloned().collect(),
             allowed_origins: config.allowed_origins.clone(),
+            ambient_credentials: false,
             namespaces: HashMap::new(),
         })
     }
@@ -263,6 +271,7 @@ impl Auth {
                         expires: Some(expires),
                         info,
                         token: true,
+                        unvouched: false,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -307,6 +316,20 @@ impl Auth {
     /// a pattern only when the rules allow every topic it can match (a claim `orders.*`
     /// allows `orders.*` and `orders.eu.*`; `orders.eu.*` does not allow `orders.*`).
     pub fn may_subscribe(&self, who: &Identity, topic: &str) -> bool {
+        self.allows(who, topic, !who.unvouched)
+    }
+
+    /// Whether `who` may subscribe to `topic` by what its token, the public prefixes and the
+    /// namespaces allow, without the open default of a gateway that has no token keys: the
+    /// rule when a hook that decides `topic` was unavailable under `hooks.on_unavailable =
+    /// "allow"` (unavailability never opens more than tokens and public prefixes do).
+    pub fn may_subscribe_unvouched(&self, who: &Identity, topic: &str) -> bool {
+        self.allows(who, topic, false)
+    }
+
+    /// [`Self::may_subscribe`], with the open default of a gateway without token keys when
+    /// `open_default`.
+    fn allows(&self, who: &Identity, topic: &str, open_default: bool) -> bool {
         let pattern = topic.strip_suffix('*');
         if pattern.is_some_and(is_personal) || topic == "*" {
             return false;
@@ -328,7 +351,7 @@ impl Auth {
         // A pattern's prefix starts every topic it matches: a public prefix or a claim that
         // covers the prefix covers them all.
         let name = pattern.unwrap_or(topic);
-        !self.enabled()
+        (open_default && !self.enabled())
             || self
                 .public_prefixes
                 .iter()
@@ -359,6 +382,15 @@ impl Auth {
     /// (`anonymous = false`): no hook opens it.
     pub fn closed_to(&self, who: &Identity, topic: &str) -> bool {
         who.is_anonymous() && self.access(topic).and_then(|a| a.anonymous) == Some(false)
+    }
+
+    /// Tells the rules whether a browser's ambient credentials reach a decision: when the
+    /// hooks are told the client's cookies ([`crate::config::HooksConfig::forwards_cookies`]),
+    /// a page of another site must not get a connection in the user's name, so an empty
+    /// `allowed_origins` then means "this site's own pages", not "any".
+    pub fn with_ambient_credentials(mut self, ambient: bool) -> Self {
+        self.ambient_credentials = ambient;
+        self
     }
 
     /// Takes each namespace's `anonymous` and `publish` rules.
@@ -395,14 +427,26 @@ impl Auth {
             .is_some_and(|k| self.api_keys.contains(k))
     }
 
-    /// Checks a browser's `Origin` against `auth.allowed_origins` (when the list is set; a
-    /// request without `Origin` is not from a browser page and passes). Returns the origin
-    /// to echo in CORS headers.
+    /// Checks a browser's `Origin` against `auth.allowed_origins` (a request without
+    /// `Origin` is not from a browser page and passes). An empty list allows any origin,
+    /// unless the hooks are told the client's cookies: then only the site's own pages
+    /// (`Origin` naming the request's `Host`) pass, so that another site's page cannot
+    /// connect in the user's name. Returns the origin to echo in CORS headers.
     pub fn check_origin<'h>(&self, headers: &'h HeaderMap) -> Result<Option<&'h str>, ApiError> {
         let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
             return Ok(None);
         };
         if self.allowed_origins.is_empty() {
+            let host = headers.get("host").and_then(|v| v.to_str().ok());
+            if self.ambient_credentials && !same_origin(origin, host) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "origin_not_allowed",
+                    format!(
+                        "origin {origin:?} is another site, and the hooks are told the client's cookies; list the pages allowed in auth.allowed_origins"
+                    ),
+                ));
+            }
             return Ok(Some(origin));
         }
         if self
@@ -419,6 +463,71 @@ impl Auth {
             ))
         }
     }
+}
+
+/// The authority (`host[:port]`) of a browser `Origin` (`scheme://host[:port]`), with the
+/// scheme's default port made explicit; `None` for `null` and anything that is not an
+/// origin.
+fn origin_authority(origin: &str) -> Option<(String, &'static str)> {
+    let (scheme, rest) = origin.split_once("://")?;
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" | "ws" => "80",
+        "https" | "wss" => "443",
+        _ => return None,
+    };
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return None;
+    }
+    Some((rest.to_ascii_lowercase(), default))
+}
+
+/// `host` with its port, `default` when it names none (`[::1]` and `[::1]:80` alike).
+fn with_port(host: &str, default: &str) -> String {
+    let host = host.to_ascii_lowercase();
+    let has_port = match host.rfind(']') {
+        Some(end) => host[end..].contains(':'),
+        None => host.contains(':'),
+    };
+    if has_port {
+        host
+    } else {
+        format!("{host}:{default}")
+    }
+}
+
+/// Whether a page of `origin` is the site serving the request addressed to `host` (the
+/// request's `Host`, or its HTTP/2 authority): same host and port, by the origin's scheme
+/// for a port left out.
+pub fn same_origin(origin: &str, host: Option<&str>) -> bool {
+    let (Some((authority, default)), Some(host)) = (origin_authority(origin), host) else {
+        return false;
+    };
+    with_port(&authority, default) == with_port(host, default)
+}
+
+/// Whether `host` (a `Host` header: name or address, with a port or not) names this machine
+/// the way only a local client would: an IP address, `localhost` or a `*.localhost` name.
+/// A DNS name that resolves here (a rebinding page's) is not one.
+pub fn is_address_or_localhost(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => {
+            return rest
+                .split(']')
+                .next()
+                .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok());
+        }
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name.parse::<std::net::Ipv4Addr>().is_ok()
+        || name == "localhost"
+        || name.ends_with(".localhost")
 }
 
 /// A token's `info` claim as kept: a JSON object, compact, at most [`MAX_INFO_BYTES`].
@@ -464,6 +573,54 @@ pub fn forbidden(topic: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_origin_is_the_same_site_only_by_host_and_port() {
+        assert!(same_origin("http://127.0.0.1:9090", Some("127.0.0.1:9090")));
+        assert!(same_origin("HTTP://LocalHost:8080", Some("localhost:8080")));
+        assert!(same_origin("https://app.example", Some("app.example")));
+        assert!(same_origin("https://app.example", Some("app.example:443")));
+        assert!(same_origin("http://[::1]:8080", Some("[::1]:8080")));
+        assert!(!same_origin("http://app.example", Some("app.example:8080")));
+        assert!(!same_origin("https://app.example", Some("app.example:80")));
+        assert!(!same_origin("https://evil.example", Some("app.example")));
+        assert!(!same_origin(
+            "http://app.example.evil.example",
+            Some("app.example")
+        ));
+        assert!(!same_origin("null", Some("app.example")));
+        assert!(!same_origin("http://app.example", None));
+        assert!(!same_origin("http://user@app.example", Some("app.example")));
+        assert!(!same_origin("file:///etc", Some("app.example")));
+    }
+
+    #[test]
+    fn only_addresses_and_localhost_are_local_host_names() {
+        for host in [
+            "127.0.0.1",
+            "127.0.0.1:9090",
+            "[::1]:9090",
+            "[::1]",
+            "localhost",
+            "LOCALHOST:9090",
+            "console.localhost:1",
+            "10.0.0.5:9090",
+            "localhost.",
+        ] {
+            assert!(is_address_or_localhost(host), "{host}");
+        }
+        for host in [
+            "rebind.evil.example",
+            "rebind.evil.example:9090",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "",
+            "[zz]:1",
+            "evil:localhost",
+        ] {
+            assert!(!is_address_or_localhost(host), "{host}");
+        }
+    }
 
     #[test]
     fn a_claim_covers_the_patterns_inside_it() {

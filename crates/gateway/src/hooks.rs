@@ -48,13 +48,18 @@ const MAX_USER_BYTES: usize = 256;
 
 pub use crate::config::hooks::Hook;
 
-/// The headers of a client's request that hook requests carry (`hooks.forward_headers`):
-/// one word, and no allocation when there are none (a WebSocket connection keeps them).
+/// The headers of a client's request that hook requests carry (`hooks.forward_headers`),
+/// and the page's `Origin` (sent as the `origin` field, so that a backend authenticating a
+/// browser by its cookies can tell another site's page from its own): one word, and no
+/// allocation when there are none (a WebSocket connection keeps them).
 #[derive(Clone, Debug, Default)]
 pub struct Forwarded(Option<Box<HeaderList>>);
 
 #[derive(Clone, Debug)]
-struct HeaderList(Vec<(HeaderName, HeaderValue)>);
+struct HeaderList {
+    headers: Vec<(HeaderName, HeaderValue)>,
+    origin: Option<String>,
+}
 
 /// Who a hook request is about: the client, as the gateway knows it.
 #[derive(Debug)]
@@ -82,6 +87,10 @@ pub struct Grant {
     pub info: Option<Arc<String>>,
     /// How long the connection's credentials last from now (then the refresh hook is asked).
     pub expires_in: Option<Duration>,
+    /// The connect hook was unavailable and `hooks.on_unavailable = "allow"` let the client
+    /// in: it gets only what its token and the public prefixes allow, never the open default
+    /// of a gateway without token keys (the application could not vouch for it).
+    pub unvouched: bool,
 }
 
 impl Grant {
@@ -95,6 +104,9 @@ impl Grant {
         }
         if let Some(left) = self.expires_in {
             who.expires = Some(std::time::SystemTime::now() + left);
+        }
+        if self.unvouched {
+            who.unvouched = true;
         }
     }
 }
@@ -120,6 +132,29 @@ struct Answer {
 enum Verdict {
     Allow,
     Deny,
+}
+
+/// What the subscribe hook said of a set of topics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubscribeVerdict {
+    /// The application allowed them.
+    Allowed,
+    /// The hook is not configured: the token rules decide.
+    Rules,
+    /// The hook was unavailable under `hooks.on_unavailable = "allow"`: only what the
+    /// client's token and the public prefixes allow, never the open default of a gateway
+    /// without token keys.
+    Unvouched,
+}
+
+/// Whether a hook was asked, and what it came to.
+enum Asked {
+    /// The hook is not configured.
+    NotConfigured,
+    /// It answered: allowed (with its answer) or refused.
+    Answered(Result<Answer, ApiError>),
+    /// It was unavailable, and `hooks.on_unavailable = "allow"` lets the token rules decide.
+    Unavailable,
 }
 
 /// What asking a hook came to.
@@ -276,7 +311,16 @@ impl Hooks {
                     .map(|v| (name.clone(), v.clone()))
             })
             .collect();
-        Forwarded((!found.is_empty()).then(|| Box::new(HeaderList(found))))
+        let origin = headers
+            .get(axum::http::header::ORIGIN)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Forwarded((!found.is_empty() || origin.is_some()).then(|| {
+            Box::new(HeaderList {
+                headers: found,
+                origin,
+            })
+        }))
     }
 
     /// Asks the connect hook about a client that asked for `topics`: `Ok(None)` when the
@@ -289,18 +333,34 @@ impl Hooks {
     ) -> Result<Option<Grant>, ApiError> {
         let body = serde_json::json!({ "topics": topics });
         match self.ask(Hook::Connect, caller, body).await {
-            None => Ok(None),
-            Some(answer) => grant(Hook::Connect, answer).map(Some),
+            Asked::NotConfigured => Ok(None),
+            Asked::Unavailable => Ok(Some(Grant {
+                unvouched: true,
+                ..Grant::default()
+            })),
+            Asked::Answered(answer) => grant(Hook::Connect, answer).map(Some),
         }
     }
 
-    /// Asks the subscribe hook about `topics` (all or nothing): `Ok(true)` when the
-    /// application allowed them, `Ok(false)` when the token rules decide, else the refusal.
-    pub async fn subscribe(&self, caller: &Caller<'_>, topics: &[&str]) -> Result<bool, ApiError> {
-        let body = serde_json::json!({ "topics": topics });
-        self.ask(Hook::Subscribe, caller, body)
-            .await
-            .map_or(Ok(false), |answer| answer.map(|_| true))
+    /// Asks the subscribe hook about `topics` (all or nothing; a prefix pattern among them
+    /// is listed in `patterns` too, and an allow covers every topic it matches): what it
+    /// decided, or the refusal.
+    pub async fn subscribe(
+        &self,
+        caller: &Caller<'_>,
+        topics: &[&str],
+    ) -> Result<SubscribeVerdict, ApiError> {
+        let patterns: Vec<&str> = topics
+            .iter()
+            .copied()
+            .filter(|t| t.ends_with('*'))
+            .collect();
+        let body = serde_json::json!({ "topics": topics, "patterns": patterns });
+        match self.ask(Hook::Subscribe, caller, body).await {
+            Asked::NotConfigured => Ok(SubscribeVerdict::Rules),
+            Asked::Unavailable => Ok(SubscribeVerdict::Unvouched),
+            Asked::Answered(answer) => answer.map(|_| SubscribeVerdict::Allowed),
+        }
     }
 
     /// Asks the publish hook about a message: `Ok(true)` when the application allowed it,
@@ -313,9 +373,11 @@ impl Hooks {
         data: &RawValue,
     ) -> Result<bool, ApiError> {
         let body = serde_json::json!({ "topic": topic, "event": event, "data": data });
-        self.ask(Hook::Publish, caller, body)
-            .await
-            .map_or(Ok(false), |answer| answer.map(|_| true))
+        match self.ask(Hook::Publish, caller, body).await {
+            // Publishing has no open default: the token's claim or an API key decides.
+            Asked::NotConfigured | Asked::Unavailable => Ok(false),
+            Asked::Answered(answer) => answer.map(|_| true),
+        }
     }
 
     /// Asks the refresh hook whether an expiring connection may go on: `Ok(Some(grant))`
@@ -325,9 +387,9 @@ impl Hooks {
     pub async fn refresh(&self, caller: &Caller<'_>) -> Result<Option<Grant>, ApiError> {
         let answer = match self.ask(Hook::Refresh, caller, serde_json::json!({})).await {
             // Unavailable: whatever the policy, the credentials have expired.
-            None => return Ok(None),
-            Some(Err(e)) if e.code() == "hook_unavailable" => return Ok(None),
-            Some(answer) => answer,
+            Asked::NotConfigured | Asked::Unavailable => return Ok(None),
+            Asked::Answered(Err(e)) if e.code() == "hook_unavailable" => return Ok(None),
+            Asked::Answered(answer) => answer,
         };
         let grant = grant(Hook::Refresh, answer)?;
         if grant.expires_in.is_none() {
@@ -339,16 +401,17 @@ impl Hooks {
     }
 
     /// Asks `hook` (when configured) with `body` plus what the caller is: the answer when
-    /// it allowed, `None` when the token rules decide; a refusal (denied, or unavailable
-    /// under `on_unavailable = "deny"`) comes back as the error.
-    async fn ask(
-        &self,
-        hook: Hook,
-        caller: &Caller<'_>,
-        mut body: serde_json::Value,
-    ) -> Option<Result<Answer, ApiError>> {
-        let inner = self.0.as_ref()?;
-        let url = inner.urls[hook as usize].as_ref()?;
+    /// it allowed; a refusal (denied, or unavailable under `on_unavailable = "deny"`) comes
+    /// back as the error.
+    async fn ask(&self, hook: Hook, caller: &Caller<'_>, mut body: serde_json::Value) -> Asked {
+        let Some(url) = self
+            .0
+            .as_ref()
+            .and_then(|inner| inner.urls[hook as usize].as_ref().map(|url| (inner, url)))
+        else {
+            return Asked::NotConfigured;
+        };
+        let (inner, url) = url;
         let fields = body.as_object_mut().expect("a JSON object");
         fields.insert("hook".into(), hook.as_str().into());
         fields.insert("transport".into(), caller.transport.into());
@@ -357,6 +420,15 @@ impl Hooks {
             caller.client.map(|id| id.to_string()).into(),
         );
         fields.insert("remote_addr".into(), caller.remote.to_string().into());
+        fields.insert(
+            "origin".into(),
+            caller
+                .headers
+                .0
+                .as_ref()
+                .and_then(|h| h.origin.clone())
+                .into(),
+        );
         fields.insert("user".into(), caller.who.sub.clone().into());
         fields.insert("token".into(), caller.who.token_claims());
         if let Some(info) = &caller.who.info {
@@ -366,11 +438,11 @@ impl Hooks {
             );
         }
         match inner.call(hook, url, caller.headers, &body).await {
-            Outcome::Allowed(answer) => Some(Ok(answer)),
-            Outcome::Denied(reason) => Some(Err(denied(reason))),
+            Outcome::Allowed(answer) => Asked::Answered(Ok(answer)),
+            Outcome::Denied(reason) => Asked::Answered(Err(denied(reason))),
             Outcome::Unavailable => match inner.on_unavailable {
-                OnUnavailable::Allow => None,
-                OnUnavailable::Deny => Some(Err(ApiError::new(
+                OnUnavailable::Allow => Asked::Unavailable,
+                OnUnavailable::Deny => Asked::Answered(Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "hook_unavailable",
                     format!(
@@ -409,6 +481,7 @@ fn grant(hook: Hook, answer: Result<Answer, ApiError>) -> Result<Grant, ApiError
             .expires_in
             .filter(|s| *s > 0)
             .map(|s| Duration::from_secs(s.min(10 * 365 * 86_400))),
+        unvouched: false,
     })
 }
 
@@ -473,7 +546,7 @@ impl Inner {
             .post(url.clone())
             .header("content-type", "application/json")
             .body(body.to_string());
-        for (name, value) in headers.0.iter().flat_map(|h| h.0.iter()) {
+        for (name, value) in headers.0.iter().flat_map(|h| h.headers.iter()) {
             request = request.header(name, value);
         }
         let answer = tokio::time::timeout(self.timeout, async {

@@ -270,10 +270,14 @@ impl PublishLimits {
 /// [`publisher_key`]) holds that its own subscriptions created, counted while those
 /// subscriptions last. Bounds what one client can pin in the registry through subscriptions
 /// (`limits.max_new_topics_per_client`); the registry's `max_unpublished` bounds all clients
-/// together. Entries exist only for clients holding a charge.
+/// together. Entries exist only for clients holding a charge. The same quota, with its own
+/// maximum, counts the prefix patterns each client's subscriptions made new on the node
+/// (`limits.max_new_patterns_per_client`; all clients together: `topics.max_patterns`).
 #[derive(Debug)]
 pub struct TopicQuota {
     max: usize,
+    /// What is counted: `false` topics, `true` patterns.
+    patterns: bool,
     held: Mutex<HashMap<String, usize>>,
 }
 
@@ -289,6 +293,16 @@ impl TopicQuota {
     pub fn new(max: usize) -> Arc<Self> {
         Arc::new(Self {
             max,
+            patterns: false,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// `max` new prefix patterns per client.
+    pub fn for_patterns(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            patterns: true,
             held: Mutex::new(HashMap::new()),
         })
     }
@@ -301,13 +315,27 @@ impl TopicQuota {
             if *n == 0 {
                 held.remove(client);
             }
+            let (code, reason) = if self.patterns {
+                (
+                    "pattern_quota",
+                    format!(
+                        "this client's subscriptions hold {} patterns no other client held; subscribe to topics, or drop some patterns first",
+                        self.max
+                    ),
+                )
+            } else {
+                (
+                    "topic_quota",
+                    format!(
+                        "this client's subscriptions created {} topics that have no message yet; subscribe to existing topics, or drop some first",
+                        self.max
+                    ),
+                )
+            };
             return Err(crate::error::ApiError::new(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
-                "topic_quota",
-                format!(
-                    "this client's subscriptions created {} topics that have no message yet; subscribe to existing topics, or drop some first",
-                    self.max
-                ),
+                code,
+                reason,
             ));
         }
         *n += 1;

@@ -44,7 +44,8 @@ impl Access {
         Ok(Self {
             auth: Auth::from_config(&config.auth)
                 .map_err(|e| anyhow::anyhow!("auth: {e:#}"))?
-                .with_namespaces(&config.namespaces),
+                .with_namespaces(&config.namespaces)
+                .with_ambient_credentials(config.hooks.forwards_cookies()),
             hooks: crate::hooks::Hooks::from_config(&config.hooks)?,
         })
     }
@@ -176,6 +177,11 @@ impl Config {
         above_zero("limits.write_timeout", l.write_timeout)?;
         above_zero("limits.body_read_timeout", l.body_read_timeout)?;
         within("limits.listen_backlog", l.listen_backlog, 1..=65_535)?;
+        within(
+            "limits.max_new_patterns_per_client",
+            l.max_new_patterns_per_client,
+            1..=100_000,
+        )?;
         at_least("limits.admin_max_connections", l.admin_max_connections, 1)?;
         at_least(
             "limits.admin_max_connections_per_address",

@@ -247,6 +247,10 @@ fn public_publisher(
             "unknown API key",
         ));
     }
+    // A client publishing in its own name is checked as its subscriptions are: a page of a
+    // site not allowed (or of another site, while the hooks read cookies) is refused, so
+    // that a form on another site cannot publish with the user's cookies.
+    state.auth().check_origin(headers)?;
     match state.auth().identify(headers, None)? {
         // Without credentials only where the publish hook or a namespace open to client
         // publishing (`publish = true`) may allow it: the pipeline decides per topic.

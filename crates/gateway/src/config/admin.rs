@@ -28,6 +28,17 @@ pub struct AdminConfig {
     /// Allow an admin listener on a non-loopback address without keys. Only for a network
     /// where every peer that can reach the listener may publish and read stats.
     pub insecure: bool,
+    /// Browser origins (`https://ops.example.com`) whose pages may call the admin API besides
+    /// the listener's own (the console). A request from any other page (`Origin` set and
+    /// neither the listener's own nor listed here) is refused with 403 `origin_not_allowed`,
+    /// so a web page an operator visits cannot publish or disconnect users through the
+    /// operator's browser. Bound: at most 64 entries.
+    pub allowed_origins: Vec<String>,
+    /// Host names the listener answers to besides IP addresses and `localhost`, while it has
+    /// no keys: a request naming another host (`Host: rebind.evil.example`, a DNS rebinding
+    /// page) is refused with 403 `host_not_allowed`. With keys set every host is answered
+    /// (the key is the protection). Bound: at most 64 entries.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for AdminConfig {
@@ -36,6 +47,8 @@ impl Default for AdminConfig {
             api_keys: Vec::new(),
             public_metrics: true,
             insecure: false,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -54,6 +67,22 @@ impl AdminConfig {
                 .iter()
                 .all(|k| k.len() >= MIN_KEY_LEN && k.bytes().all(|b| b.is_ascii_graphic())),
             "admin.api_keys entries must be at least {MIN_KEY_LEN} visible ASCII characters (no spaces)"
+        );
+        ensure!(
+            self.allowed_origins.len() <= 64 && self.allowed_hosts.len() <= 64,
+            "admin.allowed_origins and admin.allowed_hosts take at most 64 entries each"
+        );
+        ensure!(
+            self.allowed_origins
+                .iter()
+                .all(|o| o.starts_with("http://") || o.starts_with("https://")),
+            "admin.allowed_origins entries are origins: scheme://host[:port], e.g. https://ops.example.com"
+        );
+        ensure!(
+            self.allowed_hosts
+                .iter()
+                .all(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic() && b != b'/')),
+            "admin.allowed_hosts entries are host names (with a port or not), e.g. herald-admin.internal"
         );
         if !admin_listen.ip().to_canonical().is_loopback()
             && !self.requires_credentials()

@@ -73,6 +73,12 @@ pub struct HooksConfig {
     /// an open WebSocket, an error frame with that code) or `allow` (the token rules decide,
     /// as without the hook).
     pub on_unavailable: OnUnavailable,
+    /// What a prefix pattern (`rooms.*`) is where the subscribe hook decides its namespace:
+    /// `refuse` (403 `pattern_not_allowed`: a hook that allows `rooms.` and denies
+    /// `rooms.secret` would otherwise be asked about `rooms.*` as one name, allow it, and
+    /// let it deliver `rooms.secret`), or `ask` (the hook is asked, the pattern listed in the
+    /// request's `patterns` too, and its allow covers every topic the pattern matches).
+    pub subscribe_patterns: SubscribePatterns,
     /// Headers of the client's request copied onto hook requests (names, case-insensitive),
     /// e.g. `authorization` and `cookie` for a backend that authenticates the client itself.
     /// A WebSocket connection's hook requests carry those of its upgrade request.
@@ -82,6 +88,17 @@ pub struct HooksConfig {
     /// trust store (a backend with a certificate from a private CA). Read at start-up.
     /// Bound: only with an `https://` hook URL.
     pub ca_file: Option<PathBuf>,
+}
+
+/// What a prefix pattern is where the subscribe hook decides ([`HooksConfig::subscribe_patterns`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum SubscribePatterns {
+    /// Refused: 403 `pattern_not_allowed`.
+    #[default]
+    Refuse,
+    /// Asked about as a pattern; an allow covers every topic it matches.
+    Ask,
 }
 
 /// What an unavailable hook means.
@@ -105,6 +122,7 @@ impl Default for HooksConfig {
             timeout: Duration::from_secs(1),
             max_in_flight: 1000,
             on_unavailable: OnUnavailable::Deny,
+            subscribe_patterns: SubscribePatterns::Refuse,
             forward_headers: vec!["authorization".into(), "cookie".into()],
             ca_file: None,
         }
@@ -115,6 +133,16 @@ impl HooksConfig {
     /// Whether any hook is configured.
     pub fn any(&self) -> bool {
         self.urls().any(|(_, url)| url.is_some())
+    }
+
+    /// Whether hook requests carry the client's cookies, which a browser attaches to a
+    /// request from any site's page (`forward_headers` lists `cookie` and a hook is set).
+    pub fn forwards_cookies(&self) -> bool {
+        self.any()
+            && self
+                .forward_headers
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case("cookie"))
     }
 
     /// Each hook's key and URL.

@@ -447,6 +447,12 @@ pub struct LimitsConfig {
     /// another new topic gets 429 `topic_quota`. Subscribing to topics that exist is not
     /// counted.
     pub max_new_topics_per_client: usize,
+    /// Prefix patterns (`orders.*`) one client (its token's subject, else its address) may
+    /// hold that its own subscriptions made new on this node; past it, yet another new
+    /// pattern gets 429 `pattern_quota`. A pattern some other subscription holds already is
+    /// not counted. Keeps a few clients from taking `topics.max_patterns` from everyone.
+    /// Bound: 1 to 100000.
+    pub max_new_patterns_per_client: usize,
     /// Connections the kernel may hold completed but not yet accepted, per listener (the
     /// `listen(2)` backlog; the kernel caps it at `net.core.somaxconn`). A burst of new
     /// connections larger than this waits on SYN retransmits (1 s, then 3 s).
@@ -576,6 +582,7 @@ impl Default for LimitsConfig {
             max_header_bytes: 16 * 1024,
             body_read_timeout: Duration::from_secs(10),
             max_new_topics_per_client: 1_000,
+            max_new_patterns_per_client: 16,
             listen_backlog: 4096,
             admin_max_connections: 1024,
             admin_max_connections_per_address: 64,

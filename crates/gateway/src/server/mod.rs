@@ -464,13 +464,22 @@ impl Drop for H2Stream {
     }
 }
 
-/// One request through the router, with the client's address attached.
+/// One request through the router, with the client's address attached. An HTTP/2 request
+/// names its host in the `:authority` pseudo-header, which hyper keeps in the URI: it is
+/// copied to `Host` so that every check of the host (the admin listener's, the same-origin
+/// rule) reads one header on every path.
 async fn route(
     router: Router,
     peer: SocketAddr,
     mut req: hyper::Request<Incoming>,
 ) -> Result<axum::response::Response, Infallible> {
     req.extensions_mut().insert(ConnectInfo(peer));
+    if !req.headers().contains_key(hyper::header::HOST)
+        && let Some(authority) = req.uri().authority()
+        && let Ok(host) = hyper::header::HeaderValue::from_str(authority.as_str())
+    {
+        req.headers_mut().insert(hyper::header::HOST, host);
+    }
     Ok(router.oneshot(req).await.unwrap_or_else(|e| match e {}))
 }
 

@@ -11,8 +11,9 @@ use std::time::Duration;
 use herald_core::{Feed, ResumeList, Start, Topic, TopicName};
 
 use crate::app::AppState;
+use crate::config::hooks::SubscribePatterns;
 use crate::error::ApiError;
-use crate::hooks::{Caller, Hook};
+use crate::hooks::{Caller, Hook, SubscribeVerdict};
 use crate::limits::QuotaCharge;
 
 /// The form of an SSE stream's messages (`format` query parameter).
@@ -196,13 +197,35 @@ pub async fn may_subscribe(
                 .config()
                 .hook_applies(crate::hooks::Hook::Subscribe, t)
     });
-    if !asked.is_empty() && !state.hooks().subscribe(caller, &asked).await? {
-        ruled.extend(asked);
+    if let Some(pattern) = asked.iter().find(|t| t.ends_with('*'))
+        && state.hooks().has(Hook::Subscribe)
+        && state.config().hooks.subscribe_patterns == SubscribePatterns::Refuse
+    {
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "pattern_not_allowed",
+            format!(
+                "{pattern:?} is a pattern, and the subscribe hook decides its topics one by one; subscribe to topics (hooks.subscribe_patterns)"
+            ),
+        ));
     }
+    let mut unvouched = Vec::new();
+    if !asked.is_empty() {
+        match state.hooks().subscribe(caller, &asked).await? {
+            SubscribeVerdict::Allowed => {}
+            SubscribeVerdict::Rules => ruled.extend(asked),
+            SubscribeVerdict::Unvouched => unvouched = asked,
+        }
+    }
+    let auth = state.auth();
     match ruled
         .iter()
-        .find(|t| !state.auth().may_subscribe(caller.who, t))
-    {
+        .find(|t| !auth.may_subscribe(caller.who, t))
+        .or_else(|| {
+            unvouched
+                .iter()
+                .find(|t| !auth.may_subscribe_unvouched(caller.who, t))
+        }) {
         Some(denied) => Err(crate::auth::forbidden(denied)),
         None => Ok(()),
     }
@@ -244,8 +267,8 @@ pub fn topic_for_subscriber(
 
 /// The charge for a pattern that `client`'s subscription makes new on this node (none when
 /// the node holds it already): a new pattern pins a channel on the node as a new topic pins
-/// a topic, so it counts against the same per-client quota
-/// (`limits.max_new_topics_per_client`), and one client cannot take the node's
+/// a topic, so it counts against a per-client quota of its own
+/// (`limits.max_new_patterns_per_client`), and a few clients cannot take the node's
 /// `topics.max_patterns` from everyone else.
 pub fn pattern_charge(
     state: &AppState,
@@ -255,7 +278,7 @@ pub fn pattern_charge(
     if state.registry().patterns().holds(pattern.prefix()) {
         return Ok(None);
     }
-    state.topic_quota().charge(client).map(Some)
+    state.pattern_quota().charge(client).map(Some)
 }
 
 /// A server-side subscription (the admin API's `POST /v1/users/{user}/subscribe`, or a

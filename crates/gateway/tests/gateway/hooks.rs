@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use crate::common::*;
 
 /// What the backend answers.
-enum Reply {
+pub(crate) enum Reply {
     /// 200 with this JSON.
     Json(Value),
     /// This status, an empty body.
@@ -33,7 +33,7 @@ enum Reply {
 
 /// Requests held until `size` have arrived (at most 10 s), so that only requests made at the
 /// same time are answered soon; counts the most held at once.
-struct Crowd {
+pub(crate) struct Crowd {
     size: usize,
     arrived: tokio::sync::watch::Sender<usize>,
     held: std::sync::atomic::AtomicUsize,
@@ -71,7 +71,7 @@ type Decide = dyn Fn(&str, &Value) -> Reply + Send + Sync;
 type Calls = Arc<Mutex<Vec<(String, Value, HeaderMap)>>>;
 
 /// A backend the test programs: every request (hook name, JSON body, headers) is recorded.
-struct Backend {
+pub(crate) struct Backend {
     url: String,
     calls: Calls,
 }
@@ -111,7 +111,9 @@ async fn hook(
 }
 
 impl Backend {
-    async fn start(decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(
+        decide: impl Fn(&str, &Value) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let (app, calls) = Self::app(decide);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hooks", listener.local_addr().unwrap());
@@ -176,12 +178,12 @@ impl Backend {
     }
 
     /// The URL of hook `name`.
-    fn url(&self, name: &str) -> Option<String> {
+    pub(crate) fn url(&self, name: &str) -> Option<String> {
         Some(format!("{}/{name}", self.url))
     }
 
     /// The requests made to hook `name`, in order.
-    fn calls(&self, name: &str) -> Vec<(Value, HeaderMap)> {
+    pub(crate) fn calls(&self, name: &str) -> Vec<(Value, HeaderMap)> {
         self.calls
             .lock()
             .unwrap()
@@ -193,18 +195,18 @@ impl Backend {
 }
 
 /// A URL nothing listens on.
-async fn dead_url() -> Option<String> {
+pub(crate) async fn dead_url() -> Option<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
     Some(format!("http://{addr}/hooks/connect"))
 }
 
-fn allow() -> Reply {
+pub(crate) fn allow() -> Reply {
     Reply::Json(json!({"result": "allow"}))
 }
 
-fn deny(reason: &str) -> Reply {
+pub(crate) fn deny(reason: &str) -> Reply {
     Reply::Json(json!({"result": "deny", "reason": reason}))
 }
 
@@ -218,7 +220,7 @@ async fn sse_get(gw: &Gateway, query: &str, headers: &[(&str, &str)]) -> (u16, V
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Path {
+pub(crate) enum Path {
     /// HTTP/1.1 on the raw socket (the fast path).
     Direct,
     /// HTTP/1.1 absolute-form: hyper and the router.
@@ -231,7 +233,7 @@ enum Path {
     Poll,
 }
 
-const PATHS: [Path; 5] = [
+pub(crate) const PATHS: [Path; 5] = [
     Path::Direct,
     Path::AbsoluteForm,
     Path::TlsDirect,
@@ -241,6 +243,16 @@ const PATHS: [Path; 5] = [
 
 /// The status and (for a refusal) JSON body of a subscribe request over `path`.
 async fn subscribe_on(gw: &Gateway, path: Path, query: &str, cookie: &str) -> (u16, Value) {
+    subscribe_with(gw, path, query, &[("cookie", cookie)]).await
+}
+
+/// [`subscribe_on`] with these request headers (the request names the host `localhost`).
+pub(crate) async fn subscribe_with(
+    gw: &Gateway,
+    path: Path,
+    query: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
     let (route, timeout) = match path {
         Path::Poll => ("/v1/poll", "&timeout=0"),
         _ => ("/v1/sse", ""),
@@ -250,7 +262,10 @@ async fn subscribe_on(gw: &Gateway, path: Path, query: &str, cookie: &str) -> (u
         Path::TlsH2 => format!("https://localhost{route}?{query}{timeout}"),
         _ => format!("{route}?{query}{timeout}"),
     };
-    let mut request = hyper::Request::get(uri).header("cookie", cookie);
+    let mut request = hyper::Request::get(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
     if path != Path::TlsH2 {
         request = request.header("host", "localhost");
     }
@@ -294,7 +309,7 @@ where
     sender.send_request(request).await.unwrap()
 }
 
-fn hooked(mut config: Config, backend: &Backend, hooks: &[&str]) -> Config {
+pub(crate) fn hooked(mut config: Config, backend: &Backend, hooks: &[&str]) -> Config {
     for h in hooks {
         let url = backend.url(h);
         match *h {
@@ -1000,8 +1015,8 @@ async fn the_publish_hook_sees_a_msgpack_payload_in_its_json_form() {
     gw.stop().await.unwrap();
 }
 
-/// A prefix pattern is put to the subscribe hook as it is: the application decides for every
-/// topic it can match at once.
+/// With `hooks.subscribe_patterns = "ask"`, a prefix pattern is put to the subscribe hook as
+/// it is: the application decides for every topic it can match at once.
 #[tokio::test]
 async fn the_subscribe_hook_is_asked_about_a_pattern_as_a_whole() {
     let backend = Backend::start(|_, body| {
@@ -1017,7 +1032,9 @@ async fn the_subscribe_hook_is_asked_about_a_pattern_as_a_whole() {
         }
     })
     .await;
-    let gw = spawn_gateway(hooked(token_config(), &backend, &["subscribe"])).await;
+    let mut config = hooked(token_config(), &backend, &["subscribe"]);
+    config.hooks.subscribe_patterns = herald_gateway::config::hooks::SubscribePatterns::Ask;
+    let gw = spawn_gateway(config).await;
     let mut ws = ws_connect(&gw).await;
     ws_send(&mut ws, json!({"type": "subscribe", "topics": ["news.*"]})).await;
     assert_eq!(

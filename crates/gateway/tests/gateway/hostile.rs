@@ -471,7 +471,7 @@ async fn bodies_and_heads_are_bounded_on_both_listeners() {
     for addr in [gw.admin_addr, gw.public_addr] {
         // A body that trickles: 408 once the body timeout passes.
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"POST /v1/publish HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"topic\"")
+        s.write_all(b"POST /v1/publish HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"topic\"")
             .await
             .unwrap();
         let started = Instant::now();
@@ -481,7 +481,7 @@ async fn bodies_and_heads_are_bounded_on_both_listeners() {
         assert!(started.elapsed() < Duration::from_secs(5));
         // A body declared over the limit: 413 before it is sent.
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"POST /v1/publish HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 99999999\r\n\r\n")
+        s.write_all(b"POST /v1/publish HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 99999999\r\n\r\n")
             .await
             .unwrap();
         let answer = read_answer(&mut s).await;

@@ -26,5 +26,6 @@ mod presence;
 mod shutdown;
 mod sse;
 mod tls;
+mod trust;
 mod wildcard;
 mod ws;

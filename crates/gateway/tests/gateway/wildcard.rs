@@ -585,18 +585,18 @@ async fn a_slow_pattern_subscriber_is_disconnected_under_the_disconnect_policy()
 }
 
 /// A pattern new on the node pins a channel there, as a new topic pins a topic: it is charged
-/// to the client against `limits.max_new_topics_per_client`, so one client cannot take the
-/// node's `topics.max_patterns` from the others. A pattern the node holds already is free.
+/// to the client against `limits.max_new_patterns_per_client`, so a few clients cannot take
+/// the node's `topics.max_patterns` from the others. A pattern the node holds already is free.
 #[tokio::test]
 async fn a_new_pattern_is_charged_to_the_client_that_made_it() {
     let mut config = test_config();
-    config.limits.max_new_topics_per_client = 1;
+    config.limits.max_new_patterns_per_client = 1;
     let gw = spawn_gateway(config).await;
     let mut ws = ws_connect(&gw).await;
     ws_subscribe(&mut ws, &["a.*"]).await;
     ws_send(&mut ws, json!({"type": "subscribe", "topics": ["b.*"]})).await;
     let refused = ws_next(&mut ws).await;
-    assert_eq!(refused["code"], "topic_quota", "{refused}");
+    assert_eq!(refused["code"], "pattern_quota", "{refused}");
     // SSE and long-poll: the same quota, the same answer.
     let sse = SseClient::request(&gw, "topic=b.*", None).await;
     assert_eq!(sse.status(), 429);
