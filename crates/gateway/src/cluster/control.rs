@@ -23,7 +23,15 @@ use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use super::presence_event::{PresenceEvent, PresenceKind};
 use crate::bridge::redis_conn::{Purpose, RedisTarget, SharedConn};
+
+/// The connections of this node subscribed to a topic whose members are kept, but one
+/// ([`super::members::Members`]): where a [`Target::Topic`] command goes.
+pub trait TopicSubscribers: Send + Sync {
+    /// The ids of `topic`'s subscribers on this node, but `except`.
+    fn ids_of(&self, topic: &str, except: u64) -> Vec<u64>;
+}
 
 /// Most commands the control stream keeps (older ones are trimmed; a node that was away
 /// longer than they take to arrive has lost its connections anyway).
@@ -51,67 +59,6 @@ pub enum Target {
     /// Every connection subscribed to a topic whose members are kept, on every node (as
     /// [`super::members`] lists them): for join and leave events only.
     Topic(String),
-}
-
-/// Whether a member joined or left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PresenceKind {
-    /// It subscribed to the topic.
-    Join,
-    /// It unsubscribed or closed.
-    Leave,
-}
-
-impl PresenceKind {
-    /// `join` or `leave`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Join => "join",
-            Self::Leave => "leave",
-        }
-    }
-}
-
-/// A member joined or left a topic ([`super::join_leave`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PresenceEvent {
-    /// Joined or left.
-    pub kind: PresenceKind,
-    /// The member's connection, which is not told of its own join.
-    pub conn: u64,
-    /// What subscribers are shown, a JSON object made once and shared by every connection it
-    /// reaches: `{"topic":..,"conn":..,"node":..,"transport":..,"user":..,"info":..}`.
-    #[serde(with = "shared_str")]
-    pub member: Arc<str>,
-}
-
-impl PresenceEvent {
-    /// The member object with `"type":"join"` or `"leave"` first: a WebSocket frame, and an
-    /// entry of a long-poll's `presence`.
-    pub fn typed_json(&self) -> String {
-        let body = self.member.strip_prefix('{').unwrap_or(&self.member);
-        let mut text = String::with_capacity(body.len() + 20);
-        text.push_str(r#"{"type":""#);
-        text.push_str(self.kind.as_str());
-        text.push_str(r#"","#);
-        text.push_str(body);
-        text
-    }
-}
-
-mod shared_str {
-    use std::sync::Arc;
-
-    use serde::{Deserialize as _, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(text: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(text)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
-        String::deserialize(d).map(Arc::from)
-    }
 }
 
 /// What a command does to each connection it is for.
@@ -331,7 +278,7 @@ impl Connections {
 /// `members` lists them (but the member itself); returns how many took it.
 pub fn carry_out(
     connections: &Connections,
-    members: &super::members::Members,
+    members: &dyn TopicSubscribers,
     command: &Command,
 ) -> usize {
     match (&command.target, &command.action) {
@@ -469,7 +416,7 @@ impl Relay {
     pub async fn run(
         self: Arc<Self>,
         connections: Arc<Connections>,
-        members: Arc<super::members::Members>,
+        members: Arc<dyn TopicSubscribers>,
         stop: CancellationToken,
     ) {
         // Where this node is in the stream: "$" (only what comes next) until it read one.
@@ -478,7 +425,7 @@ impl Relay {
             "control",
             &stop,
             Duration::from_millis(200),
-            || self.session(&connections, &members, &last),
+            || self.session(&connections, &*members, &last),
             |_| {
                 self.reading
                     .store(false, std::sync::atomic::Ordering::Relaxed)
@@ -490,7 +437,7 @@ impl Relay {
     async fn session(
         &self,
         connections: &Connections,
-        members: &super::members::Members,
+        members: &dyn TopicSubscribers,
         last: &parking_lot::Mutex<String>,
     ) -> crate::bridge::SessionResult {
         let mut conn = self

@@ -27,8 +27,8 @@ use std::time::Instant;
 
 use herald_core::TopicName;
 
-use super::control::{self, Action, Command, PresenceEvent, PresenceKind, Target};
-use super::members::{Members, Who};
+use super::control::{self, Action, Command, Target};
+use super::presence_event::{PresenceEvent, PresenceKind, Who};
 
 /// Which namespaces announce joins and leaves, and how many per second per topic.
 #[derive(Clone, Debug, Default)]
@@ -148,12 +148,13 @@ impl Announcer {
         })
     }
 
-    /// Connection `conn` (as `who`) joined or left (`kind`) `topic`, whose members `members`
-    /// lists: tells the topic's other subscribers here and on the other nodes, within the
-    /// topic's rate. Called on the connection's task, after the table changed.
+    /// Connection `conn` (as `who`) joined or left (`kind`) `topic`, whose other subscribers
+    /// here `subscribers` lists (asked only when the event goes out): tells them and the other
+    /// nodes, within the topic's rate. Called on the connection's task, after the table
+    /// changed.
     pub fn announce(
         &self,
-        members: &Members,
+        subscribers: impl FnOnce() -> Vec<u64>,
         kind: PresenceKind,
         conn: u64,
         who: &Who,
@@ -175,8 +176,7 @@ impl Announcer {
             conn,
             member: Arc::from(member_json(topic, conn, &self.rules.node, who)),
         });
-        self.connections
-            .apply_to(members.ids_of(topic.as_str(), conn), &action);
+        self.connections.apply_to(subscribers(), &action);
         if let Some(relay) = &self.relay {
             let command = Command {
                 target: Target::Topic(topic.to_string()),
@@ -215,7 +215,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::cluster::members::{Kept, Membership};
+    use crate::cluster::members::{Kept, Members, Membership};
 
     fn topic(name: &str) -> TopicName {
         TopicName::new(name).unwrap()

@@ -20,21 +20,12 @@ use std::sync::Arc;
 
 use herald_core::TopicName;
 
+use super::control::TopicSubscribers as _;
+pub use super::presence_event::Who;
+
 /// Most (topic, connection) pairs remembered as changed between two flushes; past it the
 /// next flush rewrites every member of the node instead.
 pub const MAX_CHANGES: usize = 1_000_000;
-
-/// Who a member is: shared by every subscription of one connection.
-#[derive(Debug)]
-pub struct Who {
-    /// `sse`, `ws` or `poll`.
-    pub transport: &'static str,
-    /// The user (a token's `sub`); `None` for an anonymous client.
-    pub user: Option<Arc<str>>,
-    /// The token's `info` claim (or the connect hook's `info`), JSON text of at most
-    /// [`crate::auth::MAX_INFO_BYTES`]: a hook's larger `info` is not listed.
-    pub info: Option<Arc<String>>,
-}
 
 /// One subscription of one connection to one topic.
 #[derive(Clone, Debug)]
@@ -216,25 +207,19 @@ impl Members {
 
     /// The connections subscribed to `topic` on this node, but `except`, in id order (the
     /// receivers of a join or leave event: O(the topic's members), under the table's lock).
-    pub fn ids_of(&self, topic: &str, except: u64) -> Vec<u64> {
-        let table = self.table.lock();
-        table.topics.get(topic).map_or_else(Vec::new, |members| {
-            members.keys().copied().filter(|&id| id != except).collect()
-        })
-    }
 
     /// Tells the subscribers of `topics` that connection `id` (as `who`) joined or left them
     /// (`kind`), when their namespace asks for it.
     fn announce(
         &self,
-        kind: super::control::PresenceKind,
+        kind: super::presence_event::PresenceKind,
         id: u64,
         who: &Who,
         topics: &[TopicName],
     ) {
         if let Some(announcer) = &self.announcer {
             for topic in topics {
-                announcer.announce(self, kind, id, who, topic);
+                announcer.announce(|| self.ids_of(topic.as_str(), id), kind, id, who, topic);
             }
         }
     }
@@ -392,6 +377,15 @@ pub struct Membership {
     members: Arc<Members>,
 }
 
+impl super::control::TopicSubscribers for Members {
+    fn ids_of(&self, topic: &str, except: u64) -> Vec<u64> {
+        let table = self.table.lock();
+        table.topics.get(topic).map_or_else(Vec::new, |members| {
+            members.keys().copied().filter(|&id| id != except).collect()
+        })
+    }
+}
+
 impl Membership {
     /// Connection `id`, as `who`, a member of nothing yet.
     pub fn new(members: Arc<Members>, id: u64, who: Who) -> Self {
@@ -440,7 +434,7 @@ impl Membership {
             crate::bridge::now_ms(),
         );
         self.topics = now;
-        use super::control::PresenceKind::{Join, Leave};
+        use super::presence_event::PresenceKind::{Join, Leave};
         self.members.announce(Leave, self.id, &self.who, &removed);
         self.members.announce(Join, self.id, &self.who, &added);
     }
@@ -475,7 +469,7 @@ impl Drop for Membership {
     fn drop(&mut self) {
         self.members
             .update(self.id, &self.who, &[], &self.topics, 0);
-        let leave = super::control::PresenceKind::Leave;
+        let leave = super::presence_event::PresenceKind::Leave;
         self.members
             .announce(leave, self.id, &self.who, &self.topics);
     }

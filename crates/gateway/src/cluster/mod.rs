@@ -17,6 +17,7 @@ pub mod join_leave;
 pub mod lease;
 pub mod members;
 pub mod presence;
+pub mod presence_event;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -162,7 +163,7 @@ impl Cluster {
     /// Carries out `command` on this node's connections and, in a cluster, sends it to the
     /// other nodes. Returns how many connections it ended here, or why it could not be sent.
     pub async fn command(&self, command: &control::Command) -> Result<usize, String> {
-        let here = control::carry_out(&self.connections, &self.members, command);
+        let here = control::carry_out(&self.connections, &*self.members, command);
         if let Some(relay) = &self.relay {
             relay.send(command).await.map_err(|e| e.to_string())?;
         }
@@ -209,7 +210,7 @@ impl Cluster {
                 observers: self.observers.clone(),
             })
         });
-        let who = members::Who {
+        let who = presence_event::Who {
             transport: transport.as_str(),
             user: named.clone(),
             info,
