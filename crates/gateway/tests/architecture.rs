@@ -46,7 +46,10 @@ fn sources(src: &Path) -> Vec<Source> {
                 .iter()
                 .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
                 .collect();
-            if matches!(path.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+            if matches!(
+                path.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
                 path.pop();
             }
             let text = std::fs::read_to_string(&file).unwrap();
@@ -165,7 +168,11 @@ fn edges(src: &Path) -> Vec<Edge> {
                     to: target[common].clone(),
                     at: format!(
                         "{}:{n}",
-                        source.file.strip_prefix(workspace()).unwrap_or(&source.file).display()
+                        source
+                            .file
+                            .strip_prefix(workspace())
+                            .unwrap_or(&source.file)
+                            .display()
                     ),
                 });
             }
@@ -260,14 +267,25 @@ fn the_gateway_imports_down_the_layers_the_architecture_document_lists() {
         unlisted.is_empty(),
         "modules missing from the ```layers block of docs/architecture.md: {unlisted:?}"
     );
-    let listed: Vec<&String> = layers.iter().flatten().filter(|m| !tops.contains(*m)).collect();
-    assert!(listed.is_empty(), "layers name modules that do not exist: {listed:?}");
+    let listed: Vec<&String> = layers
+        .iter()
+        .flatten()
+        .filter(|m| !tops.contains(*m))
+        .collect();
+    assert!(
+        listed.is_empty(),
+        "layers name modules that do not exist: {listed:?}"
+    );
     let upward: Vec<String> = edges(&src)
         .into_iter()
         .filter(|e| e.parent.is_empty() && layer_of(&e.to) < layer_of(&e.from))
         .map(|e| format!("{} imports {}, a layer above it ({})", e.from, e.to, e.at))
         .collect();
-    assert!(upward.is_empty(), "imports against the layers:\n{}", upward.join("\n"));
+    assert!(
+        upward.is_empty(),
+        "imports against the layers:\n{}",
+        upward.join("\n")
+    );
 }
 
 #[test]
@@ -275,7 +293,11 @@ fn no_module_of_the_workspace_imports_in_a_circle_with_its_siblings() {
     let mut found = Vec::new();
     for krate in ["core", "gateway"] {
         let src = workspace().join("crates").join(krate).join("src");
-        found.extend(circles(&edges(&src)).into_iter().map(|c| format!("{krate}: {c}")));
+        found.extend(
+            circles(&edges(&src))
+                .into_iter()
+                .map(|c| format!("{krate}: {c}")),
+        );
     }
     assert!(found.is_empty(), "circles:\n{}", found.join("\n"));
 }
@@ -293,8 +315,14 @@ fn imports_are_read_as_the_compiler_resolves_them() {
         vec![path(&["bridge", "now_ms"])]
     );
     assert_eq!(
-        named("use super::{Delivery, open_feed};", &path(&["transport", "poll"])),
-        vec![path(&["transport", "Delivery"]), path(&["transport", "open_feed"])]
+        named(
+            "use super::{Delivery, open_feed};",
+            &path(&["transport", "poll"])
+        ),
+        vec![
+            path(&["transport", "Delivery"]),
+            path(&["transport", "open_feed"])
+        ]
     );
     assert_eq!(
         named(

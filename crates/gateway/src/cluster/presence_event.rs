@@ -78,4 +78,3 @@ mod shared_str {
         String::deserialize(d).map(Arc::from)
     }
 }
-
