@@ -1,5 +1,14 @@
-// An incremental parser of the text/event-stream format (the WHATWG HTML "server-sent events"
+// The Server-Sent Events transport: one `GET /v1/sse` stream for every topic, restarted
+// (from the cursors) when the topics change or the token is refreshed; and its incremental
+// parser of the text/event-stream format (the WHATWG HTML "server-sent events"
 // interpretation), fed with decoded text chunks of any size.
+
+import type { CloseInfo } from "./types.js";
+import { HeraldError } from "./types.js";
+import { formatResumeList, parseResumeList } from "./cursor.js";
+import { matchedBy } from "./pattern.js";
+import { topicsOf, toMessage } from "./frames.js";
+import { HttpConnection, headers, refusal, topicQuery } from "./http.js";
 
 /** One dispatched block. `event` is "message" when the block named none. */
 export interface SseEvent {
@@ -110,5 +119,170 @@ export class SseParser {
     const e: SseEvent = { event: event || "message", data: data.join("\n") };
     if (id !== undefined) e.id = id;
     this.handlers.event(e);
+  }
+}
+
+// ---- the transport ----
+
+export class SseConnection extends HttpConnection {
+  readonly transport = "sse" as const;
+  /** Topics the current stream was asked for. */
+  private asked = new Set<string>();
+  /** Topics the application subscribed the current stream to (`herald.subscribed`, a
+   *  connect hook's topics in the opening id). */
+  private byServer = new Set<string>();
+
+  override refreshToken(_token: string): void {
+    // The stream's token was checked when it opened: reconnect with the new one (exactly,
+    // from the cursors).
+    this.restart();
+  }
+
+  override update(): void {
+    if (this.closed) return;
+    // A new stream is a new connection on the gateway, which loses what the application
+    // subscribed this one to: restart only when the topics the client wants changed.
+    const wanted = this.ctx.topics();
+    const held = (t: string) => this.asked.has(t) || this.byServer.has(t);
+    if ([...wanted.keys()].every(held) && [...this.asked].every((t) => wanted.has(t))) return;
+    this.restart();
+  }
+
+  /** Topics named by the server that this stream did not ask for and did not know (those
+   *  its patterns deliver are the client's own). */
+  private serverNew(topics: Iterable<string>): string[] {
+    const added = [...topics].filter((t) => !this.asked.has(t) && !this.byServer.has(t) && !matchedBy(this.asked, t));
+    for (const t of added) this.byServer.add(t);
+    return added;
+  }
+
+  protected async run(gen: number, signal: AbortSignal): Promise<void> {
+    const topics = this.ctx.topics();
+    // What the application subscribed the previous stream to ends with it.
+    const ended = [...this.byServer].filter((t) => !topics.has(t));
+    this.byServer.clear();
+    this.asked = new Set(topics.keys());
+    if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
+    if (!this.current(gen)) return;
+    const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
+    // The topics' cursors, and those of the topics the patterns delivered.
+    const resume = formatResumeList([...topics, ...this.ctx.patternCursors()]);
+    let openTimer: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
+      if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
+    }, this.ctx.openTimeout);
+    const stopTimer = () => {
+      clearTimeout(openTimer);
+      openTimer = undefined;
+    };
+    try {
+      const res = await this.ctx.fetch(url, {
+        headers: headers(this.ctx, resume ? { accept: "text/event-stream", "last-event-id": resume } : { accept: "text/event-stream" }),
+        cache: "no-store",
+        credentials: this.ctx.credentials,
+        signal,
+      });
+      if (!this.current(gen)) return;
+      if (!res.ok || !res.body) {
+        stopTimer();
+        this.fail(await refusal(res, "sse"));
+        return;
+      }
+      let retryMs: number | undefined;
+      let sawOpening = false;
+      let ending: CloseInfo | undefined;
+      const parser = new SseParser({
+        id: (id) => {
+          if (!this.current(gen)) return;
+          const positions = parseResumeList(id);
+          // Topics in the opening id the stream did not ask for: a connect hook's.
+          const added = this.serverNew(positions.keys());
+          if (added.length > 0) this.handlers.serverSubscribed(added);
+          for (const [t, c] of positions) this.handlers.position(t, c);
+          if (!sawOpening) {
+            sawOpening = true;
+            stopTimer();
+            this.markOpen();
+          }
+        },
+        retry: (ms) => {
+          // The opening `retry:` is EventSource's default; one sent later ends the stream.
+          if (sawOpening) retryMs = ms;
+        },
+        event: (e) => {
+          if (!this.current(gen)) return;
+          switch (e.event) {
+            case "message": {
+              let f: unknown;
+              try {
+                f = JSON.parse(e.data);
+              } catch {
+                return;
+              }
+              const m = toMessage(f);
+              if (m) this.handlers.message(m);
+              break;
+            }
+            case "herald.lost": {
+              const lost = JSON.parse(e.data) as { topic: string; reason: string };
+              const positions = e.id !== undefined ? parseResumeList(e.id) : new Map<string, string>();
+              this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
+              for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.subscribed": {
+              const added = this.serverNew(topicsOf(e.data));
+              if (added.length > 0) this.handlers.serverSubscribed(added);
+              // The id names every topic's position, the new ones' included.
+              if (e.id !== undefined) for (const [t, c] of parseResumeList(e.id)) this.handlers.position(t, c);
+              break;
+            }
+            case "herald.unsubscribed": {
+              const removed = topicsOf(e.data);
+              for (const t of removed) {
+                this.byServer.delete(t);
+                this.asked.delete(t);
+              }
+              // A topic the client still wants is asked for again (a new stream) by update().
+              if (removed.length > 0) this.handlers.serverUnsubscribed(removed, false);
+              break;
+            }
+            case "herald.shutdown": {
+              const s = JSON.parse(e.data) as { retry_ms?: number };
+              ending = { reason: "sse: the node is draining", shutdown: true };
+              if (typeof s.retry_ms === "number") ending.retryMs = s.retry_ms;
+              break;
+            }
+            case "herald.disconnect": {
+              const d = JSON.parse(e.data) as { reason?: string; reconnect?: boolean };
+              ending = { reason: `sse: disconnected: ${d.reason ?? "unknown"}` };
+              if (d.reason === "token expired") ending.tokenExpired = true;
+              // Ended by the application with "stay away" (logged out, banned): no reconnect.
+              if (d.reconnect === false) ending.fatal = new HeraldError(0, "disconnected", d.reason ?? "disconnected");
+              break;
+            }
+            default:
+              break;
+          }
+        },
+      });
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (!this.current(gen)) {
+          await reader.cancel().catch(() => {});
+          return;
+        }
+        if (done) break;
+        parser.push(decoder.decode(value, { stream: true }));
+      }
+      stopTimer();
+      if (!this.current(gen)) return;
+      const info: CloseInfo = ending ?? { reason: "sse: the stream ended" };
+      if (info.retryMs === undefined && retryMs !== undefined) info.retryMs = retryMs;
+      this.fail(info);
+    } finally {
+      stopTimer();
+    }
   }
 }

@@ -44,6 +44,11 @@ export class HeraldError extends Error {
   }
 }
 
+/** `e` as an `Error` (what was thrown may be anything). */
+export function asError(e: unknown): Error {
+  return e instanceof Error ? e : new Error(String(e));
+}
+
 /** How a connection ended, as a transport reports it to the client. */
 export interface CloseInfo {
   /** For logs and `error` events. */

@@ -3,6 +3,7 @@
 import type { Connection, ConnectionContext, ConnectionHandlers, CloseInfo } from "./types.js";
 import { HeraldError } from "./types.js";
 import { isPattern, matchedBy, matchesPattern } from "./pattern.js";
+import { strings } from "./frames.js";
 
 /** Replies awaited, in the order the commands were sent (the gateway answers every command,
  *  in order, with its reply or an error frame). */
@@ -18,10 +19,6 @@ export const MAX_PENDING = 1024;
 
 /** Error codes of a refused subscription that retrying cannot fix. */
 const FATAL_SUBSCRIBE = new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
-
-function strings(v: unknown): string[] {
-  return Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : [];
-}
 
 export function wsUrl(base: string, token: string | undefined): string {
   const u = new URL("/v1/ws", base);

@@ -14,6 +14,9 @@ var HeraldError = class extends Error {
   code;
   reason;
 };
+function asError(e) {
+  return e instanceof Error ? e : new Error(String(e));
+}
 
 // src/cursor.ts
 var CURSOR = /^([0-9a-f]{1,16})-([0-9]{1,20})$/;
@@ -95,13 +98,787 @@ function fullJitter(attempt, options = {}, random = Math.random) {
   const bound = Math.min(max, base * 2 ** Math.min(Math.max(attempt, 0), 30));
   return Math.floor(random() * bound);
 }
+var Reconnects = class {
+  constructor(urls, transports, backoff, random) {
+    this.urls = urls;
+    this.transports = transports;
+    this.backoff = backoff;
+    this.random = random;
+  }
+  urls;
+  transports;
+  backoff;
+  random;
+  /** Index of the transport the next attempt uses. */
+  transport = 0;
+  /** Index of the URL the next attempt uses. */
+  url = 0;
+  /** Attempts failed on this transport since it was chosen (one per URL before moving on). */
+  failsHere = 0;
+  /** Attempts failed in a row: the backoff's exponent. */
+  failures = 0;
+  /** The delay after an attempt that failed before connecting (no token). */
+  failed() {
+    return fullJitter(this.failures++, this.backoff, this.random);
+  }
+  /** Transport `ti`, preferred to the one in use, opened and took over. */
+  upgraded(ti) {
+    this.transport = ti;
+    this.failsHere = 0;
+  }
+  /** The delay after a connection of transport `ti` ended, not refused: `stable` when it
+   *  had been open for long enough to count as a success. */
+  closed(info, ti, stable) {
+    if (info.shutdown) {
+      return info.retryMs ?? fullJitter(3, this.backoff, this.random);
+    }
+    if (stable) {
+      this.failures = 0;
+      this.failsHere = 0;
+      return info.retryMs ?? fullJitter(0, this.backoff, this.random);
+    }
+    this.url = (this.url + 1) % this.urls;
+    this.failsHere++;
+    if (this.failsHere >= this.urls && ti === this.transport) {
+      this.failsHere = 0;
+      this.transport = (this.transport + 1) % this.transports;
+    }
+    return Math.max(info.retryMs ?? 0, fullJitter(this.failures++, this.backoff, this.random));
+  }
+};
+
+// src/events.ts
+var Emitter = class {
+  /** `listeners` names every event, each with an empty set: listening to another throws. */
+  constructor(listeners) {
+    this.listeners = listeners;
+  }
+  listeners;
+  on(event, fn) {
+    this.listeners[event].add(fn);
+  }
+  off(event, fn) {
+    this.listeners[event].delete(fn);
+  }
+  /** How many listen to `event`. */
+  count(event) {
+    return this.listeners[event].size;
+  }
+  /** Calls every listener of `event` (those listening when it starts), each in turn: one
+   *  that throws does not stop the others, nor the caller. */
+  emit(event, value) {
+    for (const fn of [...this.listeners[event]]) {
+      try {
+        fn(value);
+      } catch {
+      }
+    }
+  }
+};
+
+// src/token.ts
+function claims(token) {
+  const part = token.split(".")[1];
+  if (!part) return void 0;
+  try {
+    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
+    const c = JSON.parse(atob(b64));
+    return typeof c === "object" && c !== null ? c : void 0;
+  } catch {
+    return void 0;
+  }
+}
+function tokenExpiry(token) {
+  const exp = claims(token)?.exp;
+  return typeof exp === "number" ? exp : void 0;
+}
+function personalTopic(token) {
+  const sub = claims(token)?.sub;
+  if (typeof sub !== "string") return void 0;
+  const topic = `user:${sub}`;
+  return isTopicName(topic) ? topic : void 0;
+}
+var TokenKeeper = class {
+  constructor(source, margin, refreshed, failed) {
+    this.source = source;
+    this.margin = margin;
+    this.refreshed = refreshed;
+    this.failed = failed;
+    if (typeof source === "string") this.set(source);
+  }
+  source;
+  margin;
+  refreshed;
+  failed;
+  /** The current token, if any. */
+  current;
+  timer;
+  pending;
+  /** A refused token was replaced once already (reset when a connection opens). */
+  retried = false;
+  /** A token is wanted and not fetched yet (a connection waits for `refresh()`). */
+  get missing() {
+    return this.source !== void 0 && this.current === void 0;
+  }
+  set(token) {
+    this.current = token;
+    clearTimeout(this.timer);
+    const exp = tokenExpiry(token);
+    if (exp === void 0 || typeof this.source !== "function") return;
+    const wait = Math.max(0, exp * 1e3 - Date.now() - this.margin);
+    this.timer = setTimeout(() => {
+      this.refresh().then(() => {
+        if (this.current) {
+          this.refreshed(this.current);
+        }
+      }).catch((e) => this.failed(asError(e)));
+    }, Math.min(wait, 2 ** 31 - 1));
+  }
+  /** Fetches a fresh token (one call of the function at a time). */
+  refresh() {
+    const source = this.source;
+    if (typeof source !== "function") {
+      if (typeof source === "string") this.current = source;
+      return Promise.resolve();
+    }
+    this.pending ??= (async () => {
+      try {
+        const t = await source();
+        if (typeof t !== "string" || t === "") throw new TypeError("Herald: the token function gave no token");
+        this.set(t);
+      } finally {
+        this.pending = void 0;
+      }
+    })();
+    return this.pending;
+  }
+  /** The token expired: the next connection fetches another first. */
+  expired() {
+    this.current = void 0;
+  }
+  /** The gateway refused the token: whether to try once more with a fresh one (a token
+   *  function, not tried yet since a connection last opened). */
+  retryRefused() {
+    if (typeof this.source !== "function" || this.retried) return false;
+    this.retried = true;
+    this.current = void 0;
+    return true;
+  }
+  /** A connection opened with the token. */
+  accepted() {
+    this.retried = false;
+  }
+  /** Stops refreshing (`close()`). */
+  stop() {
+    clearTimeout(this.timer);
+  }
+};
+
+// src/subscriptions.ts
+var Subscriptions = class {
+  constructor(held, events) {
+    this.held = held;
+    this.events = events;
+  }
+  held;
+  events;
+  /** Subscriptions by topic or pattern. */
+  subs = /* @__PURE__ */ new Map();
+  /** The patterns among `subs`' keys. */
+  patterns = /* @__PURE__ */ new Set();
+  /** Cursors of the topics subscribed, held by the application, or delivered by a pattern. */
+  cursors = /* @__PURE__ */ new Map();
+  /** Topics delivered by a pattern and not subscribed by name, the least recently delivered
+   *  first: past `MAX_PATTERN_TOPICS` the first is forgotten (as the gateway does). */
+  recent = /* @__PURE__ */ new Set();
+  /** Starting positions a connection reported in another epoch than the cursor's: where
+   *  delivery goes on once that connection's loss signal arrives. */
+  hints = /* @__PURE__ */ new Map();
+  /** The topics and patterns subscribed. */
+  names() {
+    return this.subs.keys();
+  }
+  /** A topic's cursor, if any. */
+  cursor(topic) {
+    return this.cursors.get(topic);
+  }
+  /** Adds a subscription; true when its topic or pattern is new (the connection changes).
+   *  Past `maxTopics` topics and patterns, a new one is refused. */
+  add(sub, maxTopics) {
+    const topic = sub.topic;
+    let set = this.subs.get(topic);
+    const fresh = !set;
+    if (!set) {
+      if (this.subs.size >= maxTopics) {
+        throw new RangeError(`Herald: at most ${maxTopics} topics per connection`);
+      }
+      set = /* @__PURE__ */ new Set();
+      this.subs.set(topic, set);
+      if (isPattern(topic)) this.patterns.add(topic);
+      else this.recent.delete(topic);
+    }
+    set.add(sub);
+    return fresh;
+  }
+  /** Ends a subscription; true when it was its topic's or pattern's last (the connection
+   *  changes). */
+  remove(sub) {
+    if (!sub.active) return false;
+    sub.active = false;
+    const topic = sub.topic;
+    const s = this.subs.get(topic);
+    s?.delete(sub);
+    if (!s || s.size > 0) return false;
+    this.subs.delete(topic);
+    if (isPattern(topic)) {
+      this.patterns.delete(topic);
+      for (const t of [...this.recent]) {
+        if (this.patternOf(t) === void 0) {
+          this.recent.delete(t);
+          if (!this.held(t)) this.forget(t);
+        }
+      }
+    } else if (this.patternOf(topic) !== void 0) {
+      this.touch(topic);
+    } else if (!this.held(topic)) {
+      this.forget(topic);
+    }
+    return true;
+  }
+  // ---- what a connection resumes from ----
+  /** The topics of `wanted` with their cursors. */
+  resume(wanted) {
+    const m = /* @__PURE__ */ new Map();
+    for (const t of wanted) m.set(t, this.cursors.get(t));
+    return m;
+  }
+  /** The cursors of the topics the patterns delivered, not among `wanted`. */
+  patternCursors(wanted) {
+    const m = /* @__PURE__ */ new Map();
+    for (const t of this.recent) {
+      const c = this.cursors.get(t);
+      if (c !== void 0 && !wanted.has(t) && this.patternOf(t) !== void 0) m.set(t, c);
+    }
+    return m;
+  }
+  /** The most `last` messages a subscription of `topic` asks for, if any. */
+  last(topic) {
+    let last;
+    for (const sub of this.subs.get(topic) ?? []) {
+      if (sub.active && sub.last !== void 0 && (last === void 0 || sub.last > last)) last = sub.last;
+    }
+    return last;
+  }
+  // ---- delivery ----
+  /** Delivers a message to its subscriptions, once; with none, to `serverMessage`
+   *  listeners when `server(topic)` says the application subscribed the connection to it. */
+  deliver(m, server) {
+    const subs = this.subsFor(m.topic);
+    const toServer = subs.length === 0 && server(m.topic);
+    if (subs.length === 0 && !toServer) return;
+    if (!isAfter(m.id, this.cursors.get(m.topic))) return;
+    this.cursors.set(m.topic, m.id);
+    this.hints.delete(m.topic);
+    if (!this.named(m.topic)) this.touch(m.topic);
+    if (subs.length === 0) {
+      this.events.emit("serverMessage", m);
+      return;
+    }
+    const called = /* @__PURE__ */ new Set();
+    for (const sub of subs) {
+      if (!sub.active || called.has(sub.onMessage)) continue;
+      called.add(sub.onMessage);
+      try {
+        sub.onMessage(m);
+      } catch (e) {
+        this.events.emit("error", asError(e));
+      }
+    }
+  }
+  /** A connection reports where a topic starts. */
+  position(topic, cursor) {
+    if (!this.ownTopic(topic) && !this.held(topic)) return;
+    if (isPattern(topic) || !parseCursor(cursor)) return;
+    const current = this.cursors.get(topic);
+    if (current === void 0) {
+      this.cursors.set(topic, cursor);
+    } else {
+      const a = parseCursor(current);
+      const b = parseCursor(cursor);
+      if (a && a.epoch !== b.epoch) {
+        this.hints.set(topic, cursor);
+      } else if (isAfter(cursor, current)) {
+        this.cursors.set(topic, cursor);
+      }
+    }
+    if (!this.named(topic) && !this.recent.has(topic)) this.touch(topic);
+  }
+  /** A loss signal: the topic goes on from `cursor` (or the connection's hint), and the
+   *  subscriptions' `onLost`, else `lost` listeners, are told. */
+  lost(info, cursor) {
+    const pattern = isPattern(info.topic);
+    const subs = pattern ? [...this.subs.get(info.topic) ?? []] : this.subsFor(info.topic);
+    if (subs.length === 0 && (pattern || !this.held(info.topic))) return;
+    if (!pattern) {
+      const next = cursor ?? this.hints.get(info.topic);
+      if (next !== void 0) this.cursors.set(info.topic, next);
+      else this.cursors.delete(info.topic);
+      this.hints.delete(info.topic);
+      if (!this.named(info.topic)) this.touch(info.topic);
+    }
+    let handled = false;
+    const called = /* @__PURE__ */ new Set();
+    for (const sub of subs) {
+      if (sub.active && sub.onLost && !called.has(sub.onLost)) {
+        handled = true;
+        called.add(sub.onLost);
+        try {
+          sub.onLost(info);
+        } catch (e) {
+          this.events.emit("error", asError(e));
+        }
+      }
+    }
+    if (!handled) this.events.emit("lost", info);
+  }
+  /** The connection that reported the hints ended. */
+  clearHints() {
+    this.hints.clear();
+  }
+  // ---- topics and patterns ----
+  /** The first subscribed pattern that matches `topic`, if any. */
+  patternOf(topic) {
+    for (const p of this.patterns) if (matchesPattern(p, topic)) return p;
+    return void 0;
+  }
+  /** Whether the client subscribed `topic` itself: by name or with a pattern. */
+  ownTopic(topic) {
+    return this.subs.has(topic) || this.patternOf(topic) !== void 0;
+  }
+  /** Whether `topic` has a cursor of its own, not as one of a pattern's topics: subscribed
+   *  by name, or held by the application. */
+  named(topic) {
+    return this.subs.has(topic) || this.held(topic);
+  }
+  /** The subscriptions a message of `topic` goes to: the topic's, then its patterns'. */
+  subsFor(topic) {
+    const out = [...this.subs.get(topic) ?? []];
+    for (const p of this.patterns) if (matchesPattern(p, topic)) out.push(...this.subs.get(p));
+    return out;
+  }
+  /** A topic a pattern delivered, now the most recent: past `MAX_PATTERN_TOPICS`, the least
+   *  recent is forgotten (its cursor too, unless it has one of its own). */
+  touch(topic) {
+    this.recent.delete(topic);
+    if (this.patternOf(topic) === void 0) return;
+    this.recent.add(topic);
+    while (this.recent.size > MAX_PATTERN_TOPICS) {
+      const oldest = this.recent.values().next().value;
+      this.recent.delete(oldest);
+      if (!this.named(oldest)) this.forget(oldest);
+    }
+  }
+  /** Drops a topic's cursor. */
+  forget(topic) {
+    this.cursors.delete(topic);
+    this.hints.delete(topic);
+  }
+};
+
+// src/server.ts
+var ServerSubscriptions = class {
+  constructor(mode, subs, tokens, events, changed) {
+    this.mode = mode;
+    this.subs = subs;
+    this.tokens = tokens;
+    this.events = events;
+    this.changed = changed;
+    this.keepPersonal = mode === "always";
+  }
+  mode;
+  subs;
+  tokens;
+  events;
+  changed;
+  /** Topics the application subscribed each live connection to (the connection's and the
+   *  probe's), as the connection reported them. */
+  sets = /* @__PURE__ */ new Map();
+  /** The personal topic is kept across connections (`personalTopic`). */
+  keepPersonal;
+  /** The kept personal topic, if any (from the current token's `sub`). */
+  personal() {
+    if (!this.keepPersonal || this.mode === "off" || !this.tokens.current) return void 0;
+    return personalTopic(this.tokens.current);
+  }
+  /** The personal topic is kept but the token that names it is not fetched yet. */
+  personalPending() {
+    return this.keepPersonal && this.mode !== "off" && this.tokens.missing;
+  }
+  /** The topics the client subscribes itself: its subscriptions and the kept personal topic. */
+  wanted() {
+    const out = new Set(this.subs.names());
+    const personal = this.personal();
+    if (personal) out.add(personal);
+    return out;
+  }
+  /** Whether the application holds `topic`: on any live connection, or the kept personal one. */
+  held(topic) {
+    if (topic === this.personal()) return true;
+    for (const set of this.sets.values()) if (set.has(topic)) return true;
+    return false;
+  }
+  /** Whether a message of `topic` from `conn` goes to `serverMessage` listeners. */
+  carries(conn, topic) {
+    return this.sets.get(conn)?.has(topic) || topic === this.personal();
+  }
+  /** The topics for `serverMessage` listeners on `conn`, less those the client subscribed. */
+  list(conn) {
+    const out = new Set(conn ? this.sets.get(conn) : void 0);
+    const personal = this.personal();
+    if (personal) out.add(personal);
+    return [...out].filter((t) => !this.subs.ownTopic(t));
+  }
+  /** A connection reports topics the application subscribed it to (`main`: the connection,
+   *  not a probe, whose topics the application is told of when it takes over). */
+  subscribed(conn, topics, main) {
+    let set = this.sets.get(conn);
+    if (!set) this.sets.set(conn, set = /* @__PURE__ */ new Set());
+    const added = topics.filter((t) => isTopicName(t) && !set.has(t));
+    for (const t of added) set.add(t);
+    const personal = this.tokens.current ? personalTopic(this.tokens.current) : void 0;
+    let keep = false;
+    if (personal && added.includes(personal) && !this.keepPersonal && this.mode !== "off") {
+      this.keepPersonal = true;
+      keep = true;
+    }
+    if (main) {
+      const told = added.filter((t) => !this.subs.ownTopic(t));
+      if (told.length > 0) this.events.emit("serverSubscribe", { topics: told });
+    }
+    if (keep) this.changed();
+  }
+  /** A connection reports topics the application dropped, or that its new stream lost. */
+  unsubscribed(conn, topics, ended, main) {
+    const set = this.sets.get(conn);
+    const removed = topics.filter((t) => set?.has(t) || !ended && t === this.personal());
+    for (const t of removed) set?.delete(t);
+    if (!ended && this.personal() !== void 0 && removed.includes(this.personal())) this.keepPersonal = false;
+    if (main) this.gone(removed, ended ? "connection" : "server");
+    if (!ended) this.changed();
+  }
+  /** A probe took over from `old`: what the application subscribed `old` to and not `next`
+   *  ends; what it subscribed the probe to (a connect hook), it is told now. */
+  replaced(old, next) {
+    const before = old ? this.sets.get(old) : void 0;
+    if (old) this.ended(old, next);
+    const fresh = [...this.sets.get(next) ?? []].filter((t) => !before?.has(t) && !this.subs.ownTopic(t));
+    if (fresh.length > 0) this.events.emit("serverSubscribe", { topics: fresh });
+  }
+  /** A connection ended, or was replaced by `next`: what the application had subscribed it
+   *  to ends with it (the gateway does not carry it over). */
+  ended(conn, next) {
+    const set = this.sets.get(conn);
+    this.sets.delete(conn);
+    if (!set) return;
+    const carried = next ? this.sets.get(next) : void 0;
+    const lost = [...set].filter((t) => !carried?.has(t));
+    this.gone(lost, "connection");
+  }
+  /** A probe ended before it took over: its topics go, untold. */
+  discard(conn) {
+    this.sets.delete(conn);
+  }
+  /** The client closed. */
+  clear() {
+    this.sets.clear();
+  }
+  /** Topics no longer subscribed by the application: their cursors go unless the client
+   *  holds them itself; the application is told. */
+  gone(topics, reason) {
+    const wanted = this.wanted();
+    const gone = topics.filter((t) => !wanted.has(t));
+    for (const t of gone) {
+      if (this.held(t)) continue;
+      if (this.subs.patternOf(t) !== void 0) this.subs.touch(t);
+      else this.subs.forget(t);
+    }
+    const told = gone.filter((t) => !this.subs.ownTopic(t));
+    if (told.length > 0) this.events.emit("serverUnsubscribe", { topics: told, reason });
+  }
+};
+
+// src/connector.ts
+var Connector = class {
+  constructor(p) {
+    this.p = p;
+  }
+  p;
+  _state = "connecting";
+  _transport;
+  _closed = false;
+  conn;
+  /** The transport (index) of `conn`. */
+  connTransport = 0;
+  connOpenedAt;
+  probe;
+  everOpen = false;
+  retryTimer;
+  probeTimer;
+  updateQueued = false;
+  /** A connection attempt waits for its token. */
+  starting = false;
+  get state() {
+    return this._state;
+  }
+  /** The transport in use now (the last one that opened), if any. */
+  get transport() {
+    return this._transport;
+  }
+  get closed() {
+    return this._closed;
+  }
+  /** The connection, open or opening, if any. */
+  get current() {
+    return this.conn;
+  }
+  /** The URL connected to, or to be connected to next. */
+  get url() {
+    return this.p.urls[this.p.retry.url];
+  }
+  /** The topics the client asks for changed (or something to connect for appeared): the
+   *  connection updates, drops, or is made. */
+  topicsChanged() {
+    if (this._closed || this.updateQueued) return;
+    this.updateQueued = true;
+    queueMicrotask(() => {
+      this.updateQueued = false;
+      if (this._closed) return;
+      if (this.p.server.wanted().size === 0) {
+        if (this.conn && this.conn.transport !== "websocket") this.drop();
+        this.probe?.close();
+        this.probe = void 0;
+        if (this.conn) {
+          this.conn.update();
+          return;
+        }
+        if (this.p.events.count("serverMessage") === 0 && !this.p.server.personalPending()) return;
+      }
+      if (this.conn) {
+        this.conn.update();
+        this.probe?.update();
+      } else if (this.retryTimer === void 0) {
+        void this.connect();
+      }
+    });
+  }
+  /** Closes the connection for good. */
+  close() {
+    if (this._closed) return;
+    this._closed = true;
+    clearTimeout(this.retryTimer);
+    clearTimeout(this.probeTimer);
+    this.p.tokens.stop();
+    this.probe?.close();
+    this.probe = void 0;
+    this.conn?.close();
+    this.conn = void 0;
+    this.p.server.clear();
+    this.setState("closed");
+  }
+  drop() {
+    const old = this.conn;
+    old?.close();
+    this.conn = void 0;
+    if (old) this.p.server.ended(old);
+    clearTimeout(this.probeTimer);
+    if (this._state !== "closed") this.setState("connecting");
+  }
+  async connect() {
+    this.retryTimer = void 0;
+    const retry = this.p.retry;
+    if (this._closed || this.conn || this.starting || !this.mayConnect(retry.transport)) return;
+    if (this.p.tokens.missing) {
+      this.starting = true;
+      try {
+        await this.p.tokens.refresh();
+      } catch (e) {
+        this.p.events.emit("error", asError(e));
+        this.schedule(retry.failed());
+        return;
+      } finally {
+        this.starting = false;
+      }
+      if (this._closed || this.conn || this.retryTimer !== void 0 || !this.mayConnect(retry.transport)) return;
+    }
+    this.setState(this.everOpen ? "reconnecting" : "connecting");
+    const ti = retry.transport;
+    const conn = this.spawn(ti, this.url);
+    if (!conn) return;
+    this.conn = conn;
+    this.connTransport = ti;
+    this.connOpenedAt = void 0;
+  }
+  /** A connection of transport `ti` whose reports count while it is the connection, or the
+   *  probe (which becomes the connection when it opens). */
+  spawn(ti, url) {
+    const { subs, server } = this.p;
+    const transport = this.p.transports[ti];
+    let conn;
+    const main = () => conn !== void 0 && this.conn === conn;
+    const probing = () => conn !== void 0 && this.probe === conn;
+    const handlers = {
+      open: () => {
+        if (probing()) this.promote(conn, ti);
+        else if (main()) this.onOpen(ti, transport);
+      },
+      message: (m) => {
+        if (main() || probing()) subs.deliver(m, (topic) => server.carries(conn, topic));
+      },
+      lost: (info, cursor) => {
+        if (main() || probing()) subs.lost(info, cursor);
+      },
+      position: (topic, cursor) => {
+        if (main() || probing()) subs.position(topic, cursor);
+      },
+      serverSubscribed: (topics) => {
+        if (main() || probing()) server.subscribed(conn, topics, main());
+      },
+      serverUnsubscribed: (topics, ended) => {
+        if (main() || probing()) server.unsubscribed(conn, topics, ended, main());
+      },
+      close: (info) => {
+        if (main()) {
+          this.conn = void 0;
+          server.ended(conn);
+          this.onClose(info, ti);
+        } else if (probing()) {
+          this.probe = void 0;
+          server.discard(conn);
+          if (ti + 1 < this.connTransport) this.startProbe(ti + 1);
+          else this.scheduleProbe();
+        }
+      }
+    };
+    try {
+      conn = this.p.open(transport, url, handlers);
+      return conn;
+    } catch (e) {
+      if (this.probe === void 0 && this.conn === void 0) {
+        this.onClose({ reason: `${transport}: ${asError(e).message}` }, ti);
+      }
+      return void 0;
+    }
+  }
+  /** The probe of a preferred transport opened: it becomes the connection. It subscribed
+   *  with the cursors of the moment, and what the old connection delivered meanwhile is not
+   *  delivered twice (cursors only move forward). */
+  promote(probe, ti) {
+    const old = this.conn;
+    this.probe = void 0;
+    this.conn = probe;
+    old?.close();
+    this.p.server.replaced(old, probe);
+    this.p.retry.upgraded(ti);
+    this.onOpen(ti, this.p.transports[ti]);
+  }
+  isWs(ti) {
+    return this.p.transports[ti] === "websocket";
+  }
+  /** Whether transport `ti` has something to connect for: a topic (the kept personal topic
+   *  counts once the token is known); a WebSocket may open without any (the application
+   *  may subscribe it). */
+  mayConnect(ti) {
+    return this.isWs(ti) || this.p.server.wanted().size > 0 || this.p.server.personalPending();
+  }
+  onOpen(ti, transport) {
+    this.connOpenedAt = Date.now();
+    this.everOpen = true;
+    this.p.tokens.accepted();
+    this.connTransport = ti;
+    this.setState("open");
+    if (this._transport !== transport) {
+      this._transport = transport;
+      this.p.events.emit("transport", transport);
+    }
+    this.scheduleProbe();
+  }
+  onClose(info, ti) {
+    clearTimeout(this.probeTimer);
+    this.probe?.close();
+    this.probe = void 0;
+    this.p.subs.clearHints();
+    if (this._closed) return;
+    const openedAt = this.connOpenedAt;
+    this.connOpenedAt = void 0;
+    if (info.fatal) {
+      const invalidToken = info.fatal.code === "invalid_token" || info.fatal.status === 401;
+      if (invalidToken && this.p.tokens.retryRefused()) {
+        this.setState("reconnecting");
+        this.schedule(0);
+        return;
+      }
+      this.p.events.emit("error", info.fatal);
+      this.close();
+      return;
+    }
+    this.p.events.emit("error", new Error(info.reason));
+    if (info.tokenExpired) this.p.tokens.expired();
+    const stable = openedAt !== void 0 && Date.now() - openedAt >= this.p.stableAfter;
+    const delay = this.p.retry.closed(info, ti, stable);
+    this.setState(this.everOpen ? "reconnecting" : "connecting");
+    this.schedule(delay);
+  }
+  schedule(delay) {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => void this.connect(), delay);
+  }
+  /** While on a fallback, tries the transports before it every `upgradeInterval`. */
+  scheduleProbe() {
+    clearTimeout(this.probeTimer);
+    if (this.connTransport === 0 || this._closed) return;
+    this.probeTimer = setTimeout(() => this.startProbe(0), this.p.upgradeInterval);
+  }
+  startProbe(pi) {
+    this.probeTimer = void 0;
+    if (this._closed || !this.conn || this.probe || pi >= this.connTransport) return;
+    if (this.p.server.wanted().size === 0 && !this.isWs(pi)) {
+      this.scheduleProbe();
+      return;
+    }
+    const probe = this.spawn(pi, this.url);
+    if (probe) this.probe = probe;
+    else this.scheduleProbe();
+  }
+  setState(s) {
+    if (this._state === s) return;
+    this._state = s;
+    this.p.events.emit("state", s);
+  }
+};
+
+// src/frames.ts
+function strings(v) {
+  return Array.isArray(v) ? v.filter((x) => typeof x === "string") : [];
+}
+function toMessage(f) {
+  if (typeof f !== "object" || f === null) return void 0;
+  const o = f;
+  if (o.type !== "message" || typeof o.topic !== "string" || typeof o.id !== "string") return void 0;
+  const m = { topic: o.topic, id: o.id, data: o.data };
+  if (typeof o.event === "string") m.event = o.event;
+  return m;
+}
+function topicsOf(data) {
+  try {
+    return strings(JSON.parse(data).topics);
+  } catch {
+    return [];
+  }
+}
 
 // src/websocket.ts
 var MAX_PENDING = 1024;
 var FATAL_SUBSCRIBE = /* @__PURE__ */ new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
-function strings(v) {
-  return Array.isArray(v) ? v.filter((x) => typeof x === "string") : [];
-}
 function wsUrl(base, token) {
   const u = new URL("/v1/ws", base);
   u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
@@ -312,6 +1089,108 @@ var WsConnection = class {
   }
 };
 
+// src/http.ts
+async function refusal(res, what) {
+  let code = `http_${res.status}`;
+  let reason = `${what} answered ${res.status}`;
+  try {
+    const body = await res.json();
+    if (typeof body.code === "string") code = body.code;
+    if (typeof body.reason === "string") reason = body.reason;
+  } catch {
+  }
+  const info = { reason: `${what}: ${res.status} ${code}: ${reason}` };
+  const after = Number(res.headers.get("retry-after"));
+  if (Number.isFinite(after) && after > 0) info.retryMs = after * 1e3;
+  if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
+    info.fatal = new HeraldError(res.status, code, reason);
+  }
+  return info;
+}
+function headers(ctx, extra = {}) {
+  const h = { ...extra };
+  const token = ctx.token();
+  if (token) h.authorization = `Bearer ${token}`;
+  return h;
+}
+function topicQuery(ctx, topics) {
+  const q = new URLSearchParams();
+  let last;
+  for (const [t, c] of topics) {
+    q.append("topic", t);
+    const n = c === void 0 ? ctx.last(t) : void 0;
+    if (n !== void 0 && (last === void 0 || n > last)) last = n;
+  }
+  if (last !== void 0) q.set("last", String(last));
+  q.set("format", "json");
+  return q;
+}
+async function publishOverHttp(base, message, auth, f, credentials) {
+  const body = { topic: message.topic, data: message.data };
+  if (message.event !== void 0) body.event = message.event;
+  const headers2 = { "content-type": "application/json" };
+  if (auth.token) headers2.authorization = `Bearer ${auth.token}`;
+  if (auth.apiKey) headers2["x-api-key"] = auth.apiKey;
+  const res = await f(new URL("/v1/publish", base), {
+    method: "POST",
+    headers: headers2,
+    body: JSON.stringify(body),
+    credentials
+  });
+  if (!res.ok) {
+    const info = await refusal(res, "publish");
+    throw info.fatal ?? new HeraldError(res.status, `http_${res.status}`, info.reason);
+  }
+  return await res.json();
+}
+var HttpConnection = class {
+  constructor(ctx, handlers) {
+    this.ctx = ctx;
+    this.handlers = handlers;
+    queueMicrotask(() => this.restart());
+  }
+  ctx;
+  handlers;
+  closed = false;
+  opened = false;
+  abort;
+  /** Bumped on every (re)start; a request of an older generation reports nothing. */
+  generation = 0;
+  update() {
+    if (!this.closed) this.restart();
+  }
+  refreshToken(_token) {
+  }
+  close() {
+    this.closed = true;
+    this.abort?.abort();
+  }
+  restart() {
+    if (this.closed) return;
+    this.abort?.abort();
+    const abort = new AbortController();
+    this.abort = abort;
+    const gen = ++this.generation;
+    this.run(gen, abort.signal).catch((e) => {
+      if (this.current(gen)) this.fail({ reason: `${this.transport}: ${asError(e).message}` });
+    });
+  }
+  current(gen) {
+    return !this.closed && gen === this.generation;
+  }
+  markOpen() {
+    if (this.opened) return;
+    this.opened = true;
+    this.handlers.open();
+  }
+  fail(info) {
+    if (this.closed) return;
+    this.closed = true;
+    this.abort?.abort();
+    this.handlers.close(info);
+  }
+};
+
 // src/sse.ts
 var SseLineTooLong = class extends Error {
 };
@@ -404,106 +1283,6 @@ var SseParser = class {
     const e = { event: event || "message", data: data.join("\n") };
     if (id !== void 0) e.id = id;
     this.handlers.event(e);
-  }
-};
-
-// src/http.ts
-async function refusal(res, what) {
-  let code = `http_${res.status}`;
-  let reason = `${what} answered ${res.status}`;
-  try {
-    const body = await res.json();
-    if (typeof body.code === "string") code = body.code;
-    if (typeof body.reason === "string") reason = body.reason;
-  } catch {
-  }
-  const info = { reason: `${what}: ${res.status} ${code}: ${reason}` };
-  const after = Number(res.headers.get("retry-after"));
-  if (Number.isFinite(after) && after > 0) info.retryMs = after * 1e3;
-  if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
-    info.fatal = new HeraldError(res.status, code, reason);
-  }
-  return info;
-}
-function headers(ctx, extra = {}) {
-  const h = { ...extra };
-  const token = ctx.token();
-  if (token) h.authorization = `Bearer ${token}`;
-  return h;
-}
-function topicQuery(ctx, topics) {
-  const q = new URLSearchParams();
-  let last;
-  for (const [t, c] of topics) {
-    q.append("topic", t);
-    const n = c === void 0 ? ctx.last(t) : void 0;
-    if (n !== void 0 && (last === void 0 || n > last)) last = n;
-  }
-  if (last !== void 0) q.set("last", String(last));
-  q.set("format", "json");
-  return q;
-}
-function toMessage(f) {
-  if (typeof f !== "object" || f === null) return void 0;
-  const o = f;
-  if (o.type !== "message" || typeof o.topic !== "string" || typeof o.id !== "string") return void 0;
-  const m = { topic: o.topic, id: o.id, data: o.data };
-  if (typeof o.event === "string") m.event = o.event;
-  return m;
-}
-function topicsOf(data) {
-  try {
-    const v = JSON.parse(data).topics;
-    return Array.isArray(v) ? v.filter((t) => typeof t === "string") : [];
-  } catch {
-    return [];
-  }
-}
-var HttpConnection = class {
-  constructor(ctx, handlers) {
-    this.ctx = ctx;
-    this.handlers = handlers;
-    queueMicrotask(() => this.restart());
-  }
-  ctx;
-  handlers;
-  closed = false;
-  opened = false;
-  abort;
-  /** Bumped on every (re)start; a request of an older generation reports nothing. */
-  generation = 0;
-  update() {
-    if (!this.closed) this.restart();
-  }
-  refreshToken(_token) {
-  }
-  close() {
-    this.closed = true;
-    this.abort?.abort();
-  }
-  restart() {
-    if (this.closed) return;
-    this.abort?.abort();
-    const abort = new AbortController();
-    this.abort = abort;
-    const gen = ++this.generation;
-    this.run(gen, abort.signal).catch((e) => {
-      if (this.current(gen)) this.fail({ reason: `${this.transport}: ${e instanceof Error ? e.message : String(e)}` });
-    });
-  }
-  current(gen) {
-    return !this.closed && gen === this.generation;
-  }
-  markOpen() {
-    if (this.opened) return;
-    this.opened = true;
-    this.handlers.open();
-  }
-  fail(info) {
-    if (this.closed) return;
-    this.closed = true;
-    this.abort?.abort();
-    this.handlers.close(info);
   }
 };
 var SseConnection = class extends HttpConnection {
@@ -654,6 +1433,8 @@ var SseConnection = class extends HttpConnection {
     }
   }
 };
+
+// src/poll.ts
 var PollConnection = class extends HttpConnection {
   transport = "poll";
   /** Positions of topics the polls did not ask for but the answers named (a connect hook's):
@@ -742,77 +1523,69 @@ var PollConnection = class extends HttpConnection {
   }
 };
 
-// src/herald.ts
-function claims(token) {
-  const part = token.split(".")[1];
-  if (!part) return void 0;
-  try {
-    const b64 = part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "=");
-    const c = JSON.parse(atob(b64));
-    return typeof c === "object" && c !== null ? c : void 0;
-  } catch {
-    return void 0;
+// src/transports.ts
+var TRANSPORTS = ["websocket", "sse", "poll"];
+function openConnection(transport, ctx, handlers) {
+  switch (transport) {
+    case "websocket":
+      return new WsConnection(ctx, handlers);
+    case "sse":
+      return new SseConnection(ctx, handlers);
+    case "poll":
+      return new PollConnection(ctx, handlers);
   }
 }
-var ALL = ["websocket", "sse", "poll"];
-function tokenExpiry(token) {
-  const exp = claims(token)?.exp;
-  return typeof exp === "number" ? exp : void 0;
-}
-function personalTopic(token) {
-  const sub = claims(token)?.sub;
-  if (typeof sub !== "string") return void 0;
-  const topic = `user:${sub}`;
-  return isTopicName(topic) ? topic : void 0;
-}
+
+// src/herald.ts
 var Herald = class {
   constructor(url, options = {}) {
     this.options = options;
-    this.urls = (Array.isArray(url) ? url : [url]).map((u) => new URL(u).toString());
-    if (this.urls.length === 0) throw new TypeError("Herald: give at least one gateway URL");
-    const wanted = options.transports ?? ALL;
+    const urls = (Array.isArray(url) ? url : [url]).map((u) => new URL(u).toString());
+    if (urls.length === 0) throw new TypeError("Herald: give at least one gateway URL");
+    const wanted = options.transports ?? TRANSPORTS;
     for (const t of wanted) {
-      if (!ALL.includes(t)) throw new TypeError(`Herald: unknown transport ${JSON.stringify(t)}`);
+      if (!TRANSPORTS.includes(t)) throw new TypeError(`Herald: unknown transport ${JSON.stringify(t)}`);
     }
     const hasWs = !!(options.WebSocket ?? globalThis.WebSocket) || !!options.connect;
-    this.transports = wanted.filter((t) => t !== "websocket" || hasWs);
-    if (this.transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
+    const transports = wanted.filter((t) => t !== "websocket" || hasWs);
+    if (transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
     this.opts = {
-      tokenRefreshMargin: options.tokenRefreshMargin ?? 3e4,
-      upgradeInterval: options.upgradeInterval ?? 3e4,
       openTimeout: options.openTimeout ?? 1e4,
-      stableAfter: options.stableAfter ?? 5e3,
       pollTimeout: options.pollTimeout ?? 25,
       maxTopics: options.maxTopics ?? 64,
       credentials: options.credentials ?? "same-origin"
     };
-    this.backoff = options.backoff ?? {};
-    this.random = options.random ?? Math.random;
-    if (typeof options.token === "string") this.setToken(options.token);
-    if (options.personalTopic === "always") {
-      this.keepPersonal = true;
-      this.topicsChanged();
-    }
+    this.tokens = new TokenKeeper(
+      options.token,
+      options.tokenRefreshMargin ?? 3e4,
+      (token) => this.link.current?.refreshToken(token),
+      (e) => this.events.emit("error", e)
+    );
+    this.subs = new Subscriptions((topic) => this.server.held(topic), this.events);
+    this.server = new ServerSubscriptions(
+      options.personalTopic,
+      this.subs,
+      this.tokens,
+      this.events,
+      () => this.link.topicsChanged()
+    );
+    this.link = new Connector({
+      urls,
+      transports,
+      upgradeInterval: options.upgradeInterval ?? 3e4,
+      stableAfter: options.stableAfter ?? 5e3,
+      retry: new Reconnects(urls.length, transports.length, options.backoff ?? {}, options.random ?? Math.random),
+      subs: this.subs,
+      server: this.server,
+      tokens: this.tokens,
+      events: this.events,
+      open: (transport, url2, handlers) => this.open(transport, url2, handlers)
+    });
+    if (options.personalTopic === "always") this.link.topicsChanged();
   }
   options;
-  urls;
-  transports;
   opts;
-  backoff;
-  random;
-  /** Subscriptions by topic or pattern. */
-  subs = /* @__PURE__ */ new Map();
-  /** The patterns among `subs`' keys. */
-  patterns = /* @__PURE__ */ new Set();
-  /** Cursors of the topics subscribed, held by the application, or delivered by a pattern. */
-  cursors = /* @__PURE__ */ new Map();
-  /** Topics delivered by a pattern and not subscribed by name, the least recently delivered
-   *  first: past `MAX_PATTERN_TOPICS` the first is forgotten (as the gateway does). */
-  recent = /* @__PURE__ */ new Set();
-  /** Starting positions a connection reported in another epoch than the cursor's: where
-   *  delivery goes on once that connection's loss signal arrives. */
-  hints = /* @__PURE__ */ new Map();
-  listeners = {
+  events = new Emitter({
     state: /* @__PURE__ */ new Set(),
     transport: /* @__PURE__ */ new Set(),
     error: /* @__PURE__ */ new Set(),
@@ -820,54 +1593,29 @@ var Herald = class {
     serverSubscribe: /* @__PURE__ */ new Set(),
     serverUnsubscribe: /* @__PURE__ */ new Set(),
     serverMessage: /* @__PURE__ */ new Set()
-  };
-  /** Topics the application subscribed each live connection to (the connection's and the
-   *  probe's), as the connection reported them. */
-  serverSets = /* @__PURE__ */ new Map();
-  /** The personal topic is kept across connections (`personalTopic`). */
-  keepPersonal = false;
-  _state = "connecting";
-  _transport;
-  conn;
-  connTransport = 0;
-  connOpenedAt;
-  probe;
-  ti = 0;
-  ui = 0;
-  failsHere = 0;
-  failures = 0;
-  everOpen = false;
-  closed = false;
-  retryTimer;
-  probeTimer;
-  updateQueued = false;
-  token;
-  tokenTimer;
-  tokenPromise;
-  authRetried = false;
-  /** A connection attempt waits for its token. */
-  starting = false;
+  });
+  tokens;
+  subs;
+  server;
+  link;
   /** The connection's state. */
   get state() {
-    return this._state;
+    return this.link.state;
   }
   /** The transport in use now (the last one that opened), if any. */
   get transport() {
-    return this._transport;
+    return this.link.transport;
   }
   /** A topic's cursor: the id of the last message delivered, or its starting position (a
    *  topic a pattern delivered included). */
   cursor(topic) {
-    return this.cursors.get(topic);
+    return this.subs.cursor(topic);
   }
   /** The topics whose messages go to `serverMessage` listeners: those the application
    *  subscribed the connection to (and the kept personal topic), less those the client
    *  subscribed itself. */
   get serverTopics() {
-    const out = new Set(this.conn ? this.serverSets.get(this.conn) : void 0);
-    const personal = this.personal();
-    if (personal) out.add(personal);
-    return [...out].filter((t) => !this.ownTopic(t));
+    return this.server.list(this.link.current);
   }
   /** Listens to `state`, `transport`, `error` (a refusal, a failed attempt), `lost` (loss
    *  signals of subscriptions without `onLost`), `serverSubscribe` / `serverUnsubscribe`
@@ -875,17 +1623,17 @@ var Herald = class {
    *  `serverMessage` (messages of those topics). Listening to `serverMessage` opens a
    *  WebSocket even without a subscription. Returns a function that stops listening. */
   on(event, fn) {
-    this.listeners[event].add(fn);
-    if (event === "serverMessage") this.topicsChanged();
+    this.events.on(event, fn);
+    if (event === "serverMessage") this.link.topicsChanged();
     return () => this.off(event, fn);
   }
   off(event, fn) {
-    this.listeners[event].delete(fn);
+    this.events.off(event, fn);
   }
   /** Subscribes `onMessage` to `topic`, or to every topic a prefix pattern such as
    *  `orders.*` matches. Many subscriptions share one connection. */
   subscribe(topic, onMessage, options = {}) {
-    if (this.closed) throw new Error("Herald: subscribe after close()");
+    if (this.link.closed) throw new Error("Herald: subscribe after close()");
     const pattern = isPattern(topic);
     const bad = subscriptionError(topic);
     if (bad !== void 0) {
@@ -897,43 +1645,12 @@ var Herald = class {
     if (options.last !== void 0 && pattern) {
       throw new TypeError(`Herald: last does not apply to a pattern (${JSON.stringify(topic)}): it starts its topics live`);
     }
-    let set = this.subs.get(topic);
-    if (!set) {
-      if (this.subs.size >= this.opts.maxTopics) {
-        throw new RangeError(`Herald: at most ${this.opts.maxTopics} topics per connection`);
-      }
-      set = /* @__PURE__ */ new Set();
-      this.subs.set(topic, set);
-      if (pattern) this.patterns.add(topic);
-      else this.recent.delete(topic);
-      this.topicsChanged();
-    }
     const sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
-    set.add(sub);
+    if (this.subs.add(sub, this.opts.maxTopics)) this.link.topicsChanged();
     return {
       topic,
       unsubscribe: () => {
-        if (!sub.active) return;
-        sub.active = false;
-        const s = this.subs.get(topic);
-        s?.delete(sub);
-        if (s && s.size === 0) {
-          this.subs.delete(topic);
-          if (pattern) {
-            this.patterns.delete(topic);
-            for (const t of [...this.recent]) {
-              if (this.patternOf(t) === void 0) {
-                this.recent.delete(t);
-                if (!this.isServerTopic(t)) this.forget(t);
-              }
-            }
-          } else if (this.patternOf(topic) !== void 0) {
-            this.touch(topic);
-          } else if (!this.isServerTopic(topic)) {
-            this.forget(topic);
-          }
-          this.topicsChanged();
-        }
+        if (this.subs.remove(sub)) this.link.topicsChanged();
       }
     };
   }
@@ -941,519 +1658,40 @@ var Herald = class {
    *  the topic), else with `POST /v1/publish` on the gateway (a token or `apiKey`). */
   async publish(topic, data, options = {}) {
     if (!isTopicName(topic)) throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}`);
-    if (this.options.token !== void 0 && this.token === void 0) await this.refreshToken();
-    const conn = this.conn;
-    if (conn?.publish && this._state === "open") return conn.publish(topic, data, options.event);
-    const body = { topic, data };
-    if (options.event !== void 0) body.event = options.event;
-    const headers2 = { "content-type": "application/json" };
-    if (this.token) headers2.authorization = `Bearer ${this.token}`;
-    if (this.options.apiKey) headers2["x-api-key"] = this.options.apiKey;
-    const f = this.options.fetch ?? globalThis.fetch.bind(globalThis);
-    const res = await f(new URL("/v1/publish", this.urls[this.ui]), {
-      method: "POST",
-      headers: headers2,
-      body: JSON.stringify(body),
-      credentials: this.opts.credentials
-    });
-    if (!res.ok) {
-      const info = await refusal(res, "publish");
-      throw info.fatal ?? new HeraldError(res.status, `http_${res.status}`, info.reason);
-    }
-    return await res.json();
+    if (this.tokens.missing) await this.tokens.refresh();
+    const conn = this.link.current;
+    if (conn?.publish && this.link.state === "open") return conn.publish(topic, data, options.event);
+    return publishOverHttp(
+      this.link.url,
+      { topic, data, event: options.event },
+      { token: this.tokens.current, apiKey: this.options.apiKey },
+      this.fetch(),
+      this.opts.credentials
+    );
   }
   /** Closes the connection for good. */
   close() {
-    if (this.closed) return;
-    this.closed = true;
-    clearTimeout(this.retryTimer);
-    clearTimeout(this.probeTimer);
-    clearTimeout(this.tokenTimer);
-    this.probe?.close();
-    this.probe = void 0;
-    this.conn?.close();
-    this.conn = void 0;
-    this.serverSets.clear();
-    this.setState("closed");
+    this.link.close();
   }
-  // ---- server-side subscriptions ----
-  /** The kept personal topic, if any (from the current token's `sub`). */
-  personal() {
-    if (!this.keepPersonal || this.options.personalTopic === "off" || !this.token) return void 0;
-    return personalTopic(this.token);
-  }
-  /** The topics the client subscribes itself: its subscriptions and the kept personal topic. */
-  wanted() {
-    const out = new Set(this.subs.keys());
-    const personal = this.personal();
-    if (personal) out.add(personal);
-    return out;
-  }
-  /** Whether the client holds a connection without any topic: for `serverMessage`
-   *  listeners (a WebSocket can be subscribed by the application). */
-  serverListening() {
-    return this.listeners.serverMessage.size > 0;
-  }
-  isServerTopic(topic) {
-    if (topic === this.personal()) return true;
-    for (const set of this.serverSets.values()) if (set.has(topic)) return true;
-    return false;
-  }
-  /** A connection reports topics the application subscribed it to. */
-  onServerSubscribed(conn, topics, main) {
-    let set = this.serverSets.get(conn);
-    if (!set) this.serverSets.set(conn, set = /* @__PURE__ */ new Set());
-    const added = topics.filter((t) => isTopicName(t) && !set.has(t));
-    for (const t of added) set.add(t);
-    const personal = this.token ? personalTopic(this.token) : void 0;
-    let keep = false;
-    if (personal && added.includes(personal) && !this.keepPersonal && this.options.personalTopic !== "off") {
-      this.keepPersonal = true;
-      keep = true;
-    }
-    if (main) {
-      const told = added.filter((t) => !this.ownTopic(t));
-      if (told.length > 0) this.emit("serverSubscribe", { topics: told });
-    }
-    if (keep) this.topicsChanged();
-  }
-  /** A connection reports topics the application dropped, or that its new stream lost. */
-  onServerUnsubscribed(conn, topics, ended, main) {
-    const set = this.serverSets.get(conn);
-    const removed = topics.filter((t) => set?.has(t) || !ended && t === this.personal());
-    for (const t of removed) set?.delete(t);
-    if (!ended && this.personal() !== void 0 && removed.includes(this.personal())) this.keepPersonal = false;
-    if (main) this.serverTopicsGone(removed, ended ? "connection" : "server");
-    if (!ended) this.topicsChanged();
-  }
-  /** Topics no longer subscribed by the application: their cursors go unless the client
-   *  holds them itself; the application is told. */
-  serverTopicsGone(topics, reason) {
-    const wanted = this.wanted();
-    const gone = topics.filter((t) => !wanted.has(t));
-    for (const t of gone) {
-      if (this.isServerTopic(t)) continue;
-      if (this.patternOf(t) !== void 0) this.touch(t);
-      else this.forget(t);
-    }
-    const told = gone.filter((t) => !this.ownTopic(t));
-    if (told.length > 0) this.emit("serverUnsubscribe", { topics: told, reason });
-  }
-  /** A connection ended, or was replaced by `next`: what the application had subscribed it
-   *  to ends with it (the gateway does not carry it over). */
-  connectionEnded(conn, next) {
-    const set = this.serverSets.get(conn);
-    this.serverSets.delete(conn);
-    if (!set) return;
-    const carried = next ? this.serverSets.get(next) : void 0;
-    const lost = [...set].filter((t) => !carried?.has(t));
-    this.serverTopicsGone(lost, "connection");
-  }
-  // ---- connection life ----
-  topicsChanged() {
-    if (this.closed || this.updateQueued) return;
-    this.updateQueued = true;
-    queueMicrotask(() => {
-      this.updateQueued = false;
-      if (this.closed) return;
-      if (this.wanted().size === 0) {
-        if (this.conn && this.conn.transport !== "websocket") this.drop();
-        this.probe?.close();
-        this.probe = void 0;
-        if (this.conn) {
-          this.conn.update();
-          return;
-        }
-        if (!this.serverListening() && !this.personalPending()) return;
-      }
-      if (this.conn) {
-        this.conn.update();
-        this.probe?.update();
-      } else if (this.retryTimer === void 0) {
-        void this.connect();
-      }
-    });
-  }
-  drop() {
-    const old = this.conn;
-    old?.close();
-    this.conn = void 0;
-    if (old) this.connectionEnded(old);
-    clearTimeout(this.probeTimer);
-    if (this._state !== "closed") this.setState("connecting");
-  }
-  context(url) {
-    return {
+  /** A connection of `transport` to `url`: a built-in transport, or `options.connect`'s. */
+  open(transport, url, handlers) {
+    const ctx = {
       url,
-      topics: () => {
-        const m = /* @__PURE__ */ new Map();
-        for (const t of this.wanted()) m.set(t, this.cursors.get(t));
-        return m;
-      },
-      patternCursors: () => {
-        const wanted = this.wanted();
-        const m = /* @__PURE__ */ new Map();
-        for (const t of this.recent) {
-          const c = this.cursors.get(t);
-          if (c !== void 0 && !wanted.has(t) && this.patternOf(t) !== void 0) m.set(t, c);
-        }
-        return m;
-      },
-      last: (topic) => {
-        let last;
-        for (const sub of this.subs.get(topic) ?? []) {
-          if (sub.active && sub.last !== void 0 && (last === void 0 || sub.last > last)) last = sub.last;
-        }
-        return last;
-      },
-      token: () => this.token,
-      fetch: this.options.fetch ?? globalThis.fetch.bind(globalThis),
+      topics: () => this.subs.resume(this.server.wanted()),
+      patternCursors: () => this.subs.patternCursors(this.server.wanted()),
+      last: (topic) => this.subs.last(topic),
+      token: () => this.tokens.current,
+      fetch: this.fetch(),
       WebSocket: this.options.WebSocket ?? globalThis.WebSocket,
       credentials: this.opts.credentials,
       openTimeout: this.opts.openTimeout,
       pollTimeout: this.opts.pollTimeout
     };
-  }
-  make(transport, url, handlers) {
-    const ctx = this.context(url);
     if (this.options.connect) return this.options.connect(transport, ctx, handlers);
-    switch (transport) {
-      case "websocket":
-        return new WsConnection(ctx, handlers);
-      case "sse":
-        return new SseConnection(ctx, handlers);
-      case "poll":
-        return new PollConnection(ctx, handlers);
-    }
+    return openConnection(transport, ctx, handlers);
   }
-  async connect() {
-    this.retryTimer = void 0;
-    if (this.closed || this.conn || this.starting || !this.mayConnect(this.ti)) return;
-    if (this.options.token !== void 0 && this.token === void 0) {
-      this.starting = true;
-      try {
-        await this.refreshToken();
-      } catch (e) {
-        this.emit("error", e instanceof Error ? e : new Error(String(e)));
-        this.schedule(fullJitter(this.failures++, this.backoff, this.random));
-        return;
-      } finally {
-        this.starting = false;
-      }
-      if (this.closed || this.conn || this.retryTimer !== void 0 || !this.mayConnect(this.ti)) return;
-    }
-    this.setState(this.everOpen ? "reconnecting" : "connecting");
-    const ti = this.ti;
-    const conn = this.spawn(ti, this.urls[this.ui]);
-    if (!conn) return;
-    this.conn = conn;
-    this.connTransport = ti;
-    this.connOpenedAt = void 0;
-  }
-  /** A connection of transport `ti` whose reports count while it is the connection, or the
-   *  probe (which becomes the connection when it opens). */
-  spawn(ti, url) {
-    const transport = this.transports[ti];
-    let conn;
-    const main = () => conn !== void 0 && this.conn === conn;
-    const probing = () => conn !== void 0 && this.probe === conn;
-    const handlers = {
-      open: () => {
-        if (probing()) this.promote(conn, ti);
-        else if (main()) this.onOpen(ti, transport);
-      },
-      message: (m) => {
-        if (main() || probing()) this.deliver(m, conn);
-      },
-      lost: (info, cursor) => {
-        if (main() || probing()) this.onLostSignal(info, cursor);
-      },
-      position: (topic, cursor) => {
-        if (main() || probing()) this.position(topic, cursor);
-      },
-      serverSubscribed: (topics) => {
-        if (main() || probing()) this.onServerSubscribed(conn, topics, main());
-      },
-      serverUnsubscribed: (topics, ended) => {
-        if (main() || probing()) this.onServerUnsubscribed(conn, topics, ended, main());
-      },
-      close: (info) => {
-        if (main()) {
-          this.conn = void 0;
-          this.connectionEnded(conn);
-          this.onClose(info, ti);
-        } else if (probing()) {
-          this.probe = void 0;
-          this.serverSets.delete(conn);
-          if (ti + 1 < this.connTransport) this.startProbe(ti + 1);
-          else this.scheduleProbe();
-        }
-      }
-    };
-    try {
-      conn = this.make(transport, url, handlers);
-      return conn;
-    } catch (e) {
-      if (this.probe === void 0 && this.conn === void 0) {
-        this.onClose({ reason: `${transport}: ${e instanceof Error ? e.message : String(e)}` }, ti);
-      }
-      return void 0;
-    }
-  }
-  /** The probe of a preferred transport opened: it becomes the connection. It subscribed
-   *  with the cursors of the moment, and what the old connection delivered meanwhile is not
-   *  delivered twice (cursors only move forward). */
-  promote(probe, ti) {
-    const old = this.conn;
-    this.probe = void 0;
-    this.conn = probe;
-    old?.close();
-    const before = old ? this.serverSets.get(old) : void 0;
-    if (old) this.connectionEnded(old, probe);
-    const fresh = [...this.serverSets.get(probe) ?? []].filter((t) => !before?.has(t) && !this.ownTopic(t));
-    if (fresh.length > 0) this.emit("serverSubscribe", { topics: fresh });
-    this.ti = ti;
-    this.failsHere = 0;
-    this.onOpen(ti, this.transports[ti]);
-  }
-  isWs(ti) {
-    return this.transports[ti] === "websocket";
-  }
-  /** Whether transport `ti` has something to connect for: a topic (the kept personal topic
-   *  counts once the token is known); a WebSocket may open without any (the application
-   *  may subscribe it). */
-  mayConnect(ti) {
-    return this.isWs(ti) || this.wanted().size > 0 || this.personalPending();
-  }
-  /** The personal topic is kept but the token that names it is not fetched yet. */
-  personalPending() {
-    return this.keepPersonal && this.options.personalTopic !== "off" && this.token === void 0 && this.options.token !== void 0;
-  }
-  onOpen(ti, transport) {
-    this.connOpenedAt = Date.now();
-    this.everOpen = true;
-    this.authRetried = false;
-    this.connTransport = ti;
-    this.setState("open");
-    if (this._transport !== transport) {
-      this._transport = transport;
-      this.emit("transport", transport);
-    }
-    this.scheduleProbe();
-  }
-  onClose(info, ti) {
-    clearTimeout(this.probeTimer);
-    this.probe?.close();
-    this.probe = void 0;
-    this.hints.clear();
-    if (this.closed) return;
-    const openedAt = this.connOpenedAt;
-    this.connOpenedAt = void 0;
-    if (info.fatal) {
-      const invalidToken = info.fatal.code === "invalid_token" || info.fatal.status === 401;
-      if (invalidToken && typeof this.options.token === "function" && !this.authRetried) {
-        this.authRetried = true;
-        this.token = void 0;
-        this.setState("reconnecting");
-        this.schedule(0);
-        return;
-      }
-      this.emit("error", info.fatal);
-      this.close();
-      return;
-    }
-    this.emit("error", new Error(info.reason));
-    if (info.tokenExpired) this.token = void 0;
-    const stable = openedAt !== void 0 && Date.now() - openedAt >= this.opts.stableAfter;
-    let delay;
-    if (info.shutdown) {
-      delay = info.retryMs ?? fullJitter(3, this.backoff, this.random);
-    } else if (stable) {
-      this.failures = 0;
-      this.failsHere = 0;
-      delay = info.retryMs ?? fullJitter(0, this.backoff, this.random);
-    } else {
-      this.ui = (this.ui + 1) % this.urls.length;
-      this.failsHere++;
-      if (this.failsHere >= this.urls.length && ti === this.ti) {
-        this.failsHere = 0;
-        this.ti = (this.ti + 1) % this.transports.length;
-      }
-      delay = Math.max(info.retryMs ?? 0, fullJitter(this.failures++, this.backoff, this.random));
-    }
-    this.setState(this.everOpen ? "reconnecting" : "connecting");
-    this.schedule(delay);
-  }
-  schedule(delay) {
-    clearTimeout(this.retryTimer);
-    this.retryTimer = setTimeout(() => void this.connect(), delay);
-  }
-  /** While on a fallback, tries the transports before it every `upgradeInterval`. */
-  scheduleProbe() {
-    clearTimeout(this.probeTimer);
-    if (this.connTransport === 0 || this.closed) return;
-    this.probeTimer = setTimeout(() => this.startProbe(0), this.opts.upgradeInterval);
-  }
-  startProbe(pi) {
-    this.probeTimer = void 0;
-    if (this.closed || !this.conn || this.probe || pi >= this.connTransport) return;
-    if (this.wanted().size === 0 && !this.isWs(pi)) {
-      this.scheduleProbe();
-      return;
-    }
-    const probe = this.spawn(pi, this.urls[this.ui]);
-    if (probe) this.probe = probe;
-    else this.scheduleProbe();
-  }
-  // ---- delivery ----
-  deliver(m, from) {
-    const subs = this.subsFor(m.topic);
-    const server = subs.length === 0 && (this.serverSets.get(from)?.has(m.topic) || m.topic === this.personal());
-    if (subs.length === 0 && !server) return;
-    if (!isAfter(m.id, this.cursors.get(m.topic))) return;
-    this.cursors.set(m.topic, m.id);
-    this.hints.delete(m.topic);
-    if (!this.named(m.topic)) this.touch(m.topic);
-    if (subs.length === 0) {
-      this.emit("serverMessage", m);
-      return;
-    }
-    const called = /* @__PURE__ */ new Set();
-    for (const sub of subs) {
-      if (!sub.active || called.has(sub.onMessage)) continue;
-      called.add(sub.onMessage);
-      try {
-        sub.onMessage(m);
-      } catch (e) {
-        this.emit("error", e instanceof Error ? e : new Error(String(e)));
-      }
-    }
-  }
-  position(topic, cursor) {
-    if (!this.ownTopic(topic) && !this.isServerTopic(topic)) return;
-    if (isPattern(topic) || !parseCursor(cursor)) return;
-    const current = this.cursors.get(topic);
-    if (current === void 0) {
-      this.cursors.set(topic, cursor);
-    } else {
-      const a = parseCursor(current);
-      const b = parseCursor(cursor);
-      if (a && a.epoch !== b.epoch) {
-        this.hints.set(topic, cursor);
-      } else if (isAfter(cursor, current)) {
-        this.cursors.set(topic, cursor);
-      }
-    }
-    if (!this.named(topic) && !this.recent.has(topic)) this.touch(topic);
-  }
-  onLostSignal(info, cursor) {
-    const pattern = isPattern(info.topic);
-    const subs = pattern ? [...this.subs.get(info.topic) ?? []] : this.subsFor(info.topic);
-    if (subs.length === 0 && (pattern || !this.isServerTopic(info.topic))) return;
-    if (!pattern) {
-      const next = cursor ?? this.hints.get(info.topic);
-      if (next !== void 0) this.cursors.set(info.topic, next);
-      else this.cursors.delete(info.topic);
-      this.hints.delete(info.topic);
-      if (!this.named(info.topic)) this.touch(info.topic);
-    }
-    let handled = false;
-    const called = /* @__PURE__ */ new Set();
-    for (const sub of subs) {
-      if (sub.active && sub.onLost && !called.has(sub.onLost)) {
-        handled = true;
-        called.add(sub.onLost);
-        try {
-          sub.onLost(info);
-        } catch (e) {
-          this.emit("error", e instanceof Error ? e : new Error(String(e)));
-        }
-      }
-    }
-    if (!handled) this.emit("lost", info);
-  }
-  // ---- patterns ----
-  /** The first subscribed pattern that matches `topic`, if any. */
-  patternOf(topic) {
-    for (const p of this.patterns) if (matchesPattern(p, topic)) return p;
-    return void 0;
-  }
-  /** Whether the client subscribed `topic` itself: by name or with a pattern. */
-  ownTopic(topic) {
-    return this.subs.has(topic) || this.patternOf(topic) !== void 0;
-  }
-  /** Whether `topic` has a cursor of its own, not as one of a pattern's topics: subscribed
-   *  by name, or held by the application. */
-  named(topic) {
-    return this.subs.has(topic) || this.isServerTopic(topic);
-  }
-  /** The subscriptions a message of `topic` goes to: the topic's, then its patterns'. */
-  subsFor(topic) {
-    const out = [...this.subs.get(topic) ?? []];
-    for (const p of this.patterns) if (matchesPattern(p, topic)) out.push(...this.subs.get(p));
-    return out;
-  }
-  /** A topic a pattern delivered, now the most recent: past `MAX_PATTERN_TOPICS`, the least
-   *  recent is forgotten (its cursor too, unless it has one of its own). */
-  touch(topic) {
-    this.recent.delete(topic);
-    if (this.patternOf(topic) === void 0) return;
-    this.recent.add(topic);
-    while (this.recent.size > MAX_PATTERN_TOPICS) {
-      const oldest = this.recent.values().next().value;
-      this.recent.delete(oldest);
-      if (!this.named(oldest)) this.forget(oldest);
-    }
-  }
-  forget(topic) {
-    this.cursors.delete(topic);
-    this.hints.delete(topic);
-  }
-  // ---- tokens ----
-  setToken(token) {
-    this.token = token;
-    clearTimeout(this.tokenTimer);
-    const exp = tokenExpiry(token);
-    if (exp === void 0 || typeof this.options.token !== "function") return;
-    const wait = Math.max(0, exp * 1e3 - Date.now() - this.opts.tokenRefreshMargin);
-    this.tokenTimer = setTimeout(() => {
-      this.refreshToken().then(() => {
-        if (this.token) {
-          this.conn?.refreshToken(this.token);
-        }
-      }).catch((e) => this.emit("error", e instanceof Error ? e : new Error(String(e))));
-    }, Math.min(wait, 2 ** 31 - 1));
-  }
-  refreshToken() {
-    const source = this.options.token;
-    if (typeof source !== "function") {
-      if (typeof source === "string") this.token = source;
-      return Promise.resolve();
-    }
-    this.tokenPromise ??= (async () => {
-      try {
-        const t = await source();
-        if (typeof t !== "string" || t === "") throw new TypeError("Herald: the token function gave no token");
-        this.setToken(t);
-      } finally {
-        this.tokenPromise = void 0;
-      }
-    })();
-    return this.tokenPromise;
-  }
-  // ---- events ----
-  setState(s) {
-    if (this._state === s) return;
-    this._state = s;
-    this.emit("state", s);
-  }
-  emit(event, value) {
-    for (const fn of [...this.listeners[event]]) {
-      try {
-        fn(value);
-      } catch {
-      }
-    }
+  fetch() {
+    return this.options.fetch ?? globalThis.fetch.bind(globalThis);
   }
 };
 var herald_default = Herald;
