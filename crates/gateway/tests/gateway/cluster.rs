@@ -220,8 +220,8 @@ async fn user_connection_ids(
     count: usize,
 ) -> Vec<(String, u64)> {
     let url = format!("http://{}/v1/users/{user}/connections", gw.admin_addr);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let what = format!("{count} connections of {user} listed");
+    eventually_some(WAIT, &what, || async {
         let v = get_json(url.clone()).await;
         let found: Vec<(String, u64)> = v["nodes"]
             .as_object()
@@ -233,15 +233,9 @@ async fn user_connection_ids(
                     .map(move |id| (node.clone(), id.as_str().unwrap().parse().unwrap()))
             })
             .collect();
-        if found.len() == count {
-            return found;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{count} connections of {user} not listed: {v}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        (found.len() == count).then_some(found)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

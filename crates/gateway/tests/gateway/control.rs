@@ -223,22 +223,14 @@ async fn commands_reach_connections_on_every_node_of_a_cluster() {
 
     // One connection by its id, found through the cluster's registry, ended from node a.
     // The registry fills within a presence interval.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let on_node_c = loop {
+    let on_node_c = eventually_some(WAIT, "yan's connection on c listed", || async {
         let ids = get_json(format!("http://{}/v1/users/yan/connections", a.admin_addr)).await;
-        if let Some(id) = ids["nodes"]["c"]
+        ids["nodes"]["c"]
             .as_array()
             .and_then(|l| l.first())
             .cloned()
-        {
-            break id;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "yan's connection on c is listed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let (status, _) = command(
         &a,
         &format!("/v1/connections/{}/disconnect", on_node_c.as_str().unwrap()),

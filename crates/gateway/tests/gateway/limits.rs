@@ -225,13 +225,11 @@ async fn spraying_subscriptions_to_new_topics_does_not_lock_out_new_topics() {
             .is_ok_and(|r| r.status() == 200)
     })
     .await;
-    let mut held = loop {
+    let mut held = eventually_some(WAIT, "topic=held served", || async {
         let resp = SseClient::request(&gw, "topic=held", None).await;
-        if resp.status() == 200 {
-            break SseClient::from_response(resp);
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+        (resp.status() == 200).then(|| SseClient::from_response(resp))
+    })
+    .await;
     eventually(WAIT, || async {
         SseClient::request(&gw, "topic=fresh", None).await.status() == 200
     })

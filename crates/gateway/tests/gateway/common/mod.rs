@@ -125,14 +125,28 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
+    eventually_some(timeout, "condition", || {
+        let met = condition();
+        async move { met.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `found` until it gives a value or `timeout` passes (then fails, saying `what` was
+/// not found).
+pub async fn eventually_some<T, F, Fut>(timeout: Duration, what: &str, mut found: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if condition().await {
-            return;
+        if let Some(value) = found().await {
+            return value;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "condition not met within {timeout:?}"
+            "{what} not met within {timeout:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
