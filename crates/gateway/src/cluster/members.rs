@@ -205,9 +205,6 @@ impl Members {
         }
     }
 
-    /// The connections subscribed to `topic` on this node, but `except`, in id order (the
-    /// receivers of a join or leave event: O(the topic's members), under the table's lock).
-
     /// Tells the subscribers of `topics` that connection `id` (as `who`) joined or left them
     /// (`kind`), when their namespace asks for it.
     fn announce(
@@ -378,6 +375,8 @@ pub struct Membership {
 }
 
 impl super::control::TopicSubscribers for Members {
+    /// The connections subscribed to `topic` on this node, but `except`, in id order (the
+    /// receivers of a join or leave event: O(the topic's members), under the table's lock).
     fn ids_of(&self, topic: &str, except: u64) -> Vec<u64> {
         let table = self.table.lock();
         table.topics.get(topic).map_or_else(Vec::new, |members| {
