@@ -18,6 +18,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
+# engines.sh and its parts: syntax, shellcheck, each part alone, a plain Redis (~10 s).
+"$repo/deploy/engines-test.sh"
+
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
