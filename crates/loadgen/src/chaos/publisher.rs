@@ -1,0 +1,71 @@
+//! Publishing for the chaos run: one sequential publisher per topic, each message carrying
+//! the topic's next sequence number, sent through the admin API (`POST /v1/publish`) of a
+//! node chosen from the seed. A topic the cluster feeds from Kafka (`cluster.kafka_feeds`)
+//! is published the same way: the node produces it to Kafka (its producer is idempotent,
+//! `acks=all`) and every node consumes it from there, so those messages travel through the
+//! broker with Kafka-derived ids.
+//!
+//! Sequential per topic: message n+1 is sent only once message n was answered, so when a
+//! client sees n+1 the fate of every earlier number is known to the checker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::ledger::{Fate, Ledger};
+use super::rng::Rng;
+use super::schedule::STREAM_PUBLISH;
+use crate::clock::unix_micros;
+use crate::publish::http::Poster;
+use crate::target::Target;
+
+/// One topic's publisher.
+#[derive(Debug, Clone)]
+pub(crate) struct TopicPublisher {
+    pub(crate) index: usize,
+    pub(crate) name: String,
+    /// Time between two messages.
+    pub(crate) every: Duration,
+}
+
+/// Publishes `topic` until `until`; returns how many messages were sent.
+pub(crate) async fn run(
+    topic: TopicPublisher,
+    admin: Vec<Target>,
+    ledger: Arc<Ledger>,
+    seed: u64,
+    timeout: Duration,
+    until: Instant,
+) -> u64 {
+    let mut rng = Rng::new(seed.wrapping_add(topic.index as u64), STREAM_PUBLISH);
+    let mut posters: Vec<Poster> = admin
+        .into_iter()
+        .map(|t| Poster::new(t, None, timeout))
+        .collect();
+    let mut tick = tokio::time::interval(topic.every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut seq = 0u64;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => break,
+            _ = tick.tick() => {}
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        seq += 1;
+        let body = serde_json::json!({
+            "topic": topic.name,
+            "data": { "seq": seq, "topic": topic.name, "ts": unix_micros() },
+        });
+        let node = rng.below(posters.len() as u64) as usize;
+        let fate = match posters[node].post(Bytes::from(body.to_string())).await {
+            Ok(_) => Fate::Acked,
+            Err(_) => Fate::Uncertain,
+        };
+        ledger.record(topic.index, seq, fate);
+    }
+    seq
+}
