@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::fault::{FaultKind, parse_kinds};
+use super::fault::{FaultKind, parse_kind};
 
 fn duration(s: &str) -> Result<Duration, humantime::DurationError> {
     humantime::parse_duration(s)
@@ -50,7 +50,7 @@ pub(crate) struct ChaosArgs {
     pub(crate) kafka_prefix: Option<String>,
     /// Fault kinds to draw from, comma-separated (default: every kind; `kafka_restart` and
     /// the Kafka link only with --kafka-prefix).
-    #[arg(long, value_parser = parse_kinds)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_kind)]
     pub(crate) faults: Option<Vec<FaultKind>>,
     /// Shortest pause between two faults.
     #[arg(long, value_parser = duration, default_value = "2s")]
@@ -97,4 +97,49 @@ pub(crate) struct ChaosArgs {
     /// Print the seed's fault schedule and the first clients' reconnect plans as JSON, and exit.
     #[arg(long)]
     pub(crate) plan_only: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::cli::{Cli, Command};
+
+    #[test]
+    fn parses_a_fault_list_and_durations() {
+        let cli = Cli::try_parse_from([
+            "herald-loadgen",
+            "chaos",
+            "--url",
+            "http://127.0.0.1:1",
+            "--admin-url",
+            "http://127.0.0.1:2",
+            "--faults",
+            "node_kill,net_cut",
+            "--duration",
+            "2m",
+        ])
+        .unwrap();
+        let Command::Chaos(a) = cli.command else {
+            panic!("not chaos")
+        };
+        assert_eq!(
+            a.faults,
+            Some(vec![super::FaultKind::NodeKill, super::FaultKind::NetCut])
+        );
+        assert_eq!(a.duration.as_secs(), 120);
+        assert!(
+            Cli::try_parse_from([
+                "herald-loadgen",
+                "chaos",
+                "--url",
+                "x",
+                "--admin-url",
+                "y",
+                "--faults",
+                "nope"
+            ])
+            .is_err()
+        );
+    }
 }

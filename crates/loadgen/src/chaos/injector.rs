@@ -78,9 +78,11 @@ pub(crate) async fn run(
             eprintln!("[chaos] control error: {e}");
             timeline.note_error(i, e);
         }
+        // held for its planned time from when it really began (healing the one before may
+        // have taken longer than planned)
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = tokio::time::sleep_until(t0 + Duration::from_millis(f.at_ms + f.hold_ms)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(f.hold_ms)) => {}
         }
         let healed = control(&script, "stop", &f).await;
         if let Err(e) = &healed {

@@ -261,8 +261,12 @@ async fn run(
     }
     stop.cancel();
     let mut published = 0;
-    while let Some(n) = publishers.join_next().await {
-        published += n.unwrap_or(0);
+    let mut publish_errors = std::collections::BTreeMap::new();
+    while let Some(Ok(p)) = publishers.join_next().await {
+        published += p.sent;
+        for (k, n) in p.errors {
+            *publish_errors.entry(k).or_default() += n;
+        }
     }
     let mut outcomes = Vec::with_capacity(a.clients as usize);
     while let Some(o) = clients.join_next().await {
@@ -279,6 +283,7 @@ async fn run(
         ledger: &ledger,
         fault_log: timeline.snapshot(),
         published,
+        publish_errors,
     })
 }
 

@@ -30,7 +30,15 @@ pub(crate) struct TopicPublisher {
     pub(crate) every: Duration,
 }
 
-/// Publishes `topic` until `until`; returns how many messages were sent.
+/// What one topic's publisher did.
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    pub(crate) sent: u64,
+    /// Failed publishes by what went wrong (`status 503`, `timed out`, ...).
+    pub(crate) errors: std::collections::BTreeMap<String, u64>,
+}
+
+/// Publishes `topic` until `until`.
 pub(crate) async fn run(
     topic: TopicPublisher,
     admin: Vec<Target>,
@@ -38,7 +46,8 @@ pub(crate) async fn run(
     seed: u64,
     timeout: Duration,
     until: Instant,
-) -> u64 {
+) -> Published {
+    let mut out = Published::default();
     let mut rng = Rng::new(seed.wrapping_add(topic.index as u64), STREAM_PUBLISH);
     let mut posters: Vec<Poster> = admin
         .into_iter()
@@ -63,9 +72,18 @@ pub(crate) async fn run(
         let node = rng.below(posters.len() as u64) as usize;
         let fate = match posters[node].post(Bytes::from(body.to_string())).await {
             Ok(_) => Fate::Acked,
-            Err(_) => Fate::Uncertain,
+            Err(e) => {
+                let what = match e {
+                    crate::publish::http::PostError::Connect(_) => "connect failed".to_owned(),
+                    crate::publish::http::PostError::Http(_) => "connection broken".to_owned(),
+                    other => other.to_string(),
+                };
+                *out.errors.entry(what).or_default() += 1;
+                Fate::Uncertain
+            }
         };
         ledger.record(topic.index, seq, fate);
     }
-    seq
+    out.sent = seq;
+    out
 }

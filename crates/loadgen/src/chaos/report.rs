@@ -50,6 +50,8 @@ pub(crate) struct ChaosReport {
     pub(crate) published: u64,
     pub(crate) published_acked: u64,
     pub(crate) published_uncertain: u64,
+    /// Why publishes failed (their fate is unknown), by kind.
+    pub(crate) publish_errors: BTreeMap<String, u64>,
     /// Messages received by clients (duplicates included).
     pub(crate) delivered: u64,
     /// Faults injected, by kind (every kind listed).
@@ -110,6 +112,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) ledger: &'a Ledger,
     pub(crate) fault_log: Vec<FaultRecord>,
     pub(crate) published: u64,
+    pub(crate) publish_errors: BTreeMap<String, u64>,
 }
 
 pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
@@ -128,6 +131,7 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
         published: i.published,
         published_acked: acked,
         published_uncertain: uncertain,
+        publish_errors: i.publish_errors,
         delivered: 0,
         faults,
         fault_errors: i.fault_log.iter().filter(|f| f.error.is_some()).count() as u64,
@@ -243,6 +247,9 @@ pub(crate) fn text(r: &ChaosReport) -> String {
         "published {} ({} acked, {} unknown fate), delivered {}",
         r.published, r.published_acked, r.published_uncertain, r.delivered
     );
+    if !r.publish_errors.is_empty() {
+        let _ = writeln!(o, "publish errors: {:?}", r.publish_errors);
+    }
     let faults: Vec<String> = r.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let _ = writeln!(
         o,

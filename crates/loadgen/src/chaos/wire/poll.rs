@@ -22,8 +22,14 @@ struct Answer {
     disconnect: Option<serde_json::Value>,
 }
 
-fn path(d: &Dial<'_>, cursor: &str) -> String {
-    let hold = HOLD_S.to_string();
+/// The first poll of a session is answered at once (`timeout=0`), so that being back is
+/// known without waiting for a message; the next ones are held.
+fn path(d: &Dial<'_>, cursor: &str, first: bool) -> String {
+    let hold = if first {
+        "0".to_owned()
+    } else {
+        HOLD_S.to_string()
+    };
     let mut params: Vec<(&str, &str)> = d.topics.iter().map(|t| ("topic", t.as_str())).collect();
     if !cursor.is_empty() {
         params.push(("cursor", cursor));
@@ -45,7 +51,7 @@ pub(crate) async fn run(
     let mut cursor = resume_list(d.cursors);
     let mut opened = false;
     loop {
-        let p = path(&d, &cursor);
+        let p = path(&d, &cursor, !opened);
         let answer = tokio::select! {
             _ = stop.cancelled() => return End::Stopped,
             _ = tokio::time::sleep_until(until) => return End::Scheduled,
