@@ -101,7 +101,10 @@ sentinel_master_port() { # the proxy port Sentinel names as master
 
 redis_of_proxy() { # PROXY_PORT -> a|b
   local n
-  for n in a b; do [[ $(cat "$DIR/redis-$n/proxy") == "$1" ]] && echo "$n"; done
+  for n in a b; do
+    if [[ $(cat "$DIR/redis-$n/proxy") == "$1" ]]; then echo "$n"; fi
+  done
+  return 0
 }
 
 replica_up() { # NAME

@@ -223,16 +223,17 @@ async fn run(
     }
     let publish_until = t0 + a.duration.saturating_sub(a.drain);
     let mut publishers = tokio::task::JoinSet::new();
+    let pool = publisher::pool(admin.clone(), a.publish_timeout);
     for (index, (name, every)) in topics.iter().enumerate() {
         let p = TopicPublisher {
             index,
             name: name.clone(),
             every: *every,
         };
-        let (admin, ledger, timeout) = (admin.clone(), ledger.clone(), a.publish_timeout);
+        let (pool, ledger) = (pool.clone(), ledger.clone());
         publishers.spawn(async move {
             tokio::time::sleep(PUBLISH_AFTER).await;
-            publisher::run(p, admin, ledger, seed, timeout, publish_until).await
+            publisher::run(p, pool, ledger, seed, publish_until).await
         });
     }
     let fault_stop = CancellationToken::new();

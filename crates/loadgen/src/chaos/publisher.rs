@@ -21,6 +21,27 @@ use crate::clock::unix_micros;
 use crate::publish::http::Poster;
 use crate::target::Target;
 
+/// Keep-alive publish connections per node, shared by every topic's publisher (the admin
+/// listener limits connections per address; one per topic and node would pass it).
+pub(crate) const CONNS_PER_NODE: usize = 8;
+
+/// The publish connections: per node, [`CONNS_PER_NODE`] posters.
+pub(crate) type Pool = Arc<Vec<Vec<tokio::sync::Mutex<Poster>>>>;
+
+/// Builds the pool.
+pub(crate) fn pool(admin: Vec<Target>, timeout: Duration) -> Pool {
+    Arc::new(
+        admin
+            .into_iter()
+            .map(|t| {
+                (0..CONNS_PER_NODE)
+                    .map(|_| tokio::sync::Mutex::new(Poster::new(t.clone(), None, timeout)))
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
 /// One topic's publisher.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicPublisher {
@@ -41,18 +62,13 @@ pub(crate) struct Published {
 /// Publishes `topic` until `until`.
 pub(crate) async fn run(
     topic: TopicPublisher,
-    admin: Vec<Target>,
+    pool: Pool,
     ledger: Arc<Ledger>,
     seed: u64,
-    timeout: Duration,
     until: Instant,
 ) -> Published {
     let mut out = Published::default();
     let mut rng = Rng::new(seed.wrapping_add(topic.index as u64), STREAM_PUBLISH);
-    let mut posters: Vec<Poster> = admin
-        .into_iter()
-        .map(|t| Poster::new(t, None, timeout))
-        .collect();
     let mut tick = tokio::time::interval(topic.every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut seq = 0u64;
@@ -69,8 +85,9 @@ pub(crate) async fn run(
             "topic": topic.name,
             "data": { "seq": seq, "topic": topic.name, "ts": unix_micros() },
         });
-        let node = rng.below(posters.len() as u64) as usize;
-        let fate = match posters[node].post(Bytes::from(body.to_string())).await {
+        let node = rng.below(pool.len() as u64) as usize;
+        let mut poster = pool[node][topic.index % CONNS_PER_NODE].lock().await;
+        let fate = match poster.post(Bytes::from(body.to_string())).await {
             Ok(_) => Fate::Acked,
             Err(e) => {
                 let what = match e {
@@ -82,6 +99,7 @@ pub(crate) async fn run(
                 Fate::Uncertain
             }
         };
+        drop(poster);
         ledger.record(topic.index, seq, fate);
     }
     out.sent = seq;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// Silence after which a connection counts as stalled (heartbeats come every 5 s).
-pub(crate) const STALL: Duration = Duration::from_secs(12);
+pub(crate) const STALL: Duration = Duration::from_secs(8);
 /// Heartbeat asked of the server (seconds; the server's lowest bound).
 pub(crate) const HEARTBEAT_S: u64 = 5;
 
