@@ -135,7 +135,7 @@ logfile $DIR/sentinel-$s/log
 dir $DIR/sentinel-$s
 sentinel monitor $SENTINEL_MASTER 127.0.0.1 $(cat "$DIR/redis-a/proxy") 1
 sentinel down-after-milliseconds $SENTINEL_MASTER 2000
-sentinel failover-timeout $SENTINEL_MASTER 10000
+sentinel failover-timeout $SENTINEL_MASTER 3000
 EOF
     redis-sentinel "$DIR/sentinel-$s/sentinel.conf" >/dev/null
   done
@@ -198,7 +198,7 @@ control() { # start|stop KIND TARGET PARAM
       [[ -n $port && $(redis_of_proxy "$port") != "$n" ]] && break
       sleep 0.1
     done
-    [[ $(redis_of_proxy "$(sentinel_master_port)") != "$n" ]] || die "sentinel did not promote the replica"
+    [[ $(redis_of_proxy "$(sentinel_master_port)") != "$n" ]] || die "sentinel did not promote the replica within 15 s"
     redis_start "$n" "$(sentinel_master_port)"
     for _ in $(seq 150); do replica_up "$n" && break; sleep 0.1; done
     ;;
