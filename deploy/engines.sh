@@ -49,6 +49,7 @@
 #   HERALD_KAFKA_PARTITIONS  num.partitions for auto-created topics (default: 3)
 #   HERALD_KAFKA_HEAP        broker -Xmx (default: 512m)
 #   HERALD_KAFKA_START_TIMEOUT  seconds to wait for the broker (default: 60)
+#   HERALD_KAFKA_ADVERTISED_PORT  port the PLAINTEXT listener advertises (default: its own)
 #   (the Kafka knobs are read by deploy/engines/kafka.sh)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=engines/common.sh

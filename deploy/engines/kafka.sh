@@ -22,6 +22,9 @@
 #   HERALD_KAFKA_PARTITIONS  num.partitions for auto-created topics (default: 3)
 #   HERALD_KAFKA_HEAP        broker -Xmx (default: 512m)
 #   HERALD_KAFKA_START_TIMEOUT  seconds to wait for the broker (default: 60)
+#   HERALD_KAFKA_ADVERTISED_PORT  port the PLAINTEXT listener advertises (default: its own);
+#                            deploy/chaos.sh points it at a Toxiproxy proxy, so that every
+#                            client connection to the broker goes through the proxy
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -175,7 +178,7 @@ process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
 listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$tport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$tport
+advertised.listeners=PLAINTEXT://127.0.0.1:${HERALD_KAFKA_ADVERTISED_PORT:-$port},SASL_SSL://127.0.0.1:$sport,SSL://127.0.0.1:$tport
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
 # SASL_SSL: PLAIN and SCRAM (credentials added when the storage is formatted). SSL: a client
 # certificate signed by the test CA is required.

@@ -197,6 +197,12 @@ impl Config {
         within("cluster.node_id length", c.node_id.len(), 1..=64)?;
         within("cluster.redis_shards", c.redis_shards, 1..=1024)?;
         at_least("cluster.redis_stream_maxlen", c.redis_stream_maxlen, 100)?;
+        within("cluster.redis_wait_replicas", c.redis_wait_replicas, 0..=16)?;
+        ensure!(
+            c.redis_wait_replicas == 0 || c.redis_mode != crate::config::RedisMode::Cluster,
+            "cluster.redis_wait_replicas is for the single and sentinel modes (a Redis Cluster \
+             master's WAIT would not cover the other masters' streams)"
+        );
         ensure!(
             c.kafka_upstream_topic.is_none() || c.kafka_brokers.is_some(),
             "cluster.kafka_upstream_topic needs cluster.kafka_brokers"

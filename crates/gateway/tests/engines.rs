@@ -339,6 +339,69 @@ async fn after_failover(c: &Gateway, sse: &mut SseClient, last: &str) {
     }
 }
 
+/// Redis replicates after answering: without `redis_wait_replicas` a publish is answered 200
+/// while no replica holds it (a master dying then takes it along, and the promoted replica
+/// never had it: the silent gap `herald-loadgen chaos` found on `redis_failover`). With
+/// `redis_wait_replicas = 1` the same publish is answered 503, and 200 again once the
+/// replica is back: an answered publish is on a replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_publish_waits_for_a_replica_when_asked() {
+    let Some(url) = engine("HERALD_TEST_REDIS_SENTINEL_URL") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let p = unique("wait");
+    let mut config = redis_node(RedisMode::Sentinel, &url, &p, "w1");
+    config.cluster.redis_wait_replicas = 1;
+    config.cluster.redis_wait_timeout = Duration::from_millis(300);
+    let waits = spawn_ready(config).await;
+    let asap = spawn_ready(redis_node(RedisMode::Sentinel, &url, &p, "w2")).await;
+    let status = |gw: &Gateway, n: u32| {
+        let admin = gw.admin_addr;
+        async move {
+            let body = json!({ "topic": "w", "data": n });
+            post_json(format!("http://{admin}/v1/publish"), &[], &body)
+                .await
+                .status()
+                .as_u16()
+        }
+    };
+    // the replica confirms (it may still be syncing after the failover test)
+    let waits_ref = &waits;
+    eventually(
+        FAILOVER,
+        || async move { status(waits_ref, 1).await == 200 },
+    )
+    .await;
+
+    let replica = if sentinel_master(&url).await == engine_port("s-master") {
+        "s-replica"
+    } else {
+        "s-master"
+    };
+    engines(&["kill-node", replica]);
+    let revive = Revive(replica.to_string());
+    // The master alone: answered at once by the default node, refused by the waiting one.
+    assert_eq!(status(&asap, 2).await, 200);
+    let refused = post_json(
+        format!("http://{}/v1/publish", waits.admin_addr),
+        &[],
+        &json!({ "topic": "w", "data": 3 }),
+    )
+    .await;
+    assert_eq!(refused.status(), 503);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "bridge_unavailable", "{body}");
+
+    drop(revive);
+    eventually(
+        FAILOVER,
+        || async move { status(waits_ref, 4).await == 200 },
+    )
+    .await;
+    stop_all([waits, asap]).await;
+}
+
 fn engine_port(name: &str) -> u16 {
     let dir = std::env::var("HERALD_ENGINES_DIR").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/engines").to_string()

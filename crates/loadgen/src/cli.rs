@@ -33,6 +33,9 @@ pub enum Command {
     Floor(FloorArgs),
     /// Hostile clients (malformed, oversized, slow, forged) while good SSE subscribers receive.
     Hostile(Box<HostileArgs>),
+    /// Chaos soak: mixed-transport clients that reconnect and switch, faults injected on a
+    /// seeded schedule, every client's stream checked (see the README, `chaos`).
+    Chaos(Box<crate::chaos::args::ChaosArgs>),
     /// Internal: run as a worker process of a coordinator (JSON lines on stdin/stdout).
     #[command(name = "__worker", hide = true)]
     Worker,

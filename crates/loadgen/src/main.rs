@@ -2,6 +2,7 @@
 //!
 //! See the crate README for the subcommands, the report fields and the multi-process design.
 
+mod chaos;
 mod cli;
 mod clock;
 mod conn;
@@ -94,6 +95,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Chaos(a) => chaos::main(*a),
         Command::Sse(a) => run_plan(run::plan::sse_plan(&a), nofile),
         Command::Ws(a) => run_plan(run::plan::ws_plan(&a), nofile),
         Command::Echo(a) => run_plan(run::plan::echo_plan(&a), nofile),

@@ -61,6 +61,8 @@ pub struct RedisBridge {
     publisher: SharedConn,
     shards: u32,
     maxlen: usize,
+    /// Replicas a publish waits for (`WAIT`), and for how long.
+    wait: (u32, Duration),
     node_id: String,
     /// How far back a starting node reads the streams (`topics.history_ttl`).
     history: Duration,
@@ -82,6 +84,7 @@ impl RedisBridge {
             target,
             shards: config.redis_shards,
             maxlen: config.redis_stream_maxlen,
+            wait: (config.redis_wait_replicas, config.redis_wait_timeout),
             node_id: config.node_id.clone(),
             history,
             epochs: RwLock::new(vec![None; config.redis_shards as usize]),
@@ -246,6 +249,33 @@ impl RedisBridge {
     }
 }
 
+impl RedisBridge {
+    /// With `redis_wait_replicas`, waits until that many replicas hold what this connection
+    /// wrote (`WAIT`): an answered publish then survives the master's death and a failover.
+    async fn confirm<C: redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+        id: Option<String>,
+    ) -> Result<Option<String>, BridgeError> {
+        let (replicas, timeout) = self.wait;
+        if replicas == 0 {
+            return Ok(id);
+        }
+        let acked: redis::RedisResult<i64> = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64)
+            .query_async(conn)
+            .await;
+        match acked {
+            Ok(n) if n >= i64::from(replicas) => Ok(id),
+            Ok(n) => Err(Self::unavailable(format!(
+                "written, but {n} of {replicas} replicas confirmed it within {timeout:?}"
+            ))),
+            Err(e) => Err(Self::unavailable(e)),
+        }
+    }
+}
+
 impl Bridge for RedisBridge {
     fn name(&self) -> &'static str {
         NAME
@@ -284,10 +314,17 @@ impl Bridge for RedisBridge {
             let id: Option<String> = loop {
                 attempt += 1;
                 let result = match self.publisher.get().await {
-                    Ok(mut conn) => conn
-                        .xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
-                        .await
-                        .map_err(|e| (self.publisher.failed(&e), e)),
+                    Ok(mut conn) => {
+                        let added: redis::RedisResult<Option<String>> = conn
+                            .xadd_maxlen(&key, StreamMaxlen::Approx(self.maxlen), "*", &fields)
+                            .await;
+                        match added {
+                            // Written: from here a retry would publish twice, so a failure to
+                            // confirm it is an answer, not a retry.
+                            Ok(id) => break self.confirm(&mut conn, id).await?,
+                            Err(e) => Err((self.publisher.failed(&e), e)),
+                        }
+                    }
                     Err(e) => Err((true, e)),
                 };
                 match result {

@@ -161,6 +161,15 @@ pub struct ClusterConfig {
     /// Approximate entries kept per stream (`XADD MAXLEN ~`).
     /// Bound: At least 100.
     pub redis_stream_maxlen: usize,
+    /// Replicas that must hold a publish before it is answered (`WAIT` after the `XADD`, for
+    /// at most `redis_wait_timeout`); a publish fewer replicas confirmed is answered
+    /// `503 bridge_unavailable` (it may still be delivered). 0 (the default) answers once the
+    /// master has it, and a master that dies before replicating loses it. Single and Sentinel
+    /// modes only. Bound: 0 to 16.
+    pub redis_wait_replicas: u32,
+    /// Longest wait for `redis_wait_replicas`.
+    #[serde(with = "humantime_serde")]
+    pub redis_wait_timeout: Duration,
     /// How often a node writes its connections and per-topic subscriber counts to Redis (in
     /// one pipeline, changes only). A node silent for three intervals counts as gone.
     #[serde(with = "humantime_serde")]
@@ -218,6 +227,8 @@ impl Default for ClusterConfig {
             redis_prefix: "herald".into(),
             redis_shards: 16,
             redis_stream_maxlen: 100_000,
+            redis_wait_replicas: 0,
+            redis_wait_timeout: Duration::from_millis(500),
             presence_interval: Duration::from_secs(2),
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],

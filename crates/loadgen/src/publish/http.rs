@@ -14,8 +14,9 @@ use crate::conn::dial::dial;
 use crate::error::{ConnError, ErrorKind};
 use crate::target::Target;
 
-/// Largest response body read (the rest is an error).
-const MAX_RESPONSE: usize = 64 * 1024;
+/// Largest response body read (the rest is an error): a long-poll answer of up to 1,000
+/// messages fits.
+const MAX_RESPONSE: usize = 1024 * 1024;
 
 /// Why a POST failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,8 +82,26 @@ impl Poster {
 
     /// POSTs a JSON body; returns the status code of a 2xx answer.
     pub async fn post(&mut self, body: Bytes) -> Result<u16, PostError> {
+        let path = self.target.path_and_query.clone();
+        self.send(hyper::Method::POST, &path, Some(body))
+            .await
+            .map(|(status, _)| status)
+    }
+
+    /// GETs `path_and_query` on the same connection; returns the status and body of a 2xx
+    /// answer (the chaos run's long-poll client).
+    pub(crate) async fn get(&mut self, path_and_query: &str) -> Result<(u16, Bytes), PostError> {
+        self.send(hyper::Method::GET, path_and_query, None).await
+    }
+
+    async fn send(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<(u16, Bytes), PostError> {
         let timeout = self.timeout;
-        let r = tokio::time::timeout(timeout, self.post_inner(body)).await;
+        let r = tokio::time::timeout(timeout, self.send_inner(method, path, body)).await;
         let r = r.unwrap_or(Err(PostError::Timeout));
         if matches!(
             r,
@@ -93,7 +112,12 @@ impl Poster {
         r
     }
 
-    async fn post_inner(&mut self, body: Bytes) -> Result<u16, PostError> {
+    async fn send_inner(
+        &mut self,
+        method: hyper::Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<(u16, Bytes), PostError> {
         if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
             self.connect().await?;
         }
@@ -104,23 +128,29 @@ impl Poster {
             .ready()
             .await
             .map_err(|e| PostError::Http(e.to_string()))?;
-        let req = Request::post(self.target.path_and_query.as_str())
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
             .header(header::HOST, self.target.host_header.as_str())
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::USER_AGENT, "herald-loadgen")
-            .body(Full::new(body))
+            .header(header::USER_AGENT, "herald-loadgen");
+        if body.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(body.unwrap_or_default()))
             .map_err(|e| PostError::Http(e.to_string()))?;
         let resp = sender
             .send_request(req)
             .await
             .map_err(|e| PostError::Http(e.to_string()))?;
         let status = resp.status().as_u16();
-        Limited::new(resp.into_body(), MAX_RESPONSE)
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE)
             .collect()
             .await
-            .map_err(|e| PostError::Http(e.to_string()))?;
+            .map_err(|e| PostError::Http(e.to_string()))?
+            .to_bytes();
         if (200..300).contains(&status) {
-            Ok(status)
+            Ok((status, body))
         } else {
             Err(PostError::Status(status))
         }

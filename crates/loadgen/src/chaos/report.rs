@@ -1,0 +1,411 @@
+//! The chaos report: JSON (the keys `deploy/chaos.sh` and CI read) and a self-contained HTML
+//! page, built from every client's outcome, the ledger and the fault timeline.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use super::checker::{Finding, FindingKind};
+use super::client::ClientOutcome;
+use super::fault::FaultKind;
+use super::ledger::Ledger;
+use super::timeline::FaultRecord;
+use crate::report::svg::esc;
+
+/// Findings listed in full (the counts are always complete).
+const LIST_CAP: usize = 2_000;
+
+/// Latency summary of resumes after one kind of fault.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub(crate) struct Resume {
+    pub(crate) count: u64,
+    pub(crate) p50: u64,
+    pub(crate) p99: u64,
+    pub(crate) max: u64,
+}
+
+/// A client that did not get back every topic's last acknowledged message.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Unrecovered {
+    pub(crate) client: u64,
+    /// (topic, last sequence number received, last acknowledged).
+    pub(crate) behind: Vec<(String, u64, u64)>,
+    pub(crate) open_at_end: bool,
+    /// Lost its connection at this time (ms) and never got it back.
+    pub(crate) down_since_ms: Option<u64>,
+}
+
+/// The report.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ChaosReport {
+    pub(crate) seed: u64,
+    pub(crate) duration_s: f64,
+    pub(crate) nodes: usize,
+    pub(crate) clients: u64,
+    pub(crate) topics: usize,
+    /// Publishes sent (acknowledged + unknown fate).
+    pub(crate) published: u64,
+    pub(crate) published_acked: u64,
+    pub(crate) published_uncertain: u64,
+    /// Why publishes failed (their fate is unknown), by kind.
+    pub(crate) publish_errors: BTreeMap<String, u64>,
+    /// Messages received by clients (duplicates included).
+    pub(crate) delivered: u64,
+    /// Faults injected, by kind (every kind listed).
+    pub(crate) faults: BTreeMap<&'static str, u64>,
+    /// Faults whose control commands failed.
+    pub(crate) fault_errors: u64,
+    pub(crate) reconnects: BTreeMap<&'static str, u64>,
+    pub(crate) sessions: BTreeMap<&'static str, u64>,
+    /// Time from losing a connection to being subscribed again, by the fault in force
+    /// (`none`: no fault).
+    pub(crate) resume_ms: BTreeMap<&'static str, Resume>,
+    pub(crate) silent_gaps: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) reorders: u64,
+    pub(crate) signalled_gaps: u64,
+    /// Signalled gaps by the signal's reason (`expired`: history ran out, `epoch`: the log's
+    /// life changed, `lagged`).
+    pub(crate) signalled_by_reason: BTreeMap<String, u64>,
+    /// Acknowledged messages missing, silent and signalled.
+    pub(crate) messages_lost_silently: u64,
+    pub(crate) messages_lost_signalled: u64,
+    pub(crate) unrecovered_clients: u64,
+    pub(crate) loss_signals: u64,
+    /// Publishes of unknown fate delivered after later ones (allowed).
+    pub(crate) late_uncertain: u64,
+    pub(crate) ok: bool,
+    pub(crate) problems: Vec<String>,
+    pub(crate) findings: Vec<Finding>,
+    pub(crate) unrecovered: Vec<Unrecovered>,
+    pub(crate) fault_log: Vec<FaultRecord>,
+    pub(crate) command: Vec<String>,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn resume_of(mut v: Vec<u64>) -> Resume {
+    v.sort_unstable();
+    Resume {
+        count: v.len() as u64,
+        p50: percentile(&v, 0.5),
+        p99: percentile(&v, 0.99),
+        max: v.last().copied().unwrap_or(0),
+    }
+}
+
+/// What the report is built from.
+pub(crate) struct Inputs<'a> {
+    pub(crate) seed: u64,
+    pub(crate) duration_s: f64,
+    pub(crate) nodes: usize,
+    pub(crate) outcomes: Vec<ClientOutcome>,
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) fault_log: Vec<FaultRecord>,
+    pub(crate) published: u64,
+    pub(crate) publish_errors: BTreeMap<String, u64>,
+}
+
+pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
+    let (acked, uncertain) = i.ledger.totals();
+    let mut faults: BTreeMap<&'static str, u64> =
+        FaultKind::ALL.iter().map(|k| (k.name(), 0)).collect();
+    for f in &i.fault_log {
+        *faults.entry(f.kind.name()).or_default() += 1;
+    }
+    let mut r = ChaosReport {
+        seed: i.seed,
+        duration_s: i.duration_s,
+        nodes: i.nodes,
+        clients: i.outcomes.len() as u64,
+        topics: 0,
+        published: i.published,
+        published_acked: acked,
+        published_uncertain: uncertain,
+        publish_errors: i.publish_errors,
+        delivered: 0,
+        faults,
+        fault_errors: i.fault_log.iter().filter(|f| f.error.is_some()).count() as u64,
+        reconnects: BTreeMap::new(),
+        sessions: BTreeMap::new(),
+        resume_ms: BTreeMap::new(),
+        silent_gaps: 0,
+        duplicates: 0,
+        reorders: 0,
+        signalled_gaps: 0,
+        signalled_by_reason: BTreeMap::new(),
+        messages_lost_silently: 0,
+        messages_lost_signalled: 0,
+        unrecovered_clients: 0,
+        loss_signals: 0,
+        late_uncertain: 0,
+        ok: true,
+        problems: Vec::new(),
+        findings: Vec::new(),
+        unrecovered: Vec::new(),
+        fault_log: i.fault_log,
+        command: std::env::args().collect(),
+    };
+    let mut resumes: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut topics = std::collections::BTreeSet::new();
+    for o in i.outcomes {
+        for (k, n) in &o.reconnects {
+            *r.reconnects.entry(k).or_default() += n;
+        }
+        for (t, n) in &o.sessions {
+            *r.sessions.entry(t.name()).or_default() += n;
+        }
+        for (kind, ms) in &o.resumes {
+            resumes
+                .entry(kind.map_or("none", |k| k.name()))
+                .or_default()
+                .push(*ms);
+        }
+        r.delivered += o.check.delivered;
+        r.loss_signals += o.check.signals;
+        r.late_uncertain += o.check.late_uncertain;
+        let mut behind = Vec::new();
+        for (slot, (ledger_topic, name)) in o.check.topics().iter().enumerate() {
+            topics.insert(*ledger_topic);
+            let last = i.ledger.last_acked(*ledger_topic);
+            let got = o.check.last_seq(slot);
+            if got < last {
+                behind.push((name.clone(), got, last));
+            }
+        }
+        if !behind.is_empty() {
+            r.unrecovered.push(Unrecovered {
+                client: o.id,
+                behind,
+                open_at_end: o.open_at_end,
+                down_since_ms: o.down_since_ms,
+            });
+        }
+        for f in o.check.into_findings() {
+            match f.kind {
+                FindingKind::SilentGap => {
+                    r.silent_gaps += 1;
+                    r.messages_lost_silently += f.missing;
+                }
+                FindingKind::SignalledGap => {
+                    r.signalled_gaps += 1;
+                    r.messages_lost_signalled += f.missing;
+                    *r.signalled_by_reason
+                        .entry(f.reason.clone().unwrap_or_default())
+                        .or_default() += 1;
+                }
+                FindingKind::Duplicate => r.duplicates += 1,
+                FindingKind::Reorder => r.reorders += 1,
+            }
+            if r.findings.len() < LIST_CAP {
+                r.findings.push(f);
+            }
+        }
+    }
+    r.topics = topics.len();
+    r.resume_ms = resumes
+        .into_iter()
+        .map(|(k, v)| (k, resume_of(v)))
+        .collect();
+    r.unrecovered_clients = r.unrecovered.len() as u64;
+    for (n, what) in [
+        (r.silent_gaps, "silent gaps"),
+        (r.duplicates, "duplicates"),
+        (r.reorders, "reorders"),
+        (r.unrecovered_clients, "clients that never recovered"),
+    ] {
+        if n > 0 {
+            r.problems.push(format!("{n} {what}"));
+        }
+    }
+    if r.delivered == 0 {
+        r.problems.push("nothing was delivered".into());
+    }
+    r.ok = r.problems.is_empty();
+    r
+}
+
+/// A short text summary.
+pub(crate) fn text(r: &ChaosReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "chaos: seed {} over {:.0}s, {} nodes, {} clients, {} topics",
+        r.seed, r.duration_s, r.nodes, r.clients, r.topics
+    );
+    let _ = writeln!(
+        o,
+        "published {} ({} acked, {} unknown fate), delivered {}",
+        r.published, r.published_acked, r.published_uncertain, r.delivered
+    );
+    if !r.publish_errors.is_empty() {
+        let _ = writeln!(o, "publish errors: {:?}", r.publish_errors);
+    }
+    let faults: Vec<String> = r.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let _ = writeln!(
+        o,
+        "faults: {} ({} control errors)",
+        faults.join(", "),
+        r.fault_errors
+    );
+    let rc: Vec<String> = r
+        .reconnects
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(o, "reconnects: {}", rc.join(", "));
+    for (k, v) in &r.resume_ms {
+        let _ = writeln!(
+            o,
+            "resume after {k}: n={} p50={}ms p99={}ms max={}ms",
+            v.count, v.p50, v.p99, v.max
+        );
+    }
+    let _ = writeln!(
+        o,
+        "silent gaps {} ({} msgs), duplicates {}, reorders {}, signalled gaps {} ({} msgs) {:?}, unrecovered clients {}",
+        r.silent_gaps,
+        r.messages_lost_silently,
+        r.duplicates,
+        r.reorders,
+        r.signalled_gaps,
+        r.messages_lost_signalled,
+        r.signalled_by_reason,
+        r.unrecovered_clients
+    );
+    for f in r
+        .findings
+        .iter()
+        .filter(|f| f.kind != FindingKind::SignalledGap)
+        .take(20)
+    {
+        let _ = writeln!(
+            o,
+            "  {:?} client {} {} node{} topic {} seq {}->{} ids {}->{} missing {} fault {}",
+            f.kind,
+            f.client,
+            f.transport.name(),
+            f.node + 1,
+            f.topic,
+            f.prev_seq,
+            f.seq,
+            f.prev_id,
+            f.id,
+            f.missing,
+            f.fault.as_ref().map_or("none".into(), |x| format!(
+                "{} {} @{}ms{}",
+                x.kind.name(),
+                x.target,
+                x.start_ms,
+                if x.after_heal { " (after heal)" } else { "" }
+            ))
+        );
+    }
+    for u in r.unrecovered.iter().take(10) {
+        let _ = writeln!(
+            o,
+            "  unrecovered client {}: {:?} open_at_end={} down_since={:?}",
+            u.client, u.behind, u.open_at_end, u.down_since_ms
+        );
+    }
+    let _ = writeln!(
+        o,
+        "verdict: {}",
+        if r.ok {
+            "OK".to_owned()
+        } else {
+            r.problems.join("; ")
+        }
+    );
+    o
+}
+
+fn html(r: &ChaosReport) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>herald-loadgen chaos report</title><style>\
+body{{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}}\
+table{{border-collapse:collapse;margin:8px 0}}td,th{{border:1px solid #ddd;padding:3px 8px;font-size:12px;text-align:left}}\
+th{{background:#f5f5f5}}.ok{{color:#1a7f37;font-weight:bold}}.bad{{color:#c62828;font-weight:bold}}pre{{background:#f7f7f7;padding:10px;font-size:12px}}\
+</style></head><body><h1>herald-loadgen chaos report</h1>"
+    );
+    let _ = write!(
+        o,
+        "<p class=\"{}\">Verdict: {}</p><pre>{}</pre>",
+        if r.ok { "ok" } else { "bad" },
+        if r.ok {
+            "OK".into()
+        } else {
+            esc(&r.problems.join("; "))
+        },
+        esc(&text(r))
+    );
+    o.push_str("<h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>kind</th><th>target</th><th>param</th><th>error</th></tr>");
+    for f in &r.fault_log {
+        let _ = write!(
+            o,
+            "<tr><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            f.start_ms as f64 / 1e3,
+            f.end_ms
+                .map_or("-".into(), |e| format!("{:.1}", e as f64 / 1e3)),
+            f.kind.name(),
+            esc(&f.target),
+            f.param,
+            esc(f.error.as_deref().unwrap_or(""))
+        );
+    }
+    o.push_str("</table><h2>Findings</h2><table><tr><th>kind</th><th>at s</th><th>client</th><th>transport</th><th>node</th><th>topic</th><th>seq</th><th>ids</th><th>missing</th><th>reason</th><th>fault</th></tr>");
+    for f in &r.findings {
+        let _ = write!(
+            o,
+            "<tr><td>{:?}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}→{}</td><td>{}→{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            f.kind,
+            f.at_ms as f64 / 1e3,
+            f.client,
+            f.transport.name(),
+            f.node + 1,
+            esc(&f.topic),
+            f.prev_seq,
+            f.seq,
+            esc(&f.prev_id),
+            esc(&f.id),
+            f.missing,
+            esc(f.reason.as_deref().unwrap_or("")),
+            f.fault.as_ref().map_or("none".into(), |x| esc(&format!(
+                "{} {} @{:.1}s{}",
+                x.kind.name(),
+                x.target,
+                x.start_ms as f64 / 1e3,
+                if x.after_heal { " (after heal)" } else { "" }
+            )))
+        );
+    }
+    o.push_str("</table></body></html>");
+    o
+}
+
+/// Writes the JSON and HTML files asked for.
+pub(crate) fn write(
+    r: &ChaosReport,
+    json: Option<&Path>,
+    html_path: Option<&Path>,
+) -> anyhow::Result<()> {
+    if let Some(p) = json {
+        std::fs::write(p, serde_json::to_string_pretty(r)?)
+            .with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    if let Some(p) = html_path {
+        std::fs::write(p, html(r)).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! The seeded schedules: which fault happens when, against what, for how long; and when each
+//! client reconnects, to which node, over which transport. Pure functions of the seed and the
+//! run's shape, so a run is reproducible from its seed (`--plan-only` prints them).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::fault::FaultKind;
+use super::rng::Rng;
+
+/// Stream ids of the generator (one per consumer).
+pub(crate) const STREAM_FAULTS: u64 = 1;
+pub(crate) const STREAM_PUBLISH: u64 = 2;
+pub(crate) const STREAM_TOPICS: u64 = 3;
+/// Client `i` draws its legs from stream `STREAM_CLIENTS + i`...
+pub(crate) const STREAM_CLIENTS: u64 = 1 << 32;
+/// ...and its backoffs after failures from `STREAM_BACKOFF + i`, so that failures (which
+/// depend on timing) never shift its own schedule.
+pub(crate) const STREAM_BACKOFF: u64 = 2 << 32;
+
+/// The shape of the run that the fault schedule depends on.
+#[derive(Debug, Clone)]
+pub(crate) struct FaultShape {
+    /// Faults start from here (after the clients are connected)...
+    pub(crate) start: Duration,
+    /// ...and every fault has ended by here.
+    pub(crate) end: Duration,
+    /// Pause between the end of one fault and the start of the next.
+    pub(crate) gap: (Duration, Duration),
+    /// Kinds to draw from.
+    pub(crate) kinds: Vec<FaultKind>,
+    /// Herald nodes (targets `node1`..).
+    pub(crate) nodes: usize,
+    /// Whether Kafka is part of the cluster (a net target).
+    pub(crate) kafka: bool,
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct PlannedFault {
+    /// Offset from the run's start.
+    pub(crate) at_ms: u64,
+    /// How long it lasts before it is healed.
+    pub(crate) hold_ms: u64,
+    /// What happens.
+    pub(crate) kind: FaultKind,
+    /// What it is aimed at: `node2`, `redis`, `kafka`, `clients-node1`.
+    pub(crate) target: String,
+    /// The kind's parameter: latency ms, bandwidth KB/s; 0 otherwise.
+    pub(crate) param: u64,
+}
+
+fn hold_ms(kind: FaultKind, r: &mut Rng) -> u64 {
+    match kind {
+        FaultKind::NodeKill => r.range(1_000, 4_000),
+        FaultKind::NodePause => r.range(1_000, 5_000),
+        // long enough for Sentinel to notice (down-after) and promote the replica
+        FaultKind::RedisFailover => r.range(5_000, 8_000),
+        FaultKind::KafkaRestart => r.range(1_000, 3_000),
+        FaultKind::NetLatency | FaultKind::NetBandwidth => r.range(2_000, 6_000),
+        FaultKind::NetCut | FaultKind::NetStall => r.range(1_000, 4_000),
+    }
+}
+
+fn target(kind: FaultKind, shape: &FaultShape, r: &mut Rng) -> String {
+    let node = 1 + r.below(shape.nodes.max(1) as u64);
+    match kind {
+        FaultKind::NodeKill | FaultKind::NodePause => format!("node{node}"),
+        FaultKind::RedisFailover => "redis".into(),
+        FaultKind::KafkaRestart => "kafka".into(),
+        _ => {
+            let links = 2 + u64::from(shape.kafka);
+            match r.below(links) {
+                0 => format!("clients-node{node}"),
+                1 => "redis".into(),
+                _ => "kafka".into(),
+            }
+        }
+    }
+}
+
+fn param(kind: FaultKind, r: &mut Rng) -> u64 {
+    match kind {
+        FaultKind::NetLatency => r.range(100, 1_500),
+        FaultKind::NetBandwidth => r.range(2, 32),
+        _ => 0,
+    }
+}
+
+/// The fault schedule of a seed: faults one after another, never overlapping, so that each
+/// gap or reconnect can be attributed to the one fault in force.
+pub(crate) fn plan_faults(seed: u64, shape: &FaultShape) -> Vec<PlannedFault> {
+    let mut r = Rng::new(seed, STREAM_FAULTS);
+    let mut out = Vec::new();
+    if shape.kinds.is_empty() {
+        return out;
+    }
+    let (gmin, gmax) = (
+        shape.gap.0.as_millis() as u64,
+        shape.gap.1.as_millis() as u64,
+    );
+    let end = shape.end.as_millis() as u64;
+    let mut t = shape.start.as_millis() as u64 + r.range(gmin, gmax);
+    // bounded: every fault takes at least a second plus its gap
+    while out.len() < 100_000 {
+        let kind = shape.kinds[r.below(shape.kinds.len() as u64) as usize];
+        let hold = hold_ms(kind, &mut r);
+        let target = target(kind, shape, &mut r);
+        let param = param(kind, &mut r);
+        if t + hold > end {
+            break;
+        }
+        out.push(PlannedFault {
+            at_ms: t,
+            hold_ms: hold,
+            kind,
+            target,
+            param,
+        });
+        t += hold + r.range(gmin, gmax).max(1);
+    }
+    out
+}
+
+/// The transports a chaos client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Transport {
+    Sse,
+    Ws,
+    Poll,
+}
+
+impl Transport {
+    const ALL: [Transport; 3] = [Transport::Sse, Transport::Ws, Transport::Poll];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Transport::Sse => "sse",
+            Transport::Ws => "ws",
+            Transport::Poll => "poll",
+        }
+    }
+}
+
+/// How clients reconnect on their own.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientShape {
+    /// Time between a client's own reconnects.
+    pub(crate) every: (Duration, Duration),
+    /// Probability that a reconnect also switches transport.
+    pub(crate) switch: f64,
+    /// Herald nodes to choose from.
+    pub(crate) nodes: usize,
+}
+
+/// One session of a client's plan: the node and transport it uses, and how long it keeps
+/// it before reconnecting on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct Leg {
+    pub(crate) node: usize,
+    pub(crate) transport: Transport,
+    pub(crate) hold_ms: u64,
+    /// This leg changed transport from the previous one.
+    pub(crate) switched: bool,
+}
+
+/// A client's reconnect plan: an endless, seeded sequence of legs.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientPlan {
+    rng: Rng,
+    backoff: Rng,
+    shape: ClientShape,
+    transport: Transport,
+    first: bool,
+}
+
+impl ClientPlan {
+    pub(crate) fn new(seed: u64, client: u64, shape: ClientShape) -> Self {
+        let mut rng = Rng::new(seed, STREAM_CLIENTS + client);
+        let transport = Transport::ALL[rng.below(3) as usize];
+        ClientPlan {
+            rng,
+            backoff: Rng::new(seed, STREAM_BACKOFF + client),
+            shape,
+            transport,
+            first: true,
+        }
+    }
+
+    /// The next leg.
+    pub(crate) fn next_leg(&mut self) -> Leg {
+        let r = &mut self.rng;
+        let switched = !self.first && r.chance(self.shape.switch);
+        if switched {
+            let others: Vec<Transport> = Transport::ALL
+                .into_iter()
+                .filter(|t| *t != self.transport)
+                .collect();
+            self.transport = others[r.below(2) as usize];
+        }
+        self.first = false;
+        let (lo, hi) = self.shape.every;
+        Leg {
+            node: r.below(self.shape.nodes.max(1) as u64) as usize,
+            transport: self.transport,
+            hold_ms: r.range(lo.as_millis() as u64, hi.as_millis() as u64),
+            switched,
+        }
+    }
+
+    /// A backoff before retrying after a failure (100 ms to 2 s).
+    pub(crate) fn backoff_ms(&mut self, attempt: u32) -> u64 {
+        let cap = (100u64 << attempt.min(5)).min(2_000);
+        self.backoff.range(cap / 2, cap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> FaultShape {
+        FaultShape {
+            start: Duration::from_secs(5),
+            end: Duration::from_secs(110),
+            gap: (Duration::from_secs(2), Duration::from_secs(5)),
+            kinds: FaultKind::ALL.to_vec(),
+            nodes: 3,
+            kafka: true,
+        }
+    }
+
+    #[test]
+    fn same_seed_same_faults_other_seed_other_faults() {
+        let a = plan_faults(42, &shape());
+        assert_eq!(a, plan_faults(42, &shape()));
+        assert_ne!(a, plan_faults(43, &shape()));
+        assert!(a.len() > 5, "{a:?}");
+    }
+
+    #[test]
+    fn faults_do_not_overlap_and_end_in_time() {
+        let a = plan_faults(9, &shape());
+        for w in a.windows(2) {
+            assert!(w[0].at_ms + w[0].hold_ms < w[1].at_ms, "{w:?}");
+        }
+        assert!(
+            a.iter()
+                .all(|f| f.at_ms >= 5_000 && f.at_ms + f.hold_ms <= 110_000)
+        );
+        for f in &a {
+            match f.kind {
+                FaultKind::NodeKill | FaultKind::NodePause => assert!(f.target.starts_with("node")),
+                FaultKind::NetLatency => assert!(f.param >= 100),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn without_kafka_no_kafka_link() {
+        let mut s = shape();
+        s.kafka = false;
+        s.kinds = vec![FaultKind::NetCut];
+        assert!(plan_faults(3, &s).iter().all(|f| f.target != "kafka"));
+    }
+
+    #[test]
+    fn client_plans_are_reproducible_and_switch() {
+        let cs = ClientShape {
+            every: (Duration::from_secs(1), Duration::from_secs(9)),
+            switch: 0.5,
+            nodes: 3,
+        };
+        let legs = |seed, c| {
+            let mut p = ClientPlan::new(seed, c, cs.clone());
+            (0..50).map(|_| p.next_leg()).collect::<Vec<_>>()
+        };
+        assert_eq!(legs(1, 4), legs(1, 4));
+        assert_ne!(legs(1, 4), legs(1, 5));
+        let l = legs(1, 4);
+        assert!(l.iter().any(|x| x.switched));
+        assert!(!l[0].switched);
+        assert!(
+            l.iter()
+                .all(|x| x.node < 3 && (1_000..=9_000).contains(&x.hold_ms))
+        );
+    }
+}
