@@ -235,6 +235,39 @@ fn print_config_shows_the_effective_configuration() {
     );
 }
 
+/// The flags and environment twins of options tuned per deployment reach the configuration.
+#[test]
+fn deployment_options_have_flags_and_environment_twins() {
+    let out = herald()
+        .args([
+            "--print-config",
+            "--ws-ping-interval",
+            "7s",
+            "--max-connections",
+            "5",
+        ])
+        .args(["--history-len", "9", "--worker-threads", "3"])
+        .env("HERALD_POLL_TIMEOUT", "11s")
+        .env("HERALD_MAX_CONNECTIONS_PER_ADDRESS", "4")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config: toml::Value = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    assert_eq!(config["ws"]["ping_interval"].as_str(), Some("7s"));
+    assert_eq!(config["poll"]["timeout"].as_str(), Some("11s"));
+    assert_eq!(config["topics"]["history_len"].as_integer(), Some(9));
+    assert_eq!(config["limits"]["max_connections"].as_integer(), Some(5));
+    assert_eq!(
+        config["limits"]["max_connections_per_address"].as_integer(),
+        Some(4)
+    );
+    assert_eq!(config["worker_threads"].as_integer(), Some(3));
+}
+
 #[test]
 fn sigterm_drains_and_exits_zero() {
     let mut herald = Herald::start(herald_on_any_port());

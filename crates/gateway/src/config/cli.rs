@@ -44,6 +44,24 @@ pub struct Cli {
     /// SSE heartbeat interval, e.g. `15s`.
     #[arg(long, env = "HERALD_SSE_HEARTBEAT", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub sse_heartbeat: Option<Duration>,
+    /// WebSocket ping interval, e.g. `30s` (clients may ask for their own within bounds).
+    #[arg(long, env = "HERALD_WS_PING_INTERVAL", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub ws_ping_interval: Option<Duration>,
+    /// Longest a long-poll request is held when nothing arrives, e.g. `25s`.
+    #[arg(long, env = "HERALD_POLL_TIMEOUT", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub poll_timeout: Option<Duration>,
+    /// Messages kept per topic for resume (0: none).
+    #[arg(long, env = "HERALD_HISTORY_LEN", value_name = "N")]
+    pub history_len: Option<usize>,
+    /// Connections on the public listener at once.
+    #[arg(long, env = "HERALD_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Connections from one client address at once.
+    #[arg(long, env = "HERALD_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N")]
+    pub max_connections_per_address: Option<u32>,
+    /// The runtime's worker threads (0: one per CPU).
+    #[arg(long, env = "HERALD_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<usize>,
     /// Shutdown grace period, e.g. `10s`.
     #[arg(long, env = "HERALD_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub shutdown_grace: Option<Duration>,
@@ -189,6 +207,15 @@ fn defaults() -> Vec<(&'static str, String)> {
         ("log_filter", d.log_filter.clone()),
         ("dev", d.dev.to_string()),
         ("sse_heartbeat", duration(d.sse.heartbeat)),
+        ("ws_ping_interval", duration(d.ws.ping_interval)),
+        ("poll_timeout", duration(d.poll.timeout)),
+        ("history_len", d.topics.history_len.to_string()),
+        ("max_connections", d.limits.max_connections.to_string()),
+        (
+            "max_connections_per_address",
+            d.limits.max_connections_per_address.to_string(),
+        ),
+        ("worker_threads", "0 (one per CPU)".into()),
         ("shutdown_grace", duration(d.shutdown.grace)),
         ("lag_policy", name(&d.lag_policy)),
         ("redis_url", "none (single node)".into()),
@@ -295,6 +322,24 @@ impl Cli {
         }
         if let Some(v) = self.sse_heartbeat {
             config.sse.heartbeat = v;
+        }
+        if let Some(v) = self.ws_ping_interval {
+            config.ws.ping_interval = v;
+        }
+        if let Some(v) = self.poll_timeout {
+            config.poll.timeout = v;
+        }
+        if let Some(v) = self.history_len {
+            config.topics.history_len = v;
+        }
+        if let Some(v) = self.max_connections {
+            config.limits.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_address {
+            config.limits.max_connections_per_address = v;
+        }
+        if let Some(v) = self.worker_threads {
+            config.worker_threads = v;
         }
         if let Some(v) = self.shutdown_grace {
             config.shutdown.grace = v;
