@@ -19,6 +19,7 @@ mod report;
 mod run;
 mod seq;
 mod source_ip;
+mod spec;
 mod stats;
 mod target;
 mod worker;

@@ -128,7 +128,7 @@ pub(crate) fn main(a: ChaosArgs) -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    let seed = a.seed.unwrap_or_else(|| crate::clock::unix_micros());
+    let seed = a.seed.unwrap_or_else(crate::clock::unix_micros);
     let faults = plan_faults(seed, &fault_shape(&a));
     if a.plan_only {
         let clients: Vec<serde_json::Value> = (0..a.clients.min(5))

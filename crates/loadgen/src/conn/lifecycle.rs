@@ -15,8 +15,8 @@ use tokio::net::TcpStream;
 use super::dial::dial;
 use super::{ConnCtx, ConnOutcome, Role, hold_timer};
 use crate::error::ConnError;
+use crate::spec::WorkerSpec;
 use crate::target::Target;
-use crate::worker::spec::WorkerSpec;
 
 /// A client kind before it is connected: how it turns a socket into a ready [`Session`].
 pub trait Client: Send {

@@ -16,8 +16,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::seq::SeqTracker;
+use crate::spec::WorkerSpec;
 use crate::stats::Stats;
-use crate::worker::spec::WorkerSpec;
 
 /// Shared state of a worker's connection tasks.
 #[derive(Debug)]

@@ -16,8 +16,8 @@ use super::{ConnCtx, ConnOutcome, Role, topics_of};
 use crate::clock::unix_micros;
 use crate::error::{ConnError, ErrorKind};
 use crate::proto::herald_ws::{ServerFrame, classify, subscribe_frame};
+use crate::spec::WorkerSpec;
 use crate::target::Target;
-use crate::worker::spec::WorkerSpec;
 
 /// A WebSocket client stream.
 pub type Ws = WebSocketStream<TcpStream>;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::coordinator::Fleet;
+use super::fleet::Fleet;
 use super::plan::RunPlan;
 use super::servers::ServerWatch;
 use crate::histogram::{self, Hist};
@@ -10,9 +10,9 @@ use crate::procstat;
 use crate::publish::{PublishMode, PublishStats};
 use crate::report::model::*;
 use crate::seq::SeqOutcome;
+use crate::spec::ClientKind;
 use crate::stats::Counters;
 use crate::worker::protocol::{PublishSummary, TopicTally, WorkerFinal};
-use crate::worker::spec::ClientKind;
 
 /// Everything [`assemble`] needs.
 pub struct Inputs<'a> {

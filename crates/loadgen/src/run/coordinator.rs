@@ -8,126 +8,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::assemble::{Inputs, assemble};
+use super::fleet::Fleet;
 use super::plan::RunPlan;
 use super::progress::Progress;
 use super::servers::{Mark, ServerWatch};
-use crate::histogram::{self, Hist};
+use crate::histogram;
 use crate::hostile::engine::{Engine, HostileResult, HostileStats};
 use crate::publish::{PublishStats, Publisher};
 use crate::report::model::{Report, TimelinePoint};
-use crate::stats::Counters;
 use crate::worker::link::{WorkerLink, spawn_in_process, spawn_process};
-use crate::worker::protocol::{Control, PublishSummary, WorkerFinal, WorkerMsg};
-
-/// What the coordinator knows about its workers.
-#[derive(Debug)]
-pub struct Fleet {
-    /// Latest counters per worker.
-    pub counters: Vec<Counters>,
-    /// Ready reported.
-    pub ready: Vec<bool>,
-    /// Counters at `Started`.
-    pub started: Vec<Option<Counters>>,
-    /// Final reports.
-    pub finals: Vec<Option<WorkerFinal>>,
-    /// Fatal errors.
-    pub fatal: Vec<Option<String>>,
-    /// Latency samples since the last tick.
-    pub interval_latency: Hist,
-    /// Per worker: when its previous progress arrived, and its work counter then.
-    last_progress: Vec<Option<(Instant, u64, u64)>>,
-    /// Per worker: latest rates (receipts/s, echo answers/s) from consecutive progress lines.
-    rates: Vec<(f64, f64)>,
-}
-
-impl Fleet {
-    fn new(n: usize) -> Self {
-        Self {
-            counters: vec![Counters::default(); n],
-            ready: vec![false; n],
-            started: vec![None; n],
-            finals: vec![None; n],
-            fatal: vec![None; n],
-            interval_latency: histogram::new_hist(),
-            last_progress: vec![None; n],
-            rates: vec![(0.0, 0.0); n],
-        }
-    }
-
-    /// Sum of the workers' latest receipt and echo rates.
-    pub fn rates(&self) -> (f64, f64) {
-        self.rates
-            .iter()
-            .fold((0.0, 0.0), |a, r| (a.0 + r.0, a.1 + r.1))
-    }
-
-    fn absorb(&mut self, id: usize, msg: WorkerMsg) {
-        if id >= self.counters.len() {
-            return;
-        }
-        match msg {
-            WorkerMsg::Progress(s) => {
-                let now = Instant::now();
-                let receipts = s.counters.deliveries + s.counters.churn_deliveries;
-                let echoes = s.counters.echo_received;
-                if let Some((t, r0, e0)) = self.last_progress[id] {
-                    let dt = now.duration_since(t).as_secs_f64().max(1e-3);
-                    self.rates[id] = (
-                        receipts.saturating_sub(r0) as f64 / dt,
-                        echoes.saturating_sub(e0) as f64 / dt,
-                    );
-                }
-                self.last_progress[id] = Some((now, receipts, echoes));
-                self.counters[id] = s.counters;
-                if let Ok(h) = histogram::decode(&s.latency) {
-                    let _ = histogram::merge(&mut self.interval_latency, &h);
-                }
-            }
-            WorkerMsg::Ready { counters } => {
-                self.counters[id] = counters;
-                self.ready[id] = true;
-            }
-            WorkerMsg::Started { counters } => {
-                self.counters[id] = counters.clone();
-                self.started[id] = Some(counters);
-            }
-            WorkerMsg::Final(f) => {
-                self.counters[id] = f.counters.clone();
-                self.finals[id] = Some(*f);
-            }
-            WorkerMsg::Fatal { error } => {
-                if self.finals[id].is_none() {
-                    self.fatal[id] = Some(error);
-                }
-            }
-        }
-    }
-
-    /// Sum of the latest counters.
-    pub fn total(&self) -> Counters {
-        let mut t = Counters::default();
-        for c in &self.counters {
-            t.add(c);
-        }
-        t
-    }
-
-    fn gone(&self, i: usize) -> bool {
-        self.fatal[i].is_some() || self.finals[i].is_some()
-    }
-
-    fn all_ready(&self) -> bool {
-        (0..self.ready.len()).all(|i| self.ready[i] || self.gone(i))
-    }
-
-    fn all_started(&self) -> bool {
-        (0..self.started.len()).all(|i| self.started[i].is_some() || self.gone(i))
-    }
-
-    fn all_final(&self) -> bool {
-        (0..self.finals.len()).all(|i| self.gone(i))
-    }
-}
+use crate::worker::protocol::{Control, PublishSummary, WorkerMsg};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PumpEnd {
@@ -168,7 +58,7 @@ impl Coordinator {
         self.last_tick = now;
         let total = self.fleet.total();
         let (receipt_rate, echo_rate) = self.fleet.rates();
-        let rate = if matches!(self.plan.kind, crate::worker::spec::ClientKind::Echo { .. }) {
+        let rate = if matches!(self.plan.kind, crate::spec::ClientKind::Echo { .. }) {
             echo_rate
         } else {
             receipt_rate

@@ -2,6 +2,7 @@
 
 pub mod assemble;
 pub mod coordinator;
+pub mod fleet;
 pub mod plan;
 pub mod progress;
 pub mod publish_cmd;

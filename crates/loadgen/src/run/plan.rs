@@ -10,8 +10,8 @@ use crate::cli::{
 use crate::hostile::{HostileConfig, parse_attacks};
 use crate::publish::PublishConfig;
 use crate::source_ip::{default_count, loopback_block, parse_source_ips};
+use crate::spec::{ChurnSpec, ClientKind, TopicPlan, WorkerSpec};
 use crate::target::{Target, parse_target};
-use crate::worker::spec::{ChurnSpec, ClientKind, TopicPlan, WorkerSpec};
 
 /// A bad command line (exit status 64).
 #[derive(Debug, thiserror::Error)]

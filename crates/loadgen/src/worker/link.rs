@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::protocol::{Control, WorkerMsg};
 use super::run::run_worker;
-use super::spec::WorkerSpec;
+use crate::spec::WorkerSpec;
 
 /// Name of the hidden subcommand that runs a child worker.
 pub const WORKER_SUBCOMMAND: &str = "__worker";

@@ -7,4 +7,3 @@
 pub mod link;
 pub mod protocol;
 pub mod run;
-pub mod spec;

@@ -11,7 +11,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{Control, PublishSummary, Snapshot, TopicTally, WorkerFinal, WorkerMsg};
-use super::spec::{ClientKind, WorkerSpec};
 use crate::conn::echo::Echo;
 use crate::conn::lifecycle::run;
 use crate::conn::sse::Sse;
@@ -20,6 +19,7 @@ use crate::conn::{ConnCtx, ConnOutcome, Role};
 use crate::histogram::{self, Hist};
 use crate::rate::Pacer;
 use crate::seq::SeqOutcome;
+use crate::spec::{ClientKind, WorkerSpec};
 use crate::stats::Stats;
 
 /// Global index given to churn client `k` of worker `w`: far above any main index, so that
@@ -308,8 +308,8 @@ pub fn account(
 mod tests {
     use super::*;
     use crate::seq::SeqTracker;
+    use crate::spec::TopicPlan;
     use crate::worker::protocol::TopicPublished;
-    use crate::worker::spec::TopicPlan;
 
     fn spec(topics: u32) -> WorkerSpec {
         WorkerSpec {
