@@ -14,12 +14,13 @@
 //! `since` are no longer all held (`lost`: `expired`, or `epoch` for an id from another life of
 //! the topic), the page starts at the oldest message held.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::Cursor;
 use serde::Deserialize;
 
+use super::query::{self, ApiQuery};
 use crate::app::AppState;
 use crate::error::ApiError;
 
@@ -31,8 +32,9 @@ pub const MAX_LIMIT: usize = 1000;
 pub struct HistoryQuery {
     /// The id of the last message the client has; omitted: the newest messages.
     since: Option<String>,
-    /// Messages in the page, 1 to [`MAX_LIMIT`] (default 100).
-    limit: Option<usize>,
+    /// Messages in the page, 1 to [`MAX_LIMIT`] (default 100): read as text, so that a bad
+    /// one is `bad_limit` ([`query::limit`]).
+    limit: Option<String>,
     /// A token, for clients that cannot send `Authorization` (public listener only).
     token: Option<String>,
 }
@@ -41,7 +43,7 @@ pub struct HistoryQuery {
 pub async fn admin(
     State(state): State<AppState>,
     Path(topic): Path<String>,
-    Query(query): Query<HistoryQuery>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     page(&state, &topic, &query)
 }
@@ -54,7 +56,7 @@ pub async fn public(
     headers: HeaderMap,
     extensions: axum::http::Extensions,
     Path(topic): Path<String>,
-    Query(query): Query<HistoryQuery>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     let answer = async {
         state.auth().check_origin(&headers)?;
@@ -80,13 +82,7 @@ pub async fn public(
 
 fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
     herald_core::name::validate_topic(name)?;
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "bad_limit",
-            format!("limit must be 1 to {MAX_LIMIT}"),
-        ));
-    }
+    let limit = query::limit(query.limit.as_deref(), 100, 1..=MAX_LIMIT)?;
     let since: Option<Cursor> = match &query.since {
         Some(s) => Some(s.parse().map_err(|e: herald_core::CursorError| {
             ApiError::bad_request("bad_cursor", format!("since: {e}"))
