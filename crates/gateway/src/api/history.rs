@@ -12,7 +12,9 @@
 //! Without `since`, the newest `limit` messages; with it (a message `id`), the first `limit`
 //! after it, and `more` says whether to ask again with `since=<next>`. When messages after
 //! `since` are no longer all held (`lost`: `expired`, or `epoch` for an id from another life of
-//! the topic), the page starts at the oldest message held.
+//! the topic), the page starts at the oldest message held. A page stops once it holds
+//! `limits.max_answer_bytes` of messages (at least one), with `more` (see
+//! [`crate::transport::answer`]).
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -23,6 +25,7 @@ use serde::Deserialize;
 use super::query::{self, ApiQuery};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::transport::answer::{Budget, JsonAnswer};
 
 /// The most messages one page holds (and the default `limit` is 100).
 pub const MAX_LIMIT: usize = 1000;
@@ -96,36 +99,33 @@ fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, 
             "no such topic on this node",
         ));
     };
-    let page = topic.history(since, limit);
+    let mut page = topic.history(since, limit);
+    // No more than `limits.max_answer_bytes` of messages (at least one): `more` and `next`
+    // then continue after the last one given.
+    let fit = Budget::new(limit, state.config().limits.max_answer_bytes).fits(&page.messages);
+    if fit < page.messages.len() {
+        page.messages.truncate(fit);
+        page.more = true;
+    }
     let next = page
         .messages
         .last()
         .map(|m| m.cursor())
         .or(since)
         .unwrap_or_else(|| topic.head());
-    let mut body = Vec::with_capacity(
-        128 + page
-            .messages
-            .iter()
-            .map(|m| m.ws_frame().len() + 1)
-            .sum::<usize>(),
-    );
-    body.extend_from_slice(br#"{"topic":""#);
-    body.extend_from_slice(name.as_bytes());
-    body.extend_from_slice(br#"","messages":["#);
-    for (i, m) in page.messages.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(m.ws_frame());
-    }
-    body.extend_from_slice(br#"],"lost":"#);
+    // The messages' shared frames by reference, not one fresh copy of them all.
+    let mut body = JsonAnswer::default();
+    body.text(br#"{"topic":""#);
+    body.text(name.as_bytes());
+    body.text(br#"","messages":["#);
+    body.frames(page.messages.iter().map(|m| &**m));
+    body.text(br#"],"lost":"#);
     match page.lost {
-        Some(reason) => body.extend_from_slice(format!(r#""{}""#, reason.as_str()).as_bytes()),
-        None => body.extend_from_slice(b"null"),
+        Some(reason) => body.text(format!(r#""{}""#, reason.as_str()).as_bytes()),
+        None => body.text(b"null"),
     }
-    body.extend_from_slice(format!(r#","more":{},"next":"{next}"}}"#, page.more).as_bytes());
-    let mut response = body.into_response();
+    body.text(format!(r#","more":{},"next":"{next}"}}"#, page.more).as_bytes());
+    let mut response = body.into_body().into_response();
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

@@ -408,6 +408,12 @@ pub struct LimitsConfig {
     /// Most messages in one batch publish.
     /// Bound: 1 to 10000.
     pub max_batch_publish: usize,
+    /// Bytes of messages one long-poll answer or one history page holds: messages are added
+    /// until their frames reach it (at least one, so a larger message still goes through),
+    /// then the answer says `"more":true` and its cursor (`next`) continues after them.
+    /// Bounds what one request can make the gateway hold for a client that reads slowly.
+    /// Bound: 1024 to 268435456.
+    pub max_answer_bytes: usize,
     /// Publishes per second on the public listener per publisher: an API key, a token's
     /// subject, or (dev mode, tokens without `sub`) a client address; a batch counts each
     /// message. Faster gets 429 with `retry-after`. 0 turns the limit off. The admin listener
@@ -567,6 +573,7 @@ impl Default for LimitsConfig {
             max_subscriptions: 64,
             max_payload_bytes: 64 * 1024,
             max_batch_publish: 100,
+            max_answer_bytes: 1 << 20,
             publish_rate_per_key: 1_000.0,
             publish_burst_per_key: 2_000.0,
             publish_rate_per_connection: 100.0,
