@@ -108,13 +108,11 @@ pub fn map_fields(input: &[u8]) -> Result<Vec<(&str, &[u8])>, MsgpackError> {
         _ => return Err(MsgpackError::new("expected a MessagePack map")),
     };
     let mut fields = Vec::new();
-    let mut scratch = Vec::new();
     for _ in 0..len {
         let key = reader.key()?;
         let start = reader.pos;
-        scratch.clear();
         // Each field is a value of its own (a payload is held to the nesting bound alone).
-        reader.value(&mut scratch, 0)?;
+        reader.value(&mut Check, 0)?;
         fields.push((key, &input[start..reader.pos]));
     }
     reader.end()?;
@@ -132,11 +130,9 @@ pub fn array_items(input: &[u8]) -> Result<Vec<&[u8]>, MsgpackError> {
         _ => return Err(MsgpackError::new("expected a MessagePack array")),
     };
     let mut items = Vec::new();
-    let mut scratch = Vec::new();
     for _ in 0..len {
         let start = reader.pos;
-        scratch.clear();
-        reader.value(&mut scratch, 0)?;
+        reader.value(&mut Check, 0)?;
         items.push(&input[start..reader.pos]);
     }
     reader.end()?;
@@ -234,9 +230,9 @@ impl<'a> Reader<'a> {
         self.str_of(len)
     }
 
-    /// Reads one value, writing its JSON form to `out`; `depth` is the nesting it is at.
-    fn value(&mut self, out: &mut Vec<u8>, depth: usize) -> Result<(), MsgpackError> {
-        use std::io::Write as _;
+    /// Reads one value, writing its JSON form to `out` ([`Check`] writes nothing: the value is
+    /// only checked); `depth` is the nesting it is at.
+    fn value(&mut self, out: &mut impl JsonOut, depth: usize) -> Result<(), MsgpackError> {
         let marker = self.marker()?;
         let container = matches!(
             marker,
@@ -252,58 +248,57 @@ impl<'a> Reader<'a> {
                 "payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
             )));
         }
-        // Writing to a Vec cannot fail.
         match marker {
-            Marker::Null => out.extend_from_slice(b"null"),
-            Marker::True => out.extend_from_slice(b"true"),
-            Marker::False => out.extend_from_slice(b"false"),
+            Marker::Null => out.raw(b"null"),
+            Marker::True => out.raw(b"true"),
+            Marker::False => out.raw(b"false"),
             Marker::FixPos(n) => {
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::FixNeg(n) => {
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::U8 => {
                 let n = self.u8()?;
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::U16 => {
                 let n = self.u16()?;
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::U32 => {
                 let n = self.u32()?;
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::U64 => {
                 let n = u64::from_be_bytes(self.array()?);
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::I8 => {
                 let n = i8::from_be_bytes(self.array()?);
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::I16 => {
                 let n = i16::from_be_bytes(self.array()?);
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::I32 => {
                 let n = i32::from_be_bytes(self.array()?);
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::I64 => {
                 let n = i64::from_be_bytes(self.array()?);
-                let _ = write!(out, "{n}");
+                out.number(n);
             }
             Marker::F32 => {
                 let f = f32::from_be_bytes(self.array()?);
                 finite(f.is_finite())?;
-                let _ = serde_json::to_writer(&mut *out, &f);
+                out.float(f);
             }
             Marker::F64 => {
                 let f = f64::from_be_bytes(self.array()?);
                 finite(f.is_finite())?;
-                let _ = serde_json::to_writer(&mut *out, &f);
+                out.float(f);
             }
             Marker::FixStr(n) => self.string(out, usize::from(n))?,
             Marker::Str8 => {
@@ -324,10 +319,7 @@ impl<'a> Reader<'a> {
                     Marker::Bin16 => usize::from(self.u16()?),
                     _ => self.u32()? as usize,
                 };
-                let bytes = self.take(len)?;
-                out.push(b'"');
-                base64::engine::general_purpose::STANDARD.encode_slice_to_vec(bytes, out);
-                out.push(b'"');
+                out.base64(self.take(len)?);
             }
             Marker::FixArray(_) | Marker::Array16 | Marker::Array32 => {
                 let len = match marker {
@@ -335,14 +327,14 @@ impl<'a> Reader<'a> {
                     Marker::Array16 => u32::from(self.u16()?),
                     _ => self.u32()?,
                 };
-                out.push(b'[');
+                out.raw(b"[");
                 for i in 0..len {
                     if i > 0 {
-                        out.push(b',');
+                        out.raw(b",");
                     }
                     self.value(out, depth + 1)?;
                 }
-                out.push(b']');
+                out.raw(b"]");
             }
             Marker::FixMap(_) | Marker::Map16 | Marker::Map32 => {
                 let len = match marker {
@@ -350,13 +342,13 @@ impl<'a> Reader<'a> {
                     Marker::Map16 => u32::from(self.u16()?),
                     _ => self.u32()?,
                 };
-                out.push(b'{');
+                out.raw(b"{");
                 // A key twice would read differently to different readers (first or last
                 // wins): refused, as a JSON publish (parsed into one object) never has it.
                 let mut keys = std::collections::HashSet::with_capacity((len as usize).min(64));
                 for i in 0..len {
                     if i > 0 {
-                        out.push(b',');
+                        out.raw(b",");
                     }
                     let key = self.key()?;
                     if !keys.insert(key) {
@@ -364,11 +356,11 @@ impl<'a> Reader<'a> {
                             "the map key {key:?} appears twice"
                         )));
                     }
-                    let _ = serde_json::to_writer(&mut *out, key);
-                    out.push(b':');
+                    out.string(key);
+                    out.raw(b":");
                     self.value(out, depth + 1)?;
                 }
-                out.push(b'}');
+                out.raw(b"}");
             }
             Marker::FixExt1
             | Marker::FixExt2
@@ -389,11 +381,57 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    fn string(&mut self, out: &mut Vec<u8>, len: usize) -> Result<(), MsgpackError> {
-        let s = self.str_of(len)?;
-        let _ = serde_json::to_writer(&mut *out, s);
+    fn string(&mut self, out: &mut impl JsonOut, len: usize) -> Result<(), MsgpackError> {
+        out.string(self.str_of(len)?);
         Ok(())
     }
+}
+
+/// Where [`Reader::value`] writes a value's JSON form.
+trait JsonOut {
+    fn raw(&mut self, text: &[u8]);
+    fn number(&mut self, n: impl std::fmt::Display);
+    fn float(&mut self, f: impl serde::Serialize);
+    fn string(&mut self, s: &str);
+    fn base64(&mut self, bytes: &[u8]);
+}
+
+impl JsonOut for Vec<u8> {
+    // Writing to a Vec cannot fail.
+    fn raw(&mut self, text: &[u8]) {
+        self.extend_from_slice(text);
+    }
+
+    fn number(&mut self, n: impl std::fmt::Display) {
+        use std::io::Write as _;
+        let _ = write!(self, "{n}");
+    }
+
+    fn float(&mut self, f: impl serde::Serialize) {
+        let _ = serde_json::to_writer(&mut *self, &f);
+    }
+
+    fn string(&mut self, s: &str) {
+        let _ = serde_json::to_writer(&mut *self, s);
+    }
+
+    fn base64(&mut self, bytes: &[u8]) {
+        self.push(b'"');
+        base64::engine::general_purpose::STANDARD.encode_slice_to_vec(bytes, self);
+        self.push(b'"');
+    }
+}
+
+/// Checks a value without writing its JSON form: a scan of its bytes (markers, lengths,
+/// UTF-8, keys), no output, so checking costs a small part of converting.
+struct Check;
+
+impl JsonOut for Check {
+    fn raw(&mut self, _: &[u8]) {}
+    fn number(&mut self, _: impl std::fmt::Display) {}
+    fn float(&mut self, _: impl serde::Serialize) {}
+    fn string(&mut self, _: &str) {}
+    fn base64(&mut self, _: &[u8]) {}
 }
 
 /// Base64 into a Vec without an intermediate String.

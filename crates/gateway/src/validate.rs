@@ -173,6 +173,11 @@ impl Config {
             16..=16 << 20,
         )?;
         within("limits.max_batch_publish", l.max_batch_publish, 1..=10_000)?;
+        within(
+            "limits.max_answer_bytes",
+            l.max_answer_bytes,
+            1024..=256 << 20,
+        )?;
         above_zero("limits.header_read_timeout", l.header_read_timeout)?;
         above_zero("limits.write_timeout", l.write_timeout)?;
         above_zero("limits.body_read_timeout", l.body_read_timeout)?;

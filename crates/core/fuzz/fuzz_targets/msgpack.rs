@@ -5,7 +5,9 @@
 //! JSON value whose MessagePack form gives the same JSON form back (the conversion loses
 //! nothing a JSON reader can see), and its MessagePack bytes are the input, untouched; a
 //! command frame accepted as MessagePack is a JSON object that `protocol::parse` reads
-//! without panicking, and its `data` bytes, when present, are a payload on their own.
+//! without panicking, and its `data` bytes, when present, are a payload on their own;
+//! `protocol::command_from_msgpack` accepts exactly the frames `from_msgpack` does, with the
+//! same `data` bytes.
 
 #![no_main]
 
@@ -22,6 +24,16 @@ fuzz_target!(|data: &[u8]| {
         let again = msgpack::to_json(&msgpack::from_json(&value)).expect("round trip");
         let again: serde_json::Value = serde_json::from_slice(&again).unwrap();
         assert_eq!(again, value);
+    }
+    // A connection's read (data checked, not converted) accepts exactly the same frames and
+    // carries the same data bytes.
+    let lean = protocol::command_from_msgpack(data);
+    assert_eq!(
+        lean.as_ref().ok().map(|f| f.data),
+        protocol::from_msgpack(data).ok().map(|f| f.data)
+    );
+    if let Ok(lean) = lean {
+        let _ = protocol::parse(&lean.json);
     }
     if let Ok(frame) = protocol::from_msgpack(data) {
         let object: serde_json::Value =

@@ -2,12 +2,13 @@
 //! metrics.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use herald_core::TopicStats;
 use serde::Deserialize;
 
+use super::query::{self, ApiQuery};
 use crate::app::AppState;
 use crate::cluster::presence::NodeCursor;
 use crate::error::ApiError;
@@ -26,24 +27,26 @@ fn stats_json(s: &TopicStats) -> serde_json::Value {
 /// Query of `GET /v1/topics`.
 #[derive(Debug, Deserialize)]
 pub struct TopicsQuery {
-    /// Most topics listed (default 100, at most 10000).
-    limit: Option<usize>,
+    /// Most topics listed: a whole number (default 100; above 10000 lists 10000).
+    limit: Option<String>,
 }
 
 /// `GET /v1/topics`: the topic count and the most subscribed topics with their subscriber
 /// counts (presence on this node).
 pub async fn topics(
     State(state): State<AppState>,
-    Query(q): Query<TopicsQuery>,
-) -> Json<serde_json::Value> {
-    let limit = q.limit.unwrap_or(100).min(10_000);
+    ApiQuery(q): ApiQuery<TopicsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let limit = query::limit(q.limit.as_deref(), 100, 0..=usize::MAX)?.min(10_000);
     let list: Vec<_> = state
         .registry()
         .stats(limit)
         .iter()
         .map(stats_json)
         .collect();
-    Json(serde_json::json!({ "count": state.registry().len(), "topics": list }))
+    Ok(Json(
+        serde_json::json!({ "count": state.registry().len(), "topics": list }),
+    ))
 }
 
 /// `GET /v1/topics/{topic}`: one topic's subscribers, head position and history length.
@@ -131,7 +134,7 @@ pub const MAX_MEMBERS_PAGE: usize = 1000;
 pub async fn presence(
     State(state): State<AppState>,
     Path(name): Path<String>,
-    Query(q): Query<PresenceQuery>,
+    ApiQuery(q): ApiQuery<PresenceQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     herald_core::name::validate_topic(&name)?;
     match q.members.as_deref() {
@@ -226,19 +229,7 @@ async fn members(
             "members are not kept for this topic: set topics.presence, or presence in its namespace's [namespaces.<name>]",
         ));
     }
-    let limit = match q.limit.as_deref() {
-        None => MEMBERS_PAGE,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_MEMBERS_PAGE).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(
-                    "bad_limit",
-                    format!("limit must be a whole number from 1 to {MAX_MEMBERS_PAGE}"),
-                )
-            })?,
-    };
+    let limit = query::limit(q.limit.as_deref(), MEMBERS_PAGE, 1..=MAX_MEMBERS_PAGE)?;
     let from = match q.cursor.as_deref() {
         None => None,
         Some(text) => Some(PageCursor::parse(text).ok_or_else(|| {

@@ -12,16 +12,20 @@
 //! Without `since`, the newest `limit` messages; with it (a message `id`), the first `limit`
 //! after it, and `more` says whether to ask again with `since=<next>`. When messages after
 //! `since` are no longer all held (`lost`: `expired`, or `epoch` for an id from another life of
-//! the topic), the page starts at the oldest message held.
+//! the topic), the page starts at the oldest message held. A page stops once it holds
+//! `limits.max_answer_bytes` of messages (at least one), with `more` (see
+//! [`crate::transport::answer`]).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::Cursor;
 use serde::Deserialize;
 
+use super::query::{self, ApiQuery};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::transport::answer::{Budget, JsonAnswer};
 
 /// The most messages one page holds (and the default `limit` is 100).
 pub const MAX_LIMIT: usize = 1000;
@@ -31,8 +35,9 @@ pub const MAX_LIMIT: usize = 1000;
 pub struct HistoryQuery {
     /// The id of the last message the client has; omitted: the newest messages.
     since: Option<String>,
-    /// Messages in the page, 1 to [`MAX_LIMIT`] (default 100).
-    limit: Option<usize>,
+    /// Messages in the page, 1 to [`MAX_LIMIT`] (default 100): read as text, so that a bad
+    /// one is `bad_limit` ([`query::limit`]).
+    limit: Option<String>,
     /// A token, for clients that cannot send `Authorization` (public listener only).
     token: Option<String>,
 }
@@ -41,7 +46,7 @@ pub struct HistoryQuery {
 pub async fn admin(
     State(state): State<AppState>,
     Path(topic): Path<String>,
-    Query(query): Query<HistoryQuery>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     page(&state, &topic, &query)
 }
@@ -54,7 +59,7 @@ pub async fn public(
     headers: HeaderMap,
     extensions: axum::http::Extensions,
     Path(topic): Path<String>,
-    Query(query): Query<HistoryQuery>,
+    ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     let answer = async {
         state.auth().check_origin(&headers)?;
@@ -80,13 +85,7 @@ pub async fn public(
 
 fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
     herald_core::name::validate_topic(name)?;
-    let limit = query.limit.unwrap_or(100);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "bad_limit",
-            format!("limit must be 1 to {MAX_LIMIT}"),
-        ));
-    }
+    let limit = query::limit(query.limit.as_deref(), 100, 1..=MAX_LIMIT)?;
     let since: Option<Cursor> = match &query.since {
         Some(s) => Some(s.parse().map_err(|e: herald_core::CursorError| {
             ApiError::bad_request("bad_cursor", format!("since: {e}"))
@@ -100,36 +99,33 @@ fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, 
             "no such topic on this node",
         ));
     };
-    let page = topic.history(since, limit);
+    let mut page = topic.history(since, limit);
+    // No more than `limits.max_answer_bytes` of messages (at least one): `more` and `next`
+    // then continue after the last one given.
+    let fit = Budget::new(limit, state.config().limits.max_answer_bytes).fits(&page.messages);
+    if fit < page.messages.len() {
+        page.messages.truncate(fit);
+        page.more = true;
+    }
     let next = page
         .messages
         .last()
         .map(|m| m.cursor())
         .or(since)
         .unwrap_or_else(|| topic.head());
-    let mut body = Vec::with_capacity(
-        128 + page
-            .messages
-            .iter()
-            .map(|m| m.ws_frame().len() + 1)
-            .sum::<usize>(),
-    );
-    body.extend_from_slice(br#"{"topic":""#);
-    body.extend_from_slice(name.as_bytes());
-    body.extend_from_slice(br#"","messages":["#);
-    for (i, m) in page.messages.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(m.ws_frame());
-    }
-    body.extend_from_slice(br#"],"lost":"#);
+    // The messages' shared frames by reference, not one fresh copy of them all.
+    let mut body = JsonAnswer::default();
+    body.text(br#"{"topic":""#);
+    body.text(name.as_bytes());
+    body.text(br#"","messages":["#);
+    body.frames(page.messages.iter().map(|m| &**m));
+    body.text(br#"],"lost":"#);
     match page.lost {
-        Some(reason) => body.extend_from_slice(format!(r#""{}""#, reason.as_str()).as_bytes()),
-        None => body.extend_from_slice(b"null"),
+        Some(reason) => body.text(format!(r#""{}""#, reason.as_str()).as_bytes()),
+        None => body.text(b"null"),
     }
-    body.extend_from_slice(format!(r#","more":{},"next":"{next}"}}"#, page.more).as_bytes());
-    let mut response = body.into_response();
+    body.text(format!(r#","more":{},"next":"{next}"}}"#, page.more).as_bytes());
+    let mut response = body.into_body().into_response();
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

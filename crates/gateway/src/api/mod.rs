@@ -7,3 +7,4 @@ pub mod control;
 pub mod cors;
 pub mod history;
 pub mod publish;
+pub mod query;

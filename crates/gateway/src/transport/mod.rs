@@ -1,5 +1,6 @@
 //! Client transports: SSE, WebSocket and long-poll, and what they share.
 
+pub(crate) mod answer;
 pub mod poll;
 pub mod sse;
 pub mod ws;

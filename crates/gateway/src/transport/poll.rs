@@ -11,6 +11,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::{FeedEvent, LossReason, ResumeList};
 
+use super::answer::{Budget, JsonAnswer};
 use super::{Delivery, SubscribeQuery, authorize, deliver, lost_json, open_feed};
 use crate::app::AppState;
 use crate::cluster::control::{Action, Disconnect, PresenceEvent};
@@ -67,26 +68,14 @@ async fn poll(
     let mut disconnect = None;
     let mut presence: Vec<PresenceEvent> = Vec::new();
 
-    let mut messages = Vec::new();
-    let mut lost = Vec::new();
-    let max_batch = config.poll.max_batch;
-    let take = |event: FeedEvent, messages: &mut Vec<_>, lost: &mut Vec<String>| match deliver(
-        event, "poll", config,
-    ) {
-        Delivery::Message(m) => messages.push(m),
-        Delivery::Lost { topic, reason } => lost.push(lost_json(&topic, reason)),
-        // A poll's feed is not linked to direct delivery: it writes no partial frames.
-        Delivery::Nothing | Delivery::Rest(_) => {}
-        // A poll ends with its answer anyway: the client is told it lost messages.
-        Delivery::Disconnect { topic } => lost.push(lost_json(&topic, LossReason::Lagged)),
+    let mut answer = Collected {
+        messages: Vec::new(),
+        lost: Vec::new(),
+        // At most `poll.max_batch` messages, and no more once `limits.max_answer_bytes`.
+        budget: Budget::new(config.poll.max_batch, config.limits.max_answer_bytes),
     };
-    while messages.len() < max_batch {
-        match feed.try_next() {
-            Some(event) => take(event, &mut messages, &mut lost),
-            None => break,
-        }
-    }
-    if messages.is_empty() && lost.is_empty() && !timeout.is_zero() {
+    answer.fill(&mut feed, config);
+    if answer.messages.is_empty() && answer.lost.is_empty() && !timeout.is_zero() {
         // A waiting poll is a connection the admin API can end (`disconnect` in the answer),
         // and a presence member of its topics while it waits. One answered at once is not:
         // a client polling in a tight loop does not churn the cluster's registry.
@@ -95,13 +84,8 @@ async fn poll(
         connection.subscribed_to(feed.positions().map(|(t, _)| t));
         tokio::select! {
             event = feed.next() => {
-                take(event, &mut messages, &mut lost);
-                while messages.len() < max_batch {
-                    match feed.try_next() {
-                        Some(event) => take(event, &mut messages, &mut lost),
-                        None => break,
-                    }
-                }
+                answer.take(event, config);
+                answer.fill(&mut feed, config);
             }
             _ = tokio::time::sleep(timeout) => {}
             _ = state.shutdown().cancelled() => connection.closing(CloseReason::Shutdown),
@@ -134,41 +118,40 @@ async fn poll(
         ResumeList::write_entries(&mut s, feed.resume_positions());
         s
     };
-    let mut body = Vec::with_capacity(
-        64 + messages
-            .iter()
-            .map(|m| m.ws_frame().len() + 1)
-            .sum::<usize>(),
-    );
-    body.extend_from_slice(br#"{"messages":["#);
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(m.ws_frame());
+    // The messages' shared frames by reference, not one fresh copy of them all.
+    let mut body = JsonAnswer::default();
+    body.text(br#"{"messages":["#);
+    for m in &answer.messages {
         metrics.delivered(m.ws_frame().len(), m.published_at().elapsed());
     }
-    body.extend_from_slice(br#"],"lost":["#);
-    body.extend_from_slice(lost.join(",").as_bytes());
-    body.extend_from_slice(br#"],"cursor":""#);
-    body.extend_from_slice(cursor.as_bytes());
-    body.push(b'"');
+    body.frames(answer.messages.iter().map(|m| &**m));
+    body.text(br#"],"lost":["#);
+    body.text(answer.lost.join(",").as_bytes());
+    body.text(br#"],"cursor":""#);
+    body.text(cursor.as_bytes());
+    // `more`: the answer stopped at its budget; poll again at once.
+    let more: &[u8] = if answer.budget.full() {
+        br#"","more":true"#
+    } else {
+        br#"","more":false"#
+    };
+    body.text(more);
     if !presence.is_empty() {
-        body.extend_from_slice(br#","presence":["#);
+        body.text(br#","presence":["#);
         for (i, event) in presence.iter().enumerate() {
             if i > 0 {
-                body.push(b',');
+                body.text(b",");
             }
-            body.extend_from_slice(event.typed_json().as_bytes());
+            body.text(event.typed_json().as_bytes());
         }
-        body.push(b']');
+        body.text(b"]");
     }
     if let Some(disconnect) = disconnect {
-        body.extend_from_slice(br#","disconnect":"#);
-        body.extend_from_slice(&serde_json::to_vec(&disconnect).unwrap_or_default());
+        body.text(br#","disconnect":"#);
+        body.text(&serde_json::to_vec(&disconnect).unwrap_or_default());
     }
-    body.push(b'}');
-    let mut response = body.into_response();
+    body.text(b"}");
+    let mut response = body.into_body().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -185,6 +168,41 @@ async fn poll(
             .insert(header::VARY, HeaderValue::from_static("origin"));
     }
     Ok(response)
+}
+
+/// What a poll answers with: messages within its budget and loss signals.
+struct Collected {
+    messages: Vec<std::sync::Arc<herald_core::Message>>,
+    lost: Vec<String>,
+    budget: Budget,
+}
+
+impl Collected {
+    /// Takes what the feed holds ready, until the budget is spent.
+    fn fill(&mut self, feed: &mut herald_core::Feed, config: &crate::Config) {
+        while !self.budget.full() {
+            match feed.try_next() {
+                Some(event) => self.take(event, config),
+                None => break,
+            }
+        }
+    }
+
+    fn take(&mut self, event: FeedEvent, config: &crate::Config) {
+        match deliver(event, "poll", config) {
+            Delivery::Message(m) => {
+                self.budget.take(&m);
+                self.messages.push(m);
+            }
+            Delivery::Lost { topic, reason } => self.lost.push(lost_json(&topic, reason)),
+            // A poll's feed is not linked to direct delivery: it writes no partial frames.
+            Delivery::Nothing | Delivery::Rest(_) => {}
+            // A poll ends with its answer anyway: the client is told it lost messages.
+            Delivery::Disconnect { topic } => {
+                self.lost.push(lost_json(&topic, LossReason::Lagged));
+            }
+        }
+    }
 }
 
 /// What a waiting poll hears from the server.

@@ -206,3 +206,53 @@ async fn every_transport_can_start_with_the_last_n_messages() {
     assert_eq!(ws_next(&mut ws).await["code"], "bad_frame");
     gw.stop().await.unwrap();
 }
+
+/// A `limit` that is not a whole number in range (`abc`, `-1`, `1e3`, `2^64`) is the
+/// documented JSON error `bad_limit`, not the framework's `text/plain` rejection: history on
+/// both listeners, the topic listing, presence members; a query string that does not read
+/// at all (a field twice) is JSON `bad_query`.
+#[tokio::test]
+async fn bad_query_strings_get_the_documented_json_errors_on_both_listeners() {
+    let mut config = test_config();
+    config.topics.presence = true;
+    let gw = spawn_gateway(config).await;
+    publish(&gw, "limits", json!(1)).await;
+    let (public, admin) = (gw.public_addr, gw.admin_addr);
+    let page_url = |addr: std::net::SocketAddr| format!("http://{addr}/v1/topics/limits/history");
+    let bases = [
+        (page_url(public), ""),
+        (page_url(admin), ""),
+        (format!("http://{admin}/v1/topics"), ""),
+        (
+            format!("http://{admin}/v1/presence/limits"),
+            "members=true&",
+        ),
+    ];
+    for (base, prefix) in &bases {
+        for limit in ["abc", "-1", "1e3", "18446744073709551616", "", "2.5"] {
+            let url = format!("{base}?{prefix}limit={limit}");
+            let resp = get(url.as_str(), &[]).await;
+            let status = resp.status().as_u16();
+            let kind = resp.headers()["content-type"].to_str().unwrap().to_string();
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(
+                (status, kind.as_str(), body["code"].as_str()),
+                (400, "application/json", Some("bad_limit")),
+                "{url}: {body}"
+            );
+            assert!(body["reason"].as_str().unwrap().contains("whole number"));
+        }
+        let url = format!("{base}?{prefix}limit=1&limit=2");
+        let resp = get(url.as_str(), &[]).await;
+        assert_eq!(resp.status(), 400, "{url}");
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "bad_query", "{url}: {body}");
+    }
+    // Good limits are served as before.
+    let (status, page) = history(public, "limits", "limit=1000").await;
+    assert_eq!((status, data(&page)), (200, vec![json!(1)]));
+    let topics = get_json(format!("http://{admin}/v1/topics?limit=20000")).await;
+    assert_eq!(topics["count"], 1, "{topics}");
+    gw.stop().await.unwrap();
+}

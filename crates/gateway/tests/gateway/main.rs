@@ -10,6 +10,7 @@ mod auth;
 mod clients;
 mod cluster;
 mod control;
+mod costs;
 mod deflate;
 mod fanout;
 mod history;

@@ -609,3 +609,56 @@ async fn a_msgpack_payload_crosses_the_redis_bridge_as_sent() {
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
+
+/// A `herald.msgpack` ping of 60,000 nils (60 KB on the wire, 300 KB as JSON) was converted to
+/// JSON and parsed again before its pong (8.7x the CPU of a 64 KB JSON ping). Its data is now
+/// checked in one scan and echoed as its own bytes: the pong carries exactly the bytes sent,
+/// and data without a JSON form or nested too deep is refused all the same.
+#[tokio::test]
+async fn a_large_msgpack_ping_is_echoed_as_its_own_bytes() {
+    let gw = spawn_gateway(test_config()).await;
+    let mut ws = mp_connect(&gw).await;
+    let mut data = vec![0xdd];
+    data.extend_from_slice(&60_000u32.to_be_bytes());
+    data.resize(5 + 60_000, 0xc0);
+    let mut ping = encode(&map(vec![("type", "ping".into())]));
+    ping[0] = 0x82;
+    ping.extend_from_slice(&[0xa4, b'd', b'a', b't', b'a']);
+    ping.extend_from_slice(&data);
+    ws.send(WsMessage::Binary(ping.clone().into()))
+        .await
+        .unwrap();
+    let pong = loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+            Some(Ok(WsMessage::Binary(bytes))) => break bytes,
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
+            other => panic!("expected the pong, got {other:?}"),
+        }
+    };
+    let mut expected = encode(&map(vec![("type", "pong".into())]));
+    expected[0] = 0x82;
+    expected.extend_from_slice(&[0xa4, b'd', b'a', b't', b'a']);
+    expected.extend_from_slice(&data);
+    assert!(pong[..] == expected[..], "the data echoed byte for byte");
+    // Checked all the same: nested deeper than a payload may be, or without a JSON form.
+    let mut deep = ping[..ping.len() - data.len()].to_vec();
+    deep.extend(std::iter::repeat_n(0x91, 65));
+    deep.push(0xc0);
+    ws.send(WsMessage::Binary(deep.into())).await.unwrap();
+    let reply = mp_next(&mut ws).await;
+    assert_eq!(
+        field(&reply, "code").as_str(),
+        Some("bad_msgpack"),
+        "{reply}"
+    );
+    let mut bad_utf8 = ping[..ping.len() - data.len()].to_vec();
+    bad_utf8.extend_from_slice(&[0xa2, 0xff, 0xfe]);
+    ws.send(WsMessage::Binary(bad_utf8.into())).await.unwrap();
+    let reply = mp_next(&mut ws).await;
+    assert_eq!(
+        field(&reply, "code").as_str(),
+        Some("bad_msgpack"),
+        "{reply}"
+    );
+    gw.stop().await.unwrap();
+}

@@ -37,6 +37,15 @@ use crate::telemetry::metrics::{self, CloseReason};
 /// The extension's name in `Sec-WebSocket-Extensions`.
 const NAME: &str = "permessage-deflate";
 
+/// The longest reply of a connection's own (pong, error, `subscribed`...) that goes
+/// compressed; longer ones go as they are (RSV1 clear, as RFC 7692 lets each message choose).
+/// Unlike a message, compressed once for all its subscribers, such a reply is compressed for
+/// one connection, and the client chooses its size: a pong echoes the ping's data, an error
+/// may quote the frame. Compressing 64 KB of it cost 4-6 ms of CPU per ping against 0.4 ms
+/// without (11-14x); up to this bound it costs at most a few times sending it as it is
+/// (BENCHMARKS.md, "Replies a client causes").
+pub(crate) const REPLY_DEFLATE_MAX: usize = 4096;
+
 /// What a connection negotiated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deflate {
@@ -209,11 +218,13 @@ impl<S: PeerStream> Connection<S> {
     }
 
     /// A reply of this connection's own, compressed when that applies as for
-    /// [`Self::deflated_message`].
+    /// [`Self::deflated_message`] and it is at most [`REPLY_DEFLATE_MAX`] bytes long.
     pub(super) fn deflated_text(&self, text: String) -> WsMessage {
         let min_size = self.state.config().ws.deflate_min_size;
         match self.json_deflate() {
-            Some(deflate) if deflate.compresses(text.len(), min_size) => {
+            Some(deflate)
+                if text.len() <= REPLY_DEFLATE_MAX && deflate.compresses(text.len(), min_size) =>
+            {
                 match compress(text.as_bytes()) {
                     Some(packed) => text_frame(packed.into()),
                     None => WsMessage::Text(text.into()),

@@ -640,9 +640,12 @@ impl<S: PeerStream> Connection<S> {
     }
 
     /// A `herald.msgpack` command: read as its JSON form, so that the same rules apply, with
-    /// its `data` carried as sent.
+    /// its `data` carried as sent (checked, never converted to JSON).
     async fn on_msgpack_command(&mut self, frame: &[u8]) -> Result<Flow, FrameError> {
-        let read = protocol::from_msgpack(frame).map_err(|e| FrameError::new(e.code, e.reason))?;
+        // `data` is checked, not converted: a ping's is echoed as given, a publish's payload
+        // is made from the bytes.
+        let read =
+            protocol::command_from_msgpack(frame).map_err(|e| FrameError::new(e.code, e.reason))?;
         let data = read.data.unwrap_or(&[0xc0]);
         self.on_command(&read.json, Some(data)).await
     }
