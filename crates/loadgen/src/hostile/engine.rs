@@ -418,7 +418,7 @@ pub async fn execute(
             hold,
         } => match raw::exchange(&mut stream, req, &mut buf).await {
             Ok(h) if h.status == 200 => {
-                raw::slow_read(&mut stream, *chunk, *every, *hold).await;
+                raw::slow_read(&mut stream, &h, buf.len(), *chunk, *every, *hold).await;
                 Outcome::Status(200)
             }
             Ok(h) => raw::refusal(&mut stream, &h, &mut buf).await,

@@ -140,23 +140,34 @@ pub async fn refusal<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads a response body slowly, as a client on a poor link: `chunk` bytes every `every`,
-/// into a scratch buffer (nothing is kept), until the body ends or `hold` has passed. The
-/// socket's receive buffer is made small first, so the server cannot hand its whole answer
-/// to the kernel and forget it.
-pub async fn slow_read(stream: &mut TcpStream, chunk: usize, every: Duration, hold: Duration) {
+/// Reads the body of `head` slowly, as a client on a poor link: `chunk` bytes every `every`,
+/// into a scratch buffer (nothing is kept), until the body ends (its `Content-Length`, or the
+/// connection closing) or `hold` has passed. The socket's receive buffer is made small first,
+/// so the server cannot hand its whole answer to the kernel and forget it.
+pub async fn slow_read(
+    stream: &mut TcpStream,
+    head: &ResponseHead,
+    buffered: usize,
+    chunk: usize,
+    every: Duration,
+    hold: Duration,
+) {
     let _ = nix::sys::socket::setsockopt(
         &*stream,
         nix::sys::socket::sockopt::RcvBuf,
         &chunk.max(4096),
     );
+    let mut left = match head.framing {
+        Framing::Length(n) => n.saturating_sub(buffered.saturating_sub(head.head_len) as u64),
+        _ => u64::MAX,
+    };
     let mut scratch = vec![0u8; chunk.max(1)];
     let until = tokio::time::Instant::now() + hold;
-    while tokio::time::Instant::now() + every <= until {
+    while left > 0 && tokio::time::Instant::now() + every <= until {
         tokio::time::sleep(every).await;
-        match stream.read(&mut scratch).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        match tokio::time::timeout_at(until, stream.read(&mut scratch)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n as u64),
+            _ => return,
         }
     }
 }

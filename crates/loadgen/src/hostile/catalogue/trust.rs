@@ -239,9 +239,13 @@ fn subscribe(topics: &[&str], hold: Duration, rng: &mut Rng) -> Action {
 /// Cross-site requests and DNS rebinding against the admin listener.
 fn admin_cross_site(v: u64, env: &PlanEnv) -> Planned {
     let host = env.admin_host.as_deref().unwrap_or(&env.host);
-    let body: &[u8] = br#"{"topic":"hostile-csrf","data":"cross-site"}"#;
     let post = |target: &str, headers: &[&str]| {
         let h: Vec<String> = headers.iter().map(|s| (*s).to_owned()).collect();
+        let body: &[u8] = if target == "/v1/publish" {
+            br#"{"topic":"hostile-csrf","data":"cross-site"}"#
+        } else {
+            br#"{"reason":"cross-site"}"#
+        };
         raw::request("POST", target, host, &h, Some(body))
     };
     let origin = format!("Origin: {EVIL}");
