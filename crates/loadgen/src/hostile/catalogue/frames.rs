@@ -152,7 +152,8 @@ pub(super) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Plan
                             rng.mask(),
                         );
                     }
-                    p("one_byte_fragments", PONG, ws(f, &["pong"]))
+                    // more fragments than a server may accept for one message (Herald: 64)
+                    p("one_byte_fragments", FLOOD, ws(f, &["pong"]))
                 }
                 3 => {
                     let (a, _) = msg.split_at(10);
