@@ -89,8 +89,8 @@ const EVIL: &str = "http://evil.example";
 /// Compressed pings per `ws_deflate_ping` (well within `ws.inbound_burst`).
 const DEFLATE_PINGS: usize = 8;
 
-/// New patterns per `pattern_lockout` connection (under `limits.max_subscriptions`).
-const LOCK_PATTERNS: usize = 32;
+/// New patterns per `pattern_lockout` connection (Herald's `limits.max_subscriptions`).
+const LOCK_PATTERNS: usize = 64;
 
 /// Plans variant `v` of one of the [`TRUST`] attacks.
 pub(super) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
@@ -187,20 +187,20 @@ pub(super) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Plan
             let patterns: Vec<String> = (0..LOCK_PATTERNS)
                 .map(|j| format!("lock:{:x}-{v}-{j}.*", env.run_id))
                 .collect();
-            // held long enough for the patterns to count, short of the attack's bound
-            let hold = env.attack_timeout / 2;
+            // held most of the attack's bound, so that many are held at once
+            let hold = env.attack_timeout.mul_f64(0.7);
             if v.is_multiple_of(2) {
                 let q: Vec<String> = patterns.iter().map(|t| format!("topic={t}")).collect();
                 let req = sse(env, &q.join("&"), &[]);
                 p(
-                    "sse_32_new_patterns",
+                    "sse_64_new_patterns",
                     LOCKOUT_HTTP,
                     Action::Hold { req, hold },
                 )
             } else {
                 let names: Vec<&str> = patterns.iter().map(String::as_str).collect();
                 let action = subscribe(&names, hold, rng);
-                p("ws_32_new_patterns", LOCKOUT_WS, action)
+                p("ws_64_new_patterns", LOCKOUT_WS, action)
             }
         }
         Attack::PatternPastHook => {
@@ -481,7 +481,7 @@ mod tests {
         };
         assert!(hold > Duration::ZERO && hold < test_env().attack_timeout);
         assert_eq!(s.matches("topic=lock:1-0-").count(), LOCK_PATTERNS);
-        assert!(s.contains("topic=lock:1-0-31.*"));
+        assert!(s.contains("topic=lock:1-0-63.*"));
         let (_, other) = plan_str(Attack::PatternLockout, 2);
         assert!(
             other.contains("lock:1-2-0.*"),
@@ -493,7 +493,7 @@ mod tests {
         };
         assert_eq!(
             (hold, want),
-            (test_env().attack_timeout / 2, &["subscribed"][..])
+            (test_env().attack_timeout.mul_f64(0.7), &["subscribed"][..])
         );
     }
 
