@@ -416,14 +416,19 @@ pub async fn execute(
             chunk,
             every,
             hold,
-        } => match raw::exchange(&mut stream, req, &mut buf).await {
-            Ok(h) if h.status == 200 => {
-                raw::slow_read(&mut stream, &h, buf.len(), *chunk, *every, *hold).await;
-                Outcome::Status(200)
+        } => {
+            // the hold counts from the request, so that a slow answer still ends in time
+            let until = Instant::now() + *hold;
+            match raw::exchange(&mut stream, req, &mut buf).await {
+                Ok(h) if h.status == 200 => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    raw::slow_read(&mut stream, &h, buf.len(), *chunk, *every, left).await;
+                    Outcome::Status(200)
+                }
+                Ok(h) => raw::refusal(&mut stream, &h, &mut buf).await,
+                Err(o) => o,
             }
-            Ok(h) => raw::refusal(&mut stream, &h, &mut buf).await,
-            Err(o) => o,
-        },
+        }
         Action::Ws(super::catalogue::WsAttack {
             target: path,
             headers,
