@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs Herald's whole test suite: unit tests, in-process integration tests against a real
 # gateway, the CLI tests, the TypeScript client's build and unit tests, and the
-# headless-browser tests (the demo page, the client, the admin console). Installs what the tests need on a
-# fresh Debian machine first. Extra arguments are passed to `cargo test`.
+# headless-browser tests (the demo page, the client, the admin console), then the hostile-client
+# soak against a release build and the chaos soak on a three-node cluster. Installs what the
+# tests need on a fresh Debian machine first. Extra arguments are passed to `cargo test`.
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
 #   HERALD_SKIP_CHAOS=1    skip the 2-minute chaos soak (deploy/chaos.sh)
+#   HERALD_SKIP_SOAK=1     skip the hostile-client soak (deploy/hostile-soak.sh: a release
+#                          build under the loadgen's attack catalogue for a minute)
 #   HERALD_SHIP_TESTS=1    then run deploy/deploy-test.sh and deploy/image-test.sh too
 #                          (Helm, compose, rules, dashboard, container image; CI runs them
 #                          as steps of their own)
@@ -46,6 +49,13 @@ trap '"$repo/deploy/engines.sh" stop >&2 || true' EXIT
 eval "$("$repo/deploy/engines.sh" start)"
 
 cargo test --workspace "$@"
+
+# The hostile-client soak: release builds of herald and herald-loadgen, the whole attack
+# catalogue for a minute while good clients must receive every message and Herald's RSS and
+# CPU stay bounded (docs/security.md, "The hostile soak").
+if [ "${HERALD_SKIP_SOAK:-}" != 1 ]; then
+  "$repo/deploy/hostile-soak.sh"
+fi
 
 # Proof under faults: 2 minutes of faults on a three-node cluster (Redis with Sentinel, Kafka,
 # Toxiproxy on every link) while 300 clients reconnect, switch transport and are checked

@@ -345,6 +345,20 @@ pub struct HostileArgs {
     /// An Origin the server refuses (its auth.allowed_origins is set): enables ws_bad_origin.
     #[arg(long)]
     pub origin_forbidden: Option<String>,
+    /// The server's admin listener (Herald: http://127.0.0.1:9090): enables admin_cross_site
+    /// and the admin variants of bad_limit.
+    #[arg(long)]
+    pub admin_url: Option<String>,
+    /// The server runs the soak's hooks (deploy/hostile-soak.sh: a connect hook; a subscribe
+    /// hook deciding `rooms:` and denying `rooms:secret`, unavailable for `secret:` with
+    /// hooks.on_unavailable = "allow"): enables ws_cookie_cross_site, hook_unavailable_allow
+    /// and pattern_past_hook.
+    #[arg(long)]
+    pub hooked: bool,
+    /// Time between a good client's subscriptions to a new wildcard pattern while
+    /// pattern_lockout runs (each must be accepted).
+    #[arg(long, value_parser = duration, default_value = "1s")]
+    pub probe_every: Duration,
     /// The server's HS256 secret, if known: expired tokens are then validly signed, so that only
     /// the expiry is wrong.
     #[arg(long, env = "HERALD_LOADGEN_JWT_SECRET", hide_env_values = true)]

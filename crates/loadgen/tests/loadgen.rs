@@ -308,10 +308,12 @@ fn ws_raw_counts_any_frame() {
 fn hostile_counts_add_up_while_good_clients_receive() {
     let srv = spawn_server();
     // The stand-in gives every topic a 65,536-slot channel: the attacks naming thousands of
-    // topics (refused by Herald) would only measure that.
+    // topics or patterns (refused or bounded by Herald) would only measure that. At least one
+    // loop per attack, so that each starts at once (some hold their connection for most of
+    // the attack timeout).
     let a = srv.cmd(
-        "hostile --url http://{addr} --attacks default,-ws_subscribe_10k,-too_many_topics --conns \
-         24 --good-conns 10 --topics 2 --publish-url http://{admin} --publish-rate 50 --duration \
+        "hostile --url http://{addr} --attacks \
+         default,-ws_subscribe_10k,-too_many_topics,-pattern_lockout --conns 32 --good-conns 10 --topics 2 --publish-url http://{admin} --publish-rate 50 --duration \
          2s --drain 500ms --attack-timeout 1s --slowloris-every 100ms --slowloris-max 1s \
          --ping-flood 200 --huge-bytes 262144 --warmup 0s --health-url http://{admin}/healthz \
          --server-pid {pid}",

@@ -3,178 +3,17 @@
 
 use std::time::Duration;
 
+pub use super::attack::Attack;
+pub use super::exp::{Exp, is_expected};
 use super::jwt;
-use super::outcome::Outcome;
-use super::raw::{self, Rng, op};
+use super::raw::{self, Rng};
 use crate::target::encode_component;
 
-/// One kind of attack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Attack {
-    /// Request lines that are not HTTP/1.1.
-    MalformedRequestLine,
-    /// Bytes that are not HTTP at all (random, NUL, TLS hello, HTTP/2 preface).
-    GarbageBytes,
-    /// A request head over 64 KiB.
-    OversizedHead,
-    /// A request head trickled slower than the server's header timeout.
-    Slowloris,
-    /// A `Last-Event-ID` of megabytes.
-    HugeLastEventId,
-    /// About 8 KB of crafted resume list.
-    CraftedLastEventId,
-    /// SSE topic names holding control characters.
-    TopicControlChars,
-    /// SSE topic names with unicode look-alikes, invisible characters, invalid UTF-8.
-    TopicUnicode,
-    /// SSE topic names and paths with `../` segments.
-    TopicPathTraversal,
-    /// SSE requests naming too many topics.
-    TooManyTopics,
-    /// WebSocket upgrade from a forbidden browser origin (`--origin-forbidden`).
-    WsBadOrigin,
-    /// WebSocket upgrade with a missing or malformed `Sec-WebSocket-Key`.
-    WsBadKey,
-    /// WebSocket upgrade with a version other than 13.
-    WsBadVersion,
-    /// A text frame that is not UTF-8.
-    WsInvalidUtf8,
-    /// A text frame that is not JSON.
-    WsInvalidJson,
-    /// A JSON frame of an unknown or malformed type.
-    WsUnknownType,
-    /// A binary frame.
-    WsBinaryFrame,
-    /// Fragmented messages, valid and invalid.
-    WsFragmented,
-    /// A message over the server's maximum size.
-    WsOversizedFrame,
-    /// Thousands of pings, then an application ping that must still be answered.
-    WsPingFlood,
-    /// A subscribe (and an unsubscribe) naming 10,000 topics.
-    WsSubscribe10k,
-    /// An expired token.
-    JwtExpired,
-    /// A token with a forged signature.
-    JwtForged,
-    /// An `alg: none` token.
-    JwtAlgNone,
-    /// Garbage where a token should be.
-    JwtGarbage,
-    /// Opt-in: valid SSE subscriptions to 64 never-seen topics each (topics are server state).
-    TopicSpray,
-}
+mod frames;
+mod trust;
 
-impl Attack {
-    /// Every attack, in catalogue order.
-    pub const ALL: [Attack; 26] = [
-        Attack::MalformedRequestLine,
-        Attack::GarbageBytes,
-        Attack::OversizedHead,
-        Attack::Slowloris,
-        Attack::HugeLastEventId,
-        Attack::CraftedLastEventId,
-        Attack::TopicControlChars,
-        Attack::TopicUnicode,
-        Attack::TopicPathTraversal,
-        Attack::TooManyTopics,
-        Attack::WsBadOrigin,
-        Attack::WsBadKey,
-        Attack::WsBadVersion,
-        Attack::WsInvalidUtf8,
-        Attack::WsInvalidJson,
-        Attack::WsUnknownType,
-        Attack::WsBinaryFrame,
-        Attack::WsFragmented,
-        Attack::WsOversizedFrame,
-        Attack::WsPingFlood,
-        Attack::WsSubscribe10k,
-        Attack::JwtExpired,
-        Attack::JwtForged,
-        Attack::JwtAlgNone,
-        Attack::JwtGarbage,
-        Attack::TopicSpray,
-    ];
-
-    /// Stable snake_case name (reports, `--attacks`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Attack::MalformedRequestLine => "malformed_request_line",
-            Attack::GarbageBytes => "garbage_bytes",
-            Attack::OversizedHead => "oversized_head",
-            Attack::Slowloris => "slowloris",
-            Attack::HugeLastEventId => "huge_last_event_id",
-            Attack::CraftedLastEventId => "crafted_last_event_id",
-            Attack::TopicControlChars => "topic_control_chars",
-            Attack::TopicUnicode => "topic_unicode",
-            Attack::TopicPathTraversal => "topic_path_traversal",
-            Attack::TooManyTopics => "too_many_topics",
-            Attack::WsBadOrigin => "ws_bad_origin",
-            Attack::WsBadKey => "ws_bad_key",
-            Attack::WsBadVersion => "ws_bad_version",
-            Attack::WsInvalidUtf8 => "ws_invalid_utf8",
-            Attack::WsInvalidJson => "ws_invalid_json",
-            Attack::WsUnknownType => "ws_unknown_type",
-            Attack::WsBinaryFrame => "ws_binary_frame",
-            Attack::WsFragmented => "ws_fragmented",
-            Attack::WsOversizedFrame => "ws_oversized_frame",
-            Attack::WsPingFlood => "ws_ping_flood",
-            Attack::WsSubscribe10k => "ws_subscribe_10k",
-            Attack::JwtExpired => "jwt_expired",
-            Attack::JwtForged => "jwt_forged",
-            Attack::JwtAlgNone => "jwt_alg_none",
-            Attack::JwtGarbage => "jwt_garbage",
-            Attack::TopicSpray => "topic_spray",
-        }
-    }
-
-    /// The attack called `name`.
-    pub fn from_name(name: &str) -> Option<Attack> {
-        Self::ALL.iter().copied().find(|a| a.name() == name)
-    }
-
-    /// Holds its connection for seconds (run by a bounded number of loops at once).
-    pub fn is_slow(self) -> bool {
-        matches!(self, Attack::Slowloris)
-    }
-
-    /// Part of the default catalogue (`ws_bad_origin` also needs `--origin-forbidden`).
-    pub fn is_default(self) -> bool {
-        !matches!(self, Attack::TopicSpray)
-    }
-}
-
-/// An acceptable answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exp {
-    /// This HTTP status.
-    Status(u16),
-    /// A close frame with this code.
-    WsClose(u16),
-    /// An error frame with this code.
-    WsError(&'static str),
-    /// A text frame of this type.
-    WsReply(&'static str),
-    /// The connection closed without an answer (acceptable for non-HTTP bytes and protocol
-    /// violations, where there is nothing meaningful to answer).
-    Closed,
-}
-
-/// Whether `o` is one of `expect`, or a refusal by the connection limits (429, 503), which is
-/// a clear answer to any attack.
-pub fn is_expected(expect: &[Exp], o: &Outcome) -> bool {
-    if matches!(o, Outcome::Status(429 | 503)) {
-        return true;
-    }
-    expect.iter().any(|e| match (e, o) {
-        (Exp::Status(a), Outcome::Status(b)) => a == b,
-        (Exp::WsClose(a), Outcome::WsClose(Some(b))) => a == b,
-        (Exp::WsError(a), Outcome::WsError(b)) => *a == b.as_str(),
-        (Exp::WsReply(a), Outcome::WsReply(b)) => *a == b.as_str(),
-        (Exp::Closed, Outcome::Closed) => true,
-        _ => false,
-    })
-}
+#[cfg(test)]
+pub(crate) use trust::TRUST;
 
 /// What the attack does on the wire.
 #[derive(Debug, Clone)]
@@ -190,17 +29,56 @@ pub enum Action {
         /// Time between bytes.
         every: Duration,
     },
-    /// A valid WebSocket handshake on `target`, then `frames`; wait for a decisive answer.
-    Ws {
-        /// Request target of the upgrade.
-        target: String,
-        /// Frames to send, already masked.
-        frames: Vec<u8>,
-        /// Reply types that count as the answer.
-        want: &'static [&'static str],
+    /// A valid WebSocket handshake, then frames; wait for a decisive answer.
+    Ws(WsAttack),
+    /// A valid SSE request: expect 200, hold the stream for `hold`, leave.
+    Hold {
+        /// The request.
+        req: Vec<u8>,
+        /// How long to hold an accepted stream.
+        hold: Duration,
     },
-    /// A valid SSE request: expect 200, hold the stream briefly, leave.
-    Hold(Vec<u8>),
+    /// Send these bytes; a refusal with a JSON body is told apart by its `code`
+    /// ([`super::outcome::Outcome::Refused`]).
+    Refusal(Vec<u8>),
+    /// Send these bytes, then read an accepted answer slowly: `chunk` bytes every `every` for
+    /// at most `hold`, through a small receive buffer.
+    SlowRead {
+        /// The request.
+        req: Vec<u8>,
+        /// Bytes per read.
+        chunk: usize,
+        /// Time between reads.
+        every: Duration,
+        /// Longest time spent reading.
+        hold: Duration,
+    },
+}
+
+/// A WebSocket attack: a valid handshake on `target`, then `frames`.
+#[derive(Debug, Clone)]
+pub struct WsAttack {
+    /// Request target of the upgrade.
+    pub target: String,
+    /// Handshake headers besides the upgrade's own (subprotocol, extensions, cookies).
+    pub headers: Vec<String>,
+    /// Frames to send, already masked.
+    pub frames: Vec<u8>,
+    /// Reply types that count as the answer.
+    pub want: &'static [&'static str],
+    /// How many such replies to wait for (an error or a close ends the wait).
+    pub need: usize,
+    /// Once answered as wanted, stay connected this long (holding what was subscribed).
+    pub hold: Duration,
+}
+
+/// Which listener of the server an attack goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The public listener (`--url`).
+    Public,
+    /// The admin listener (`--admin-url`).
+    Admin,
 }
 
 /// One planned attack.
@@ -212,6 +90,20 @@ pub struct Planned {
     pub expect: &'static [Exp],
     /// What to do.
     pub action: Action,
+    /// Where.
+    pub listener: Listener,
+}
+
+impl Planned {
+    /// An attack on the public listener.
+    pub fn public(variant: &'static str, expect: &'static [Exp], action: Action) -> Self {
+        Self {
+            variant,
+            expect,
+            action,
+            listener: Listener::Public,
+        }
+    }
 }
 
 /// What planning needs to know about the target and the server's limits.
@@ -235,6 +127,10 @@ pub struct PlanEnv {
     pub now_secs: u64,
     /// Distinguishes this run's sprayed topic names.
     pub run_id: u64,
+    /// `Host` header value of the admin listener, when attacks may go there.
+    pub admin_host: Option<String>,
+    /// Time bound of one attack (slow reads and holds end before it).
+    pub attack_timeout: Duration,
 }
 
 const HTTP_400: &[Exp] = &[Exp::Status(400)];
@@ -247,22 +143,6 @@ const HTTP_400_404: &[Exp] = &[Exp::Status(400), Exp::Status(404)];
 const HTTP_400_431: &[Exp] = &[Exp::Status(400), Exp::Status(431)];
 const MALFORMED: &[Exp] = &[Exp::Status(400), Exp::Status(505)];
 const NOT_HTTP: &[Exp] = &[Exp::Status(400), Exp::Closed];
-const CLOSE_1007: &[Exp] = &[Exp::WsClose(1007)];
-const CLOSE_1009: &[Exp] = &[Exp::WsClose(1009)];
-const PROTOCOL: &[Exp] = &[Exp::WsClose(1002), Exp::Closed];
-const BAD_JSON: &[Exp] = &[Exp::WsError("bad_json")];
-const BAD_FRAME: &[Exp] = &[Exp::WsError("bad_frame")];
-const ANY_ANSWER: &[Exp] = &[
-    Exp::WsError("bad_json"),
-    Exp::WsError("bad_frame"),
-    Exp::WsReply("pong"),
-];
-const UNSUPPORTED: &[Exp] = &[Exp::WsError("unsupported_frame")];
-const PONG: &[Exp] = &[Exp::WsReply("pong")];
-/// A flood is answered in full, or the flooder is closed for its rate (1008, policy).
-const FLOOD: &[Exp] = &[Exp::WsReply("pong"), Exp::WsClose(1008)];
-const TOO_MANY: &[Exp] = &[Exp::WsError("too_many_topics")];
-const UNSUBSCRIBED: &[Exp] = &[Exp::WsReply("unsubscribed")];
 const STREAM: &[Exp] = &[Exp::Status(200)];
 
 fn sse(env: &PlanEnv, query: &str, extra: &[String]) -> Vec<u8> {
@@ -285,61 +165,33 @@ fn upgrade_headers(key: Option<&str>, version: Option<&str>) -> Vec<String> {
     h
 }
 
-/// The handshake request of a `Ws` action.
-pub fn ws_handshake(host: &str, target: &str, rng: &mut Rng) -> Vec<u8> {
-    raw::get(
-        target,
-        host,
-        &upgrade_headers(Some(&rng.ws_key()), Some("13")),
-    )
+/// The handshake request of a `Ws` action, with its extra `headers`.
+pub fn ws_handshake(host: &str, target: &str, headers: &[String], rng: &mut Rng) -> Vec<u8> {
+    let mut h = upgrade_headers(Some(&rng.ws_key()), Some("13"));
+    h.extend_from_slice(headers);
+    raw::get(target, host, &h)
 }
 
-fn ws(frames: Vec<u8>, want: &'static [&'static str]) -> Action {
-    Action::Ws {
+/// A WebSocket attack on `/v1/ws` without extra headers, waiting for one reply.
+fn ws_attack(frames: Vec<u8>, want: &'static [&'static str]) -> WsAttack {
+    WsAttack {
         target: "/v1/ws".into(),
+        headers: Vec::new(),
         frames,
         want,
+        need: 1,
+        hold: Duration::ZERO,
     }
 }
 
-fn text(payload: &[u8], rng: &mut Rng) -> Vec<u8> {
-    raw::frame(op::TEXT, true, payload, rng.mask())
-}
-
-/// Topic names 0..n in base 36: short, distinct, valid.
-fn short_names(n: usize) -> Vec<String> {
-    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    (0..n)
-        .map(|mut i| {
-            let mut s = Vec::new();
-            loop {
-                s.push(DIGITS[i % 36]);
-                i /= 36;
-                if i == 0 {
-                    break;
-                }
-            }
-            s.reverse();
-            String::from_utf8(s).unwrap_or_default()
-        })
-        .collect()
-}
-
-fn ping_json(tag: &str) -> Vec<u8> {
-    format!(
-        r#"{{"type":"ping","data":{{"hostile":"{tag}","pad":"{}"}}}}"#,
-        "p".repeat(64)
-    )
-    .into_bytes()
+/// [`ws_attack`] as an action.
+fn ws(frames: Vec<u8>, want: &'static [&'static str]) -> Action {
+    Action::Ws(ws_attack(frames, want))
 }
 
 /// Plans variant `v` of `attack`.
 pub fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
-    let p = |variant, expect, action| Planned {
-        variant,
-        expect,
-        action,
-    };
+    let p = Planned::public;
     let host = env.host.as_str();
     match attack {
         Attack::MalformedRequestLine => {
@@ -615,196 +467,23 @@ pub fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
                 Action::Http(raw::get("/v1/ws", host, &h)),
             )
         }
-        Attack::WsInvalidUtf8 => {
-            let (variant, frames) = match v % 5 {
-                0 => ("ff_fe", text(b"\xff\xfe", rng)),
-                1 => (
-                    "overlong_slash",
-                    text(b"{\"type\":\"ping\",\"x\":\"\xc0\xaf\"}", rng),
-                ),
-                2 => ("surrogate", text(b"a\xed\xa0\x80b", rng)),
-                3 => ("truncated_sequence", text(b"abc\xe2\x82", rng)),
-                _ => {
-                    let mut f = raw::frame(op::TEXT, false, b"abc\xe2", rng.mask());
-                    raw::push_frame(&mut f, op::CONT, true, b"\x28\xa1", rng.mask());
-                    ("invalid_across_fragments", f)
-                }
-            };
-            p(variant, CLOSE_1007, ws(frames, &[]))
-        }
-        Attack::WsInvalidJson => {
-            let (variant, body, expect) = match v % 6 {
-                0 => ("not_json", b"{not json".to_vec(), BAD_JSON),
-                1 => ("empty", Vec::new(), BAD_JSON),
-                2 => ("truncated", br#"{"type":"#.to_vec(), BAD_JSON),
-                3 => (
-                    "unbalanced_nesting_20k",
-                    "[".repeat(20_000).into_bytes(),
-                    BAD_JSON,
-                ),
-                4 => (
-                    "trailing_garbage",
-                    br#"{"type":"ping"} trailing"#.to_vec(),
-                    BAD_JSON,
-                ),
-                _ => {
-                    // valid JSON nested 20,000 deep where the server keeps raw JSON (`data`):
-                    // any answer will do, as long as the parser does not recurse that deep
-                    let body = format!(
-                        r#"{{"type":"ping","data":{}{}}}"#,
-                        "[".repeat(20_000),
-                        "]".repeat(20_000)
-                    );
-                    ("deep_nesting_in_data_20k", body.into_bytes(), ANY_ANSWER)
-                }
-            };
-            p(variant, expect, ws(text(&body, rng), &["pong"]))
-        }
-        Attack::WsUnknownType => {
-            let (variant, body): (&str, &[u8]) = match v % 5 {
-                0 => ("unknown", br#"{"type":"hack","topics":["a"]}"#),
-                1 => ("wrong_case", br#"{"type":"SUBSCRIBE","topics":["a"]}"#),
-                2 => ("missing_field", br#"{"type":"subscribe"}"#),
-                3 => ("unknown_field", br#"{"type":"ping","x":1}"#),
-                _ => ("type_not_string", br#"{"type":42}"#),
-            };
-            p(variant, BAD_FRAME, ws(text(body, rng), &[]))
-        }
-        Attack::WsBinaryFrame => {
-            let (variant, body) = if v.is_multiple_of(2) {
-                ("random_512", rng.bytes(512))
-            } else {
-                ("json_as_binary", br#"{"type":"ping"}"#.to_vec())
-            };
-            let f = raw::frame(op::BINARY, true, &body, rng.mask());
-            p(variant, UNSUPPORTED, ws(f, &[]))
-        }
-        Attack::WsFragmented => {
-            let msg = ping_json("fragmented");
-            match v % 5 {
-                0 => {
-                    let (a, rest) = msg.split_at(10);
-                    let (b, c) = rest.split_at(20);
-                    let mut f = raw::frame(op::TEXT, false, a, rng.mask());
-                    raw::push_frame(&mut f, op::CONT, false, b, rng.mask());
-                    raw::push_frame(&mut f, op::CONT, true, c, rng.mask());
-                    p("three_fragments", PONG, ws(f, &["pong"]))
-                }
-                1 => {
-                    let (a, b) = msg.split_at(15);
-                    let mut f = raw::frame(op::TEXT, false, a, rng.mask());
-                    raw::push_frame(&mut f, op::PING, true, b"mid", rng.mask());
-                    raw::push_frame(&mut f, op::CONT, true, b, rng.mask());
-                    p("ping_between_fragments", PONG, ws(f, &["pong"]))
-                }
-                2 => {
-                    let mut f = Vec::new();
-                    for (i, byte) in msg.iter().enumerate() {
-                        let opcode = if i == 0 { op::TEXT } else { op::CONT };
-                        let fin = i + 1 == msg.len();
-                        raw::push_frame(
-                            &mut f,
-                            opcode,
-                            fin,
-                            std::slice::from_ref(byte),
-                            rng.mask(),
-                        );
-                    }
-                    p("one_byte_fragments", PONG, ws(f, &["pong"]))
-                }
-                3 => {
-                    let (a, _) = msg.split_at(10);
-                    let mut f = raw::frame(op::TEXT, false, a, rng.mask());
-                    raw::push_frame(&mut f, op::TEXT, true, &msg, rng.mask());
-                    p("interrupted_by_new_message", PROTOCOL, ws(f, &["pong"]))
-                }
-                _ => {
-                    let f = raw::frame(op::CONT, true, &msg, rng.mask());
-                    p("orphan_continuation", PROTOCOL, ws(f, &["pong"]))
-                }
-            }
-        }
-        Attack::WsOversizedFrame => {
-            let max = env.max_ws_message;
-            match v % 4 {
-                0 => {
-                    let body = format!(r#"{{"type":"ping","data":"{}"}}"#, "x".repeat(max + 1024));
-                    p(
-                        "single_frame_over_max",
-                        CLOSE_1009,
-                        ws(text(body.as_bytes(), rng), &["pong"]),
-                    )
-                }
-                1 => {
-                    let piece = vec![b'y'; 16 * 1024];
-                    let n = max / piece.len() + 2;
-                    let mut f = Vec::new();
-                    for i in 0..n {
-                        let opcode = if i == 0 { op::TEXT } else { op::CONT };
-                        raw::push_frame(&mut f, opcode, i + 1 == n, &piece, rng.mask());
-                    }
-                    p("fragments_over_max", CLOSE_1009, ws(f, &["pong"]))
-                }
-                2 => {
-                    let mut f = Vec::new();
-                    raw::frame_header(&mut f, op::TEXT, true, 1 << 40, rng.mask());
-                    f.extend(rng.bytes(1024));
-                    p("claims_1_tib", CLOSE_1009, ws(f, &["pong"]))
-                }
-                _ => {
-                    let f = raw::frame(op::PING, true, &[b'z'; 126], rng.mask());
-                    p("control_frame_126_bytes", PROTOCOL, ws(f, &["pong"]))
-                }
-            }
-        }
-        Attack::WsPingFlood => {
-            let (variant, n, size) = if v.is_multiple_of(2) {
-                ("small_pings", env.ping_flood, 8)
-            } else {
-                ("max_size_pings", env.ping_flood / 5, 125)
-            };
-            let payload = vec![b'p'; size];
-            let mut f = Vec::with_capacity(n * (size + 6) + 200);
-            for _ in 0..n {
-                raw::push_frame(&mut f, op::PING, true, &payload, rng.mask());
-            }
-            raw::push_frame(
-                &mut f,
-                op::TEXT,
-                true,
-                &ping_json("after-flood"),
-                rng.mask(),
-            );
-            p(variant, FLOOD, ws(f, &["pong"]))
-        }
-        Attack::WsSubscribe10k => {
-            let (variant, kind, names, expect, want): (_, _, _, _, &'static [&'static str]) =
-                match v % 3 {
-                    0 => (
-                        "10k_distinct",
-                        "subscribe",
-                        short_names(10_000),
-                        TOO_MANY,
-                        &["subscribed"],
-                    ),
-                    1 => (
-                        "10k_same",
-                        "subscribe",
-                        vec!["a".to_owned(); 10_000],
-                        TOO_MANY,
-                        &["subscribed"],
-                    ),
-                    _ => (
-                        "unsubscribe_10k",
-                        "unsubscribe",
-                        short_names(10_000),
-                        UNSUBSCRIBED,
-                        &["unsubscribed"],
-                    ),
-                };
-            let body = serde_json::json!({ "type": kind, "topics": names }).to_string();
-            p(variant, expect, ws(text(body.as_bytes(), rng), want))
-        }
+        Attack::WsInvalidUtf8
+        | Attack::WsInvalidJson
+        | Attack::WsUnknownType
+        | Attack::WsBinaryFrame
+        | Attack::WsFragmented
+        | Attack::WsOversizedFrame
+        | Attack::WsPingFlood
+        | Attack::WsSubscribe10k => frames::plan(attack, v, env, rng),
+        Attack::HistoryAmplification
+        | Attack::WsDeflatePing
+        | Attack::WsMsgpackNils
+        | Attack::AdminCrossSite
+        | Attack::WsCookieCrossSite
+        | Attack::HookUnavailableAllow
+        | Attack::PatternLockout
+        | Attack::PatternPastHook
+        | Attack::BadLimit => trust::plan(attack, v, env, rng),
         Attack::JwtExpired | Attack::JwtForged | Attack::JwtAlgNone | Attack::JwtGarbage => {
             let token = match attack {
                 Attack::JwtExpired => jwt::expired(&env.jwt_secret, env.now_secs),
@@ -845,35 +524,57 @@ pub fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
                 .map(|j| format!("topic=spray-{:x}-{v}-{j}", env.run_id))
                 .collect::<Vec<_>>()
                 .join("&");
-            p("64_new_topics", STREAM, Action::Hold(sse(env, &q, &[])))
+            let hold = Duration::from_millis(200);
+            let action = Action::Hold {
+                req: sse(env, &q, &[]),
+                hold,
+            };
+            p("64_new_topics", STREAM, action)
         }
+    }
+}
+
+/// A planning environment for unit tests: every gate open.
+#[cfg(test)]
+fn test_env() -> PlanEnv {
+    PlanEnv {
+        host: "127.0.0.1:8080".into(),
+        origin_forbidden: Some("https://evil.example".into()),
+        jwt_secret: b"secret".to_vec(),
+        max_ws_message: 64 * 1024,
+        huge_bytes: 2 << 20,
+        ping_flood: 10_000,
+        slowloris_every: Duration::from_secs(1),
+        now_secs: 1_700_000_000,
+        run_id: 1,
+        admin_host: Some("127.0.0.1:9090".into()),
+        attack_timeout: Duration::from_secs(5),
+    }
+}
+
+/// The bytes an attack sends first (the request, or the frames after the handshake).
+#[cfg(test)]
+fn sent(p: &Planned) -> &[u8] {
+    match &p.action {
+        Action::Http(b) | Action::Refusal(b) => b,
+        Action::Hold { req, .. } | Action::SlowRead { req, .. } => req,
+        Action::Ws(w) => &w.frames,
+        Action::Trickle { prefix, .. } => prefix,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::frames::{BAD_JSON, CLOSE_1009, FLOOD, PONG, PROTOCOL, short_names};
     use super::*;
+    use crate::hostile::outcome::Outcome;
 
     fn env() -> PlanEnv {
-        PlanEnv {
-            host: "127.0.0.1:8080".into(),
-            origin_forbidden: Some("https://evil.example".into()),
-            jwt_secret: b"secret".to_vec(),
-            max_ws_message: 64 * 1024,
-            huge_bytes: 2 << 20,
-            ping_flood: 10_000,
-            slowloris_every: Duration::from_secs(1),
-            now_secs: 1_700_000_000,
-            run_id: 1,
-        }
+        test_env()
     }
 
     fn bytes(p: &Planned) -> usize {
-        match &p.action {
-            Action::Http(b) | Action::Hold(b) => b.len(),
-            Action::Ws { frames, .. } => frames.len(),
-            Action::Trickle { prefix, .. } => prefix.len(),
-        }
+        sent(p).len()
     }
 
     #[test]
@@ -950,7 +651,7 @@ mod tests {
             s.starts_with("GET /v1/sse?topic=hostile-jwt&token=eyJ"),
             "{s}"
         );
-        let hs = String::from_utf8(ws_handshake("h", "/v1/ws", &mut rng)).unwrap();
+        let hs = String::from_utf8(ws_handshake("h", "/v1/ws", &[], &mut rng)).unwrap();
         assert!(hs.contains("Sec-WebSocket-Version: 13\r\n"));
         assert!(hs.contains("Upgrade: websocket\r\n"));
     }

@@ -13,7 +13,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::HostileConfig;
-use super::catalogue::{self, Action, Attack, PlanEnv, Planned};
+use super::catalogue::{self, Action, Attack, Listener, PlanEnv, Planned};
 use super::outcome::Outcome;
 use super::raw::{self, Rng};
 use crate::conn::dial::dial;
@@ -131,6 +131,8 @@ pub struct HostileResult {
     pub started: u64,
     /// Health checks, when asked for.
     pub health: Option<HealthTally>,
+    /// The good client's new-pattern probes, when `pattern_lockout` ran.
+    pub probe: Option<HealthTally>,
     /// Seconds from start to the end of new attacks.
     pub secs: f64,
 }
@@ -153,6 +155,7 @@ pub struct Engine {
     ctx: Arc<Ctx>,
     loops: JoinSet<()>,
     health: Option<JoinHandle<HealthTally>>,
+    probe: Option<JoinHandle<HealthTally>>,
     started: Instant,
     stopped: Option<Instant>,
 }
@@ -176,6 +179,8 @@ impl Engine {
                     slowloris_every: cfg.slowloris_every,
                     now_secs,
                     run_id,
+                    admin_host: cfg.admin.as_ref().map(|a| a.host_header.clone()),
+                    attack_timeout: cfg.attack_timeout,
                 };
                 (t.clone(), env)
             })
@@ -196,15 +201,35 @@ impl Engine {
                 loops.spawn(attacker(ctx.clone(), id, run_id));
             }
         }
-        let health = ctx
+        let health = ctx.cfg.health.clone().map(|t| {
+            let request = raw::get(&t.path_and_query, &t.host_header, &[]);
+            tokio::spawn(check_loop(
+                ctx.clone(),
+                t,
+                ctx.cfg.health_every,
+                move |_| request.clone(),
+            ))
+        });
+        // a good client subscribing to a new pattern now and then: a pattern lock-out shows
+        // as its failures
+        let probe = ctx
             .cfg
-            .health
-            .clone()
-            .map(|t| tokio::spawn(health_loop(ctx.clone(), t)));
+            .attacks
+            .contains(&Attack::PatternLockout)
+            .then(|| ctx.cfg.targets.first().cloned())
+            .flatten()
+            .map(|t| {
+                let host = t.host_header.clone();
+                tokio::spawn(check_loop(ctx.clone(), t, ctx.cfg.probe_every, move |n| {
+                    let target = format!("/v1/sse?topic=lock:probe-{run_id:x}-{n}.*");
+                    raw::get(&target, &host, &["Accept: text/event-stream".to_owned()])
+                }))
+            });
         Self {
             ctx,
             loops,
             health,
+            probe,
             started: Instant::now(),
             stopped: None,
         }
@@ -243,18 +268,25 @@ impl Engine {
             }
         }
         self.ctx.hard.cancel();
-        let health = match self.health.take() {
-            Some(h) => tokio::time::timeout(Duration::from_secs(5), h)
-                .await
-                .ok()
-                .and_then(Result::ok),
-            None => None,
-        };
+        let mut health = None;
+        let mut probe = None;
+        for (task, slot) in [
+            (self.health.take(), &mut health),
+            (self.probe.take(), &mut probe),
+        ] {
+            if let Some(h) = task {
+                *slot = tokio::time::timeout(Duration::from_secs(5), h)
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+            }
+        }
         let end = self.stopped.unwrap_or_else(Instant::now);
         HostileResult {
             tallies: self.ctx.stats.tallies(),
             started: self.ctx.stats.started.load(Relaxed),
             health,
+            probe,
             secs: end.duration_since(self.started).as_secs_f64(),
         }
     }
@@ -317,6 +349,10 @@ async fn attacker(ctx: Arc<Ctx>, id: usize, seed: u64) {
             ctx.cfg.attack_timeout
         };
         let source = ctx.source();
+        let target = match (planned.listener, &ctx.cfg.admin) {
+            (Listener::Admin, Some(admin)) => admin,
+            _ => target,
+        };
         ctx.stats.started.fetch_add(1, Relaxed);
         let t0 = Instant::now();
         let run = execute(&planned, target, source, ctx.cfg.connect_timeout, &mut rng);
@@ -363,28 +399,56 @@ pub async fn execute(
             Ok(h) => Outcome::Status(h.status),
             Err(o) => o,
         },
-        Action::Hold(req) => match raw::exchange(&mut stream, req, &mut buf).await {
-            Ok(h) => {
-                if h.status == 200 {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                Outcome::Status(h.status)
+        Action::Hold { req, hold } => match raw::exchange(&mut stream, req, &mut buf).await {
+            Ok(h) if h.status == 200 => {
+                tokio::time::sleep(*hold).await;
+                Outcome::Status(200)
             }
+            Ok(h) => raw::refusal(&mut stream, &h, &mut buf).await,
             Err(o) => o,
         },
-        Action::Ws {
+        Action::Refusal(req) => match raw::exchange(&mut stream, req, &mut buf).await {
+            Ok(h) => raw::refusal(&mut stream, &h, &mut buf).await,
+            Err(o) => o,
+        },
+        Action::SlowRead {
+            req,
+            chunk,
+            every,
+            hold,
+        } => {
+            // the hold counts from the request, so that a slow answer still ends in time
+            let until = Instant::now() + *hold;
+            match raw::exchange(&mut stream, req, &mut buf).await {
+                Ok(h) if h.status == 200 => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    raw::slow_read(&mut stream, &h, buf.len(), *chunk, *every, left).await;
+                    Outcome::Status(200)
+                }
+                Ok(h) => raw::refusal(&mut stream, &h, &mut buf).await,
+                Err(o) => o,
+            }
+        }
+        Action::Ws(super::catalogue::WsAttack {
             target: path,
+            headers,
             frames,
             want,
-        } => {
-            let hs = catalogue::ws_handshake(&target.host_header, path, rng);
+            need,
+            hold,
+        }) => {
+            let hs = catalogue::ws_handshake(&target.host_header, path, headers, rng);
             let head = match raw::exchange(&mut stream, &hs, &mut buf).await {
                 Ok(h) if h.status == 101 => h,
-                Ok(h) => return Outcome::Status(h.status),
+                Ok(h) => return raw::refusal(&mut stream, &h, &mut buf).await,
                 Err(o) => return o,
             };
             buf.drain(..head.head_len.min(buf.len()));
-            let o = raw::ws_exchange(&mut stream, frames, &mut buf, want).await;
+            let awaited = raw::Awaited { want, need: *need };
+            let o = raw::ws_exchange(&mut stream, frames, &mut buf, awaited).await;
+            if matches!(o, Outcome::WsReply(_)) && !hold.is_zero() {
+                tokio::time::sleep(*hold).await;
+            }
             if !o.is_silent() {
                 raw::ws_goodbye(&mut stream, rng.mask()).await;
             }
@@ -393,7 +457,14 @@ pub async fn execute(
     }
 }
 
-async fn health_loop(ctx: Arc<Ctx>, target: Target) -> HealthTally {
+/// Sends `request(n)` (the n-th check) to `target` every `every` from the good clients'
+/// address, until the run ends: a 200 is a success, anything else a failure by outcome.
+async fn check_loop(
+    ctx: Arc<Ctx>,
+    target: Target,
+    every: Duration,
+    request: impl Fn(u64) -> Vec<u8>,
+) -> HealthTally {
     let mut t = HealthTally {
         url: target.url.clone(),
         checks: 0,
@@ -401,8 +472,7 @@ async fn health_loop(ctx: Arc<Ctx>, target: Target) -> HealthTally {
         failures: BTreeMap::new(),
         time: histogram::new_hist(),
     };
-    let request = raw::get(&target.path_and_query, &target.host_header, &[]);
-    let mut every = tokio::time::interval(ctx.cfg.health_every);
+    let mut every = tokio::time::interval(every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let limit = ctx.cfg.health_timeout;
     loop {
@@ -411,15 +481,20 @@ async fn health_loop(ctx: Arc<Ctx>, target: Target) -> HealthTally {
             _ = ctx.hard.cancelled() => break,
         }
         let t0 = Instant::now();
+        let request = request(t.checks);
         let check = async {
             let mut stream = dial(target.addr, None, limit)
                 .await
                 .map_err(|e| Outcome::Connect(e.kind().as_str()))?;
             let mut buf = Vec::new();
-            raw::exchange(&mut stream, &request, &mut buf).await
+            let head = raw::exchange(&mut stream, &request, &mut buf).await?;
+            if head.status == 200 {
+                return Ok(Outcome::Status(200));
+            }
+            Ok::<_, Outcome>(raw::refusal(&mut stream, &head, &mut buf).await)
         };
         let outcome = match tokio::time::timeout(limit, check).await {
-            Ok(Ok(h)) => Outcome::Status(h.status),
+            Ok(Ok(o)) => o,
             Ok(Err(o)) => o,
             Err(_) => Outcome::Timeout,
         };
@@ -460,6 +535,8 @@ mod tests {
             health_timeout: Duration::from_secs(1),
             warmup: Duration::ZERO,
             max_rss_growth_kb: None,
+            admin: None,
+            probe_every: Duration::from_secs(1),
         }
     }
 
@@ -504,6 +581,8 @@ mod tests {
             slowloris_every: Duration::from_millis(10),
             now_secs: 0,
             run_id: 0,
+            admin_host: None,
+            attack_timeout: Duration::from_secs(1),
         };
         let p = catalogue::plan(Attack::GarbageBytes, 0, &env, &mut rng);
         let o = execute(&p, &cfg.targets[0], None, cfg.connect_timeout, &mut rng).await;

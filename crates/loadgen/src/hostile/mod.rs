@@ -2,13 +2,18 @@
 //! server while well-behaved subscribers (the `sse` machinery) run alongside, to show that
 //! hostile clients neither take the server down, nor grow its memory, nor hurt the others.
 //!
-//! - [`catalogue`]: the attacks, their variants and the answers each expects;
-//! - [`raw`]: raw HTTP and hand-made WebSocket frames;
+//! - [`attack`]: the attacks by name; [`catalogue`]: their variants and the answers each
+//!   expects ([`exp`]);
+//! - [`raw`]: raw HTTP and hand-made WebSocket frames; [`codec`]: permessage-deflate and
+//!   MessagePack for them;
 //! - [`engine`]: the attacker loops, the health checker and the counts;
 //! - [`memory`]: RSS over the attack phase; [`report`]: the report section and its verdict.
 
+pub mod attack;
 pub mod catalogue;
+pub(crate) mod codec;
 pub mod engine;
+pub mod exp;
 pub mod jwt;
 pub mod memory;
 pub mod outcome;
@@ -19,13 +24,15 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::target::Target;
-use catalogue::Attack;
+use attack::{Attack, Gates};
 
 /// A validated hostile configuration.
 #[derive(Debug, Clone)]
 pub struct HostileConfig {
     /// Public listeners attacked (round-robin).
     pub targets: Vec<Target>,
+    /// The admin listener, for the attacks that go there (`--admin-url`).
+    pub admin: Option<Target>,
     /// Attacker loops.
     pub conns: usize,
     /// The catalogue of this run, in round-robin order.
@@ -62,11 +69,14 @@ pub struct HostileConfig {
     pub warmup: Duration,
     /// Flag RSS growth (first to last window) above this, KiB.
     pub max_rss_growth_kb: Option<u64>,
+    /// Time between the good client's new-pattern probes (when `pattern_lockout` runs).
+    pub probe_every: Duration,
 }
 
 /// Parses `--attacks`: `all`, `default`, or a comma-separated list of names; a leading `-`
-/// removes a name (`default,-slowloris`).
-pub fn parse_attacks(spec: &str, origin_given: bool) -> Result<Vec<Attack>, String> {
+/// removes a name (`default,-slowloris`). `default` and `all` leave out the attacks whose
+/// gate is closed; naming one of those is an error that names its flag.
+pub fn parse_attacks(spec: &str, gates: Gates) -> Result<Vec<Attack>, String> {
     let mut out: Vec<Attack> = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (remove, name) = match part.strip_prefix('-') {
@@ -77,12 +87,12 @@ pub fn parse_attacks(spec: &str, origin_given: bool) -> Result<Vec<Attack>, Stri
             "default" => Attack::ALL
                 .iter()
                 .copied()
-                .filter(|a| a.is_default() && (origin_given || *a != Attack::WsBadOrigin))
+                .filter(|a| a.is_default() && gates.open(*a))
                 .collect(),
             "all" => Attack::ALL
                 .iter()
                 .copied()
-                .filter(|a| origin_given || *a != Attack::WsBadOrigin)
+                .filter(|a| gates.open(*a))
                 .collect(),
             n => vec![Attack::from_name(n).ok_or_else(|| {
                 let names: Vec<&str> = Attack::ALL.iter().map(|a| a.name()).collect();
@@ -100,8 +110,20 @@ pub fn parse_attacks(spec: &str, origin_given: bool) -> Result<Vec<Attack>, Stri
             }
         }
     }
-    if out.contains(&Attack::WsBadOrigin) && !origin_given {
-        return Err("ws_bad_origin needs --origin-forbidden (an origin the server refuses)".into());
+    if let Some(a) = out.iter().find(|a| !gates.open(**a)) {
+        let gate = a.gate().map_or("", |g| g.flag());
+        return Err(match a.gate() {
+            Some(attack::Gate::OriginForbidden) => {
+                format!("{} needs {gate} (an origin the server refuses)", a.name())
+            }
+            Some(attack::Gate::AdminUrl) => {
+                format!("{} needs {gate} (the admin listener)", a.name())
+            }
+            _ => format!(
+                "{} needs {gate} (a server running the soak's hooks, deploy/hostile-soak.sh)",
+                a.name()
+            ),
+        });
     }
     if out.is_empty() {
         return Err("--attacks selects no attack".into());
@@ -113,30 +135,62 @@ pub fn parse_attacks(spec: &str, origin_given: bool) -> Result<Vec<Attack>, Stri
 mod tests {
     use super::*;
 
+    const NONE: Gates = Gates {
+        origin_forbidden: false,
+        admin_url: false,
+        hooked: false,
+    };
+
     #[test]
     fn attack_selection() {
-        let d = parse_attacks("default", false).unwrap();
+        let d = parse_attacks("default", NONE).unwrap();
         assert!(!d.contains(&Attack::WsBadOrigin));
         assert!(!d.contains(&Attack::TopicSpray));
-        assert_eq!(d.len(), Attack::ALL.len() - 2);
+        assert!(!d.contains(&Attack::AdminCrossSite));
+        assert!(!d.contains(&Attack::HookUnavailableAllow));
+        assert!(d.contains(&Attack::BadLimit));
+        let gated = Attack::ALL.iter().filter(|a| a.gate().is_some()).count();
+        assert_eq!(d.len(), Attack::ALL.len() - 1 - gated);
+        let origin = Gates {
+            origin_forbidden: true,
+            ..NONE
+        };
         assert!(
-            parse_attacks("default", true)
+            parse_attacks("default", origin)
                 .unwrap()
                 .contains(&Attack::WsBadOrigin)
         );
         assert_eq!(
-            parse_attacks("ws_ping_flood, slowloris", false).unwrap(),
+            parse_attacks("ws_ping_flood, slowloris", NONE).unwrap(),
             vec![Attack::WsPingFlood, Attack::Slowloris]
         );
-        let minus = parse_attacks("default,-slowloris", false).unwrap();
+        let minus = parse_attacks("default,-slowloris", NONE).unwrap();
         assert_eq!(minus.len(), d.len() - 1);
-        assert!(parse_attacks("nope", false).is_err());
-        assert!(parse_attacks("ws_bad_origin", false).is_err());
-        assert!(parse_attacks("slowloris,-slowloris", false).is_err());
+        assert!(parse_attacks("nope", NONE).is_err());
+        assert!(parse_attacks("ws_bad_origin", NONE).is_err());
+        assert!(parse_attacks("slowloris,-slowloris", NONE).is_err());
         assert!(
-            parse_attacks("all", false)
+            parse_attacks("all", NONE)
                 .unwrap()
                 .contains(&Attack::TopicSpray)
         );
+    }
+
+    #[test]
+    fn gated_attacks_need_their_flags() {
+        let e = parse_attacks("admin_cross_site", NONE).unwrap_err();
+        assert!(e.contains("--admin-url"), "{e}");
+        let e = parse_attacks("pattern_past_hook", NONE).unwrap_err();
+        assert!(e.contains("--hooked"), "{e}");
+        let open = Gates {
+            origin_forbidden: false,
+            admin_url: true,
+            hooked: true,
+        };
+        let d = parse_attacks("default", open).unwrap();
+        for a in catalogue::TRUST {
+            assert!(d.contains(&a), "{}", a.name());
+        }
+        assert!(!d.contains(&Attack::WsBadOrigin));
     }
 }

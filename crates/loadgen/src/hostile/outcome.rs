@@ -7,6 +7,9 @@ use std::fmt;
 pub enum Outcome {
     /// An HTTP response with this status (101: a WebSocket upgrade was accepted).
     Status(u16),
+    /// An HTTP refusal whose JSON body (`content-type: application/json`) named this `code`:
+    /// tells a server's own refusal from a framework's text/plain one with the same status.
+    Refused(u16, String),
     /// A WebSocket close frame, with its code when it had one.
     WsClose(Option<u16>),
     /// A WebSocket `{"type":"error","code":..}` frame (the connection stays open).
@@ -43,6 +46,11 @@ impl Outcome {
         Outcome::WsError(sanitize(code))
     }
 
+    /// An HTTP refusal with a JSON body naming a (sanitized) code.
+    pub fn refused(status: u16, code: &str) -> Self {
+        Outcome::Refused(status, sanitize(code))
+    }
+
     /// A WebSocket reply of a (sanitized) type.
     pub fn ws_reply(ty: &str) -> Self {
         Outcome::WsReply(sanitize(ty))
@@ -61,6 +69,7 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Status(s) => write!(f, "status_{s}"),
+            Outcome::Refused(s, c) => write!(f, "status_{s}_{c}"),
             Outcome::WsClose(Some(c)) => write!(f, "ws_close_{c}"),
             Outcome::WsClose(None) => f.write_str("ws_close_no_code"),
             Outcome::WsError(c) => write!(f, "ws_error_{c}"),
@@ -89,6 +98,10 @@ mod tests {
             "ws_error_bad_json"
         );
         assert_eq!(Outcome::ws_error("<script>").to_string(), "ws_error_other");
+        assert_eq!(
+            Outcome::refused(400, "bad_limit").to_string(),
+            "status_400_bad_limit"
+        );
         assert_eq!(
             Outcome::Connect("connect_refused").to_string(),
             "connect_refused"

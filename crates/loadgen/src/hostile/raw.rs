@@ -11,9 +11,10 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::OpCode;
 
+use super::codec;
 use super::outcome::Outcome;
 use crate::payload;
-use crate::proto::http_head::{MAX_HEAD, ResponseHead, parse_head};
+use crate::proto::http_head::{Framing, MAX_HEAD, ResponseHead, parse_head};
 
 /// Largest server WebSocket frame the attacks read (pongs of big pings, error frames).
 pub const MAX_SERVER_FRAME: usize = 1 << 20;
@@ -72,14 +73,103 @@ pub fn io_outcome(e: &io::Error) -> Outcome {
 /// A `GET` request head: `target` is written as is (no encoding), then `Host`, the extra
 /// header lines (each without CRLF) and the blank line.
 pub fn get(target: &str, host: &str, extra: &[String]) -> Vec<u8> {
-    let mut s =
-        format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: herald-loadgen-hostile\r\n");
+    request("GET", target, host, extra, None)
+}
+
+/// A request of `method`, as [`get`], with a body when given (its `Content-Length` added;
+/// the caller names its `Content-Type`, or leaves it out on purpose).
+pub fn request(
+    method: &str,
+    target: &str,
+    host: &str,
+    extra: &[String],
+    body: Option<&[u8]>,
+) -> Vec<u8> {
+    let mut s = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: herald-loadgen-hostile\r\n"
+    );
     for h in extra {
         s.push_str(h);
         s.push_str("\r\n");
     }
+    if let Some(b) = body {
+        s.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
     s.push_str("\r\n");
-    s.into_bytes()
+    let mut out = s.into_bytes();
+    out.extend_from_slice(body.unwrap_or_default());
+    out
+}
+
+/// Most body bytes read to find a refusal's JSON `code`.
+const MAX_ERROR_BODY: usize = 8 * 1024;
+
+/// The outcome of a response head: an error status whose body is JSON reads on (at most
+/// [`MAX_ERROR_BODY`]) to name its `code` ([`Outcome::Refused`]); anything else (a 200 or
+/// 101 that may be a stream, a text/plain refusal) is its plain status.
+pub async fn refusal<R: AsyncRead + Unpin>(
+    r: &mut R,
+    head: &ResponseHead,
+    buf: &mut Vec<u8>,
+) -> Outcome {
+    let json = head
+        .content_type
+        .as_deref()
+        .is_some_and(|t| t.starts_with("application/json"));
+    if head.status < 400 || !json {
+        return Outcome::Status(head.status);
+    }
+    let start = head.head_len.min(buf.len());
+    loop {
+        let body = &buf[start..];
+        if let Some(code) = payload::find_str(body, b"\"code\"") {
+            return Outcome::refused(head.status, code);
+        }
+        let complete = match head.framing {
+            Framing::Length(n) => body.len() as u64 >= n,
+            _ => false,
+        };
+        if complete || body.len() >= MAX_ERROR_BODY {
+            return Outcome::Status(head.status);
+        }
+        buf.reserve(4096);
+        match r.read_buf(buf).await {
+            Ok(0) | Err(_) => return Outcome::Status(head.status),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Reads the body of `head` slowly, as a client on a poor link: `chunk` bytes every `every`,
+/// into a scratch buffer (nothing is kept), until the body ends (its `Content-Length`, or the
+/// connection closing) or `hold` has passed. The socket's receive buffer is made small first,
+/// so the server cannot hand its whole answer to the kernel and forget it.
+pub async fn slow_read(
+    stream: &mut TcpStream,
+    head: &ResponseHead,
+    buffered: usize,
+    chunk: usize,
+    every: Duration,
+    hold: Duration,
+) {
+    let _ = nix::sys::socket::setsockopt(
+        &*stream,
+        nix::sys::socket::sockopt::RcvBuf,
+        &chunk.max(4096),
+    );
+    let mut left = match head.framing {
+        Framing::Length(n) => n.saturating_sub(buffered.saturating_sub(head.head_len) as u64),
+        _ => u64::MAX,
+    };
+    let mut scratch = vec![0u8; chunk.max(1)];
+    let until = tokio::time::Instant::now() + hold;
+    while left > 0 && tokio::time::Instant::now() + every <= until {
+        tokio::time::sleep(every).await;
+        match tokio::time::timeout_at(until, stream.read(&mut scratch)).await {
+            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n as u64),
+            _ => return,
+        }
+    }
 }
 
 /// Reads until `buf` holds a whole response head (bounded by [`MAX_HEAD`]).
@@ -207,6 +297,15 @@ pub fn push_frame(out: &mut Vec<u8>, opcode: u8, fin: bool, payload: &[u8], mask
     out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
 }
 
+/// Appends one message compressed with permessage-deflate: a single final frame with RSV1
+/// set (the flag marks the first frame of a compressed message).
+pub fn push_deflated(out: &mut Vec<u8>, opcode: u8, message: &[u8], mask: [u8; 4]) {
+    let z = codec::deflate_message(message);
+    let at = out.len();
+    push_frame(out, opcode, true, &z, mask);
+    out[at] |= 0x40;
+}
+
 /// One complete masked client frame.
 pub fn frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
     let mut v = Vec::with_capacity(payload.len() + 14);
@@ -219,6 +318,8 @@ pub fn frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
 pub struct ServerFrame {
     /// FIN bit.
     pub fin: bool,
+    /// RSV1 bit: a compressed message (permessage-deflate).
+    pub rsv1: bool,
     /// Opcode.
     pub opcode: u8,
     /// Payload (unmasked).
@@ -249,6 +350,7 @@ pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(ServerFrame, usize)
     Ok(Some((
         ServerFrame {
             fin: header.is_final,
+            rsv1: header.rsv1,
             opcode: header.opcode.into(),
             payload,
         },
@@ -284,15 +386,35 @@ pub async fn next_frame<R: AsyncRead + Unpin>(
     }
 }
 
-/// Reads frames until the server says something decisive: a close frame, an `error` frame, or a
-/// text frame whose `type` is in `want`. Messages, pings and pongs are skipped.
+/// What a WebSocket attack waits for: a reply whose `type` is in `want`, `need` times (a
+/// close or an `error` frame ends the wait at once).
+#[derive(Debug, Clone, Copy)]
+pub struct Awaited<'a> {
+    /// Reply types that count as the answer.
+    pub want: &'a [&'a str],
+    /// How many of them.
+    pub need: usize,
+}
+
+#[cfg(test)]
+impl<'a> Awaited<'a> {
+    /// One reply of a type in `want`.
+    pub fn one(want: &'a [&'a str]) -> Self {
+        Self { want, need: 1 }
+    }
+}
+
+/// Reads frames until the server says something decisive: a close frame, an `error` frame, or
+/// `awaited.need` replies whose `type` is in `awaited.want`. Messages, pings and pongs are
+/// skipped. Compressed messages (RSV1) are inflated; binary frames are read as MessagePack
+/// (`herald.msgpack`), and one without a readable `type` is the reply `binary`.
 pub async fn ws_answer<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
-    want: &[&str],
+    awaited: Awaited<'_>,
 ) -> Outcome {
     let mut off = 0;
-    let o = decisive(r, buf, &mut off, want).await;
+    let o = decisive(r, buf, &mut off, awaited).await;
     buf.drain(..off.min(buf.len()));
     o
 }
@@ -301,8 +423,9 @@ async fn decisive<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     off: &mut usize,
-    want: &[&str],
+    awaited: Awaited<'_>,
 ) -> Outcome {
+    let mut got = 0;
     loop {
         let f = match next_frame(r, buf, off).await {
             Ok(f) => f,
@@ -314,18 +437,38 @@ async fn decisive<R: AsyncRead + Unpin>(
                     .then(|| u16::from_be_bytes([f.payload[0], f.payload[1]]));
                 return Outcome::WsClose(code);
             }
-            op::TEXT => {
-                let ty = payload::find_str(&f.payload, b"\"type\"");
-                match ty {
-                    Some("error") => {
-                        let code = payload::find_str(&f.payload, b"\"code\"").unwrap_or("");
-                        return Outcome::ws_error(code);
+            op::TEXT | op::BINARY => {
+                let inflated;
+                let data = if f.rsv1 {
+                    match codec::inflate_message(&f.payload, MAX_SERVER_FRAME) {
+                        Some(d) => {
+                            inflated = d;
+                            &inflated[..]
+                        }
+                        None => return Outcome::BadResponse,
                     }
-                    Some(t) if want.contains(&t) => return Outcome::ws_reply(t),
+                } else {
+                    &f.payload[..]
+                };
+                let field = |key: &str| {
+                    if f.opcode == op::TEXT {
+                        payload::find_str(data, format!("\"{key}\"").as_bytes())
+                    } else {
+                        codec::msgpack_str(data, key)
+                    }
+                };
+                match field("type") {
+                    Some("error") => return Outcome::ws_error(field("code").unwrap_or("")),
+                    Some(t) if awaited.want.contains(&t) => {
+                        got += 1;
+                        if got >= awaited.need {
+                            return Outcome::ws_reply(t);
+                        }
+                    }
+                    None if f.opcode == op::BINARY => return Outcome::ws_reply("binary"),
                     _ => {}
                 }
             }
-            op::BINARY => return Outcome::ws_reply("binary"),
             // pongs to a flood, and the server's own keep-alive pings
             op::PING | op::PONG => {}
             _ => {}
@@ -339,10 +482,10 @@ pub async fn ws_exchange(
     stream: &mut TcpStream,
     out: &[u8],
     buf: &mut Vec<u8>,
-    want: &[&str],
+    awaited: Awaited<'_>,
 ) -> Outcome {
     let (mut r, mut w) = stream.split();
-    match read_while_writing(write_chunked(&mut w, out), ws_answer(&mut r, buf, want)).await {
+    match read_while_writing(write_chunked(&mut w, out), ws_answer(&mut r, buf, awaited)).await {
         (Outcome::Closed, true) => Outcome::Reset,
         (other, _) => other,
     }
@@ -427,11 +570,14 @@ mod tests {
         let mut r = &data[..];
         let mut buf = Vec::new();
         assert_eq!(
-            ws_answer(&mut r, &mut buf, &["pong"]).await,
+            ws_answer(&mut r, &mut buf, Awaited::one(&["pong"])).await,
             Outcome::ws_error("bad_json")
         );
         let mut r = &b""[..];
-        assert_eq!(ws_answer(&mut r, &mut buf, &[]).await, Outcome::Closed);
+        assert_eq!(
+            ws_answer(&mut r, &mut buf, Awaited::one(&[])).await,
+            Outcome::Closed
+        );
     }
 
     #[tokio::test]
@@ -448,10 +594,75 @@ mod tests {
         let mut r = &data[..];
         let mut buf = Vec::new();
         assert_eq!(
-            ws_answer(&mut r, &mut buf, &["pong"]).await,
+            ws_answer(&mut r, &mut buf, Awaited::one(&["pong"])).await,
             Outcome::ws_reply("pong")
         );
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[tokio::test]
+    async fn compressed_msgpack_and_counted_answers() {
+        // two compressed pongs (the server's frames are not masked), then a msgpack error
+        let pong = br#"{"type":"pong","data":"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"}"#;
+        let mut data = Vec::new();
+        for _ in 0..2 {
+            let z = codec::deflate_message(pong);
+            data.push(0xC1); // FIN, RSV1, text
+            data.push(z.len() as u8);
+            data.extend_from_slice(&z);
+        }
+        let err = b"\x82\xa4type\xa5error\xa4code\xa9too_large";
+        data.push(0x82);
+        data.push(err.len() as u8);
+        data.extend_from_slice(err);
+        let awaited = Awaited {
+            want: &["pong"],
+            need: 2,
+        };
+        let mut r = &data[..];
+        let mut buf = Vec::new();
+        assert_eq!(
+            ws_answer(&mut r, &mut buf, awaited).await,
+            Outcome::ws_reply("pong")
+        );
+        let mut r = &data[..];
+        let mut buf = Vec::new();
+        let three = Awaited { need: 3, ..awaited };
+        assert_eq!(
+            ws_answer(&mut r, &mut buf, three).await,
+            Outcome::ws_error("too_large")
+        );
+        // our own compressed frame carries RSV1 and inflates back
+        let mut f = Vec::new();
+        push_deflated(&mut f, op::TEXT, pong, [1, 2, 3, 4]);
+        let (g, _) = parse_frame(&f, 1024).unwrap().unwrap();
+        assert!(g.rsv1 && g.fin);
+        assert_eq!(codec::inflate_message(&g.payload, 1024).unwrap(), pong);
+    }
+
+    #[tokio::test]
+    async fn refusals_read_their_json_code() {
+        let json = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n{\"code\":\"bad_limit\",\"reason\":\"limit!!!!\"}";
+        let text = b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\noops!";
+        for (raw, want) in [
+            (&json[..], Outcome::refused(400, "bad_limit")),
+            (&text[..], Outcome::Status(400)),
+        ] {
+            let mut r = raw;
+            let mut buf = Vec::new();
+            let head = read_head(&mut r, &mut buf).await.unwrap();
+            assert_eq!(refusal(&mut r, &head, &mut buf).await, want);
+        }
+        let post = request(
+            "POST",
+            "/p",
+            "h",
+            &["Content-Type: text/plain".into()],
+            Some(b"{}"),
+        );
+        let s = String::from_utf8(post).unwrap();
+        assert!(s.starts_with("POST /p HTTP/1.1\r\n"));
+        assert!(s.ends_with("Content-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::HostileConfig;
-use super::engine::HostileResult;
+use super::engine::{HealthTally, HostileResult};
 use super::memory;
 use crate::histogram;
 use crate::report::model::{
@@ -67,14 +67,16 @@ pub fn attach(r: &mut Report, result: HostileResult, cfg: &HostileConfig, w: Win
         });
     }
     unexpected.sort_by(|a, b| b.count.cmp(&a.count).then(a.attack.cmp(&b.attack)));
-    let health = result.health.map(|h| HealthReport {
+    let checks = |h: HealthTally| HealthReport {
         failed: h.checks - h.ok,
         url: h.url,
         checks: h.checks,
         ok: h.ok,
         failures: h.failures,
         latency_ms: histogram::summarize(&h.time),
-    });
+    };
+    let health = result.health.map(checks);
+    let pattern_probe = result.probe.map(checks);
     let warmup = cfg.warmup.as_secs_f64().min((w.end - w.start) / 4.0);
     let memory: Vec<_> = r
         .servers
@@ -127,6 +129,20 @@ pub fn attach(r: &mut Report, result: HostileResult, cfg: &HostileConfig, w: Win
             h.failed, h.checks, h.url
         ));
     }
+    if let Some(p) = &pattern_probe
+        && p.failed > 0
+    {
+        problems.push(format!(
+            "{} of {} new-pattern subscriptions of a good client were refused ({}) — a pattern lock-out",
+            p.failed,
+            p.checks,
+            p.failures
+                .iter()
+                .map(|(k, v)| format!("{k} ×{v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     for s in &r.servers {
         if !s.alive_at_end {
             problems.push(format!("server pid {} was gone at the end", s.pid));
@@ -164,6 +180,7 @@ pub fn attach(r: &mut Report, result: HostileResult, cfg: &HostileConfig, w: Win
         by_attack,
         unexpected,
         health,
+        pattern_probe,
         memory,
         good_clients,
     });

@@ -391,6 +391,10 @@ pub struct HostileReport {
     pub unexpected: Vec<UnexpectedReport>,
     /// Health checks of the admin listener (`--health-url`).
     pub health: Option<HealthReport>,
+    /// A good client subscribing to a new wildcard pattern every `--probe-every` while
+    /// `pattern_lockout` runs: each must be accepted (200).
+    #[serde(default)]
+    pub pattern_probe: Option<HealthReport>,
     /// Server memory over the attack phase, per `--server-pid`.
     pub memory: Vec<MemoryReport>,
     /// The well-behaved subscribers running alongside.

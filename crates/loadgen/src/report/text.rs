@@ -83,6 +83,19 @@ fn hostile(o: &mut String, h: &super::model::HostileReport) {
             row(o, "health failures", outcomes(&x.failures));
         }
     }
+    if let Some(x) = &h.pattern_probe {
+        row(
+            o,
+            "new-pattern probes ok / all",
+            format!(
+                "{} / {} (p99 {:.1} ms)",
+                x.ok, x.checks, x.latency_ms.p99_ms
+            ),
+        );
+        if !x.failures.is_empty() {
+            row(o, "new-pattern probe failures", outcomes(&x.failures));
+        }
+    }
     for m in &h.memory {
         row(
             o,

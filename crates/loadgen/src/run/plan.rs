@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::cli::{
     ChurnArgs, ConnArgs, EchoArgs, HostileArgs, RunArgs, SseArgs, TargetArgs, Transport, WsArgs,
 };
+use crate::hostile::attack::Gates;
 use crate::hostile::{HostileConfig, parse_attacks};
 use crate::publish::PublishConfig;
 use crate::source_ip::{default_count, loopback_block, parse_source_ips};
@@ -413,7 +414,15 @@ pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
             "the built-in publisher needs good clients to account for: give --good-conns",
         ));
     }
-    let attacks = parse_attacks(&a.attacks, a.origin_forbidden.is_some()).map_err(bad)?;
+    if a.probe_every.is_zero() {
+        return Err(bad("--probe-every must be positive"));
+    }
+    let gates = Gates {
+        origin_forbidden: a.origin_forbidden.is_some(),
+        admin_url: a.admin_url.is_some(),
+        hooked: a.hooked,
+    };
+    let attacks = parse_attacks(&a.attacks, gates).map_err(bad)?;
     let sse_args = SseArgs {
         target: TargetArgs {
             urls: a.urls.clone(),
@@ -446,8 +455,14 @@ pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
         .as_deref()
         .map(|u| parse_target(u, "/healthz", a.allow_non_loopback).map_err(|e| bad(e.to_string())))
         .transpose()?;
+    let admin = a
+        .admin_url
+        .as_deref()
+        .map(|u| parse_target(u, "/", a.allow_non_loopback).map_err(|e| bad(e.to_string())))
+        .transpose()?;
     plan.hostile = Some(HostileConfig {
         targets: attack_targets,
+        admin,
         conns: a.conns,
         attacks,
         attack_timeout: a.attack_timeout,
@@ -470,6 +485,7 @@ pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
         health_timeout: a.health_timeout,
         warmup: a.warmup,
         max_rss_growth_kb: a.max_rss_growth_mb.map(|mb| (mb * 1024.0).max(0.0) as u64),
+        probe_every: a.probe_every,
     });
     Ok(plan)
 }
@@ -607,6 +623,39 @@ mod tests {
         .unwrap();
         assert_eq!(p.conns, 5);
         assert_eq!(p.hostile.unwrap().attacks.len(), 1);
+        // the admin listener and the soak's hooks open their attacks
+        assert!(
+            hostile(&[
+                "--url",
+                "http://127.0.0.1:8080",
+                "--attacks",
+                "admin_cross_site"
+            ])
+            .is_err()
+        );
+        let p = hostile(&[
+            "--url",
+            "http://127.0.0.1:8080",
+            "--admin-url",
+            "http://127.0.0.1:9090",
+            "--hooked",
+        ])
+        .unwrap();
+        let h = p.hostile.unwrap();
+        assert_eq!(h.admin.unwrap().addr.port(), 9090);
+        assert!(
+            h.attacks
+                .contains(&crate::hostile::attack::Attack::PatternPastHook)
+        );
+        assert!(
+            hostile(&[
+                "--url",
+                "http://127.0.0.1:8080",
+                "--admin-url",
+                "http://10.0.0.1:9090"
+            ])
+            .is_err()
+        );
     }
 
     #[test]
