@@ -429,7 +429,7 @@ impl Bridge for KafkaBridge {
     /// backoff after errors.
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            super::follow(
+            super::reconnect_loop(
                 NAME,
                 &stop,
                 Duration::from_millis(200),

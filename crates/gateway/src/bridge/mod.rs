@@ -8,8 +8,8 @@
 //! topic two position streams and every switch between them would look like lost history.
 //!
 //! A bridge owns its loop ([`Bridge::run`]) and gets only what that loop uses: an [`Ingest`]
-//! (the registry, and which topics are its own) and a stop signal. [`follow`] is the one
-//! reconnect-with-backoff loop every bridge runs its sessions in.
+//! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
+//! the one reconnect-with-backoff loop every bridge runs its sessions in.
 
 pub mod kafka;
 pub mod kafka_props;
@@ -57,7 +57,7 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>>;
 
     /// Follows the log until `stop`, handing every record to `ingest` (reconnecting with
-    /// backoff through [`follow`]).
+    /// backoff through [`reconnect_loop`]).
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()>;
 
     /// Whether the engine is reachable and the node is following the log.
@@ -267,7 +267,7 @@ pub type SessionResult = Result<(), String>;
 /// each end marks the bridge down (`ended`, with the error), counts a reconnect and waits,
 /// doubling the wait from `first_backoff` up to 5 s. A session that ran for a minute or more
 /// starts the backoff over.
-pub async fn follow<S, F>(
+pub async fn reconnect_loop<S, F>(
     bridge: &'static str,
     stop: &CancellationToken,
     first_backoff: Duration,
