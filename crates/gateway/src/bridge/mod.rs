@@ -49,7 +49,7 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 
     /// Appends a message to the shared log and returns its position. The message reaches the
     /// subscribers of every node, this one included, through the log.
-    fn publish<'a>(
+    fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
@@ -121,14 +121,14 @@ impl Logs {
     }
 
     /// Appends a message to the log that feeds `topic`.
-    pub async fn publish(
+    pub async fn append(
         &self,
         topic: &TopicName,
         event: Option<&EventName>,
         data: &Payload,
     ) -> Result<Cursor, BridgeError> {
         match self.feeder(topic.as_str()) {
-            Some(log) => log.publish(topic, event, data).await,
+            Some(log) => log.append(topic, event, data).await,
             None => Err(BridgeError::Unavailable {
                 bridge: "none",
                 reason: format!("no configured log feeds topic {topic}"),
@@ -312,7 +312,7 @@ mod tests {
         fn name(&self) -> &'static str {
             self.0
         }
-        fn publish<'a>(
+        fn append<'a>(
             &'a self,
             _: &'a TopicName,
             _: Option<&'a EventName>,

@@ -282,7 +282,7 @@ impl Bridge for RedisBridge {
         NAME
     }
 
-    fn publish<'a>(
+    fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
