@@ -414,12 +414,17 @@ mod tests {
             .unwrap();
     }
 
-    #[tokio::test]
-    async fn prepare_refuses_a_key_over_its_publish_rate_and_only_that_key() {
+    /// A state whose publishers get a burst of 2 and (in a test's time) nothing more.
+    fn burst_of_two() -> (AppState, tokio_util::sync::CancellationToken) {
         let mut config = Config::default();
         config.limits.publish_rate_per_key = 0.001;
         config.limits.publish_burst_per_key = 2.0;
-        let (state, _shutdown) = AppState::for_test(config);
+        AppState::for_test(config)
+    }
+
+    #[tokio::test]
+    async fn prepare_refuses_a_key_over_its_publish_rate_and_only_that_key() {
+        let (state, _shutdown) = burst_of_two();
         let data = raw(json!(1));
         let send = |key| prepare_draft(&state, &Publisher::Trusted, key, draft("t", None, &data));
         send(Some("a")).await.unwrap();
@@ -439,24 +444,17 @@ mod tests {
     async fn alone_route_appends_to_the_registry_at_the_position_it_answers() {
         let (state, _shutdown) = AppState::for_test(Config::default());
         let data = raw(json!({"n": 1}));
-        let (topic, first) = one(
-            &state,
-            &Publisher::Trusted,
-            None,
-            draft("t", None, &data),
-            "http",
-        )
-        .await
-        .unwrap();
-        let (_, second) = one(
-            &state,
-            &Publisher::Trusted,
-            None,
-            draft("t", None, &data),
-            "http",
-        )
-        .await
-        .unwrap();
+        let send = || {
+            one(
+                &state,
+                &Publisher::Trusted,
+                None,
+                draft("t", None, &data),
+                "http",
+            )
+        };
+        let (topic, first) = send().await.unwrap();
+        let (_, second) = send().await.unwrap();
         assert_eq!(topic.as_str(), "t");
         assert_eq!(
             (second.epoch, second.seq),
@@ -496,10 +494,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_is_counted_whole_against_the_rate() {
-        let mut config = Config::default();
-        config.limits.publish_rate_per_key = 0.001;
-        config.limits.publish_burst_per_key = 2.0;
-        let (state, _shutdown) = AppState::for_test(config);
+        let (state, _shutdown) = burst_of_two();
         let data = raw(json!(1));
         let drafts = vec![Ok(draft("t", None, &data)); 3];
         let e = batch(&state, &Publisher::Trusted, Some("k"), drafts, "http")

@@ -452,23 +452,17 @@ mod tests {
     async fn the_content_type_says_whether_the_body_is_json_or_msgpack() {
         let (state, _shutdown) = AppState::for_test(Config::default());
         let message = json!({"topic": "t", "data": {"n": 1}, "event": "e"});
-        let (status, answer) = post(
-            &state,
-            "/v1/publish",
-            "application/msgpack",
-            msgpack_body(message.clone()),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK, "{answer}");
-        assert_eq!(answer["topic"], "t");
-        let (status, answer) = post(
-            &state,
-            "/v1/publish",
-            "application/json; charset=utf-8",
-            json_body(message.clone()),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK, "{answer}");
+        for (content_type, body) in [
+            ("application/msgpack", msgpack_body(message.clone())),
+            (
+                "application/json; charset=utf-8",
+                json_body(message.clone()),
+            ),
+        ] {
+            let (status, answer) = post(&state, "/v1/publish", content_type, body).await;
+            assert_eq!(status, StatusCode::OK, "{content_type}: {answer}");
+            assert_eq!(answer["topic"], "t");
+        }
         assert_eq!(held(&state, "t"), 2);
         // MessagePack bytes called JSON are read as JSON, and refused as such.
         let (status, answer) = post(
