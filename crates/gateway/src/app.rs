@@ -236,10 +236,11 @@ impl AppState {
             .open_as(id, transport, who.sub.as_deref(), who.info.clone())
     }
 
-    /// Publishes: through the log that feeds the topic when the node is in a cluster (the
-    /// message then reaches this node's subscribers through the log, like every other
-    /// node's), else locally.
-    pub async fn publish(
+    /// Appends a prepared message to its topic: to the log that feeds the topic when the node
+    /// is in a cluster ([`crate::bridge::Logs::append`]; the message then reaches this node's
+    /// subscribers through the log, like every other node's), else to the local registry
+    /// ([`herald_core::Registry::publish`]). Returns the message's position.
+    pub async fn append(
         &self,
         topic: &herald_core::TopicName,
         event: Option<herald_core::EventName>,
@@ -250,7 +251,7 @@ impl AppState {
         }
         self.0
             .logs
-            .publish(topic, event.as_ref(), &data)
+            .append(topic, event.as_ref(), &data)
             .await
             .map_err(|e| {
                 ApiError::new(
@@ -295,14 +296,14 @@ mod tests {
     #[derive(Debug, Default)]
     struct FakeLog {
         up: AtomicBool,
-        published: parking_lot::Mutex<Vec<String>>,
+        appended: parking_lot::Mutex<Vec<String>>,
     }
 
     impl Bridge for FakeLog {
         fn name(&self) -> &'static str {
             "fake"
         }
-        fn publish<'a>(
+        fn append<'a>(
             &'a self,
             topic: &'a TopicName,
             _: Option<&'a EventName>,
@@ -315,7 +316,7 @@ mod tests {
                         reason: "down".into(),
                     });
                 }
-                self.published.lock().push(topic.to_string());
+                self.appended.lock().push(topic.to_string());
                 Ok(Cursor::new(5, 9))
             })
         }
@@ -354,8 +355,8 @@ mod tests {
     async fn a_lone_node_positions_publishes_itself_and_is_ready_until_it_drains() {
         let (state, shutdown) = state(Logs::none());
         let topic = TopicName::new("t").unwrap();
-        let first = state.publish(&topic, None, payload()).await.unwrap();
-        let second = state.publish(&topic, None, payload()).await.unwrap();
+        let first = state.append(&topic, None, payload()).await.unwrap();
+        let second = state.append(&topic, None, payload()).await.unwrap();
         assert_eq!((first.epoch, second.seq), (second.epoch, first.seq + 1));
         assert_eq!(state.registry().get("t").unwrap().head(), second);
         assert!(state.is_ready() && state.not_ready().is_empty());
@@ -372,16 +373,16 @@ mod tests {
         let log = Arc::new(FakeLog::default());
         let (state, _shutdown) = state(Logs::none().with(log.clone(), Feeds::Rest));
         let topic = TopicName::new("t").unwrap();
-        let refused = state.publish(&topic, None, payload()).await.unwrap_err();
+        let refused = state.append(&topic, None, payload()).await.unwrap_err();
         assert_eq!(refused.code(), "bridge_unavailable");
         assert!(!state.is_ready());
         assert_eq!(state.not_ready(), [("fake", "down".to_string())]);
         log.up.store(true, Ordering::Relaxed);
         assert_eq!(
-            state.publish(&topic, None, payload()).await.unwrap(),
+            state.append(&topic, None, payload()).await.unwrap(),
             Cursor::new(5, 9)
         );
-        assert_eq!(*log.published.lock(), ["t"]);
+        assert_eq!(*log.appended.lock(), ["t"]);
         assert!(
             state.registry().get("t").is_none(),
             "the message reaches this node through the log, not directly"

@@ -15,15 +15,17 @@ use std::pin::Pin;
 use crate::app::AppState;
 use crate::limits::Permits;
 use crate::server::stream::ClientStream;
-use crate::server::{DirectRequest, FastPath, HeadShape, head};
+use crate::server::{FastPath, HeadShape, RawRequest, head};
 
 use crate::transport::{sse, ws};
 
-/// The public listener's fast path, serving with `state`.
+/// The public listener's fast path, serving with `state`: what it takes is served on the raw
+/// socket (not to be confused with direct delivery, core's `direct`, where the publisher
+/// writes to the socket).
 #[derive(Debug)]
-pub struct Direct(pub AppState);
+pub struct RawSocket(pub AppState);
 
-impl FastPath for Direct {
+impl FastPath for RawSocket {
     fn classify(&self, path: &str, shape: HeadShape) -> Option<&'static str> {
         match path {
             sse::PATH if !shape.upgrade => Some(sse::PATH),
@@ -37,14 +39,14 @@ impl FastPath for Direct {
 
     fn serve(
         &self,
-        request: DirectRequest,
+        request: RawRequest,
         stream: ClientStream,
         peer: SocketAddr,
         permits: Permits,
     ) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             let state = &self.0;
-            let DirectRequest {
+            let RawRequest {
                 route,
                 query,
                 headers,

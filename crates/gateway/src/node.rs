@@ -70,7 +70,7 @@ pub async fn run_validated(
         public,
         public_router(state.clone()),
         ServeOptions {
-            fast_path: Some(Arc::new(fast_path::Direct(state.clone()))),
+            fast_path: Some(Arc::new(fast_path::RawSocket(state.clone()))),
             ..public_options
         },
     ));

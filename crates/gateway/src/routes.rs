@@ -28,11 +28,8 @@ pub fn public_router(state: AppState) -> Router {
         .route("/v1/topics/{topic}/history", get(api::history::public));
     if state.publishes_publicly() {
         router = router
-            .route("/v1/publish", post(api::publish::publish_public))
-            .route(
-                "/v1/publish/batch",
-                post(api::publish::publish_batch_public),
-            );
+            .route("/v1/publish", post(api::publish::post_one_public))
+            .route("/v1/publish/batch", post(api::publish::post_batch_public));
     }
     router
         .fallback(not_found)
@@ -50,8 +47,8 @@ pub fn public_router(state: AppState) -> Router {
 /// behind the admin credentials when `admin.api_keys` is set ([`api::admin_auth`]).
 pub fn admin_router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/publish", post(api::publish::publish))
-        .route("/v1/publish/batch", post(api::publish::publish_batch))
+        .route("/v1/publish", post(api::publish::post_one))
+        .route("/v1/publish/batch", post(api::publish::post_batch))
         .route("/v1/topics", get(api::admin::topics))
         .route("/v1/topics/{topic}", get(api::admin::topic))
         .route("/v1/topics/{topic}/history", get(api::history::admin))

@@ -229,16 +229,13 @@ async fn send(
     body: &[u8],
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let request: SendRequest = serde_json::from_slice(body).map_err(bad_json)?;
-    let prepared = crate::publish::prepare(
-        state,
-        &crate::publish::Publisher::Trusted,
-        None,
-        topic.as_str(),
-        request.event.as_deref(),
-        &request.data,
-    )
-    .await?;
-    let (topic, id) = crate::publish::route(state, prepared, "http").await?;
+    let draft = crate::publish::Draft {
+        topic: topic.as_str(),
+        event: request.event.as_deref(),
+        data: crate::publish::Data::Json(&request.data),
+    };
+    let publisher = crate::publish::Publisher::Trusted;
+    let (topic, id) = crate::publish::one(state, &publisher, None, draft, "http").await?;
     let after = herald_core::Cursor::new(id.epoch, id.seq.saturating_sub(1));
     let action = Action::Receive {
         topic: topic.to_string(),

@@ -1,4 +1,6 @@
-//! `POST /v1/publish` and `POST /v1/publish/batch`.
+//! `POST /v1/publish` and `POST /v1/publish/batch`: each handler parses its request into
+//! [`Draft`]s and calls the publish pipeline ([`crate::publish`]) once, for the message
+//! ([`publish::one`]) or the batch ([`publish::batch`]), then answers with what it gave back.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -14,7 +16,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Forwarded, Hook};
 use crate::limits::publisher_key;
-use crate::publish::{Data, Publisher, admit, bad_json, bad_msgpack, prepare_data, route};
+use crate::publish::{self, Data, Draft, Publisher, Routed, bad_json, bad_msgpack};
 use crate::telemetry::metrics;
 
 /// Largest request body accepted: room for a batch of maximal payloads.
@@ -117,102 +119,82 @@ pub fn is_msgpack(headers: &HeaderMap) -> bool {
         })
 }
 
-/// One message of a request, JSON or MessagePack.
-struct OneRequest<'a> {
-    topic: &'a str,
-    event: Option<&'a str>,
-    data: Data<'a>,
+/// A message's draft from its JSON request.
+fn json_draft(request: &PublishRequest) -> Draft<'_> {
+    Draft {
+        topic: &request.topic,
+        event: request.event.as_deref(),
+        data: Data::Json(&request.data),
+    }
 }
 
-impl<'a> OneRequest<'a> {
-    /// Through the publish pipeline ([`prepare_data`]), up to routing.
-    async fn prepare(
-        self,
-        state: &AppState,
-        publisher: &Publisher<'_>,
-        rate_key: Option<&str>,
-    ) -> Result<crate::publish::Prepared, ApiError> {
-        prepare_data(
-            state, publisher, rate_key, self.topic, self.event, self.data,
-        )
-        .await
-    }
-
-    fn json(request: &'a PublishRequest) -> Self {
-        Self {
-            topic: &request.topic,
-            event: request.event.as_deref(),
-            data: Data::Json(&request.data),
-        }
-    }
-
-    /// A MessagePack map with the fields of [`PublishRequest`]: `topic` (a string), `data`
-    /// (any value with a JSON form, carried as given), `event` (a string or nil).
-    fn msgpack(body: &'a [u8]) -> Result<Self, ApiError> {
-        use herald_core::msgpack;
-        let fields = msgpack::map_fields(body).map_err(bad_msgpack)?;
-        let (mut topic, mut event, mut data) = (None, None, None);
-        for (key, raw) in fields {
-            let string = |field: &str| {
-                msgpack::as_str(raw).ok_or_else(|| {
-                    ApiError::bad_request("bad_msgpack", format!("{field:?} must be a string"))
-                })
-            };
-            match key {
-                "topic" => topic = Some(string("topic")?),
-                "event" if msgpack::is_nil(raw) => event = None,
-                "event" => event = Some(string("event")?),
-                "data" => data = Some(raw),
-                other => {
-                    return Err(ApiError::bad_request(
-                        "bad_msgpack",
-                        format!("unknown field {other:?}, expected topic, data or event"),
-                    ));
-                }
+/// A message's draft from a MessagePack map with the fields of [`PublishRequest`]: `topic` (a
+/// string), `data` (any value with a JSON form, carried as given), `event` (a string or nil).
+fn msgpack_draft(body: &[u8]) -> Result<Draft<'_>, ApiError> {
+    use herald_core::msgpack;
+    let fields = msgpack::map_fields(body).map_err(bad_msgpack)?;
+    let (mut topic, mut event, mut data) = (None, None, None);
+    for (key, raw) in fields {
+        let string = |field: &str| {
+            msgpack::as_str(raw).ok_or_else(|| {
+                ApiError::bad_request("bad_msgpack", format!("{field:?} must be a string"))
+            })
+        };
+        match key {
+            "topic" => topic = Some(string("topic")?),
+            "event" if msgpack::is_nil(raw) => event = None,
+            "event" => event = Some(string("event")?),
+            "data" => data = Some(raw),
+            other => {
+                return Err(ApiError::bad_request(
+                    "bad_msgpack",
+                    format!("unknown field {other:?}, expected topic, data or event"),
+                ));
             }
         }
-        let missing =
-            |field: &str| ApiError::bad_request("bad_msgpack", format!("missing field {field:?}"));
-        Ok(Self {
-            topic: topic.ok_or_else(|| missing("topic"))?,
-            event,
-            data: Data::Msgpack(data.ok_or_else(|| missing("data"))?),
-        })
     }
+    let missing =
+        |field: &str| ApiError::bad_request("bad_msgpack", format!("missing field {field:?}"));
+    Ok(Draft {
+        topic: topic.ok_or_else(|| missing("topic"))?,
+        event,
+        data: Data::Msgpack(data.ok_or_else(|| missing("data"))?),
+    })
 }
 
-/// Publishes one message; answers `{"id": cursor, "topic": name}`. The body is JSON, or
-/// MessagePack with `Content-Type: application/msgpack`.
-pub async fn publish(
+/// `POST /v1/publish` on the admin listener: publishes one message; answers
+/// `{"id": cursor, "topic": name}`. The body is JSON, or MessagePack with
+/// `Content-Type: application/msgpack`.
+pub async fn post_one(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     counted(async {
         let RequestBody(body) = body?;
-        publish_body(&state, &headers, &body, &Publisher::Trusted, None).await
+        answer_one(&state, &headers, &body, &Publisher::Trusted, None).await
     })
     .await
 }
 
-/// One message from a request's body, in the format its Content-Type names.
-async fn publish_body(
+/// One message from a request's body, in the format its Content-Type names, through the
+/// pipeline.
+async fn answer_one(
     state: &AppState,
     headers: &HeaderMap,
     body: &[u8],
     publisher: &Publisher<'_>,
     rate_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    if is_msgpack(headers) {
-        let request = OneRequest::msgpack(body)?;
-        return publish_one(state, request, publisher, rate_key)
-            .await
-            .map(Json);
-    }
-    let request: PublishRequest = serde_json::from_slice(body).map_err(bad_json)?;
-    publish_one(state, OneRequest::json(&request), publisher, rate_key)
-        .await
-        .map(Json)
+    let request: PublishRequest;
+    let draft = if is_msgpack(headers) {
+        msgpack_draft(body)?
+    } else {
+        request = serde_json::from_slice(body).map_err(bad_json)?;
+        json_draft(&request)
+    };
+    let routed = publish::one(state, publisher, rate_key, draft, "http").await?;
+    Ok(Json(receipt(&routed)))
 }
 
 /// Counts a refused publish in `herald_client_errors_total{transport="http",reason=code}`.
@@ -272,7 +254,7 @@ fn public_publisher(
 
 /// `POST /v1/publish` on the public listener: needs an API key or a token allowed to publish
 /// to the topic (dev mode: nothing).
-pub async fn publish_public(
+pub async fn post_one_public(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -283,13 +265,13 @@ pub async fn publish_public(
         let forwarded = state.hooks().forwarded(&headers);
         let publisher = client_publisher(who.as_ref(), peer.ip(), &forwarded);
         let RequestBody(body) = body?;
-        publish_body(&state, &headers, &body, &publisher, Some(&key)).await
+        answer_one(&state, &headers, &body, &publisher, Some(&key)).await
     })
     .await
 }
 
-/// `POST /v1/publish/batch` on the public listener, with the rules of [`publish_public`].
-pub async fn publish_batch_public(
+/// `POST /v1/publish/batch` on the public listener, with the rules of [`post_one_public`].
+pub async fn post_batch_public(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -299,7 +281,7 @@ pub async fn publish_batch_public(
         let (who, key) = public_publisher(&state, &headers, peer.ip())?;
         let forwarded = state.hooks().forwarded(&headers);
         let publisher = client_publisher(who.as_ref(), peer.ip(), &forwarded);
-        batch(&state, &headers, body, &publisher, Some(&key)).await
+        answer_batch(&state, &headers, body, &publisher, Some(&key)).await
     })
     .await
 }
@@ -323,32 +305,40 @@ fn client_publisher<'a>(
     }
 }
 
-/// Publishes up to `limits.max_batch_publish` messages in order; answers
+/// `POST /v1/publish/batch` on the admin listener: publishes up to
+/// `limits.max_batch_publish` messages in order; answers
 /// `{"results": [{"id":..,"topic":..} | {"code":..,"reason":..}, ...]}`, one per message, so
 /// that one bad message does not stop the others.
-pub async fn publish_batch(
+pub async fn post_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    counted(batch(&state, &headers, body, &Publisher::Trusted, None)).await
+    counted(answer_batch(
+        &state,
+        &headers,
+        body,
+        &Publisher::Trusted,
+        None,
+    ))
+    .await
 }
 
-/// A batch; `limit_key` names the publisher's rate limit (public listener), which the whole
+/// A batch from a request's body, in the format its Content-Type names, through the
+/// pipeline; `rate_key` names the publisher's rate limit (public listener), which the whole
 /// batch must fit in.
-async fn batch(
+async fn answer_batch(
     state: &AppState,
     headers: &HeaderMap,
     body: Result<RequestBody, ApiError>,
     publisher: &Publisher<'_>,
-    limit_key: Option<&str>,
+    rate_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
-    let msgpack = is_msgpack(headers);
-    let messages: Vec<&[u8]> = if msgpack {
+    let routed = if is_msgpack(headers) {
         // `{"messages": [...]}` as a MessagePack map.
         let fields = herald_core::msgpack::map_fields(&body).map_err(bad_msgpack)?;
-        match &fields[..] {
+        let messages = match &fields[..] {
             [("messages", raw)] => herald_core::msgpack::array_items(raw).map_err(bad_msgpack)?,
             _ => {
                 return Err(ApiError::bad_request(
@@ -356,84 +346,51 @@ async fn batch(
                     "a batch is a map with one field, \"messages\", an array",
                 ));
             }
-        }
+        };
+        batch_size(state, messages.len())?;
+        let drafts = messages.into_iter().map(msgpack_draft).collect();
+        publish::batch(state, publisher, rate_key, drafts, "http").await?
     } else {
+        // Kept as the JSON text of each message, parsed one by one.
         let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
-        // Kept as the JSON text of each message, parsed one by one below.
-        return json_batch(state, batch, publisher, limit_key).await;
+        batch_size(state, batch.messages.len())?;
+        let parsed: Vec<Result<PublishRequest, ApiError>> = batch
+            .messages
+            .iter()
+            .map(|raw| serde_json::from_str(raw.get()).map_err(bad_json))
+            .collect();
+        let drafts = parsed
+            .iter()
+            .map(|p| p.as_ref().map(json_draft).map_err(Clone::clone))
+            .collect();
+        publish::batch(state, publisher, rate_key, drafts, "http").await?
     };
+    let results: Vec<serde_json::Value> = routed
+        .iter()
+        .map(|result| match result {
+            Ok(routed) => receipt(routed),
+            Err(e) => batch_error(e),
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+/// A batch holds at most `limits.max_batch_publish` messages.
+fn batch_size(state: &AppState, messages: usize) -> Result<(), ApiError> {
     let max = state.config().limits.max_batch_publish;
-    if messages.len() > max {
+    if messages > max {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "batch_too_large",
             format!("a batch holds at most {max} messages"),
         ));
     }
-    if let Some(key) = limit_key {
-        admit(state, key, messages.len())?;
-    }
-    let requests = messages.into_iter().map(OneRequest::msgpack).collect();
-    Ok(publish_in_order(state, requests, publisher).await)
+    Ok(())
 }
 
-/// Publishes a batch's messages in order, each refused on its own. The publish hook, when a
-/// client publishes, is asked about several at once ([`crate::hooks::Hooks::batch_window`]),
-/// and kept polled while the messages before them are published: asked one after another, a
-/// batch of 100 behind a backend that answers in 10 ms took a second (and 100 s behind one
-/// that times out).
-async fn publish_in_order(
-    state: &AppState,
-    requests: Vec<Result<OneRequest<'_>, ApiError>>,
-    publisher: &Publisher<'_>,
-) -> Json<serde_json::Value> {
-    use futures_util::StreamExt as _;
-    let window = state.hooks().batch_window();
-    let mut results = Vec::with_capacity(requests.len());
-    let mut requests = requests.into_iter();
-    let mut preparing = futures_util::stream::FuturesOrdered::new();
-    // Prepared while an earlier message was being published, in order.
-    let mut prepared = std::collections::VecDeque::new();
-    loop {
-        while preparing.len() + prepared.len() < window
-            && let Some(request) = requests.next()
-        {
-            preparing.push_back(prepare_one(state, publisher, request));
-        }
-        let next = match prepared.pop_front() {
-            Some(next) => next,
-            None => match preparing.next().await {
-                Some(next) => next,
-                None => break,
-            },
-        };
-        let result = match next {
-            Ok(message) => {
-                let mut route = std::pin::pin!(routed(state, message));
-                loop {
-                    tokio::select! {
-                        biased;
-                        routed = &mut route => break routed,
-                        Some(next) = preparing.next(), if !preparing.is_empty() => {
-                            prepared.push_back(next);
-                        }
-                    }
-                }
-            }
-            Err(e) => Err(e),
-        };
-        results.push(result.unwrap_or_else(|e| batch_error(&e)));
-    }
-    Json(serde_json::json!({ "results": results }))
-}
-
-/// One of a batch's messages through the pipeline (a refused one as it is).
-async fn prepare_one(
-    state: &AppState,
-    publisher: &Publisher<'_>,
-    request: Result<OneRequest<'_>, ApiError>,
-) -> Result<crate::publish::Prepared, ApiError> {
-    request?.prepare(state, publisher, None).await
+/// The answer for a message the pipeline routed: its id and topic.
+fn receipt((topic, id): &Routed) -> serde_json::Value {
+    serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() })
 }
 
 /// A batch's result for a message that was refused.
@@ -443,53 +400,157 @@ fn batch_error(e: &ApiError) -> serde_json::Value {
     serde_json::json!({ "code": e.code(), "reason": reason })
 }
 
-async fn json_batch(
-    state: &AppState,
-    batch: BatchRequest,
-    publisher: &Publisher<'_>,
-    limit_key: Option<&str>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let max = state.config().limits.max_batch_publish;
-    if batch.messages.len() > max {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "batch_too_large",
-            format!("a batch holds at most {max} messages"),
-        ));
-    }
-    if let Some(key) = limit_key {
-        admit(state, key, batch.messages.len())?;
-    }
-    let parsed: Vec<Result<PublishRequest, ApiError>> = batch
-        .messages
-        .iter()
-        .map(|raw| serde_json::from_str(raw.get()).map_err(bad_json))
-        .collect();
-    let requests = parsed
-        .iter()
-        .map(|p| match p {
-            Ok(request) => Ok(OneRequest::json(request)),
-            Err(e) => Err(e.clone()),
-        })
-        .collect();
-    Ok(publish_in_order(state, requests, publisher).await)
-}
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use serde_json::{Value, json};
+    use tower::ServiceExt as _;
 
-async fn publish_one(
-    state: &AppState,
-    request: OneRequest<'_>,
-    publisher: &Publisher<'_>,
-    rate_key: Option<&str>,
-) -> Result<serde_json::Value, ApiError> {
-    let prepared = request.prepare(state, publisher, rate_key).await?;
-    routed(state, prepared).await
-}
+    use super::*;
 
-/// Publishes a prepared message; answers its id and topic.
-async fn routed(
-    state: &AppState,
-    prepared: crate::publish::Prepared,
-) -> Result<serde_json::Value, ApiError> {
-    let (topic, id) = route(state, prepared, "http").await?;
-    Ok(serde_json::json!({ "id": id.to_string(), "topic": topic.as_str() }))
+    /// `POST path` on the admin listener with `body` as `content_type`: the status and the
+    /// JSON answer.
+    async fn post(
+        state: &AppState,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let request = axum::http::Request::post(path)
+            .header("host", "localhost")
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .unwrap();
+        let response = crate::routes::admin_router(state.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    fn json_body(value: Value) -> Vec<u8> {
+        value.to_string().into_bytes()
+    }
+
+    fn msgpack_body(value: Value) -> Vec<u8> {
+        rmp_serde::to_vec_named(&value).unwrap()
+    }
+
+    /// How many messages `topic` holds on this node.
+    fn held(state: &AppState, topic: &str) -> u64 {
+        state
+            .registry()
+            .get(topic)
+            .map_or(0, |t| t.stats().messages)
+    }
+
+    #[tokio::test]
+    async fn the_content_type_says_whether_the_body_is_json_or_msgpack() {
+        let (state, _shutdown) = AppState::for_test(Config::default());
+        let message = json!({"topic": "t", "data": {"n": 1}, "event": "e"});
+        for (content_type, body) in [
+            ("application/msgpack", msgpack_body(message.clone())),
+            (
+                "application/json; charset=utf-8",
+                json_body(message.clone()),
+            ),
+        ] {
+            let (status, answer) = post(&state, "/v1/publish", content_type, body).await;
+            assert_eq!(status, StatusCode::OK, "{content_type}: {answer}");
+            assert_eq!(answer["topic"], "t");
+        }
+        assert_eq!(held(&state, "t"), 2);
+        // MessagePack bytes called JSON are read as JSON, and refused as such.
+        let (status, answer) = post(
+            &state,
+            "/v1/publish",
+            "application/json",
+            msgpack_body(message),
+        )
+        .await;
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("bad_json"))
+        );
+        // A MessagePack map with a field the JSON form does not have is refused too.
+        let (status, answer) = post(
+            &state,
+            "/v1/publish",
+            "application/x-msgpack",
+            msgpack_body(json!({"topic": "t", "data": 1, "extra": true})),
+        )
+        .await;
+        assert_eq!(
+            (status, answer["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("bad_msgpack"))
+        );
+        assert_eq!(held(&state, "t"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_batch_over_the_limit_is_refused_whole_in_either_format() {
+        let mut config = Config::default();
+        config.limits.max_batch_publish = 2;
+        let (state, _shutdown) = AppState::for_test(config);
+        let message = json!({"topic": "t", "data": 1});
+        let batch = json!({"messages": [message, message, message]});
+        for (content_type, body) in [
+            ("application/json", json_body(batch.clone())),
+            ("application/msgpack", msgpack_body(batch.clone())),
+        ] {
+            let (status, answer) = post(&state, "/v1/publish/batch", content_type, body).await;
+            assert_eq!(
+                (status, answer["code"].as_str()),
+                (StatusCode::PAYLOAD_TOO_LARGE, Some("batch_too_large")),
+                "{content_type}"
+            );
+        }
+        assert_eq!(held(&state, "t"), 0);
+        // At the limit, it goes through.
+        let (status, answer) = post(
+            &state,
+            "/v1/publish/batch",
+            "application/json",
+            json_body(json!({"messages": [message, message]})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(held(&state, "t"), 2);
+    }
+
+    #[tokio::test]
+    async fn one_bad_message_in_a_batch_does_not_stop_the_others() {
+        let (state, _shutdown) = AppState::for_test(Config::default());
+        let batch = json!({"messages": [
+            {"topic": "t", "data": "first"},
+            {"topic": "t", "data": 1, "unknown": 2},
+            {"topic": "no spaces", "data": 1},
+            {"topic": "t", "data": "last"},
+        ]});
+        for (content_type, body) in [
+            ("application/json", json_body(batch.clone())),
+            ("application/msgpack", msgpack_body(batch.clone())),
+        ] {
+            let (status, answer) = post(&state, "/v1/publish/batch", content_type, body).await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            let results = answer["results"].as_array().unwrap();
+            assert_eq!(results.len(), 4, "{answer}");
+            assert_eq!(results[0]["topic"], "t", "{answer}");
+            assert!(results[1]["code"].is_string(), "{answer}");
+            assert!(results[2]["code"].is_string(), "{answer}");
+            assert_eq!(results[3]["topic"], "t", "{answer}");
+        }
+        assert_eq!(held(&state, "t"), 4);
+        let history = state.registry().get("t").unwrap().history(None, 10);
+        let data: Vec<String> = history
+            .messages
+            .iter()
+            .map(|m| String::from_utf8_lossy(m.data().as_bytes()).into_owned())
+            .collect();
+        assert_eq!(data, [r#""first""#, r#""last""#, r#""first""#, r#""last""#]);
+    }
 }

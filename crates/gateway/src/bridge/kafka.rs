@@ -372,7 +372,7 @@ impl Bridge for KafkaBridge {
 
     /// Produces the message to the first configured Kafka topic, keyed by the Herald topic,
     /// with `herald-topic` / `herald-event` headers; the position is where Kafka stored it.
-    fn publish<'a>(
+    fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
@@ -429,7 +429,7 @@ impl Bridge for KafkaBridge {
     /// backoff after errors.
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            super::follow(
+            super::reconnect_loop(
                 NAME,
                 &stop,
                 Duration::from_millis(200),

@@ -8,8 +8,8 @@
 //! topic two position streams and every switch between them would look like lost history.
 //!
 //! A bridge owns its loop ([`Bridge::run`]) and gets only what that loop uses: an [`Ingest`]
-//! (the registry, and which topics are its own) and a stop signal. [`follow`] is the one
-//! reconnect-with-backoff loop every bridge runs its sessions in.
+//! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
+//! the one reconnect-with-backoff loop every bridge runs its sessions in.
 
 pub mod kafka;
 pub mod kafka_props;
@@ -49,7 +49,7 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 
     /// Appends a message to the shared log and returns its position. The message reaches the
     /// subscribers of every node, this one included, through the log.
-    fn publish<'a>(
+    fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
@@ -57,7 +57,7 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>>;
 
     /// Follows the log until `stop`, handing every record to `ingest` (reconnecting with
-    /// backoff through [`follow`]).
+    /// backoff through [`reconnect_loop`]).
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()>;
 
     /// Whether the engine is reachable and the node is following the log.
@@ -121,14 +121,14 @@ impl Logs {
     }
 
     /// Appends a message to the log that feeds `topic`.
-    pub async fn publish(
+    pub async fn append(
         &self,
         topic: &TopicName,
         event: Option<&EventName>,
         data: &Payload,
     ) -> Result<Cursor, BridgeError> {
         match self.feeder(topic.as_str()) {
-            Some(log) => log.publish(topic, event, data).await,
+            Some(log) => log.append(topic, event, data).await,
             None => Err(BridgeError::Unavailable {
                 bridge: "none",
                 reason: format!("no configured log feeds topic {topic}"),
@@ -267,7 +267,7 @@ pub type SessionResult = Result<(), String>;
 /// each end marks the bridge down (`ended`, with the error), counts a reconnect and waits,
 /// doubling the wait from `first_backoff` up to 5 s. A session that ran for a minute or more
 /// starts the backoff over.
-pub async fn follow<S, F>(
+pub async fn reconnect_loop<S, F>(
     bridge: &'static str,
     stop: &CancellationToken,
     first_backoff: Duration,
@@ -312,7 +312,7 @@ mod tests {
         fn name(&self) -> &'static str {
             self.0
         }
-        fn publish<'a>(
+        fn append<'a>(
             &'a self,
             _: &'a TopicName,
             _: Option<&'a EventName>,

@@ -121,20 +121,21 @@ impl RedisBridge {
         metrics::bridge_up(NAME, self.is_ready());
     }
 
-    /// Follows `shards` (one reader) until `stop`, in [`super::follow`]'s reconnect loop.
+    /// Follows `shards` (one reader) until `stop`: one [`Self::session`] after another in
+    /// [`super::reconnect_loop`].
     async fn run_group(self: Arc<Self>, ingest: Ingest, shards: Vec<u32>, stop: CancellationToken) {
         let start = format!(
             "{}-0",
             now_ms().saturating_sub(self.history.as_millis() as u64)
         );
         let last_ids = Mutex::new(vec![start; shards.len()]);
-        super::follow(
+        super::reconnect_loop(
             NAME,
             &stop,
             Duration::from_millis(100),
             || async {
                 let mut ids = last_ids.lock().clone();
-                let result = self.follow(&ingest, &shards, &mut ids).await;
+                let result = self.session(&ingest, &shards, &mut ids).await;
                 *last_ids.lock() = ids;
                 result.map_err(|e| e.to_string())
             },
@@ -150,7 +151,7 @@ impl RedisBridge {
 
     /// One connected session of the reader of `shards`: learn their epochs, then read and
     /// ingest until an error.
-    async fn follow(
+    async fn session(
         &self,
         ingest: &Ingest,
         shards: &[u32],
@@ -281,7 +282,7 @@ impl Bridge for RedisBridge {
         NAME
     }
 
-    fn publish<'a>(
+    fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,

@@ -421,7 +421,7 @@ impl Relay {
     ) {
         // Where this node is in the stream: "$" (only what comes next) until it read one.
         let last = parking_lot::Mutex::new("$".to_string());
-        crate::bridge::follow(
+        crate::bridge::reconnect_loop(
             "control",
             &stop,
             Duration::from_millis(200),

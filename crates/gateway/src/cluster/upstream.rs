@@ -68,8 +68,8 @@ impl Upstream {
         })
     }
 
-    /// A client published.
-    pub fn published(
+    /// The `publish` event: a client published (the WebSocket `publish` command).
+    pub fn publish_event(
         &self,
         connection: &str,
         topic: &TopicName,

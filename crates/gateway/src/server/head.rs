@@ -16,7 +16,7 @@ use crate::telemetry::metrics;
 #[derive(Debug)]
 pub enum Head {
     /// A request the fast path takes ([`super::FastPath::classify`]): served on the socket.
-    Direct(super::DirectRequest),
+    Raw(super::RawRequest),
     /// Anything else: give it to hyper, starting with these bytes.
     Other(Bytes),
     /// The client closed, timed out or sent garbage before a whole head; an answer (if any)
@@ -126,7 +126,7 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
             map.append(name, value);
         }
     }
-    Head::Direct(super::DirectRequest {
+    Head::Raw(super::RawRequest {
         route,
         query: query.map(str::to_owned),
         headers: map,

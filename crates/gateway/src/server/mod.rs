@@ -110,7 +110,7 @@ pub struct HeadShape {
 
 /// A request the fast path took: which of its routes, with the query and headers.
 #[derive(Debug)]
-pub struct DirectRequest {
+pub struct RawRequest {
     /// The route [`FastPath::classify`] answered.
     pub route: &'static str,
     /// The query string, if any.
@@ -130,7 +130,7 @@ pub trait FastPath: Send + Sync + std::fmt::Debug {
     /// connection lives. What outlives the request's answer runs on a task of its own.
     fn serve(
         &self,
-        request: DirectRequest,
+        request: RawRequest,
         stream: ClientStream,
         peer: SocketAddr,
         permits: Permits,
@@ -281,7 +281,7 @@ async fn serve_connection(
     let prefix = match head {
         Head::Done => return,
         Head::Other(prefix) => prefix,
-        Head::Direct(request) => {
+        Head::Raw(request) => {
             if let Some(fast_path) = &options.fast_path {
                 fast_path.serve(request, stream, peer, permits).await;
             }

@@ -1,4 +1,4 @@
-//! TLS on the public listener: SSE over HTTP/1.1 (the direct path) and HTTP/2 (ALPN, through
+//! TLS on the public listener: SSE over HTTP/1.1 (the raw path) and HTTP/2 (ALPN, through
 //! the router), WebSocket over TLS, refusals readable over TLS, and plain-text clients turned
 //! away without harm to the others.
 

@@ -951,19 +951,18 @@ impl<S: PeerStream> Connection<S> {
             Publisher::Client(self.caller(peer))
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        let prepared =
-            publish::prepare_data(&self.state, &publisher, Some(&key), topic, event, data)
-                .await
-                .map_err(|e| {
-                    if e.code() == "publish_rate" {
-                        metrics::client_error("ws", "publish_rate");
-                        FrameError::new("rate_limited", FrameError::from(e).reason)
-                    } else {
-                        FrameError::from(e)
-                    }
-                })?;
+        let prepared = publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
+            .await
+            .map_err(|e| {
+                if e.code() == "publish_rate" {
+                    metrics::client_error("ws", "publish_rate");
+                    FrameError::new("rate_limited", FrameError::from(e).reason)
+                } else {
+                    FrameError::from(e)
+                }
+            })?;
         if let Some(upstream) = self.state.upstream() {
-            upstream.published(
+            upstream.publish_event(
                 &self.guard.id().to_string(),
                 &prepared.topic,
                 prepared.event.as_ref(),
