@@ -545,3 +545,138 @@ async fn refuse(tcp: TcpStream, refused: Refused, tls: Option<Arc<Tls>>) {
     };
     let _ = head::write_status(&mut stream, status, code, reason).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    /// A fast path that takes `GET /fast` and answers it itself.
+    #[derive(Debug)]
+    struct Fast;
+
+    impl FastPath for Fast {
+        fn classify(&self, path: &str, _: HeadShape) -> Option<&'static str> {
+            (path == "/fast").then_some("fast")
+        }
+
+        fn serve(
+            &self,
+            request: RawRequest,
+            mut stream: ClientStream,
+            _: SocketAddr,
+            _: Permits,
+        ) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+            Box::pin(async move {
+                let body = format!("raw {} {:?}", request.route, request.query);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+            })
+        }
+    }
+
+    fn options(max: Option<usize>, per_address: Option<Arc<AddressLimits>>) -> ServeOptions {
+        ServeOptions {
+            stop: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            header_read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            max_connections: max,
+            fast_path: Some(Arc::new(Fast)),
+            max_header_bytes: 16 * 1024,
+            per_address,
+            tls: None,
+        }
+    }
+
+    /// A router answering `/peer` with the client's address and `Host`.
+    fn router() -> Router {
+        Router::new().route(
+            "/peer",
+            axum::routing::get(
+                |ConnectInfo(peer): ConnectInfo<SocketAddr>, headers: axum::http::HeaderMap| async move {
+                    let host = headers.get("host").map(|h| h.to_str().unwrap().to_owned());
+                    format!("{} {host:?}", peer.ip())
+                },
+            ),
+        )
+    }
+
+    async fn start(options: ServeOptions) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        (addr, tokio::spawn(serve(listener, router(), options)))
+    }
+
+    /// Sends `GET path` on a fresh connection; the whole answer.
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        let request =
+            format!("GET {path} HTTP/1.1\r\nhost: h.example\r\nconnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut answer))
+            .await
+            .expect("answered")
+            .unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_to_the_fast_path_or_the_router_with_its_peer() {
+        let (addr, _) = start(options(None, None)).await;
+        let fast = get(addr, "/fast?x=1").await;
+        assert!(fast.starts_with("HTTP/1.1 200"), "{fast}");
+        assert!(fast.ends_with(r#"raw fast Some("x=1")"#), "{fast}");
+        let routed = get(addr, "/peer").await;
+        assert!(routed.starts_with("HTTP/1.1 200"), "{routed}");
+        assert!(
+            routed.ends_with(r#"127.0.0.1 Some("h.example")"#),
+            "{routed}"
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_connection_limits_connections_are_refused_with_their_reason() {
+        let (addr, _) = start(options(Some(1), None)).await;
+        // One connection holds the only permit (it has sent nothing yet).
+        let held = TcpStream::connect(addr).await.unwrap();
+        let refused = get(addr, "/peer").await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        // Closed, it gives the permit back.
+        drop(held);
+        let mut answer = String::new();
+        for _ in 0..100 {
+            answer = get(addr, "/peer").await;
+            if answer.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+        let per_address = AddressLimits::new(1, 0.0, 0.0, 64);
+        let (addr, _) = start(options(None, Some(per_address))).await;
+        let _held = TcpStream::connect(addr).await.unwrap();
+        let refused = get(addr, "/peer").await;
+        assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn stopping_ends_the_accept_loop() {
+        let options = options(None, None);
+        let stop = options.stop.clone();
+        let (addr, serving) = start(options).await;
+        assert!(get(addr, "/peer").await.starts_with("HTTP/1.1 200"));
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), serving)
+            .await
+            .expect("serve returns once stopped")
+            .unwrap();
+    }
+}
