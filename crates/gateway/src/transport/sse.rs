@@ -29,7 +29,8 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::{Delivery, SubscribeQuery, authorize, deliver, jitter, lost_json, open_feed};
+use super::access::authorize;
+use super::{Delivery, SubscribeQuery, deliver, jitter, lost_json, open_feed};
 use crate::app::AppState;
 use crate::cluster::control::Action;
 use crate::error::ApiError;
@@ -81,17 +82,12 @@ pub async fn handler(
         return Ok(([(header::CONTENT_TYPE, "text/event-stream")], ()).into_response());
     }
     let mut stream = open(&state, headers, query, peer).await?;
-    let cors = stream.cors.take();
+    // The router's CORS layer adds the CORS headers (`api::cors`).
+    stream.cors = None;
     let (sink, body) = BodySink::new();
     let write_timeout = state.config().limits.write_timeout;
     crate::shutdown::spawn_connection(state.tracker(), "sse", serve(sink, stream, write_timeout));
-    let mut response = event_stream(Body::from_stream(body));
-    let h = response.headers_mut();
-    if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        h.insert(header::VARY, HeaderValue::from_static("origin"));
-    }
-    Ok(response)
+    Ok(event_stream(Body::from_stream(body)))
 }
 
 /// Where a stream's chunks are written: the client's socket (the direct path) or a hyper
@@ -249,17 +245,8 @@ pub fn serve_raw(
         None => Bytes::from_static(RESPONSE_HEAD),
         Some(origin) => {
             let mut head = RESPONSE_HEAD[..RESPONSE_HEAD.len() - 2].to_vec();
-            head.extend_from_slice(
-                format!(
-                    "access-control-allow-origin: {origin}\r\nvary: origin\r\n{}\r\n",
-                    if sse.credentials {
-                        "access-control-allow-credentials: true\r\n"
-                    } else {
-                        ""
-                    }
-                )
-                .as_bytes(),
-            );
+            head.extend_from_slice(super::cors::lines(&sse.state, &origin).as_bytes());
+            head.extend_from_slice(b"\r\n");
             Bytes::from(head)
         }
     };
@@ -352,6 +339,8 @@ struct Checked {
     resume: ResumeList,
     cors: Option<String>,
     who: crate::auth::Identity,
+    /// The request's headers the hooks forward.
+    forwarded: crate::hooks::Forwarded,
     /// The heartbeat interval: `sse.heartbeat`, or the client's `heartbeat`.
     heartbeat: Duration,
 }
@@ -391,12 +380,13 @@ async fn check(
         Some(id) => id.parse()?,
         None => ResumeList::new(),
     };
-    let (cors, who) = authorize(state, headers, &mut query, "sse", client, peer).await?;
+    let admitted = authorize(state, headers, &mut query, "sse", client, peer).await?;
     Ok(Checked {
         query,
         resume,
-        cors,
-        who,
+        cors: admitted.origin,
+        who: admitted.who,
+        forwarded: admitted.forwarded,
         heartbeat,
     })
 }
@@ -414,6 +404,7 @@ async fn try_open(
         resume,
         cors,
         who,
+        forwarded,
         heartbeat,
     } = check(state, headers, query, Some(id), peer).await?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
@@ -422,7 +413,6 @@ async fn try_open(
     let mut stream = SseStream {
         multi: feed.len() > 1 || feed.has_patterns(),
         json: query.format == super::Format::Json,
-        credentials: config.auth.cors_credentials,
         feed,
         metrics,
         guard: state.open_connection_as(id, Transport::Sse, &who),
@@ -451,7 +441,7 @@ async fn try_open(
         .subscribed_to(stream.feed.positions().map(|(t, _)| t));
     if who.expires.is_some() && state.hooks().has(crate::hooks::Hook::Refresh) {
         stream.refresh = Some(Box::new(Refresh {
-            forwarded: state.hooks().forwarded(headers),
+            forwarded,
             who,
             peer,
         }));
@@ -468,8 +458,6 @@ pub struct SseStream {
     multi: bool,
     /// `format=json`: messages in their JSON form.
     json: bool,
-    /// `auth.cors_credentials`: a cross-origin page may send cookies.
-    credentials: bool,
     metrics: &'static TransportMetrics,
     guard: crate::cluster::Connection,
     /// For server-side subscriptions (the registry, the topic limit).
