@@ -146,16 +146,12 @@ pub(crate) fn add_topics(
         };
         found.push((topic, start));
     }
+    let patterns = |feed: &mut Feed, added: &mut Added| {
+        add_patterns(state, feed, &wanted.patterns, &wanted.resume, asker, added)
+    };
     let patterns_first = matches!(asker, Asker::Command(_));
     if patterns_first {
-        add_patterns(
-            state,
-            feed,
-            &wanted.patterns,
-            &wanted.resume,
-            asker,
-            &mut added,
-        )?;
+        patterns(feed, &mut added)?;
     }
     for (topic, start) in found {
         let name = topic.name().clone();
@@ -168,14 +164,7 @@ pub(crate) fn add_topics(
         added.started.push((name, start));
     }
     if !patterns_first {
-        add_patterns(
-            state,
-            feed,
-            &wanted.patterns,
-            &wanted.resume,
-            asker,
-            &mut added,
-        )?;
+        patterns(feed, &mut added)?;
     }
     Ok(added)
 }

@@ -11,16 +11,15 @@
 //!
 //! Every incoming frame is counted by [`inbound::Inbound`] before tungstenite reassembles
 //! it (the inbound rate, the fragment cap, activity). Every close the server starts or
-//! answers ends with a lingering close ([`Session::linger`](close)): the Close frame, a half-close,
-//! then the client's input drained for a bounded time and byte count, so the client reads the
-//! close code instead of a reset.
+//! answers ends with a lingering close (`Session::linger`, in `close.rs`): the Close frame,
+//! a half-close, then the client's input drained for a bounded time and byte count, so the
+//! client reads the close code instead of a reset.
 //!
 //! One task per connection selects over the socket, the feed, the ping timer and the
 //! shutdown token: no reader/writer task pair (measured to triple CPU per delivery).
 //!
 //! Compression (permessage-deflate, RFC 7692) is negotiated in the handshake and done without
 //! context takeover, once per message for all subscribers (module `deflate`).
-
 //!
 //! The connection's life is one [`Session`]: its handshake (`handshake.rs`), its run loop and
 //! its sends (`session.rs`), the client's commands (`commands.rs`), `subscribe`
