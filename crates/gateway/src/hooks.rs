@@ -10,9 +10,9 @@
 //! the token rules decide as if the hook were not configured.
 //!
 //! The callers are the places where the token rules are applied, one per decision, so that
-//! every path that serves a client asks the same way: [`crate::transport::authorize`] (SSE on
-//! the raw socket and through hyper, HTTP/2, TLS; long-poll), the WebSocket handshake,
-//! [`crate::transport::may_subscribe`] (the WebSocket `subscribe` command, public history
+//! every path that serves a client asks the same way: [`crate::transport::access::admit`]
+//! (the connect hook: SSE on the raw socket and through hyper, HTTP/2, TLS; long-poll; the
+//! WebSocket handshake), [`crate::transport::may_subscribe`] (the WebSocket `subscribe` command, public history
 //! reads), the publish pipeline ([`crate::publish::prepare`]), and the token-expiry branch of
 //! the SSE and WebSocket lifecycles (refresh).
 //!

@@ -5,7 +5,8 @@
 //! The origin is checked against `auth.allowed_origins` (empty: any) and echoed, never `*`,
 //! so that `auth.cors_credentials` can allow cookies. WebSocket upgrades do not use CORS;
 //! they check `Origin` themselves. HTTP/1.1 SSE streams are answered by the accept loop
-//! (`crate::fast_path`), which adds the same headers with [`raw_headers`].
+//! (`crate::fast_path`), which adds the same headers with [`raw_headers`]. The headers
+//! themselves are written in one place, `transport::cors`.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -102,21 +103,7 @@ fn preflight(
 
 /// Adds the CORS headers of an answer to `origin` (an allowed one).
 fn add(state: &AppState, h: &mut HeaderMap, origin: &str) {
-    let Ok(value) = HeaderValue::from_str(origin) else {
-        return;
-    };
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
-    h.insert(header::VARY, HeaderValue::from_static("origin"));
-    h.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("retry-after"),
-    );
-    if state.config().auth.cors_credentials {
-        h.insert(
-            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
-            HeaderValue::from_static("true"),
-        );
-    }
+    crate::transport::cors::insert(state, h, origin);
 }
 
 /// The CORS headers for an answer written on the raw socket to a request with `headers`:
@@ -125,16 +112,8 @@ pub fn raw_headers(state: &AppState, headers: &HeaderMap) -> Vec<(&'static str, 
     let Ok(Some(origin)) = state.auth().check_origin(headers) else {
         return Vec::new();
     };
-    if HeaderValue::from_str(origin).is_err() {
-        return Vec::new();
-    }
-    let mut lines = vec![
-        ("access-control-allow-origin", origin.to_owned()),
-        ("vary", "origin".to_owned()),
-        ("access-control-expose-headers", "retry-after".to_owned()),
-    ];
-    if state.config().auth.cors_credentials {
-        lines.push(("access-control-allow-credentials", "true".to_owned()));
-    }
-    lines
+    crate::transport::cors::headers(state, origin)
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value.to_str().ok()?.to_owned())))
+        .collect()
 }

@@ -11,8 +11,9 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::{FeedEvent, LossReason, ResumeList};
 
+use super::access::authorize;
 use super::answer::{Budget, JsonAnswer};
-use super::{Delivery, SubscribeQuery, authorize, deliver, lost_json, open_feed};
+use super::{Delivery, SubscribeQuery, deliver, lost_json, open_feed};
 use crate::app::AppState;
 use crate::cluster::control::{Action, Disconnect, PresenceEvent};
 use crate::error::ApiError;
@@ -61,7 +62,10 @@ async fn poll(
         None => config.poll.timeout,
     };
     let id = state.cluster().next_id();
-    let (cors, who) = authorize(state, headers, &mut query, "poll", Some(id), peer).await?;
+    // CORS headers come from the router's layer (`api::cors`).
+    let who = authorize(state, headers, &mut query, "poll", Some(id), peer)
+        .await?
+        .who;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
     let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
     let metrics = metrics::transport(Transport::Poll);
@@ -159,14 +163,6 @@ async fn poll(
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(origin) = cors.and_then(|o| HeaderValue::from_str(&o).ok()) {
-        response
-            .headers_mut()
-            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        response
-            .headers_mut()
-            .insert(header::VARY, HeaderValue::from_static("origin"));
-    }
     Ok(response)
 }
 

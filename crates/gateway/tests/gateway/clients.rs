@@ -222,6 +222,53 @@ async fn cors_credentials_when_configured() {
     assert!(config.validate().is_err());
 }
 
+/// A cross-origin page reading an SSE stream with `fetch` needs the CORS headers on the `200`
+/// itself, `access-control-expose-headers` included, on the socket path as through hyper.
+#[tokio::test]
+async fn a_cross_origin_sse_stream_carries_the_cors_headers_on_every_path() {
+    use http_body_util::Empty;
+    use hyper_util::rt::TokioIo;
+    let mut config = test_config();
+    config.auth.allowed_origins = vec!["https://app.example".into()];
+    let gw = spawn_gateway(config).await;
+    let check = |path: &str, h: &reqwest::header::HeaderMap| {
+        assert_eq!(
+            h["access-control-allow-origin"], "https://app.example",
+            "{path}"
+        );
+        assert_eq!(h["access-control-expose-headers"], "retry-after", "{path}");
+        assert_eq!(h["vary"], "origin", "{path}");
+    };
+    // The raw socket (an origin-form HTTP/1.1 request).
+    let resp = get(
+        format!("http://{}/v1/sse?topic=c", gw.public_addr),
+        &[("origin", "https://app.example")],
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    check("direct", resp.headers());
+    drop(resp);
+    // Through hyper and the router (an absolute-form request, which the accept loop leaves
+    // to hyper).
+    let tcp = tokio::net::TcpStream::connect(gw.public_addr)
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let request = hyper::Request::get(format!("http://{}/v1/sse?topic=c", gw.public_addr))
+        .header("host", "localhost")
+        .header("origin", "https://app.example")
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(request).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    check("hyper", resp.headers());
+    drop((resp, sender));
+    gw.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_admin_console_is_served_from_the_binary_and_tails_a_topic() {
     let gw = spawn_gateway(test_config()).await;

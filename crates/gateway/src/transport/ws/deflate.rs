@@ -30,7 +30,7 @@ use tungstenite::protocol::frame::coding::{Data, OpCode};
 
 use super::format::Format;
 use super::inbound::Sent;
-use super::{Connection, Flow, FrameError, close_code};
+use super::{Flow, FrameError, Session, close_code};
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::{self, CloseReason};
 
@@ -133,7 +133,7 @@ fn bits(value: &str) -> Option<u8> {
     value.parse().ok().filter(|b| (8..=15).contains(b))
 }
 
-impl<S: PeerStream> Connection<S> {
+impl<S: PeerStream> Session<S> {
     /// A compressed message from the client, tungstenite having yielded it as binary
     /// ([`super::inbound`]). Inflated to at most `ws.max_message_size` bytes: a message that
     /// would inflate to more closes the connection with 1009 (nothing past the limit is

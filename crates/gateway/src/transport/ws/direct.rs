@@ -326,7 +326,7 @@ mod tests {
     async fn a_reply_after_an_unsubscribe_follows_the_rest_the_feed_took_over() {
         // The client unsubscribes before the feed has looked: the feed unlinks and takes the
         // half-written rest over; the connection queues it ahead of its reply
-        // (`Connection::rest_first`).
+        // (`Session::rest_first`).
         half_written_then_a_pong(|feed, socket| {
             feed.unsubscribe("t");
             if let Some(rest) = feed.hold() {

@@ -1,0 +1,288 @@
+//! Who may connect and subscribe: the subscribe query of SSE and long-poll, the one connect
+//! check every transport's opening asks ([`admit`]; [`authorize`] adds the query's topics for
+//! SSE and long-poll), and the one subscribe decision ([`may_subscribe`]).
+
+use axum::http::HeaderMap;
+use herald_core::TopicName;
+
+use super::Format;
+use crate::app::AppState;
+use crate::auth::Identity;
+use crate::config::hooks::SubscribePatterns;
+use crate::error::ApiError;
+use crate::hooks::{Caller, Forwarded, Hook, SubscribeVerdict};
+
+/// A subscribe request given as a URL query (SSE and long-poll):
+/// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...&format=...`.
+#[derive(Debug, Default)]
+pub struct SubscribeQuery {
+    /// The topics, in order, without duplicates.
+    pub topics: Vec<TopicName>,
+    /// `lastEventId`: resume list for clients that cannot set the `Last-Event-ID` header.
+    pub last_event_id: Option<String>,
+    /// `cursor`: the long-poll resume list.
+    pub cursor: Option<String>,
+    /// `last`: topics without a resume position start with the newest `last` messages
+    /// history holds.
+    pub last: Option<usize>,
+    /// `heartbeat`: the SSE heartbeat the client asks for, in seconds (not yet checked
+    /// against the bounds: [`super::asked_interval`]).
+    pub heartbeat: Option<f64>,
+    /// `timeout`: seconds a long-poll may be held.
+    pub timeout: Option<String>,
+    /// `token`: a JWT, for clients that cannot set `Authorization`.
+    pub token: Option<String>,
+    /// `format`: `text` or `json`.
+    pub format: Format,
+}
+
+impl SubscribeQuery {
+    /// Parses the query; unknown parameters are ignored (cache busters and the like). A
+    /// query without a topic is refused unless `topics_may_come` (the connect hook may give
+    /// them; [`authorize`] checks again).
+    pub fn parse(
+        query: Option<&str>,
+        max_topics: usize,
+        topics_may_come: bool,
+    ) -> Result<Self, ApiError> {
+        let mut parsed = Self::default();
+        for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            match &*key {
+                "topic" => parsed.add(TopicName::subscription(&value)?, max_topics)?,
+                "lastEventId" => parsed.last_event_id = Some(value.into_owned()),
+                "cursor" => parsed.cursor = Some(value.into_owned()),
+                "last" => {
+                    parsed.last = Some(value.parse().map_err(|_| {
+                        ApiError::bad_request("bad_last", "last must be a whole number of messages")
+                    })?)
+                }
+                "heartbeat" => {
+                    parsed.heartbeat = Some(value.parse().map_err(|_| {
+                        ApiError::bad_request("bad_heartbeat", "heartbeat is a number of seconds")
+                    })?)
+                }
+                "timeout" => parsed.timeout = Some(value.into_owned()),
+                "token" => parsed.token = Some(value.into_owned()),
+                "format" => {
+                    parsed.format = match &*value {
+                        "text" => Format::Text,
+                        "json" => Format::Json,
+                        other => {
+                            return Err(ApiError::bad_request(
+                                "bad_format",
+                                format!("format must be `text` or `json`, not {other:?}"),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if parsed.topics.is_empty() && !topics_may_come {
+            return Err(no_topic());
+        }
+        Ok(parsed)
+    }
+
+    /// Adds `topic` unless it is there already, within `max` topics.
+    fn add(&mut self, topic: TopicName, max: usize) -> Result<(), ApiError> {
+        if !self.topics.contains(&topic) {
+            topic_limit(self.topics.len() + 1, max)?;
+            self.topics.push(topic);
+        }
+        Ok(())
+    }
+}
+
+/// What the connect check settled: who the client is, the origin to allow in CORS headers,
+/// the topics the connect hook gave, and the request's headers the hooks forward.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    /// The browser origin, when the request had an allowed one.
+    pub(crate) origin: Option<String>,
+    /// Who the client is, the connect hook's grant applied.
+    pub(crate) who: Identity,
+    /// Topics the connect hook subscribed the client to (no further check: the application
+    /// asked).
+    pub(crate) granted: Vec<String>,
+    /// The request's headers the hooks forward.
+    pub(crate) forwarded: Forwarded,
+}
+
+/// The one connect check of every transport (SSE on every path, long-poll, the WebSocket
+/// handshake): the browser origin, the client's credentials (its headers, or `token` from the
+/// query) and the application's connect hook, told the `topics` the client asked for (none
+/// on a WebSocket, which subscribes by command). `transport`, `client` (the connection's id,
+/// when it will have one) and `peer` are what the hooks are told.
+pub(crate) async fn admit(
+    state: &AppState,
+    headers: &HeaderMap,
+    token: Option<&str>,
+    topics: &[TopicName],
+    transport: &'static str,
+    client: Option<u64>,
+    peer: std::net::IpAddr,
+) -> Result<Admitted, ApiError> {
+    // A page from an origin that is not allowed gets no stream and no socket (cross-site
+    // WebSocket hijacking included), whatever credentials its browser attaches.
+    let origin = state.auth().check_origin(headers)?.map(str::to_owned);
+    let mut who = state.auth().identify(headers, token)?;
+    let forwarded = state.hooks().forwarded(headers);
+    let mut granted = Vec::new();
+    if state.hooks().has(Hook::Connect) {
+        let names: Vec<&str> = topics.iter().map(TopicName::as_str).collect();
+        let caller = Caller {
+            transport,
+            client,
+            remote: peer,
+            who: &who,
+            headers: &forwarded,
+        };
+        // The application decides before anything is answered, so that a refusal is an HTTP
+        // answer with its reason.
+        if let Some(grant) = state.hooks().connect(&caller, &names).await? {
+            grant.apply(&mut who);
+            granted = grant.topics;
+        }
+    }
+    Ok(Admitted {
+        origin,
+        who,
+        granted,
+        forwarded,
+    })
+}
+
+/// The connect check ([`admit`]) for a subscribe query (SSE and long-poll), then that the
+/// client may subscribe to every one of the query's topics ([`may_subscribe`]). Topics the
+/// connect hook gave are added to the query (they need no further check: the application
+/// asked); a query left with no topic is refused. Every path that serves SSE and long-poll
+/// decides here.
+pub(crate) async fn authorize(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &mut SubscribeQuery,
+    transport: &'static str,
+    client: Option<u64>,
+    peer: std::net::IpAddr,
+) -> Result<Admitted, ApiError> {
+    let mut admitted = admit(
+        state,
+        headers,
+        query.token.as_deref(),
+        &query.topics,
+        transport,
+        client,
+        peer,
+    )
+    .await?;
+    let asked: Vec<&str> = query
+        .topics
+        .iter()
+        .map(TopicName::as_str)
+        .filter(|t| !admitted.granted.iter().any(|g| g == t))
+        .collect();
+    let caller = Caller {
+        transport,
+        client,
+        remote: peer,
+        who: &admitted.who,
+        headers: &admitted.forwarded,
+    };
+    may_subscribe(state, &caller, &asked).await?;
+    let max = state.config().limits.max_subscriptions;
+    for topic in std::mem::take(&mut admitted.granted) {
+        query.add(TopicName::new(&topic)?, max)?;
+    }
+    if query.topics.is_empty() {
+        return Err(no_topic());
+    }
+    Ok(admitted)
+}
+
+/// Whether the client `caller` names may subscribe to `topics` (all or nothing): the
+/// application's subscribe hook decides when it is configured; otherwise, or when it is
+/// unavailable and `hooks.on_unavailable = "allow"`, the token rules do. The one decision
+/// for every transport (SSE, long-poll, the WebSocket `subscribe` command).
+pub async fn may_subscribe(
+    state: &AppState,
+    caller: &Caller<'_>,
+    topics: &[&str],
+) -> Result<(), ApiError> {
+    // The hook decides for the topics of namespaces it applies to; the token rules for the
+    // rest, and for all when the hook is not configured (or unavailable under `allow`).
+    // Personal topics keep Herald's own rule (`user:<sub>` for that user only), and a
+    // namespace closed to anonymous clients stays closed to them whatever the hook says.
+    if let Some(closed) = topics
+        .iter()
+        .find(|t| state.auth().closed_to(caller.who, t))
+    {
+        return Err(crate::auth::forbidden(closed));
+    }
+    let (asked, mut ruled): (Vec<&str>, Vec<&str>) = topics.iter().partition(|t| {
+        !crate::auth::is_personal(t)
+            && state
+                .config()
+                .hook_applies(crate::hooks::Hook::Subscribe, t)
+    });
+    if let Some(pattern) = asked.iter().find(|t| t.ends_with('*'))
+        && state.hooks().has(Hook::Subscribe)
+        && state.config().hooks.subscribe_patterns == SubscribePatterns::Refuse
+    {
+        return Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "pattern_not_allowed",
+            format!(
+                "{pattern:?} is a pattern, and the subscribe hook decides its topics one by one; subscribe to topics (hooks.subscribe_patterns)"
+            ),
+        ));
+    }
+    let mut unvouched = Vec::new();
+    if !asked.is_empty() {
+        match state.hooks().subscribe(caller, &asked).await? {
+            SubscribeVerdict::Allowed => {}
+            SubscribeVerdict::Rules => ruled.extend(asked),
+            SubscribeVerdict::Unvouched => unvouched = asked,
+        }
+    }
+    let auth = state.auth();
+    match ruled
+        .iter()
+        .find(|t| !auth.may_subscribe(caller.who, t))
+        .or_else(|| {
+            unvouched
+                .iter()
+                .find(|t| !auth.may_subscribe_unvouched(caller.who, t))
+        }) {
+        Some(denied) => Err(crate::auth::forbidden(denied)),
+        None => Ok(()),
+    }
+}
+
+/// The per-connection topic limit: a connection may hold `count` topics when it is at most
+/// `max` (`limits.max_subscriptions`), else `400 too_many_topics`. Every path checks here.
+pub(crate) fn topic_limit(count: usize, max: usize) -> Result<(), ApiError> {
+    if count > max {
+        return Err(ApiError::bad_request(
+            "too_many_topics",
+            format!("at most {max} topics per connection"),
+        ));
+    }
+    Ok(())
+}
+
+fn no_topic() -> ApiError {
+    ApiError::bad_request(
+        "no_topic",
+        "give at least one topic: ?topic=NAME (repeat for more)",
+    )
+}
+
+/// The client's address, as the accept loop attached it to the request (unspecified when
+/// a request is served without one, as in router tests).
+pub fn peer_ip<B>(request: &axum::http::Request<B>) -> std::net::IpAddr {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
+}

@@ -1,0 +1,251 @@
+//! An [`SseStream`]'s chunks: the opening, messages, heartbeats, server-side subscriptions,
+//! expiry and the end.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use herald_core::{FeedEvent, ResumeList};
+use tokio::time::Instant;
+
+use super::{PING, SseStream, disconnect_event, end_of_life};
+use crate::cluster::control::Action;
+use crate::telemetry::metrics::{self, CloseReason};
+use crate::transport::{Delivery, deliver, jitter, lost_json};
+
+impl SseStream {
+    pub(super) fn opening(&mut self, retry: Duration) -> Bytes {
+        self.id_line();
+        Bytes::from(format!("retry: {}\n{}\n", retry.as_millis(), self.id))
+    }
+
+    /// Subscribes to `topics` on the application's command (from their head, or after
+    /// `after`): an event naming them, with the `id:` of every position (so that a resume
+    /// includes them), or `None` when there is nothing new or it was refused (counted).
+    fn subscribed_by_server(
+        &mut self,
+        topics: &[String],
+        after: Option<herald_core::Cursor>,
+    ) -> Option<Bytes> {
+        match crate::transport::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
+            Ok(started) if started.is_empty() => None,
+            Ok(started) => {
+                self.multi = self.feed.len() > 1 || self.feed.has_patterns();
+                self.guard
+                    .subscribed_to(self.feed.positions().map(|(t, _)| t));
+                let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
+                Some(self.topics_event("herald.subscribed", &names))
+            }
+            Err(e) => {
+                metrics::client_error("sse", e.code());
+                None
+            }
+        }
+    }
+
+    /// The credentials expired: the refresh hook, when configured, may extend them;
+    /// otherwise, or when it refuses, the stream ends with `herald.disconnect` and the
+    /// reason. `None`: extended.
+    async fn on_expiry(&mut self) -> Option<Bytes> {
+        let mut reason = "token expired".to_string();
+        if let Some(refresh) = &mut self.refresh {
+            let caller = crate::hooks::Caller {
+                transport: "sse",
+                client: Some(self.guard.id()),
+                remote: refresh.peer,
+                who: &refresh.who,
+                headers: &refresh.forwarded,
+            };
+            match self.state.hooks().refresh(&caller).await {
+                Ok(Some(grant)) => {
+                    grant.apply(&mut refresh.who);
+                    self.guard
+                        .set_identity(refresh.who.sub.as_deref(), refresh.who.info.clone());
+                    self.expiry = refresh
+                        .who
+                        .time_left()
+                        .map(|left| Box::pin(tokio::time::sleep(left)));
+                    return None;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let text = e.to_string();
+                    reason = text
+                        .split_once(": ")
+                        .map_or(text.clone(), |(_, r)| r.to_string());
+                }
+            }
+        }
+        self.done = true;
+        self.guard.closing(CloseReason::Expired);
+        let data = serde_json::json!({ "reason": reason });
+        Some(Bytes::from(format!(
+            "event: herald.disconnect\ndata: {data}\n\n"
+        )))
+    }
+
+    /// `event: <event>` with `data: {"topics": [...]}` and the `id:` of every position.
+    fn topics_event(&mut self, event: &str, topics: &[String]) -> Bytes {
+        self.id_line();
+        let data = serde_json::json!({ "topics": topics });
+        self.last_write = Instant::now();
+        Bytes::from(format!("{}event: {event}\ndata: {data}\n\n", self.id))
+    }
+
+    /// `id: topic=cursor,...\n` for every subscribed topic, into `self.id`.
+    fn id_line(&mut self) {
+        let mut list = std::mem::take(&mut self.id);
+        ResumeList::write_entries(&mut list, self.feed.resume_positions());
+        self.id = format!("id: {list}\n");
+    }
+
+    /// The next chunk to write, or `None` when the stream is over. Cancel-safe.
+    pub async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(chunk) = self.queued.take() {
+            return Some(chunk);
+        }
+        if self.done {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut self.shutdown => {
+                    self.done = true;
+                    self.guard.closing(CloseReason::Shutdown);
+                    let retry = jitter(self.state.config().shutdown.reconnect_jitter).as_millis();
+                    let frame = format!(
+                        "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
+                    );
+                    return Some(Bytes::from(frame));
+                }
+                action = self.guard.next_action() => match action {
+                    Action::Disconnect(disconnect) => {
+                        self.done = true;
+                        return Some(disconnect_event(&disconnect));
+                    }
+                    Action::Subscribe(topics) => {
+                        if let Some(chunk) = self.subscribed_by_server(&topics, None) {
+                            return Some(chunk);
+                        }
+                    }
+                    Action::Receive { topic, after } => {
+                        let after = after.parse().ok();
+                        if let Some(chunk) = self.subscribed_by_server(&[topic], after) {
+                            return Some(chunk);
+                        }
+                    }
+                    Action::Presence(event) => {
+                        // Not a message: no `id:` line, the client's position stays.
+                        let frame = format!(
+                            "event: herald.{}\ndata: {}\n\n",
+                            event.kind.as_str(),
+                            event.member
+                        );
+                        self.metrics.sent(frame.len());
+                        self.last_write = Instant::now();
+                        return Some(Bytes::from(frame));
+                    }
+                    Action::Unsubscribe(topics) => {
+                        let removed = crate::transport::unsubscribe_from_server(&mut self.feed, &topics);
+                        if !removed.is_empty() {
+                            self.guard
+                                .subscribed_to(self.feed.positions().map(|(t, _)| t));
+                            return Some(self.topics_event("herald.unsubscribed", &removed));
+                        }
+                    }
+                },
+                _ = end_of_life(&mut self.expiry) => {
+                    if let Some(chunk) = Box::pin(self.on_expiry()).await {
+                        return Some(chunk);
+                    }
+                }
+                _ = end_of_life(&mut self.lifetime) => {
+                    self.done = true;
+                    self.guard.closing(CloseReason::Done);
+                    // The lifetime itself is jittered; the client comes back after `sse.retry`.
+                    let retry = self.state.config().sse.retry;
+                    return Some(Bytes::from(format!("retry: {}\n\n", retry.as_millis())));
+                }
+                event = self.feed.next() => {
+                    if let Some(chunk) = self.on_event(event) {
+                        self.last_write = Instant::now();
+                        return Some(chunk);
+                    }
+                }
+                _ = self.sleep.as_mut() => {
+                    // The topic's fan-out writes too, while the stream is direct.
+                    let direct = self.feed.last_direct_write().map(Instant::from_std);
+                    let last = direct.map_or(self.last_write, |d| d.max(self.last_write));
+                    let heartbeat = Duration::from_millis(self.heartbeat_ms.into());
+                    let due = crate::transport::next_keep_alive(last, heartbeat);
+                    if due > Instant::now() {
+                        self.sleep.as_mut().reset(due);
+                        continue;
+                    }
+                    self.last_write = Instant::now();
+                    let next = crate::transport::next_keep_alive(self.last_write, heartbeat);
+                    self.sleep.as_mut().reset(next);
+                    self.metrics.sent(PING.len());
+                    // While the topic's fan-out writes this stream, its link writes the
+                    // heartbeat under the fan-out's lock and the stream stays direct (as a
+                    // WebSocket's ping): no leaving direct delivery and coming back for it.
+                    if self.feed.is_direct()
+                        && let Some(link) = self.feed.direct_link()
+                        && link.write_while_direct(&PING)
+                    {
+                        continue;
+                    }
+                    return Some(PING);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: FeedEvent) -> Option<Bytes> {
+        match deliver(event, "sse", self.state.config()) {
+            Delivery::Message(message) => {
+                let since = message.published_at().elapsed();
+                let frame = if self.multi {
+                    self.id_line();
+                    let body = if self.json {
+                        message.sse_json_body()
+                    } else {
+                        message.sse_body()
+                    };
+                    self.metrics.delivered(self.id.len() + body.len(), since);
+                    self.queued = Some(body);
+                    Bytes::from(self.id.clone())
+                } else {
+                    let frame = if self.json {
+                        message.sse_json_frame()
+                    } else {
+                        message.sse_frame()
+                    }
+                    .clone();
+                    self.metrics.delivered(frame.len(), since);
+                    frame
+                };
+                Some(frame)
+            }
+            Delivery::Lost { topic, reason } => {
+                self.id_line();
+                let frame = format!(
+                    "{}event: herald.lost\ndata: {}\n\n",
+                    self.id,
+                    lost_json(&topic, reason)
+                );
+                self.metrics.sent(frame.len());
+                Some(Bytes::from(frame))
+            }
+            Delivery::Nothing => None,
+            Delivery::Rest(rest) => Some(rest),
+            Delivery::Disconnect { topic } => {
+                self.done = true;
+                self.guard.closing(CloseReason::Slow);
+                Some(Bytes::from(format!(
+                    "event: herald.disconnect\ndata: {{\"reason\":\"slow consumer\",\"topic\":\"{topic}\"}}\n\n"
+                )))
+            }
+        }
+    }
+}
