@@ -40,7 +40,7 @@ const MAX_EXP: u64 = 253_402_300_799;
 
 /// Largest `info` claim accepted, in bytes of compact JSON: it is kept with each of the
 /// connection's subscriptions while it lives (shared) and written to Redis with them.
-pub const MAX_INFO_BYTES: usize = 1024;
+pub(crate) const MAX_INFO_BYTES: usize = 1024;
 
 /// The claims Herald reads (`nbf` is checked by the validation, with the same leeway as
 /// `exp`).
@@ -129,7 +129,7 @@ pub struct Auth {
 
 /// Whether `topic` is a personal topic (`user:<sub>`, `conn:<id>`), whose rule is Herald's
 /// own: no hook or namespace opens it to others.
-pub fn is_personal(topic: &str) -> bool {
+pub(crate) fn is_personal(topic: &str) -> bool {
     topic.starts_with("user:") || topic.starts_with("conn:")
 }
 
@@ -498,7 +498,7 @@ fn with_port(host: &str, default: &str) -> String {
 /// Whether a page of `origin` is the site serving the request addressed to `host` (the
 /// request's `Host`, or its HTTP/2 authority): same host and port, by the origin's scheme
 /// for a port left out.
-pub fn same_origin(origin: &str, host: Option<&str>) -> bool {
+pub(crate) fn same_origin(origin: &str, host: Option<&str>) -> bool {
     let (Some((authority, default)), Some(host)) = (origin_authority(origin), host) else {
         return false;
     };
@@ -508,7 +508,7 @@ pub fn same_origin(origin: &str, host: Option<&str>) -> bool {
 /// Whether `host` (a `Host` header: name or address, with a port or not) names this machine
 /// the way only a local client would: an IP address, `localhost` or a `*.localhost` name.
 /// A DNS name that resolves here (a rebinding page's) is not one.
-pub fn is_address_or_localhost(host: &str) -> bool {
+pub(crate) fn is_address_or_localhost(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(rest) => {
             return rest
@@ -562,7 +562,7 @@ fn covers_all(patterns: &[String], prefix: &str) -> bool {
 }
 
 /// A refusal for `topic`.
-pub fn forbidden(topic: &str) -> ApiError {
+pub(crate) fn forbidden(topic: &str) -> ApiError {
     ApiError::new(
         StatusCode::FORBIDDEN,
         "forbidden",

@@ -23,7 +23,7 @@ use crate::transport::{sse, ws};
 /// socket (not to be confused with direct delivery, core's `direct`, where the publisher
 /// writes to the socket).
 #[derive(Debug)]
-pub struct RawSocket(pub AppState);
+pub(crate) struct RawSocket(pub AppState);
 
 impl FastPath for RawSocket {
     fn classify(&self, path: &str, shape: HeadShape) -> Option<&'static str> {

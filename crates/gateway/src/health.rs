@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::config::Cli;
-pub use crate::config::{Command, HealthArgs};
+pub(crate) use crate::config::{Command, HealthArgs};
 
 /// `EX_USAGE` from sysexits.h.
 const EX_USAGE: u8 = 64;
@@ -18,7 +18,7 @@ const MAX_ANSWER: usize = 16 * 1024;
 
 /// Where to ask.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     /// `host:port` as given (also the `Host` header).
     pub authority: String,
     /// Request path, `/readyz` unless given.
@@ -27,7 +27,7 @@ pub struct Target {
 
 impl Target {
     /// Parses `http://host:port[/path]` or `host:port[/path]`.
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
         let rest = if let Some(rest) = url.strip_prefix("http://") {
             rest
         } else if url.starts_with("https://") {
@@ -64,7 +64,7 @@ impl Target {
 
     /// The admin listener a local gateway with `admin_listen` answers on: an unspecified
     /// address (0.0.0.0, ::) is asked on loopback.
-    pub fn local(admin_listen: SocketAddr) -> Self {
+    pub(crate) fn local(admin_listen: SocketAddr) -> Self {
         let mut addr = admin_listen;
         if addr.ip().is_unspecified() {
             addr.set_ip(match addr {
@@ -87,7 +87,7 @@ impl std::fmt::Display for Target {
 
 /// Asks `target` once; `Ok` with the answer's first body line when it is 200, else the
 /// reason.
-pub fn check(target: &Target, timeout: Duration) -> Result<String, String> {
+pub(crate) fn check(target: &Target, timeout: Duration) -> Result<String, String> {
     let deadline = Instant::now() + timeout;
     let left = || {
         deadline

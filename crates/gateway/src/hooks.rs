@@ -37,16 +37,16 @@ use crate::error::ApiError;
 use crate::telemetry::metrics;
 
 /// Largest hook answer read; a larger one makes the hook unavailable.
-pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// Longest deny reason passed on to the client (longer ones are cut at a character boundary;
 /// a WebSocket close reason is cut further, to 120 bytes).
-pub const MAX_REASON_BYTES: usize = 256;
+pub(crate) const MAX_REASON_BYTES: usize = 256;
 
 /// Longest user name a connect or refresh answer may give.
 const MAX_USER_BYTES: usize = 256;
 
-pub use crate::config::hooks::Hook;
+pub(crate) use crate::config::hooks::Hook;
 
 /// The headers of a client's request that hook requests carry (`hooks.forward_headers`),
 /// and the page's `Origin` (sent as the `origin` field, so that a backend authenticating a
@@ -186,7 +186,7 @@ struct Inner {
 }
 
 /// Most of a batch's messages put to the publish hook at once ([`Hooks::batch_window`]).
-pub const MAX_BATCH_WINDOW: usize = 16;
+pub(crate) const MAX_BATCH_WINDOW: usize = 16;
 
 /// Least time between two `warn` lines about the same hook's failures.
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -492,7 +492,7 @@ fn denied(reason: String) -> ApiError {
 }
 
 /// `reason` cut to fit a WebSocket close frame (120 bytes), at a character boundary.
-pub fn close_reason(reason: &str) -> String {
+pub(crate) fn close_reason(reason: &str) -> String {
     let mut end = reason.len().min(120);
     while !reason.is_char_boundary(end) {
         end -= 1;

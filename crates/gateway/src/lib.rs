@@ -5,27 +5,36 @@
 //! The library exposes [`Config`], the routers and [`run`], so that tests and embedders start
 //! a real server on any listener (port 0 included); `main.rs` only parses flags and calls it.
 
-pub mod api;
-pub mod app;
-pub mod auth;
-pub mod bridge;
-pub mod cluster;
+mod api;
+mod app;
+mod auth;
+mod bridge;
+mod cluster;
 pub mod config;
-pub mod error;
-pub mod fast_path;
-pub mod health;
-pub mod hooks;
-pub mod limits;
-pub mod node;
-pub mod publish;
-pub mod routes;
-pub mod server;
-pub mod shutdown;
-pub mod telemetry;
-pub mod transport;
-pub mod validate;
+mod error;
+mod fast_path;
+mod health;
+mod hooks;
+mod limits;
+mod node;
+mod publish;
+mod routes;
+mod server;
+mod shutdown;
+mod telemetry;
+mod transport;
+mod validate;
 
+// The crate's surface: what the binary, the integration tests and embedders use (listed in
+// docs/architecture.md, "The public surface"); everything else is pub(crate), which the
+// `unreachable_pub` lint keeps true.
 pub use app::AppState;
+pub use bridge::redis::shard_of;
+pub use cluster::ids::{ConnectionIds, node_of};
 pub use config::Config;
+pub use health::main as health_main;
 pub use node::{Gateway, bind_listeners, run, run_validated};
 pub use routes::{admin_router, public_router};
+pub use shutdown::{spawn_connection, spawn_signal_handler};
+pub use telemetry::init_logging;
+pub use telemetry::metrics::install as install_metrics;

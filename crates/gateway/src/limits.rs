@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 /// Why a connection was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The address holds its maximum of open connections.
     TooManyFromAddress,
     /// The address opens connections faster than allowed.
@@ -109,7 +109,7 @@ struct Entry {
 /// refilling; [`Self::sweep`] drops the others, and past `max_entries` addresses new ones are
 /// not rate-limited (they are still counted against the connection limits).
 #[derive(Debug)]
-pub struct AddressLimits {
+pub(crate) struct AddressLimits {
     max_open: u32,
     rate: Rate,
     max_entries: usize,
@@ -117,9 +117,11 @@ pub struct AddressLimits {
 }
 
 /// What a connection holds while it is open: its place under the global limit and under its
-/// address's. Moved into whichever task serves the connection for its whole life.
+/// address's. Moved into whichever task serves the connection for its whole life: held, never
+/// read (dropping them gives the places back).
 #[derive(Debug, Default)]
-pub struct Permits {
+#[allow(dead_code)]
+pub(crate) struct Permits {
     /// The global connection limit's permit.
     pub global: Option<tokio::sync::OwnedSemaphorePermit>,
     /// The per-address permit.
@@ -128,7 +130,7 @@ pub struct Permits {
 
 /// Holds one connection's place; releases it when dropped.
 #[derive(Debug)]
-pub struct AddressPermit {
+pub(crate) struct AddressPermit {
     limits: Arc<AddressLimits>,
     ip: IpAddr,
 }
@@ -136,7 +138,7 @@ pub struct AddressPermit {
 impl AddressLimits {
     /// At most `max_open` open connections and `rate` new connections per second (bursts of
     /// `burst`) per address.
-    pub fn new(max_open: u32, rate: f64, burst: f64, max_entries: usize) -> Arc<Self> {
+    pub(crate) fn new(max_open: u32, rate: f64, burst: f64, max_entries: usize) -> Arc<Self> {
         Arc::new(Self {
             max_open,
             rate: Rate::new(rate, burst).unwrap_or(Rate {
@@ -149,7 +151,7 @@ impl AddressLimits {
     }
 
     /// Admits a new connection from `ip`, or says why not.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<AddressPermit, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<AddressPermit, Refusal> {
         let mut entries = self.entries.lock();
         let full = entries.len() >= self.max_entries;
         let entry = match entries.get_mut(&ip) {
@@ -180,7 +182,7 @@ impl AddressLimits {
     }
 
     /// Drops the entries of addresses with no open connection and a full bucket.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let now = Instant::now();
         let rate = self.rate;
         self.entries
@@ -189,12 +191,14 @@ impl AddressLimits {
     }
 
     /// Addresses tracked.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.entries.lock().len()
     }
 
     /// Whether no address is tracked.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -202,7 +206,7 @@ impl AddressLimits {
 /// The [`PublishLimits`] key of a publisher without an API key: its token's subject, else its
 /// address (so that opening more connections does not multiply the budget). HTTP and
 /// WebSocket publishes use the same keys.
-pub fn publisher_key(sub: Option<&str>, peer: std::net::IpAddr) -> String {
+pub(crate) fn publisher_key(sub: Option<&str>, peer: std::net::IpAddr) -> String {
     match sub {
         Some(sub) => format!("sub:{sub}"),
         None => format!("addr:{peer}"),

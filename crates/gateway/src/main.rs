@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use herald_gateway::config::Cli;
-use herald_gateway::{shutdown, telemetry};
+
 use tokio_util::sync::CancellationToken;
 
 /// mimalloc, not glibc's malloc: it keeps objects of one size together in pages of their
@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         }
     };
     if let Some(command) = &cli.command {
-        return herald_gateway::health::main(&cli, command);
+        return herald_gateway::health_main(&cli, command);
     }
     let (config, loaded) = match cli.load().and_then(|c| c.validate().map(|l| (c, l))) {
         Ok(valid) => valid,
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         print!("{}", toml::to_string(&config).unwrap_or_default());
         return ExitCode::SUCCESS;
     }
-    telemetry::init_logging(&config);
+    herald_gateway::init_logging(&config);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if config.worker_threads > 0 {
         builder.worker_threads(config.worker_threads);
@@ -66,7 +66,8 @@ fn main() -> ExitCode {
         let public = tokio::net::TcpListener::from_std(public)?;
         let admin = tokio::net::TcpListener::from_std(admin)?;
         let token = CancellationToken::new();
-        shutdown::spawn_signal_handler(token.clone()).context("cannot install signal handlers")?;
+        herald_gateway::spawn_signal_handler(token.clone())
+            .context("cannot install signal handlers")?;
         herald_gateway::run_validated(public, admin, config, loaded, token).await
     });
     // Connections still open after the grace period are dropped with the runtime.

@@ -19,7 +19,7 @@ use crate::hooks::{Caller, Hook};
 use crate::telemetry::metrics;
 
 /// Who publishes.
-pub enum Publisher<'a> {
+pub(crate) enum Publisher<'a> {
     /// The admin listener, dev mode, or a valid API key: any topic.
     Trusted,
     /// A client (a WebSocket connection, or a request with a token on the public listener):
@@ -30,7 +30,7 @@ pub enum Publisher<'a> {
 
 /// A publish that passed the pipeline's checks, ready to route.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The topic.
     pub topic: TopicName,
     /// The event name, if any.
@@ -41,7 +41,7 @@ pub struct Prepared {
 
 /// A payload as a publisher sent it.
 #[derive(Debug, Clone, Copy)]
-pub enum Data<'a> {
+pub(crate) enum Data<'a> {
     /// One JSON value.
     Json(&'a RawValue),
     /// One MessagePack value (`application/msgpack`, the `herald.msgpack` subprotocol),
@@ -61,7 +61,7 @@ pub(crate) struct Draft<'a> {
 }
 
 /// Where a routed message went: its topic and the position it was given.
-pub type Routed = (TopicName, Cursor);
+pub(crate) type Routed = (TopicName, Cursor);
 
 /// The whole pipeline for one message: [`prepare`] then [`route`].
 pub(crate) async fn one(
@@ -154,7 +154,7 @@ async fn prepare_draft(
 /// publish hook configured, a client is authorised last, once the message is known valid,
 /// by the application ([`crate::hooks::Hooks::publish`]), which sees a MessagePack payload in
 /// its JSON form.
-pub async fn prepare(
+pub(crate) async fn prepare(
     state: &AppState,
     publisher: &Publisher<'_>,
     rate_key: Option<&str>,
@@ -272,7 +272,7 @@ fn token_may_publish(
 /// The pipeline's last step: hands the prepared message to the state, which appends it to the
 /// log that feeds its topic or to the local registry ([`AppState::append`]); counted in
 /// `herald_messages_published_total{source}`.
-pub async fn route(
+pub(crate) async fn route(
     state: &AppState,
     prepared: Prepared,
     source: &'static str,
@@ -292,12 +292,12 @@ fn too_large(reason: String) -> ApiError {
 }
 
 /// A 400 `bad_msgpack` with the reason (malformed, or a value with no JSON form).
-pub fn bad_msgpack(e: herald_core::msgpack::MsgpackError) -> ApiError {
+pub(crate) fn bad_msgpack(e: herald_core::msgpack::MsgpackError) -> ApiError {
     ApiError::bad_request("bad_msgpack", e.to_string())
 }
 
 /// A 400 `bad_json` with the parser's words.
-pub fn bad_json(e: serde_json::Error) -> ApiError {
+pub(crate) fn bad_json(e: serde_json::Error) -> ApiError {
     ApiError::bad_request("bad_json", e.to_string())
 }
 

@@ -491,7 +491,7 @@ async fn redis_cluster_spreads_streams_over_the_masters_and_survives_a_master_fa
     assert_eq!(got, want);
 
     // Kill the master of topic "fo"'s stream; its replica takes over.
-    let shard = herald_gateway::bridge::redis::shard_of("fo", shards);
+    let shard = herald_gateway::shard_of("fo", shards);
     let victim = engines(&["cluster-master-of", &format!("{{{p}:{shard}}}:stream")]);
     let mut sse = SseClient::connect(b, "topic=fo", None).await;
     sse.next_block().await.unwrap();

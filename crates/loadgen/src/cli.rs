@@ -10,7 +10,7 @@ use crate::publish::PublishMode;
 /// Load, soak and benchmark tool for push servers: Herald, or any SSE / WebSocket server.
 #[derive(Debug, Parser)]
 #[command(name = "herald-loadgen", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// What to run.
     #[command(subcommand)]
     pub command: Command,
@@ -18,7 +18,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// N SSE subscribers (raw HTTP/1.1) spread over K topics, with an optional built-in publisher.
     Sse(SseArgs),
     /// N WebSocket subscribers speaking Herald's JSON protocol (or --raw: count any frame).
@@ -47,7 +47,7 @@ fn duration(s: &str) -> Result<Duration, humantime::DurationError> {
 
 /// Which servers to hit.
 #[derive(Debug, Clone, Args)]
-pub struct TargetArgs {
+pub(crate) struct TargetArgs {
     /// Server URL; repeat for several nodes (connections are spread round-robin).
     /// An empty path means Herald's default (/v1/sse or /v1/ws).
     #[arg(long = "url", required = true)]
@@ -59,7 +59,7 @@ pub struct TargetArgs {
 
 /// How many connections and how fast.
 #[derive(Debug, Clone, Args)]
-pub struct ConnArgs {
+pub(crate) struct ConnArgs {
     /// Number of client connections.
     #[arg(long, default_value_t = 100)]
     pub conns: u64,
@@ -69,7 +69,7 @@ pub struct ConnArgs {
 
 /// How client connections are opened and read: the ramp, the timeouts, the sources.
 #[derive(Debug, Clone, Args)]
-pub struct PaceArgs {
+pub(crate) struct PaceArgs {
     /// New connections per second during the ramp (0: as fast as --max-pending allows).
     #[arg(long, default_value_t = 1000.0)]
     pub ramp: f64,
@@ -91,7 +91,7 @@ pub struct PaceArgs {
 
 /// Run length, processes and outputs.
 #[derive(Debug, Clone, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Length of the measured phase (after the ramp), e.g. 60s, 5m.
     #[arg(long, value_parser = duration, default_value = "10s")]
     pub duration: Duration,
@@ -120,7 +120,7 @@ pub struct RunArgs {
 
 /// What a run samples and where its report goes.
 #[derive(Debug, Clone, Args)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// PID of a server process to sample (CPU, RSS); repeatable.
     #[arg(long = "server-pid")]
     pub server_pids: Vec<u32>,
@@ -137,7 +137,7 @@ pub struct ReportArgs {
 
 /// Topics.
 #[derive(Debug, Clone, Args)]
-pub struct TopicArgs {
+pub(crate) struct TopicArgs {
     /// Number of topics; connection i subscribes to topic i % K (0: no topic parameter).
     #[arg(long, default_value_t = 1)]
     pub topics: u32,
@@ -154,7 +154,7 @@ pub struct TopicArgs {
 
 /// The built-in publisher.
 #[derive(Debug, Clone, Args)]
-pub struct PubArgs {
+pub(crate) struct PubArgs {
     /// Herald publish URL (admin listener), e.g. http://127.0.0.1:9090; repeatable.
     /// Without it nothing is published and deliveries are only counted.
     #[arg(long = "publish-url")]
@@ -185,7 +185,7 @@ pub struct PubArgs {
 
 /// `sse`.
 #[derive(Debug, Clone, Args)]
-pub struct SseArgs {
+pub(crate) struct SseArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
@@ -200,7 +200,7 @@ pub struct SseArgs {
 
 /// `ws`.
 #[derive(Debug, Clone, Args)]
-pub struct WsArgs {
+pub(crate) struct WsArgs {
     #[command(flatten)]
     pub common: SseArgs,
     /// Raw mode: no subscribe, count every frame; latency from a `ts` field when present.
@@ -216,7 +216,7 @@ pub struct WsArgs {
 
 /// `echo`.
 #[derive(Debug, Clone, Args)]
-pub struct EchoArgs {
+pub(crate) struct EchoArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
@@ -236,7 +236,7 @@ pub struct EchoArgs {
 
 /// Transport of churn clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// SSE subscribers.
     Sse,
     /// Herald WebSocket subscribers.
@@ -245,7 +245,7 @@ pub enum Transport {
 
 /// `churn`.
 #[derive(Debug, Clone, Args)]
-pub struct ChurnArgs {
+pub(crate) struct ChurnArgs {
     #[command(flatten)]
     pub common: SseArgs,
     /// Transport of all clients.
@@ -264,7 +264,7 @@ pub struct ChurnArgs {
 
 /// `publish`.
 #[derive(Debug, Clone, Args)]
-pub struct PublishCmdArgs {
+pub(crate) struct PublishCmdArgs {
     /// Publish URL (e.g. http://127.0.0.1:9090); repeatable.
     #[arg(long = "url", required = true)]
     pub urls: Vec<String>,
@@ -310,7 +310,7 @@ pub struct PublishCmdArgs {
 
 /// `hostile`.
 #[derive(Debug, Clone, Args)]
-pub struct HostileArgs {
+pub(crate) struct HostileArgs {
     /// Public listener URL(s) of the server (attacks use Herald's paths /v1/sse and /v1/ws on
     /// it; good clients use the URL as `sse` does).
     #[arg(long = "url", required = true)]
@@ -404,7 +404,7 @@ pub struct HostileArgs {
 
 /// `floor`.
 #[derive(Debug, Clone, Args)]
-pub struct FloorArgs {
+pub(crate) struct FloorArgs {
     /// Loopback connections written to.
     #[arg(long, default_value_t = 1000)]
     pub conns: u64,

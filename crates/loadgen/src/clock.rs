@@ -6,7 +6,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Current time as unix microseconds.
-pub fn unix_micros() -> u64 {
+pub(crate) fn unix_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -17,7 +17,7 @@ pub fn unix_micros() -> u64 {
 ///
 /// Used by raw modes, where a foreign server may put seconds, milliseconds, microseconds
 /// or nanoseconds in its `ts` field: the magnitude decides (a 2001–2286 date is assumed).
-pub fn normalize_ts_to_micros(ts: u64) -> u64 {
+pub(crate) fn normalize_ts_to_micros(ts: u64) -> u64 {
     if ts >= 100_000_000_000_000_000 {
         ts / 1_000
     } else if ts >= 100_000_000_000_000 {

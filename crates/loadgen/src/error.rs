@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// A bounded set of error kinds; reports count errors by kind, never by free text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The TCP connect was refused.
     ConnectRefused,
     /// The TCP connect (or the whole handshake) did not finish in time.
@@ -52,7 +52,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, in report order.
-    pub const ALL: [ErrorKind; 20] = [
+    pub(crate) const ALL: [ErrorKind; 20] = [
         ErrorKind::ConnectRefused,
         ErrorKind::ConnectTimeout,
         ErrorKind::PortsExhausted,
@@ -76,10 +76,10 @@ impl ErrorKind {
     ];
 
     /// Number of kinds.
-    pub const COUNT: usize = Self::ALL.len();
+    pub(crate) const COUNT: usize = Self::ALL.len();
 
     /// Stable snake_case name used in reports.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorKind::ConnectRefused => "connect_refused",
             ErrorKind::ConnectTimeout => "connect_timeout",
@@ -105,7 +105,7 @@ impl ErrorKind {
     }
 
     /// Index into a counter array.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         Self::ALL
             .iter()
             .position(|k| *k == self)
@@ -113,7 +113,7 @@ impl ErrorKind {
     }
 
     /// Classifies an I/O error raised while connecting.
-    pub fn from_connect_io(err: &io::Error) -> Self {
+    pub(crate) fn from_connect_io(err: &io::Error) -> Self {
         match err.raw_os_error() {
             Some(24) | Some(23) => return ErrorKind::TooManyOpenFiles, // EMFILE, ENFILE
             Some(99) | Some(98) => return ErrorKind::PortsExhausted,   // EADDRNOTAVAIL, EADDRINUSE
@@ -130,7 +130,7 @@ impl ErrorKind {
 
 /// Why one client connection failed or ended early.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnError {
+pub(crate) enum ConnError {
     /// Connecting failed.
     #[error("connect failed: {0}")]
     Connect(#[source] io::Error),
@@ -168,7 +168,7 @@ pub enum ConnError {
 
 impl ConnError {
     /// The counted kind of this error.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             ConnError::Connect(e) => ErrorKind::from_connect_io(e),
             ConnError::ConnectTimeout => ErrorKind::ConnectTimeout,

@@ -21,7 +21,7 @@ use crate::procstat::{own_cpu_micros, thread_cpu_micros};
 
 /// The measurement.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FloorResult {
+pub(crate) struct FloorResult {
     /// Connections written to.
     pub conns: u64,
     /// Bytes per write.
@@ -39,7 +39,7 @@ pub struct FloorResult {
 }
 
 /// An SSE event of about `size` bytes, as a server would write it.
-pub fn frame(size: usize) -> Vec<u8> {
+pub(crate) fn frame(size: usize) -> Vec<u8> {
     let head = b"id: 1-1\ndata: {\"pad\":\"";
     let tail = b"\"}\n\n";
     let pad = size.saturating_sub(head.len() + tail.len());
@@ -51,10 +51,10 @@ pub fn frame(size: usize) -> Vec<u8> {
 }
 
 /// Largest connection count (two descriptors each, under a 20,000 open-file limit).
-pub const MAX_CONNS: u64 = 9_000;
+pub(crate) const MAX_CONNS: u64 = 9_000;
 
 /// Runs the measurement.
-pub fn measure(conns: u64, duration: Duration, size: usize) -> anyhow::Result<FloorResult> {
+pub(crate) fn measure(conns: u64, duration: Duration, size: usize) -> anyhow::Result<FloorResult> {
     anyhow::ensure!(
         (1..=MAX_CONNS).contains(&conns),
         "--conns must be between 1 and {MAX_CONNS}"

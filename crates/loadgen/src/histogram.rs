@@ -12,24 +12,24 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use serde::{Deserialize, Serialize};
 
 /// The histogram type used everywhere (values in microseconds).
-pub type Hist = Histogram<u64>;
+pub(crate) type Hist = Histogram<u64>;
 
 const MAX_MICROS: u64 = 3_600_000_000;
 
 /// A new, empty microsecond histogram.
-pub fn new_hist() -> Hist {
+pub(crate) fn new_hist() -> Hist {
     // The bounds are constants that hdrhistogram accepts; failure is impossible.
     Histogram::new_with_bounds(1, MAX_MICROS, 3).unwrap_or_else(|_| unreachable!())
 }
 
 /// Records a value, clamping it into the histogram's range.
-pub fn record(h: &mut Hist, micros: u64) {
+pub(crate) fn record(h: &mut Hist, micros: u64) {
     h.saturating_record(micros.clamp(1, MAX_MICROS));
 }
 
 /// An error decoding a serialized histogram.
 #[derive(Debug, thiserror::Error)]
-pub enum HistError {
+pub(crate) enum HistError {
     /// Not base64.
     #[error("histogram is not valid base64: {0}")]
     Base64(#[from] base64::DecodeError),
@@ -42,7 +42,7 @@ pub enum HistError {
 }
 
 /// Serializes with the V2 serializer and base64-encodes the bytes.
-pub fn encode(h: &Hist) -> String {
+pub(crate) fn encode(h: &Hist) -> String {
     let mut buf = Vec::new();
     // Writing into a Vec cannot fail for in-range histograms.
     if V2Serializer::new().serialize(h, &mut buf).is_err() {
@@ -52,7 +52,7 @@ pub fn encode(h: &Hist) -> String {
 }
 
 /// Decodes a string made by [`encode`]. An empty string is an empty histogram.
-pub fn decode(s: &str) -> Result<Hist, HistError> {
+pub(crate) fn decode(s: &str) -> Result<Hist, HistError> {
     if s.is_empty() {
         return Ok(new_hist());
     }
@@ -67,13 +67,13 @@ pub fn decode(s: &str) -> Result<Hist, HistError> {
 }
 
 /// Adds `from` into `into`.
-pub fn merge(into: &mut Hist, from: &Hist) -> Result<(), HistError> {
+pub(crate) fn merge(into: &mut Hist, from: &Hist) -> Result<(), HistError> {
     into.add(from).map_err(HistError::Merge)
 }
 
 /// Percentiles of a latency histogram, in milliseconds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     /// Number of samples.
     pub count: u64,
     /// Smallest sample.
@@ -93,7 +93,7 @@ pub struct Percentiles {
 }
 
 /// Summarizes a microsecond histogram.
-pub fn summarize(h: &Hist) -> Percentiles {
+pub(crate) fn summarize(h: &Hist) -> Percentiles {
     if h.is_empty() {
         return Percentiles::default();
     }
@@ -113,7 +113,7 @@ pub fn summarize(h: &Hist) -> Percentiles {
 /// A histogram shared by many tasks: writes go to one of several mutex-protected shards
 /// (picked by the caller, usually from the connection index) to keep contention low.
 #[derive(Debug)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     shards: Vec<Mutex<Hist>>,
 }
 
@@ -123,20 +123,20 @@ fn lock(m: &Mutex<Hist>) -> MutexGuard<'_, Hist> {
 
 impl Recorder {
     /// A recorder with `shards` shards (at least one).
-    pub fn new(shards: usize) -> Self {
+    pub(crate) fn new(shards: usize) -> Self {
         Self {
             shards: (0..shards.max(1)).map(|_| Mutex::new(new_hist())).collect(),
         }
     }
 
     /// Records `micros` in shard `hint % shards`.
-    pub fn record(&self, hint: usize, micros: u64) {
+    pub(crate) fn record(&self, hint: usize, micros: u64) {
         let shard = &self.shards[hint % self.shards.len()];
         record(&mut lock(shard), micros);
     }
 
     /// Moves everything recorded since the last call into a new histogram.
-    pub fn take(&self) -> Hist {
+    pub(crate) fn take(&self) -> Hist {
         let mut out = new_hist();
         for shard in &self.shards {
             let mut h = lock(shard);

@@ -13,7 +13,7 @@ use memchr::memmem;
 
 /// Fields found in a payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     /// The send timestamp, unix microseconds (or a foreign unit in raw modes).
     pub ts: Option<u64>,
     /// The per-topic sequence number.
@@ -23,7 +23,7 @@ pub struct Fields<'a> {
 }
 
 /// Scans `data` for `"ts"`, `"seq"` and `"topic"`.
-pub fn scan(data: &[u8]) -> Fields<'_> {
+pub(crate) fn scan(data: &[u8]) -> Fields<'_> {
     Fields {
         ts: find_u64(data, b"\"ts\""),
         seq: find_u64(data, b"\"seq\""),
@@ -53,7 +53,7 @@ fn trim_ws(s: &[u8]) -> &[u8] {
 }
 
 /// Reads the unsigned integer following `key:`.
-pub fn find_u64(data: &[u8], key: &[u8]) -> Option<u64> {
+pub(crate) fn find_u64(data: &[u8], key: &[u8]) -> Option<u64> {
     let rest = after_key(data, key)?;
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || digits > 20 {
@@ -67,7 +67,7 @@ pub fn find_u64(data: &[u8], key: &[u8]) -> Option<u64> {
 }
 
 /// Reads the string following `key:` (strings with escapes are not supported: `None`).
-pub fn find_str<'a>(data: &'a [u8], key: &[u8]) -> Option<&'a str> {
+pub(crate) fn find_str<'a>(data: &'a [u8], key: &[u8]) -> Option<&'a str> {
     let rest = after_key(data, key)?;
     let rest = rest.strip_prefix(b"\"")?;
     let end = memchr::memchr2(b'"', b'\\', rest)?;
@@ -79,7 +79,7 @@ pub fn find_str<'a>(data: &'a [u8], key: &[u8]) -> Option<&'a str> {
 
 /// Builds `{"ts":..,"seq":..,"topic":"..","pad":"..."}` of `size` bytes (or the smallest
 /// possible size when `size` is too small). `topic` is omitted when `None`.
-pub fn data_object(ts: u64, seq: u64, topic: Option<&str>, size: usize) -> String {
+pub(crate) fn data_object(ts: u64, seq: u64, topic: Option<&str>, size: usize) -> String {
     let mut s = String::with_capacity(size.max(64));
     s.push_str("{\"ts\":");
     s.push_str(&ts.to_string());
@@ -100,7 +100,7 @@ pub fn data_object(ts: u64, seq: u64, topic: Option<&str>, size: usize) -> Strin
 }
 
 /// Body of a Herald publish request: `{"topic":"..","data":{..}[,"event":".."]}`.
-pub fn publish_body(topic: &str, event: Option<&str>, data: &str) -> String {
+pub(crate) fn publish_body(topic: &str, event: Option<&str>, data: &str) -> String {
     let mut s = String::with_capacity(data.len() + topic.len() + 40);
     s.push_str("{\"topic\":\"");
     s.push_str(topic);
@@ -118,7 +118,7 @@ pub fn publish_body(topic: &str, event: Option<&str>, data: &str) -> String {
 ///
 /// Herald mode wraps the data object in `{"type":"ping","data":..}`; raw mode sends the data
 /// object alone, as plain text.
-pub fn echo_frame(ts: u64, seq: u64, size: usize, herald: bool) -> String {
+pub(crate) fn echo_frame(ts: u64, seq: u64, size: usize, herald: bool) -> String {
     if herald {
         const WRAP: usize = "{\"type\":\"ping\",\"data\":}".len();
         let inner = data_object(ts, seq, None, size.saturating_sub(WRAP));

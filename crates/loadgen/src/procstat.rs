@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// One sample of a process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcSample {
+pub(crate) struct ProcSample {
     /// utime + stime, in microseconds.
     pub cpu_us: u64,
     /// VmRSS in KiB.
@@ -17,19 +17,19 @@ pub struct ProcSample {
 }
 
 /// CPU time of this process (all threads), microseconds.
-pub fn own_cpu_micros() -> u64 {
+pub(crate) fn own_cpu_micros() -> u64 {
     let t = clock_gettime(ClockId::ProcessCPUTime);
     t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
 }
 
 /// CPU time of the calling thread, microseconds.
-pub fn thread_cpu_micros() -> u64 {
+pub(crate) fn thread_cpu_micros() -> u64 {
     let t = clock_gettime(ClockId::ThreadCPUTime);
     t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
 }
 
 /// Parses utime + stime (clock ticks) out of a `/proc/PID/stat` line.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+pub(crate) fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     // the command name (field 2) may contain spaces and parentheses: skip past the last ')'
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
@@ -40,7 +40,7 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 /// Parses VmRSS (KiB) out of `/proc/PID/status`.
-pub fn parse_status_rss_kb(status: &str) -> Option<u64> {
+pub(crate) fn parse_status_rss_kb(status: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -49,7 +49,7 @@ pub fn parse_status_rss_kb(status: &str) -> Option<u64> {
 }
 
 /// Samples process `pid`; `None` if it does not exist (any more).
-pub fn sample(pid: u32) -> Option<ProcSample> {
+pub(crate) fn sample(pid: u32) -> Option<ProcSample> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let ticks = parse_stat_cpu_ticks(&stat)?;
@@ -61,14 +61,14 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
 }
 
 /// The process name (`/proc/PID/comm`).
-pub fn name(pid: u32) -> Option<String> {
+pub(crate) fn name(pid: u32) -> Option<String> {
     fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|s| s.trim().to_owned())
 }
 
 /// Number of CPUs of the machine (online CPUs in `/proc/stat`).
-pub fn machine_cpus() -> usize {
+pub(crate) fn machine_cpus() -> usize {
     let from_proc = fs::read_to_string("/proc/stat")
         .map(|s| {
             s.lines()
@@ -86,7 +86,7 @@ pub fn machine_cpus() -> usize {
 }
 
 /// Raises the soft open-files limit to the hard limit; returns the new soft limit.
-pub fn raise_nofile_limit() -> u64 {
+pub(crate) fn raise_nofile_limit() -> u64 {
     let lim = getrlimit(Resource::Nofile);
     if lim.maximum.is_some() && lim.current != lim.maximum {
         let _ = setrlimit(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Paces work at a rate, optionally allowing bursts.
 #[derive(Debug, Clone)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     rate: f64,
     capacity: f64,
     tokens: f64,
@@ -19,7 +19,7 @@ impl Pacer {
     /// A steady rate: capacity is 5 ms worth of tokens, at least two, so that the fraction of a
     /// token earned while a timer oversleeps is kept rather than lost (with a capacity of one,
     /// 1 ms of oversleep per 10 ms period would cost 10% of the rate).
-    pub fn fixed(rate: f64) -> Self {
+    pub(crate) fn fixed(rate: f64) -> Self {
         let mut p = Self::bucket(rate, (rate / 200.0).max(2.0));
         p.tokens = 1.0;
         p
@@ -28,7 +28,7 @@ impl Pacer {
     /// A token bucket of `burst` capacity refilled at `rate` per second. It starts full.
     ///
     /// A rate that is not a positive finite number means "unlimited".
-    pub fn bucket(rate: f64, burst: f64) -> Self {
+    pub(crate) fn bucket(rate: f64, burst: f64) -> Self {
         let capacity = burst.max(1.0);
         Self {
             rate,
@@ -39,7 +39,7 @@ impl Pacer {
     }
 
     /// Whether this pacer imposes no limit.
-    pub fn is_unlimited(&self) -> bool {
+    pub(crate) fn is_unlimited(&self) -> bool {
         !(self.rate.is_finite() && self.rate > 0.0)
     }
 
@@ -50,7 +50,7 @@ impl Pacer {
     }
 
     /// Takes up to `max` whole tokens at `now`; `Err(wait)` says how long until one is due.
-    pub fn take_at(&mut self, now: Instant, max: u64) -> Result<u64, Duration> {
+    pub(crate) fn take_at(&mut self, now: Instant, max: u64) -> Result<u64, Duration> {
         if max == 0 {
             return Ok(0);
         }
@@ -70,7 +70,7 @@ impl Pacer {
     }
 
     /// Waits until at least one token is available and takes up to `max` of them.
-    pub async fn acquire(&mut self, max: u64) -> u64 {
+    pub(crate) async fn acquire(&mut self, max: u64) -> u64 {
         loop {
             match self.take_at(Instant::now(), max) {
                 Ok(n) => return n,

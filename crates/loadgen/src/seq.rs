@@ -12,14 +12,14 @@
 use serde::{Deserialize, Serialize};
 
 /// Window size in sequence numbers.
-pub const WINDOW: u64 = 4096;
+pub(crate) const WINDOW: u64 = 4096;
 const WORDS: usize = (WINDOW / 64) as usize;
 /// Most hole ranges remembered per tracker.
-pub const MAX_HOLE_RANGES: usize = 4096;
+pub(crate) const MAX_HOLE_RANGES: usize = 4096;
 
 /// Tracks received sequence numbers of one topic on one subscription.
 #[derive(Debug, Clone, Default)]
-pub struct SeqTracker {
+pub(crate) struct SeqTracker {
     base: u64,
     window: Option<Box<[u64; WORDS]>>,
     pending: u64,
@@ -33,7 +33,7 @@ pub struct SeqTracker {
 
 /// The accounting of one tracker against what was published.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SeqOutcome {
+pub(crate) struct SeqOutcome {
     /// Sequence numbers this subscriber should have received.
     pub expected: u64,
     /// Expected sequence numbers received (each counted once).
@@ -54,7 +54,7 @@ pub struct SeqOutcome {
 
 impl SeqOutcome {
     /// Adds another outcome into this one.
-    pub fn add(&mut self, o: &SeqOutcome) {
+    pub(crate) fn add(&mut self, o: &SeqOutcome) {
         self.expected += o.expected;
         self.delivered += o.delivered;
         self.missing += o.missing;
@@ -68,17 +68,17 @@ impl SeqOutcome {
 
 impl SeqTracker {
     /// A tracker expecting sequence numbers from 0.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Distinct sequence numbers received.
-    pub fn distinct(&self) -> u64 {
+    pub(crate) fn distinct(&self) -> u64 {
         self.distinct
     }
 
     /// Records one receipt. Returns `false` for a duplicate.
-    pub fn record(&mut self, seq: u64) -> bool {
+    pub(crate) fn record(&mut self, seq: u64) -> bool {
         self.max_seq = Some(self.max_seq.map_or(seq, |m| m.max(seq)));
         if seq < self.base {
             return self.record_below_base(seq);
@@ -223,7 +223,7 @@ impl SeqTracker {
     /// publish request failed, which are not expected. A subscriber that `stayed` until the end
     /// expects every other number; one that dropped out expects only up to the highest number
     /// it received (what was published after it left is not counted as expected).
-    pub fn outcome(&self, issued: u64, failed: &[u64], stayed: bool) -> SeqOutcome {
+    pub(crate) fn outcome(&self, issued: u64, failed: &[u64], stayed: bool) -> SeqOutcome {
         let end = if stayed {
             issued
         } else {

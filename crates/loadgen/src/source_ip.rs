@@ -7,11 +7,11 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Largest number of source addresses accepted (a /16 worth).
-pub const MAX_SOURCE_IPS: u32 = 65_536;
+pub(crate) const MAX_SOURCE_IPS: u32 = 65_536;
 
 /// An error in a `--source-ips` value.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SourceIpError {
+pub(crate) enum SourceIpError {
     /// The value is neither a count, an address, a range nor a list.
     #[error(
         "cannot parse source address `{0}` (expected a count like 20, an address, a range like 127.0.0.1-127.0.0.20, or a comma-separated list)"
@@ -30,7 +30,7 @@ pub enum SourceIpError {
 
 /// Parses `N` (N addresses from 127.0.0.1), `A-B` (inclusive IPv4 range), a single address,
 /// or a comma-separated list of those.
-pub fn parse_source_ips(spec: &str) -> Result<Vec<IpAddr>, SourceIpError> {
+pub(crate) fn parse_source_ips(spec: &str) -> Result<Vec<IpAddr>, SourceIpError> {
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if let Ok(n) = part.parse::<u32>() {
@@ -75,7 +75,7 @@ pub fn parse_source_ips(spec: &str) -> Result<Vec<IpAddr>, SourceIpError> {
 }
 
 /// `n` consecutive loopback addresses starting at 127.0.0.1.
-pub fn loopback_block(n: u32) -> Vec<IpAddr> {
+pub(crate) fn loopback_block(n: u32) -> Vec<IpAddr> {
     let start = u32::from(Ipv4Addr::new(127, 0, 0, 1));
     (0..n)
         .map(|i| IpAddr::V4(Ipv4Addr::from(start + i)))
@@ -84,7 +84,7 @@ pub fn loopback_block(n: u32) -> Vec<IpAddr> {
 
 /// How many loopback source addresses to use by default for `sockets` client sockets:
 /// one per 20,000 sockets (well under the ~28,000 ephemeral ports of one address), at least 1.
-pub fn default_count(sockets: u64) -> u32 {
+pub(crate) fn default_count(sockets: u64) -> u32 {
     (sockets.div_ceil(20_000)).clamp(1, 250) as u32
 }
 

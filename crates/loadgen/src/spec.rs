@@ -9,7 +9,7 @@ use crate::target::Target;
 /// The kind of client a worker runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ClientKind {
+pub(crate) enum ClientKind {
     /// Herald SSE subscribers (raw HTTP/1.1).
     Sse,
     /// WebSocket subscribers: Herald's JSON protocol, or `raw` (count any frame).
@@ -32,7 +32,7 @@ pub enum ClientKind {
 
 /// Topic naming and assignment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicPlan {
+pub(crate) struct TopicPlan {
     /// Number of topics (0: subscribe to none, for servers without topics).
     pub count: u32,
     /// Topics per connection.
@@ -45,12 +45,12 @@ pub struct TopicPlan {
 
 impl TopicPlan {
     /// Name of topic `i`.
-    pub fn name(&self, i: u32) -> String {
+    pub(crate) fn name(&self, i: u32) -> String {
         format!("{}{i}", self.prefix)
     }
 
     /// Topic indexes of connection `conn`: consecutive topics starting at `conn % count`.
-    pub fn topics_for(&self, conn: u64) -> Vec<u32> {
+    pub(crate) fn topics_for(&self, conn: u64) -> Vec<u32> {
         if self.count == 0 {
             return Vec::new();
         }
@@ -62,7 +62,7 @@ impl TopicPlan {
 
 /// Churn: clients that connect, stay a while, and leave, while the main clients stay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChurnSpec {
+pub(crate) struct ChurnSpec {
     /// New churn clients per second (this worker's share).
     pub rate: f64,
     /// How long each churn client stays connected, in milliseconds.
@@ -71,7 +71,7 @@ pub struct ChurnSpec {
 
 /// Everything one worker needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerSpec {
+pub(crate) struct WorkerSpec {
     /// Worker number (0-based).
     pub worker_id: usize,
     /// Client kind.
@@ -112,12 +112,12 @@ pub struct WorkerSpec {
 
 impl WorkerSpec {
     /// Target of global connection index `conn`.
-    pub fn target_for(&self, conn: u64) -> &Target {
+    pub(crate) fn target_for(&self, conn: u64) -> &Target {
         &self.targets[(conn % self.targets.len() as u64) as usize]
     }
 
     /// Source address of global connection index `conn`.
-    pub fn source_for(&self, conn: u64) -> Option<IpAddr> {
+    pub(crate) fn source_for(&self, conn: u64) -> Option<IpAddr> {
         if self.source_ips.is_empty() {
             None
         } else {

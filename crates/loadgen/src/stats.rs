@@ -14,29 +14,29 @@ macro_rules! counters {
     ($($(#[doc = $doc:literal])* $name:ident,)*) => {
         /// Atomic counters and histogram recorders of one worker.
         #[derive(Debug)]
-        pub struct Stats {
-            $($(#[doc = $doc])* pub $name: AtomicU64,)*
+        pub(crate) struct Stats {
+            $($(#[doc = $doc])* pub(crate) $name: AtomicU64,)*
             errors: [AtomicU64; ErrorKind::COUNT],
             /// Publish→receive latency, or echo round trip (µs).
-            pub latency: Recorder,
+            pub(crate) latency: Recorder,
             /// Connect-to-ready time of main clients (µs).
-            pub connect: Recorder,
+            pub(crate) connect: Recorder,
             /// Connect-to-ready time of churn clients (µs).
-            pub churn_connect: Recorder,
+            pub(crate) churn_connect: Recorder,
         }
 
         /// A plain copy of a worker's counters (see [`Stats`] for each one's meaning).
         #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-        pub struct Counters {
-            $($(#[doc = $doc])* pub $name: u64,)*
+        pub(crate) struct Counters {
+            $($(#[doc = $doc])* pub(crate) $name: u64,)*
             /// Errors by kind (only non-zero kinds).
-            pub errors: BTreeMap<ErrorKind, u64>,
+            pub(crate) errors: BTreeMap<ErrorKind, u64>,
         }
 
         impl Counters {
             /// Adds another worker's counters (peak_open adds too: peaks of workers are
             /// concurrent closely enough for an upper bound).
-            pub fn add(&mut self, o: &Counters) {
+            pub(crate) fn add(&mut self, o: &Counters) {
                 $(self.$name += o.$name;)*
                 for (k, v) in &o.errors {
                     *self.errors.entry(*k).or_default() += v;
@@ -46,7 +46,7 @@ macro_rules! counters {
 
         impl Stats {
             /// Fresh counters; `shards` is the number of histogram shards.
-            pub fn new(shards: usize) -> Self {
+            pub(crate) fn new(shards: usize) -> Self {
                 Self {
                     $($name: AtomicU64::new(0),)*
                     errors: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -57,7 +57,7 @@ macro_rules! counters {
             }
 
             /// A consistent-enough copy (each counter is read atomically; the set is not).
-            pub fn counters(&self) -> Counters {
+            pub(crate) fn counters(&self) -> Counters {
                 let mut errors = BTreeMap::new();
                 for k in ErrorKind::ALL {
                     let v = self.errors[k.index()].load(Relaxed);
@@ -113,25 +113,25 @@ counters! {
 
 impl Counters {
     /// Total errors of all kinds.
-    pub fn error_total(&self) -> u64 {
+    pub(crate) fn error_total(&self) -> u64 {
         self.errors.values().sum()
     }
 }
 
 impl Stats {
     /// Counts one error.
-    pub fn error(&self, kind: ErrorKind) {
+    pub(crate) fn error(&self, kind: ErrorKind) {
         self.errors[kind.index()].fetch_add(1, Relaxed);
     }
 
     /// Marks one more main client open.
-    pub fn opened(&self) {
+    pub(crate) fn opened(&self) {
         let now = self.open.fetch_add(1, Relaxed) + 1;
         self.peak_open.fetch_max(now, Relaxed);
     }
 
     /// Marks one main client closed.
-    pub fn closed(&self) {
+    pub(crate) fn closed(&self) {
         self.open.fetch_sub(1, Relaxed);
     }
 }

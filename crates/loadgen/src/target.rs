@@ -7,7 +7,7 @@ use url::Url;
 
 /// A resolved server endpoint that clients connect to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Target {
+pub(crate) struct Target {
     /// The URL as the user gave it.
     pub url: String,
     /// The socket address connected to.
@@ -20,12 +20,12 @@ pub struct Target {
 
 impl Target {
     /// The `ws://` URL of this target, for the WebSocket handshake.
-    pub fn ws_url(&self) -> String {
+    pub(crate) fn ws_url(&self) -> String {
         format!("ws://{}{}", self.host_header, self.path_and_query)
     }
 
     /// Appends query parameters to the request target.
-    pub fn with_query(&self, params: &[(&str, &str)]) -> String {
+    pub(crate) fn with_query(&self, params: &[(&str, &str)]) -> String {
         let mut s = self.path_and_query.clone();
         for (k, v) in params {
             s.push(if s.contains('?') { '&' } else { '?' });
@@ -39,7 +39,7 @@ impl Target {
 
 /// Why a target URL was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum TargetError {
+pub(crate) enum TargetError {
     /// Not a URL.
     #[error("invalid URL `{0}`: {1}")]
     Parse(String, url::ParseError),
@@ -60,7 +60,7 @@ pub enum TargetError {
 }
 
 /// Whether an address is loopback (127.0.0.0/8, ::1, or an IPv4-mapped loopback).
-pub fn is_loopback(ip: IpAddr) -> bool {
+pub(crate) fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {
@@ -73,7 +73,7 @@ pub fn is_loopback(ip: IpAddr) -> bool {
 ///
 /// Only loopback targets are accepted unless `allow_non_loopback`: `localhost` maps to
 /// 127.0.0.1 without asking DNS, and other names are refused before being resolved.
-pub fn parse_target(
+pub(crate) fn parse_target(
     raw: &str,
     default_path: &str,
     allow_non_loopback: bool,
@@ -130,7 +130,7 @@ pub fn parse_target(
 }
 
 /// Percent-encodes a query component (RFC 3986 unreserved characters pass through).
-pub fn encode_component(s: &str) -> String {
+pub(crate) fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {

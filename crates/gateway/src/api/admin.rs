@@ -26,14 +26,14 @@ fn stats_json(s: &TopicStats) -> serde_json::Value {
 
 /// Query of `GET /v1/topics`.
 #[derive(Debug, Deserialize)]
-pub struct TopicsQuery {
+pub(crate) struct TopicsQuery {
     /// Most topics listed: a whole number (default 100; above 10000 lists 10000).
     limit: Option<String>,
 }
 
 /// `GET /v1/topics`: the topic count and the most subscribed topics with their subscriber
 /// counts (presence on this node).
-pub async fn topics(
+pub(crate) async fn topics(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<TopicsQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -50,7 +50,7 @@ pub async fn topics(
 }
 
 /// `GET /v1/topics/{topic}`: one topic's subscribers, head position and history length.
-pub async fn topic(
+pub(crate) async fn topic(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -66,13 +66,13 @@ pub async fn topic(
 }
 
 /// `GET /healthz`: the process is alive.
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// `GET /readyz`: 200 while accepting clients and following every bridge; 503 while
 /// draining, or with one line per bridge that is not ready and why.
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_ready() {
         return (StatusCode::OK, "ready\n").into_response();
     }
@@ -89,7 +89,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /metrics`: Prometheus text exposition.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     metrics::topics(state.registry().len());
     metrics::patterns(state.registry().patterns().len());
     crate::telemetry::process::collect();
@@ -111,16 +111,16 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// Query of `GET /v1/presence/{topic}`: `members=true` lists the members, a page of
 /// `limit` at a time from `cursor`.
 #[derive(Debug, Default, Deserialize)]
-pub struct PresenceQuery {
+pub(crate) struct PresenceQuery {
     members: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
 }
 
 /// Members listed per page when the query gives no `limit`.
-pub const MEMBERS_PAGE: usize = 100;
+pub(crate) const MEMBERS_PAGE: usize = 100;
 /// Most members listed per page.
-pub const MAX_MEMBERS_PAGE: usize = 1000;
+pub(crate) const MAX_MEMBERS_PAGE: usize = 1000;
 
 /// `GET /v1/presence/{topic}`: subscribers of a topic across the cluster (each live node's
 /// count, refreshed every `cluster.presence_interval`), or on this node when it runs alone.
@@ -131,7 +131,7 @@ pub const MAX_MEMBERS_PAGE: usize = 1000;
 /// last. In a cluster the listing is as fresh as the nodes' last flush, and a member that
 /// joins or leaves while the pages are read may be listed twice or missed (see
 /// [`crate::cluster::presence::Presence::topic_members`]).
-pub async fn presence(
+pub(crate) async fn presence(
     State(state): State<AppState>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<PresenceQuery>,
@@ -281,7 +281,9 @@ async fn members(
 }
 
 /// `GET /v1/cluster/nodes`: live nodes and their open connections (needs Redis).
-pub async fn nodes(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
+pub(crate) async fn nodes(
+    State(state): State<AppState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let Some(presence) = state.presence() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -309,7 +311,7 @@ fn unavailable(e: redis::RedisError) -> ApiError {
 
 /// `GET /v1/users/{user}/connections`: the connections of a user (a token's `sub`) on every
 /// live node (a node alone: its own).
-pub async fn user_connections(
+pub(crate) async fn user_connections(
     State(state): State<AppState>,
     Path(user): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {

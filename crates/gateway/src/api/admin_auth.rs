@@ -131,7 +131,11 @@ fn api_body(headers: &HeaderMap) -> bool {
 
 /// Middleware of the admin router: 403 or 415 for what a web page would send
 /// ([`cross_site`]), then 401 with a reason unless the request may pass.
-pub async fn require(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn require(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let config = &state.config().admin;
     if let Err(refusal) = cross_site(
         request.method(),

@@ -26,7 +26,7 @@ use crate::error::ApiError;
 use crate::transport::{Delivery, lost_json, open_feed};
 
 /// Tails open at once on one node; past it `/v1/tail` answers 503.
-pub const MAX_TAILS: usize = 32;
+pub(crate) const MAX_TAILS: usize = 32;
 /// Comment sent on an idle tail, so that proxies and the browser keep it open.
 const TAIL_PING: Duration = Duration::from_secs(15);
 
@@ -35,7 +35,7 @@ static TAILS: AtomicUsize = AtomicUsize::new(0);
 const CSP: &str = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
 
 /// The console's routes, merged into the admin router.
-pub fn router() -> Router<AppState> {
+pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/console", get(page))
         .route("/console/", get(page))
@@ -102,7 +102,7 @@ impl Drop for TailSlot {
 /// (`data: {"type":"message","topic":..,"id":..,"event":..,"data":..}`), loss signals as
 /// `herald.lost` events. Ends when the node drains. The tail subscribes like a client does,
 /// so it counts in the topic's subscribers.
-pub async fn tail(
+pub(crate) async fn tail(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {

@@ -66,7 +66,7 @@ async fn command(
 
 /// `POST /v1/users/{user}/disconnect {"reason"?, "reconnect"?}`: ends every connection of the
 /// user (a token's `sub`) on every node.
-pub async fn disconnect_user(
+pub(crate) async fn disconnect_user(
     State(state): State<AppState>,
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
@@ -77,7 +77,7 @@ pub async fn disconnect_user(
 
 /// `POST /v1/connections/{id}/disconnect {"reason"?, "reconnect"?}`: ends one connection, by
 /// the id its client was given, on whichever node holds it.
-pub async fn disconnect_connection(
+pub(crate) async fn disconnect_connection(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Result<RequestBody, ApiError>,
@@ -153,7 +153,7 @@ fn topics_of(state: &AppState, body: &[u8]) -> Result<Vec<String>, ApiError> {
 /// `POST /v1/users/{user}/subscribe {"topics": [..]}`: subscribes every live connection of
 /// the user, on every node, to the topics from their live head (the client is told: a
 /// WebSocket `subscribed` frame with `"by": "server"`, an SSE `herald.subscribed` event).
-pub async fn subscribe_user(
+pub(crate) async fn subscribe_user(
     State(state): State<AppState>,
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
@@ -163,7 +163,7 @@ pub async fn subscribe_user(
 }
 
 /// `POST /v1/users/{user}/unsubscribe {"topics": [..]}`: the reverse of [`subscribe_user`].
-pub async fn unsubscribe_user(
+pub(crate) async fn unsubscribe_user(
     State(state): State<AppState>,
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
@@ -182,7 +182,7 @@ struct SendRequest {
 }
 
 /// The personal topic of `user`: `user:<user>`, when that is a valid topic name.
-pub fn personal_topic(user: &str) -> Result<herald_core::TopicName, ApiError> {
+pub(crate) fn personal_topic(user: &str) -> Result<herald_core::TopicName, ApiError> {
     herald_core::TopicName::new(&format!("user:{user}")).map_err(|_| {
         ApiError::bad_request(
             "bad_user",
@@ -195,7 +195,7 @@ pub fn personal_topic(user: &str) -> Result<herald_core::TopicName, ApiError> {
 /// `user:<user>` (through the log that feeds it, so it has an id, history and resume like any
 /// message) and subscribes every live connection of the user to that topic, on every node,
 /// from just before the message, so each gets it once whichever arrives first.
-pub async fn send_user(
+pub(crate) async fn send_user(
     State(state): State<AppState>,
     Path(user): Path<String>,
     body: Result<RequestBody, ApiError>,
@@ -210,7 +210,7 @@ pub async fn send_user(
 /// whichever node holds it: published to the connection's own topic `conn:<id>` and the
 /// connection subscribed to it from just before the message, as [`send_user`] does for a
 /// user.
-pub async fn send_connection(
+pub(crate) async fn send_connection(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Result<RequestBody, ApiError>,

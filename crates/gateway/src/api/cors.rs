@@ -31,7 +31,7 @@ fn methods(state: &AppState, path: &str) -> Option<&'static str> {
 }
 
 /// The middleware of the public router.
-pub async fn layer(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn layer(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let origin = match state.auth().check_origin(request.headers()) {
         Ok(origin) => origin.map(str::to_owned),
         // A preflight from an origin that is not allowed: refused, without CORS headers.
@@ -108,7 +108,7 @@ fn add(state: &AppState, h: &mut HeaderMap, origin: &str) {
 
 /// The CORS headers for an answer written on the raw socket to a request with `headers`:
 /// none when the request has no allowed `Origin`.
-pub fn raw_headers(state: &AppState, headers: &HeaderMap) -> Vec<(&'static str, String)> {
+pub(crate) fn raw_headers(state: &AppState, headers: &HeaderMap) -> Vec<(&'static str, String)> {
     let Ok(Some(origin)) = state.auth().check_origin(headers) else {
         return Vec::new();
     };

@@ -28,11 +28,11 @@ use crate::error::ApiError;
 use crate::transport::answer::{Budget, JsonAnswer};
 
 /// The most messages one page holds (and the default `limit` is 100).
-pub const MAX_LIMIT: usize = 1000;
+pub(crate) const MAX_LIMIT: usize = 1000;
 
 /// Query of a history request.
 #[derive(Debug, Deserialize)]
-pub struct HistoryQuery {
+pub(crate) struct HistoryQuery {
     /// The id of the last message the client has; omitted: the newest messages.
     since: Option<String>,
     /// Messages in the page, 1 to [`MAX_LIMIT`] (default 100): read as text, so that a bad
@@ -43,7 +43,7 @@ pub struct HistoryQuery {
 }
 
 /// `GET /v1/topics/{topic}/history` on the admin listener: any topic.
-pub async fn admin(
+pub(crate) async fn admin(
     State(state): State<AppState>,
     Path(topic): Path<String>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
@@ -54,7 +54,7 @@ pub async fn admin(
 /// `GET /v1/topics/{topic}/history` on the public listener: a topic the client may subscribe
 /// to (the subscribe hook decides when configured, else the token or the public prefixes:
 /// [`crate::transport::may_subscribe`]).
-pub async fn public(
+pub(crate) async fn public(
     State(state): State<AppState>,
     headers: HeaderMap,
     extensions: axum::http::Extensions,

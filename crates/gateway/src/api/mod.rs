@@ -1,10 +1,10 @@
 //! The publish API and the admin endpoints.
 
-pub mod admin;
-pub mod admin_auth;
-pub mod console;
-pub mod control;
-pub mod cors;
-pub mod history;
-pub mod publish;
-pub mod query;
+pub(crate) mod admin;
+pub(crate) mod admin_auth;
+pub(crate) mod console;
+pub(crate) mod control;
+pub(crate) mod cors;
+pub(crate) mod history;
+pub(crate) mod publish;
+pub(crate) mod query;

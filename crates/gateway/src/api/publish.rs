@@ -20,7 +20,7 @@ use crate::publish::{self, Data, Draft, Publisher, Routed, bad_json, bad_msgpack
 use crate::telemetry::metrics;
 
 /// Largest request body accepted: room for a batch of maximal payloads.
-pub fn body_limit(config: &Config) -> usize {
+pub(crate) fn body_limit(config: &Config) -> usize {
     (config.limits.max_payload_bytes + 1024)
         .saturating_mul(2)
         .max(config.limits.max_payload_bytes.saturating_mul(4))
@@ -31,7 +31,7 @@ pub fn body_limit(config: &Config) -> usize {
 /// a body declared larger gets 413 before anything is read, one that arrives too slowly 408
 /// (a trickling body would otherwise hold its connection for as long as the client likes).
 #[derive(Debug)]
-pub struct RequestBody(pub Bytes);
+pub(crate) struct RequestBody(pub Bytes);
 
 impl FromRequest<AppState> for RequestBody {
     type Rejection = ApiError;
@@ -84,7 +84,7 @@ fn is_length_limit(e: &axum::Error) -> bool {
 /// One message to publish.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PublishRequest {
+pub(crate) struct PublishRequest {
     /// Topic name.
     topic: String,
     /// Any JSON value.
@@ -102,7 +102,7 @@ struct BatchRequest {
 
 /// Whether a request body is MessagePack: `Content-Type: application/msgpack` (or the
 /// older `application/x-msgpack`, `application/vnd.msgpack`); any other body is JSON.
-pub fn is_msgpack(headers: &HeaderMap) -> bool {
+pub(crate) fn is_msgpack(headers: &HeaderMap) -> bool {
     headers
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -165,7 +165,7 @@ fn msgpack_draft(body: &[u8]) -> Result<Draft<'_>, ApiError> {
 /// `POST /v1/publish` on the admin listener: publishes one message; answers
 /// `{"id": cursor, "topic": name}`. The body is JSON, or MessagePack with
 /// `Content-Type: application/msgpack`.
-pub async fn post_one(
+pub(crate) async fn post_one(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<RequestBody, ApiError>,
@@ -254,7 +254,7 @@ fn public_publisher(
 
 /// `POST /v1/publish` on the public listener: needs an API key or a token allowed to publish
 /// to the topic (dev mode: nothing).
-pub async fn post_one_public(
+pub(crate) async fn post_one_public(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -271,7 +271,7 @@ pub async fn post_one_public(
 }
 
 /// `POST /v1/publish/batch` on the public listener, with the rules of [`post_one_public`].
-pub async fn post_batch_public(
+pub(crate) async fn post_batch_public(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
@@ -309,7 +309,7 @@ fn client_publisher<'a>(
 /// `limits.max_batch_publish` messages in order; answers
 /// `{"results": [{"id":..,"topic":..} | {"code":..,"reason":..}, ...]}`, one per message, so
 /// that one bad message does not stop the others.
-pub async fn post_batch(
+pub(crate) async fn post_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<RequestBody, ApiError>,

@@ -14,7 +14,7 @@ use crate::error::ApiError;
 
 /// A query string deserialized into `T`; `400 bad_query` (JSON) when it does not fit `T`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<T, S> FromRequestParts<S> for ApiQuery<T>
 where

@@ -42,7 +42,7 @@ use crate::telemetry::metrics;
 const NAME: &str = "kafka";
 
 /// The Kafka bridge.
-pub struct KafkaBridge {
+pub(crate) struct KafkaBridge {
     brokers: String,
     topics: Vec<String>,
     group: String,
@@ -73,7 +73,7 @@ impl std::fmt::Debug for KafkaBridge {
 }
 
 /// The epoch of a Kafka partition's stream of positions.
-pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
+pub(crate) fn partition_epoch(topic: &str, partition: i32) -> u64 {
     use std::hash::Hasher as _;
     let mut h = fnv::FnvHasher::default();
     h.write(b"kafka:");
@@ -85,7 +85,7 @@ pub fn partition_epoch(topic: &str, partition: i32) -> u64 {
 impl KafkaBridge {
     /// Creates the producer (connections are made lazily by librdkafka); a node with no
     /// committed position starts `history` back.
-    pub fn new(
+    pub(crate) fn new(
         config: &ClusterConfig,
         brokers: &str,
         history: Duration,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 
-pub use crate::config::secrets::{REDACTED, is_secret};
+pub(crate) use crate::config::secrets::is_secret;
 use parking_lot::Mutex;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
@@ -25,7 +25,7 @@ const OWN: [(&str, &str); 2] = [
 
 /// Checks every property with librdkafka itself (name known, value acceptable) without
 /// making a client. Errors name the property, never a secret value.
-pub fn validate(properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
+pub(crate) fn validate(properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
     for (key, setting) in OWN {
         if properties.contains_key(key) {
             bail!("cluster.kafka_properties must not set {key:?}: use {setting}");
@@ -50,7 +50,7 @@ pub fn validate(properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
 
 /// A client config for `brokers`: Herald's `defaults`, then the user's `properties` (which
 /// may override them), then the `fixed` settings Herald's correctness depends on.
-pub fn client_config(
+pub(crate) fn client_config(
     brokers: &str,
     defaults: &[(&str, &str)],
     properties: &BTreeMap<String, String>,
@@ -73,14 +73,14 @@ pub fn client_config(
 /// A librdkafka client context that logs librdkafka's errors through `tracing` (each distinct
 /// error once at warn level) and remembers the last one.
 #[derive(Clone, Debug, Default)]
-pub struct KafkaContext {
+pub(crate) struct KafkaContext {
     client: &'static str,
     last_error: Arc<Mutex<Option<String>>>,
 }
 
 impl KafkaContext {
     /// For the client named `client` in logs.
-    pub fn new(client: &'static str) -> Self {
+    pub(crate) fn new(client: &'static str) -> Self {
         Self {
             client,
             last_error: Arc::default(),
@@ -88,14 +88,14 @@ impl KafkaContext {
     }
 
     /// The last error librdkafka reported, if any since [`Self::clear`].
-    pub fn last_error(&self) -> Option<String> {
+    pub(crate) fn last_error(&self) -> Option<String> {
         self.last_error.lock().clone()
     }
 
     /// A context for another client of the same bridge (its producer beside its consumer)
     /// that shares this one's last error: a refused login seen by either explains why the
     /// bridge is not ready.
-    pub fn sharing(&self, client: &'static str) -> Self {
+    pub(crate) fn sharing(&self, client: &'static str) -> Self {
         Self {
             client,
             last_error: self.last_error.clone(),
@@ -113,7 +113,7 @@ impl KafkaContext {
     }
 
     /// Forgets the last error (the client works again).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.last_error.lock().take();
     }
 }

@@ -11,10 +11,10 @@
 //! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
 //! the one reconnect-with-backoff loop every bridge runs its sessions in.
 
-pub mod kafka;
-pub mod kafka_props;
-pub mod redis;
-pub mod redis_conn;
+pub(crate) mod kafka;
+pub(crate) mod kafka_props;
+pub(crate) mod redis;
+pub(crate) mod redis_conn;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::telemetry::metrics;
 
 /// A boxed future, for the object-safe [`Bridge`] trait.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Why a bridge could not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -254,20 +254,20 @@ impl Ingest {
 }
 
 /// Milliseconds since the Unix epoch (log timestamps, ages, presence entries).
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How a bridge's session ended: `Err` with what failed, `Ok` when it ended on its own.
-pub type SessionResult = Result<(), String>;
+pub(crate) type SessionResult = Result<(), String>;
 
 /// The reconnect-with-backoff loop of every bridge: runs `session` until `stop`, and after
 /// each end marks the bridge down (`ended`, with the error), counts a reconnect and waits,
 /// doubling the wait from `first_backoff` up to 5 s. A session that ran for a minute or more
 /// starts the backoff over.
-pub async fn reconnect_loop<S, F>(
+pub(crate) async fn reconnect_loop<S, F>(
     bridge: &'static str,
     stop: &CancellationToken,
     first_backoff: Duration,

@@ -56,7 +56,7 @@ const SEQ_BITS: u32 = 21;
 
 /// The Redis bridge.
 #[derive(Debug)]
-pub struct RedisBridge {
+pub(crate) struct RedisBridge {
     target: Arc<RedisTarget>,
     publisher: SharedConn,
     shards: u32,
@@ -77,7 +77,7 @@ pub struct RedisBridge {
 impl RedisBridge {
     /// Prepares the bridge (connections are made when it runs: a Redis that is down at start
     /// only makes the node not ready); a starting node reads `history` back.
-    pub fn new(config: &ClusterConfig, history: Duration) -> anyhow::Result<Arc<Self>> {
+    pub(crate) fn new(config: &ClusterConfig, history: Duration) -> anyhow::Result<Arc<Self>> {
         let target = Arc::new(RedisTarget::from_config(config)?);
         Ok(Arc::new(Self {
             publisher: SharedConn::new(target.clone()),
@@ -96,7 +96,7 @@ impl RedisBridge {
     }
 
     /// The Redis connection settings (shared with presence).
-    pub fn target(&self) -> Arc<RedisTarget> {
+    pub(crate) fn target(&self) -> Arc<RedisTarget> {
         self.target.clone()
     }
 

@@ -21,7 +21,7 @@
 //! reloads the slot map after a failover. Keys that must be used together carry a hash tag
 //! (see [`RedisTarget::stream_key`]).
 
-pub use crate::config::secrets::redact_url;
+pub(crate) use crate::config::secrets::redact_url;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -296,7 +296,7 @@ impl ConnectionLike for RedisConn {
 /// One command connection shared by its users and made again after it broke (Redis
 /// restarted, a sentinel failover): what the publisher and presence use.
 #[derive(Debug)]
-pub struct SharedConn {
+pub(crate) struct SharedConn {
     target: Arc<RedisTarget>,
     cached: parking_lot::Mutex<Option<RedisConn>>,
     connecting: tokio::sync::Mutex<()>,
@@ -304,7 +304,7 @@ pub struct SharedConn {
 
 impl SharedConn {
     /// For commands on `target`; connects on first use.
-    pub fn new(target: Arc<RedisTarget>) -> Self {
+    pub(crate) fn new(target: Arc<RedisTarget>) -> Self {
         Self {
             target,
             cached: parking_lot::Mutex::new(None),
@@ -313,7 +313,7 @@ impl SharedConn {
     }
 
     /// The connection, made now if there is none.
-    pub async fn get(&self) -> RedisResult<RedisConn> {
+    pub(crate) async fn get(&self) -> RedisResult<RedisConn> {
         if let Some(conn) = self.cached.lock().clone() {
             return Ok(conn);
         }
@@ -328,7 +328,10 @@ impl SharedConn {
 
     /// Runs `pipe`, forgetting the connection if the error says it broke (the next call makes
     /// a new one).
-    pub async fn query<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> RedisResult<T> {
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<T> {
         let mut conn = self.get().await?;
         let result = pipe.query_async(&mut conn).await;
         if let Err(e) = &result {
@@ -339,7 +342,7 @@ impl SharedConn {
 
     /// Forgets the connection after `error` if it says the connection is unusable, so the
     /// next [`Self::get`] makes a new one. Returns whether a retry may help.
-    pub fn failed(&self, error: &redis::RedisError) -> bool {
+    pub(crate) fn failed(&self, error: &redis::RedisError) -> bool {
         let broken = error.is_io_error()
             || error.is_connection_dropped()
             || error.is_timeout()

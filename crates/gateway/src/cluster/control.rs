@@ -23,7 +23,7 @@ use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use super::presence_event::{PresenceEvent, PresenceKind};
+pub(crate) use super::presence_event::PresenceEvent;
 use crate::bridge::redis_conn::{Purpose, RedisTarget, SharedConn};
 
 /// The connections of this node subscribed to a topic whose members are kept, but one
@@ -35,9 +35,9 @@ pub trait TopicSubscribers: Send + Sync {
 
 /// Most commands the control stream keeps (older ones are trimmed; a node that was away
 /// longer than they take to arrive has lost its connections anyway).
-pub const STREAM_LEN: usize = 10_000;
+pub(crate) const STREAM_LEN: usize = 10_000;
 /// Longest reason a client is shown (bytes); a WebSocket close reason must fit in 123.
-pub const MAX_REASON: usize = 120;
+pub(crate) const MAX_REASON: usize = 120;
 
 /// What a disconnected client is told.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +96,7 @@ pub struct Command {
 
 /// Most commands waiting for one connection to take them; past it a command skips the
 /// connection (it is not counted as reached).
-pub const MAX_PENDING: usize = 16;
+pub(crate) const MAX_PENDING: usize = 16;
 
 /// The live connections of this node that the server can act on.
 ///
@@ -276,7 +276,7 @@ impl Connections {
 
 /// Hands `command` to the connections it is for on this node, a topic's subscribers as
 /// `members` lists them (but the member itself); returns how many took it.
-pub fn carry_out(
+pub(crate) fn carry_out(
     connections: &Connections,
     members: &dyn TopicSubscribers,
     command: &Command,
@@ -329,7 +329,7 @@ pub struct Relay {
 }
 
 /// Most commands queued for [`Relay::forward`]; past it [`Relay::queue`] refuses.
-pub const OUTBOX_LEN: usize = 1024;
+pub(crate) const OUTBOX_LEN: usize = 1024;
 
 #[derive(Serialize, Deserialize)]
 struct Relayed {

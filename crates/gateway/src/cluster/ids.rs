@@ -14,7 +14,7 @@ const EPOCH_MS: u64 = 1_704_067_200_000;
 const SEQ_BITS: u32 = 12;
 const NODE_BITS: u32 = 10;
 /// How many node numbers there are (0 to 1023).
-pub const NODES: u16 = 1 << NODE_BITS;
+pub(crate) const NODES: u16 = 1 << NODE_BITS;
 
 /// Makes this node's connection ids.
 #[derive(Debug)]
@@ -90,7 +90,8 @@ pub fn node_of(id: u64) -> u16 {
 }
 
 /// When connection id `id` was made, in Unix milliseconds.
-pub fn unix_ms_of(id: u64) -> u64 {
+#[cfg(test)]
+pub(crate) fn unix_ms_of(id: u64) -> u64 {
     (id >> (SEQ_BITS + NODE_BITS)) + EPOCH_MS
 }
 

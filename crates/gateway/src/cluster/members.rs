@@ -21,11 +21,11 @@ use std::sync::Arc;
 use herald_core::TopicName;
 
 use super::control::TopicSubscribers as _;
-pub use super::presence_event::Who;
+pub(crate) use super::presence_event::Who;
 
 /// Most (topic, connection) pairs remembered as changed between two flushes; past it the
 /// next flush rewrites every member of the node instead.
-pub const MAX_CHANGES: usize = 1_000_000;
+pub(crate) const MAX_CHANGES: usize = 1_000_000;
 
 /// One subscription of one connection to one topic.
 #[derive(Clone, Debug)]
@@ -366,7 +366,7 @@ fn listed(info: Option<Arc<String>>) -> Option<Arc<String>> {
 /// One connection's place in [`Members`]: the topics it is a member
 /// of, until it is dropped.
 #[derive(Debug)]
-pub struct Membership {
+pub(crate) struct Membership {
     id: u64,
     who: Arc<Who>,
     /// Sorted, without duplicates.
@@ -387,7 +387,7 @@ impl super::control::TopicSubscribers for Members {
 
 impl Membership {
     /// Connection `id`, as `who`, a member of nothing yet.
-    pub fn new(members: Arc<Members>, id: u64, who: Who) -> Self {
+    pub(crate) fn new(members: Arc<Members>, id: u64, who: Who) -> Self {
         let who = Who {
             info: listed(who.info),
             ..who
@@ -402,7 +402,7 @@ impl Membership {
 
     /// The connection is subscribed to exactly `topics` now (its feed's topics): those new
     /// join since now, those gone leave.
-    pub fn set_topics<'a>(&mut self, topics: impl IntoIterator<Item = &'a TopicName>) {
+    pub(crate) fn set_topics<'a>(&mut self, topics: impl IntoIterator<Item = &'a TopicName>) {
         let kept = &self.members.kept;
         let mut now: Vec<TopicName> = topics
             .into_iter()
@@ -439,7 +439,7 @@ impl Membership {
     }
 
     /// The connection now acts for `user`, with the token's `info`: its entries say so.
-    pub fn set_who(&mut self, user: Option<Arc<str>>, info: Option<Arc<String>>) {
+    pub(crate) fn set_who(&mut self, user: Option<Arc<str>>, info: Option<Arc<String>>) {
         let info = listed(info);
         if self.who.user == user && self.who.info == info {
             return;
@@ -459,7 +459,7 @@ impl Membership {
     }
 
     /// The token's `info` the entries carry.
-    pub fn info(&self) -> Option<&Arc<String>> {
+    pub(crate) fn info(&self) -> Option<&Arc<String>> {
         self.who.info.as_ref()
     }
 }

@@ -11,14 +11,14 @@
 //! [`control`]. Which connections are subscribed to each topic is in [`members`], which
 //! presence writes to Redis in a cluster.
 
-pub mod control;
-pub mod ids;
-pub mod join_leave;
-pub mod lease;
-pub mod members;
-pub mod presence;
-pub mod presence_event;
-pub mod upstream;
+pub(crate) mod control;
+pub(crate) mod ids;
+pub(crate) mod join_leave;
+pub(crate) mod lease;
+pub(crate) mod members;
+pub(crate) mod presence;
+pub(crate) mod presence_event;
+pub(crate) mod upstream;
 
 use std::sync::Arc;
 

@@ -47,7 +47,7 @@ const NAME: &str = "redis_presence";
 /// next flush rewrites the node's whole entry.
 const QUEUE: usize = 65_536;
 /// Most `HSCAN`s one page of members takes (a page may end short of its limit after them).
-pub const MAX_SCANS: usize = 64;
+pub(crate) const MAX_SCANS: usize = 64;
 
 /// Where a page of a topic's members starts in the cluster: a node (by id), an `HSCAN`
 /// cursor in its hash of the topic's members, and how many of that scan's members the last

@@ -252,7 +252,7 @@ fn defaults() -> Vec<(&'static str, String)> {
 
 /// Serialized names of the configuration's enums (`recover_or_notify`, `single`, `text`).
 mod erased {
-    pub trait Name {
+    pub(super) trait Name {
         fn name(&self) -> String;
     }
 

@@ -14,7 +14,7 @@ use crate::telemetry::metrics;
 
 /// What the first request on a connection is.
 #[derive(Debug)]
-pub enum Head {
+pub(crate) enum Head {
     /// A request the fast path takes ([`super::FastPath::classify`]): served on the socket.
     Raw(super::RawRequest),
     /// Anything else: give it to hyper, starting with these bytes.
@@ -30,7 +30,7 @@ const MAX_HEADERS: usize = 64;
 /// (without one, every request is `Other`). Bytes past the head stay in `Other`'s buffer for
 /// hyper. A head that is too large or too slow is answered here (431, 408) on every listener
 /// alike.
-pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     timeout: Duration,
     max_bytes: usize,
@@ -134,7 +134,7 @@ pub async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Writes a complete JSON error response and leaves the connection to be closed.
-pub async fn write_status<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn write_status<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     status: StatusCode,
     code: &str,
@@ -153,7 +153,7 @@ pub async fn write_status<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Writes `status` with a JSON `body` and `connection: close`.
-pub async fn write_response<S: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn write_response<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     status: StatusCode,
     extra_headers: &[(&str, &str)],
@@ -191,14 +191,14 @@ pub async fn write_response<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// A stream that first yields bytes already read from it.
 #[derive(Debug)]
-pub struct Rewind<S> {
+pub(crate) struct Rewind<S> {
     prefix: Bytes,
     inner: S,
 }
 
 impl<S> Rewind<S> {
     /// `prefix`, then whatever `inner` yields.
-    pub fn new(prefix: Bytes, inner: S) -> Self {
+    pub(crate) fn new(prefix: Bytes, inner: S) -> Self {
         Self { prefix, inner }
     }
 }

@@ -55,10 +55,10 @@ macro_rules! forward_async_write {
 }
 pub(crate) use forward_async_write;
 
-pub mod head;
-pub mod stalled;
-pub mod stream;
-pub mod tls;
+pub(crate) mod head;
+pub(crate) mod stalled;
+pub(crate) mod stream;
+pub(crate) mod tls;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -99,7 +99,7 @@ const H2_IDLE: Duration = Duration::from_secs(60);
 
 /// The shape of a `GET` request head, for [`FastPath::classify`].
 #[derive(Clone, Copy, Debug)]
-pub struct HeadShape {
+pub(crate) struct HeadShape {
     /// It asks for a protocol upgrade (`Upgrade` header).
     pub upgrade: bool,
     /// It is HTTP/1.1 (not 1.0).
@@ -110,7 +110,7 @@ pub struct HeadShape {
 
 /// A request the fast path took: which of its routes, with the query and headers.
 #[derive(Debug)]
-pub struct RawRequest {
+pub(crate) struct RawRequest {
     /// The route [`FastPath::classify`] answered.
     pub route: &'static str,
     /// The query string, if any.
@@ -121,7 +121,7 @@ pub struct RawRequest {
 
 /// What the transports serve on the socket themselves (HTTP/1.1, plain or TLS, public
 /// listener): the server reads each connection's first request head and asks.
-pub trait FastPath: Send + Sync + std::fmt::Debug {
+pub(crate) trait FastPath: Send + Sync + std::fmt::Debug {
     /// The route that takes a `GET` of `path` with this `shape`, if one does; everything else
     /// goes to hyper and the router.
     fn classify(&self, path: &str, shape: HeadShape) -> Option<&'static str>;
@@ -139,7 +139,7 @@ pub trait FastPath: Send + Sync + std::fmt::Debug {
 
 /// How one listener serves.
 #[derive(Clone, Debug)]
-pub struct ServeOptions {
+pub(crate) struct ServeOptions {
     /// Stops accepting when cancelled and asks open connections to finish.
     pub stop: CancellationToken,
     /// Tracks every connection task.
@@ -166,7 +166,7 @@ pub struct ServeOptions {
 /// [`serve`] (through `TcpListener::from_std` on the runtime that serves it). Tokio's own
 /// `bind` fixes the backlog at 1024: a burst of 256 connects per 100 ms overflows it, and the
 /// clients over it wait a second for their SYN to be sent again.
-pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     // A restarted node binds its port again while the old one's connections linger.
@@ -178,7 +178,7 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<std::net::TcpList
 }
 
 /// Accepts connections on `listener` until `options.stop` is cancelled.
-pub async fn serve(listener: TcpListener, router: Router, options: ServeOptions) {
+pub(crate) async fn serve(listener: TcpListener, router: Router, options: ServeOptions) {
     let permits = options.max_connections.map(|n| Arc::new(Semaphore::new(n)));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     loop {

@@ -16,7 +16,7 @@ use crate::telemetry::metrics;
 
 /// `inner`, whose writes fail once one has waited longer than `timeout`.
 #[derive(Debug)]
-pub struct Stalled<S> {
+pub(crate) struct Stalled<S> {
     inner: S,
     timeout: Duration,
     /// Armed while a write or flush is waiting; boxed, and made on the first wait only.
@@ -26,7 +26,7 @@ pub struct Stalled<S> {
 
 impl<S> Stalled<S> {
     /// Wraps `inner`.
-    pub fn new(inner: S, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: S, timeout: Duration) -> Self {
         Self {
             inner,
             timeout,

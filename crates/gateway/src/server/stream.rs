@@ -11,7 +11,7 @@ use tokio_rustls::server::TlsStream;
 
 /// What a client did on a stream it should only be reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerInput {
+pub(crate) enum PeerInput {
     /// It closed its side, or the connection failed.
     Gone,
     /// It sent this many bytes (read and dropped; 0 on a spurious wake-up).
@@ -21,7 +21,7 @@ pub enum PeerInput {
 /// A client's byte stream as a transport that serves it directly sees it: readable,
 /// writable, and able to say where the client is. [`ClientStream`] in production; an
 /// in-memory pipe in unit tests.
-pub trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub(crate) trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// The client's address, if the socket still knows it.
     fn peer_ip(&self) -> Option<std::net::IpAddr>;
 
@@ -52,7 +52,7 @@ impl PeerStream for tokio::io::DuplexStream {
 
 /// A client connection on the public listener: plain TCP or TLS over it.
 #[derive(Debug)]
-pub enum ClientStream {
+pub(crate) enum ClientStream {
     /// Plain TCP.
     Plain(TcpStream),
     /// TLS (boxed: rustls' connection state is large, and plain connections are the common
@@ -62,7 +62,7 @@ pub enum ClientStream {
 
 impl ClientStream {
     /// Whether the connection negotiated HTTP/2 by ALPN.
-    pub fn is_h2(&self) -> bool {
+    pub(crate) fn is_h2(&self) -> bool {
         match self {
             Self::Plain(_) => false,
             Self::Tls(tls) => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
@@ -70,7 +70,7 @@ impl ClientStream {
     }
 
     /// The client's address, if the socket still knows it.
-    pub fn peer_ip(&self) -> Option<std::net::IpAddr> {
+    pub(crate) fn peer_ip(&self) -> Option<std::net::IpAddr> {
         let tcp = match self {
             Self::Plain(tcp) => tcp,
             Self::Tls(tls) => tls.get_ref().0,
@@ -82,7 +82,7 @@ impl ClientStream {
     /// that expects nothing more from it. What it sent is read (one buffer's worth per call,
     /// so a client that keeps sending cannot hold the thread: the caller decides how much it
     /// tolerates) and dropped. Cancel-safe.
-    pub async fn peer_input(&mut self) -> PeerInput {
+    pub(crate) async fn peer_input(&mut self) -> PeerInput {
         match self {
             Self::Plain(tcp) => plain_peer_input(tcp).await,
             Self::Tls(tls) => match tls.read(&mut [0u8; 256]).await {
@@ -94,7 +94,7 @@ impl ClientStream {
 }
 
 /// [`ClientStream::peer_input`] on a plain TCP socket, which may be shared.
-pub async fn plain_peer_input(tcp: &TcpStream) -> PeerInput {
+pub(crate) async fn plain_peer_input(tcp: &TcpStream) -> PeerInput {
     // `poll_read_ready` keeps one waker slot on the socket; `readable()` would join and leave
     // the socket's waiter list on every wait. It also takes from the task's cooperative
     // budget, so a stream of input yields to other tasks.
@@ -122,7 +122,7 @@ pub async fn plain_peer_input(tcp: &TcpStream) -> PeerInput {
 /// message a client sends instead of two. (`try_read` alone clears readiness only on
 /// `WouldBlock`; `try_io` clears it when its closure says `WouldBlock`, so the closure says
 /// so after a partial read and hands the count out on the side.)
-pub fn poll_read_shared(
+pub(crate) fn poll_read_shared(
     tcp: &TcpStream,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -155,7 +155,7 @@ pub fn poll_read_shared(
 /// One `send(2)` on a shared socket for the topic's fan-out, without tokio's readiness
 /// bookkeeping (a cache miss per socket per message): a `WouldBlock` here leaves tokio's
 /// readiness stale, and the task's own write finds that out with one more `send` of its own.
-pub fn direct_send(socket: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+pub(crate) fn direct_send(socket: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     socket2::SockRef::from(socket).send(buf)
 }
 

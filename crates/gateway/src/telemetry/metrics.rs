@@ -14,68 +14,68 @@ use metrics::{
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Open client connections (gauge), by `transport`.
-pub const CONNECTIONS: &str = "herald_connections";
+pub(crate) const CONNECTIONS: &str = "herald_connections";
 /// Client connections opened, by `transport`.
-pub const CONNECTIONS_OPENED: &str = "herald_connections_opened_total";
+pub(crate) const CONNECTIONS_OPENED: &str = "herald_connections_opened_total";
 /// Client connections closed, by `transport` and `reason`.
-pub const CONNECTIONS_CLOSED: &str = "herald_connections_closed_total";
+pub(crate) const CONNECTIONS_CLOSED: &str = "herald_connections_closed_total";
 /// Connections refused because the gateway held `limits.max_connections`.
-pub const CONNECTIONS_REFUSED: &str = "herald_connections_refused_total";
+pub(crate) const CONNECTIONS_REFUSED: &str = "herald_connections_refused_total";
 /// Messages published, by `source` (`http`, `ws`).
-pub const MESSAGES_PUBLISHED: &str = "herald_messages_published_total";
+pub(crate) const MESSAGES_PUBLISHED: &str = "herald_messages_published_total";
 /// Messages handed to a client connection, by `transport`.
-pub const MESSAGES_DELIVERED: &str = "herald_messages_delivered_total";
+pub(crate) const MESSAGES_DELIVERED: &str = "herald_messages_delivered_total";
 /// Bytes of frames handed to client connections, by `transport`.
-pub const BYTES_SENT: &str = "herald_bytes_sent_total";
+pub(crate) const BYTES_SENT: &str = "herald_bytes_sent_total";
 /// Slow-consumer events, by `outcome` (`recovered`, `lost`, `disconnected`, `coalesced`)
 /// and `namespace` (a configured namespace, `default` for other topics, `none` when a write
 /// timed out, which is no one topic's).
-pub const SLOW_CONSUMERS: &str = "herald_slow_consumer_events_total";
+pub(crate) const SLOW_CONSUMERS: &str = "herald_slow_consumer_events_total";
 /// Join and leave events this node announced (`namespaces.<name>.join_leave`), by `event`
 /// (`join`, `leave`) and `namespace`.
-pub const PRESENCE_EVENTS: &str = "herald_presence_events_total";
+pub(crate) const PRESENCE_EVENTS: &str = "herald_presence_events_total";
 /// Join and leave events this node dropped, by `namespace` and `reason` (`rate`: past
 /// `join_leave_rate` for the topic; `relay`: the queue to the other nodes was full).
-pub const PRESENCE_EVENTS_DROPPED: &str = "herald_presence_events_dropped_total";
+pub(crate) const PRESENCE_EVENTS_DROPPED: &str = "herald_presence_events_dropped_total";
 /// Time from publish to the frame being handed to the connection, by `transport`.
-pub const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
+pub(crate) const DELIVERY_LATENCY: &str = "herald_delivery_latency_seconds";
 /// Topics held by the registry (gauge).
-pub const TOPICS: &str = "herald_topics";
+pub(crate) const TOPICS: &str = "herald_topics";
 /// Distinct prefix patterns subscribed to on this node (gauge), against
 /// `topics.max_patterns`.
-pub const PATTERNS: &str = "herald_patterns";
+pub(crate) const PATTERNS: &str = "herald_patterns";
 /// Whether a bridge is connected and following its log (gauge, 1 or 0), by `bridge`.
-pub const BRIDGE_UP: &str = "herald_bridge_up";
+pub(crate) const BRIDGE_UP: &str = "herald_bridge_up";
 /// Bridge reconnection attempts, by `bridge`.
-pub const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
+pub(crate) const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
 /// Age of the last message read from a bridge's log when it was read (gauge, seconds), by
 /// `bridge`: how far behind the log this node is.
-pub const BRIDGE_LAG: &str = "herald_bridge_lag_seconds";
+pub(crate) const BRIDGE_LAG: &str = "herald_bridge_lag_seconds";
 /// Messages through a bridge, by `bridge` and `direction` (`in`: from the log, `out`: to it).
-pub const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
+pub(crate) const BRIDGE_MESSAGES: &str = "herald_bridge_messages_total";
 /// Client errors answered (bad request, bad frame), by `transport` and `reason`.
-pub const CLIENT_ERRORS: &str = "herald_client_errors_total";
+pub(crate) const CLIENT_ERRORS: &str = "herald_client_errors_total";
 /// TLS certificate reloads (SIGHUP), by `result` (`ok`, `error`).
-pub const TLS_RELOADS: &str = "herald_tls_reloads_total";
+pub(crate) const TLS_RELOADS: &str = "herald_tls_reloads_total";
 /// Connection tasks that panicked (caught, logged, the connection closed), by `task`.
-pub const TASK_PANICS: &str = "herald_task_panics_total";
+pub(crate) const TASK_PANICS: &str = "herald_task_panics_total";
 /// Always 1, labelled with the running `version` (gauge).
-pub const BUILD_INFO: &str = "herald_build_info";
+pub(crate) const BUILD_INFO: &str = "herald_build_info";
 /// Whether `/readyz` answers 200 (gauge, 1 or 0), as of the last scrape.
-pub const READY: &str = "herald_ready";
+pub(crate) const READY: &str = "herald_ready";
 /// Whether the node is draining after SIGTERM (gauge, 1 or 0), as of the last scrape.
-pub const DRAINING: &str = "herald_draining";
+pub(crate) const DRAINING: &str = "herald_draining";
 /// `limits.max_connections`: open connections the public listener takes (gauge).
-pub const CONNECTIONS_MAX: &str = "herald_connections_max";
+pub(crate) const CONNECTIONS_MAX: &str = "herald_connections_max";
 
 /// Hook requests to the application's backend, by `hook` (`connect`, `subscribe`,
 /// `publish`, `refresh`) and `result` (`allow`, `deny`, `unavailable`, `timeout`,
 /// `overloaded`: not called, `hooks.max_in_flight` reached).
-pub const HOOK_REQUESTS: &str = "herald_hook_requests_total";
+pub(crate) const HOOK_REQUESTS: &str = "herald_hook_requests_total";
 /// Time a hook took to answer (or fail), by `hook`.
-pub const HOOK_DURATION: &str = "herald_hook_duration_seconds";
+pub(crate) const HOOK_DURATION: &str = "herald_hook_duration_seconds";
 /// Hook requests waiting for an answer (gauge).
-pub const HOOKS_IN_FLIGHT: &str = "herald_hooks_in_flight";
+pub(crate) const HOOKS_IN_FLIGHT: &str = "herald_hooks_in_flight";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -117,7 +117,7 @@ pub fn install() -> PrometheusHandle {
 /// gateway's `/metrics` counts its own connections and messages only. Made once per gateway
 /// and kept for the life of the process (a few kilobytes).
 #[derive(Debug)]
-pub struct Scope {
+pub(crate) struct Scope {
     recorder: metrics_exporter_prometheus::PrometheusRecorder,
     handle: PrometheusHandle,
     transports: OnceLock<[TransportMetrics; 3]>,
@@ -129,7 +129,7 @@ thread_local! {
 
 impl Scope {
     /// A fresh recorder, described.
-    pub fn new() -> &'static Self {
+    pub(crate) fn new() -> &'static Self {
         let recorder = recorder();
         let scope: &'static Self = Box::leak(Box::new(Self {
             handle: recorder.handle(),
@@ -142,7 +142,7 @@ impl Scope {
 
     /// Makes this the recorder of the calling thread for the rest of its life (a runtime's
     /// `on_thread_start`).
-    pub fn enter(&'static self) {
+    pub(crate) fn enter(&'static self) {
         std::mem::forget(metrics::set_default_local_recorder(&self.recorder));
         SCOPE.with(|s| s.set(Some(self)));
     }
@@ -150,7 +150,7 @@ impl Scope {
 
 /// The handle that renders the recorder this thread records into: its gateway's
 /// [`Scope`], else the process-wide one ([`install`]).
-pub fn current() -> PrometheusHandle {
+pub(crate) fn current() -> PrometheusHandle {
     match SCOPE.with(std::cell::Cell::get) {
         Some(scope) => scope.handle.clone(),
         None => install(),
@@ -251,7 +251,7 @@ impl Transport {
 
 /// The per-delivery handles of one transport.
 #[derive(Debug)]
-pub struct TransportMetrics {
+pub(crate) struct TransportMetrics {
     transport: Transport,
     connections: Gauge,
     opened: Counter,
@@ -262,7 +262,7 @@ pub struct TransportMetrics {
 
 /// The handles of `transport`, resolved once per recorder: the thread's [`Scope`]'s, else
 /// the process-wide one's (after [`install`]).
-pub fn transport(transport: Transport) -> &'static TransportMetrics {
+pub(crate) fn transport(transport: Transport) -> &'static TransportMetrics {
     static CELLS: OnceLock<[TransportMetrics; 3]> = OnceLock::new();
     let cells = match SCOPE.with(std::cell::Cell::get) {
         Some(scope) => scope.transports.get_or_init(transport_handles),
@@ -287,19 +287,19 @@ fn transport_handles() -> [TransportMetrics; 3] {
 
 impl TransportMetrics {
     /// Counts one delivered message of `bytes` bytes, published `since_publish` ago.
-    pub fn delivered(&self, bytes: usize, since_publish: Duration) {
+    pub(crate) fn delivered(&self, bytes: usize, since_publish: Duration) {
         self.delivered.increment(1);
         self.bytes.increment(bytes as u64);
         self.latency.record(since_publish.as_secs_f64());
     }
 
     /// Counts bytes that are not a message (heartbeats, control frames).
-    pub fn sent(&self, bytes: usize) {
+    pub(crate) fn sent(&self, bytes: usize) {
         self.bytes.increment(bytes as u64);
     }
 
     /// Opens a connection; the guard counts it closed with its reason when dropped.
-    pub fn open(&'static self) -> ConnectionGuard {
+    pub(crate) fn open(&'static self) -> ConnectionGuard {
         self.connections.increment(1.0);
         self.opened.increment(1);
         ConnectionGuard {
@@ -361,24 +361,24 @@ impl CloseReason {
 
 /// Keeps a connection counted as open; counts it closed on drop.
 #[derive(Debug)]
-pub struct ConnectionGuard {
+pub(crate) struct ConnectionGuard {
     metrics: &'static TransportMetrics,
     reason: CloseReason,
 }
 
 impl ConnectionGuard {
     /// Sets the reason reported when the connection closes.
-    pub fn closing(&mut self, reason: CloseReason) {
+    pub(crate) fn closing(&mut self, reason: CloseReason) {
         self.reason = reason;
     }
 
     /// The reason it will be counted closed for.
-    pub fn reason(&self) -> CloseReason {
+    pub(crate) fn reason(&self) -> CloseReason {
         self.reason
     }
 
     /// The connection's transport.
-    pub fn transport(&self) -> Transport {
+    pub(crate) fn transport(&self) -> Transport {
         self.metrics.transport
     }
 }
@@ -392,103 +392,103 @@ impl Drop for ConnectionGuard {
 }
 
 /// Counts a slow-consumer event that is no one topic's (a write that timed out).
-pub fn slow_consumer(outcome: &'static str) {
+pub(crate) fn slow_consumer(outcome: &'static str) {
     slow_consumer_in(outcome, "none");
 }
 
 /// Counts a slow-consumer event on a topic of `namespace` (a configured namespace's name, or
 /// `default`: the label's values are bounded by the configuration).
-pub fn slow_consumer_in(outcome: &'static str, namespace: &str) {
+pub(crate) fn slow_consumer_in(outcome: &'static str, namespace: &str) {
     counter!(SLOW_CONSUMERS, "outcome" => outcome, "namespace" => namespace.to_owned())
         .increment(1);
 }
 
 /// Counts a join or leave event (`event`) announced on a topic of `namespace` (a configured
 /// one).
-pub fn presence_event(event: &'static str, namespace: &str) {
+pub(crate) fn presence_event(event: &'static str, namespace: &str) {
     counter!(PRESENCE_EVENTS, "event" => event, "namespace" => namespace.to_owned()).increment(1);
 }
 
 /// Counts a join or leave event dropped on a topic of `namespace` (a configured one) for
 /// `reason` (`rate`, `relay`).
-pub fn presence_event_dropped(reason: &'static str, namespace: &str) {
+pub(crate) fn presence_event_dropped(reason: &'static str, namespace: &str) {
     counter!(PRESENCE_EVENTS_DROPPED, "reason" => reason, "namespace" => namespace.to_owned())
         .increment(1);
 }
 
 /// Counts a connection refused at the connection limit.
-pub fn connection_refused(reason: &'static str) {
+pub(crate) fn connection_refused(reason: &'static str) {
     counter!(CONNECTIONS_REFUSED, "reason" => reason).increment(1);
 }
 
 /// Sets the topic gauge.
-pub fn topics(count: usize) {
+pub(crate) fn topics(count: usize) {
     gauge!(TOPICS).set(count as f64);
 }
 
 /// Sets the pattern gauge.
-pub fn patterns(count: usize) {
+pub(crate) fn patterns(count: usize) {
     gauge!(PATTERNS).set(count as f64);
 }
 
 /// Counts a published message.
-pub fn published(source: &'static str) {
+pub(crate) fn published(source: &'static str) {
     counter!(MESSAGES_PUBLISHED, "source" => source).increment(1);
 }
 
 /// Counts a connection task that panicked.
-pub fn task_panic(task: &'static str) {
+pub(crate) fn task_panic(task: &'static str) {
     counter!(TASK_PANICS, "task" => task).increment(1);
 }
 
 /// Counts a TLS certificate reload.
-pub fn tls_reload(result: &'static str) {
+pub(crate) fn tls_reload(result: &'static str) {
     counter!(TLS_RELOADS, "result" => result).increment(1);
 }
 
 /// Sets the node's readiness, drain and connection-limit gauges (on each scrape).
-pub fn node_state(ready: bool, draining: bool, max_connections: usize) {
+pub(crate) fn node_state(ready: bool, draining: bool, max_connections: usize) {
     gauge!(READY).set(f64::from(u8::from(ready)));
     gauge!(DRAINING).set(f64::from(u8::from(draining)));
     gauge!(CONNECTIONS_MAX).set(max_connections as f64);
 }
 
 /// Counts a client error answered.
-pub fn client_error(transport: &'static str, reason: &'static str) {
+pub(crate) fn client_error(transport: &'static str, reason: &'static str) {
     counter!(CLIENT_ERRORS, "transport" => transport, "reason" => reason).increment(1);
 }
 
 /// Sets whether `bridge` is up.
-pub fn bridge_up(bridge: &'static str, up: bool) {
+pub(crate) fn bridge_up(bridge: &'static str, up: bool) {
     gauge!(BRIDGE_UP, "bridge" => bridge).set(if up { 1.0 } else { 0.0 });
 }
 
 /// Counts a reconnection attempt of `bridge`.
-pub fn bridge_reconnect(bridge: &'static str) {
+pub(crate) fn bridge_reconnect(bridge: &'static str) {
     counter!(BRIDGE_RECONNECTS, "bridge" => bridge).increment(1);
 }
 
 /// Counts a message through `bridge` (`direction`: `in` or `out`).
-pub fn bridge_message(bridge: &'static str, direction: &'static str) {
+pub(crate) fn bridge_message(bridge: &'static str, direction: &'static str) {
     counter!(BRIDGE_MESSAGES, "bridge" => bridge, "direction" => direction).increment(1);
 }
 
 /// Records how old (`age_ms`) the message just read from `bridge`'s log was.
-pub fn bridge_lag(bridge: &'static str, age_ms: u64) {
+pub(crate) fn bridge_lag(bridge: &'static str, age_ms: u64) {
     gauge!(BRIDGE_LAG, "bridge" => bridge).set(age_ms as f64 / 1000.0);
 }
 
 /// Counts a hook request's `result`.
-pub fn hook_request(hook: &'static str, result: &'static str) {
+pub(crate) fn hook_request(hook: &'static str, result: &'static str) {
     counter!(HOOK_REQUESTS, "hook" => hook, "result" => result).increment(1);
 }
 
 /// Records how long a hook took.
-pub fn hook_duration(hook: &'static str, took: Duration) {
+pub(crate) fn hook_duration(hook: &'static str, took: Duration) {
     histogram!(HOOK_DURATION, "hook" => hook).record(took.as_secs_f64());
 }
 
 /// The gauge of hook requests in flight.
-pub fn hooks_in_flight() -> Gauge {
+pub(crate) fn hooks_in_flight() -> Gauge {
     gauge!(HOOKS_IN_FLIGHT)
 }

@@ -1,7 +1,7 @@
 //! Logs (`tracing`) and metrics (`metrics` with the Prometheus exporter).
 
-pub mod metrics;
-pub mod process;
+pub(crate) mod metrics;
+pub(crate) mod process;
 
 use tracing_subscriber::EnvFilter;
 

@@ -13,11 +13,11 @@ fn collector() -> &'static Collector {
 }
 
 /// Describes the process metrics (once, with the recorder).
-pub fn describe() {
+pub(crate) fn describe() {
     collector().describe();
 }
 
 /// Reads the process's figures into the metrics (on each scrape).
-pub fn collect() {
+pub(crate) fn collect() {
     collector().collect();
 }

@@ -15,7 +15,7 @@ use crate::hooks::{Caller, Forwarded, Hook, SubscribeVerdict};
 /// A subscribe request given as a URL query (SSE and long-poll):
 /// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...&format=...`.
 #[derive(Debug, Default)]
-pub struct SubscribeQuery {
+pub(crate) struct SubscribeQuery {
     /// The topics, in order, without duplicates.
     pub topics: Vec<TopicName>,
     /// `lastEventId`: resume list for clients that cannot set the `Last-Event-ID` header.
@@ -40,7 +40,7 @@ impl SubscribeQuery {
     /// Parses the query; unknown parameters are ignored (cache busters and the like). A
     /// query without a topic is refused unless `topics_may_come` (the connect hook may give
     /// them; [`authorize`] checks again).
-    pub fn parse(
+    pub(crate) fn parse(
         query: Option<&str>,
         max_topics: usize,
         topics_may_come: bool,
@@ -204,7 +204,7 @@ pub(crate) async fn authorize(
 /// application's subscribe hook decides when it is configured; otherwise, or when it is
 /// unavailable and `hooks.on_unavailable = "allow"`, the token rules do. The one decision
 /// for every transport (SSE, long-poll, the WebSocket `subscribe` command).
-pub async fn may_subscribe(
+pub(crate) async fn may_subscribe(
     state: &AppState,
     caller: &Caller<'_>,
     topics: &[&str],
@@ -280,7 +280,7 @@ fn no_topic() -> ApiError {
 
 /// The client's address, as the accept loop attached it to the request (unspecified when
 /// a request is served without one, as in router tests).
-pub fn peer_ip<B>(request: &axum::http::Request<B>) -> std::net::IpAddr {
+pub(crate) fn peer_ip<B>(request: &axum::http::Request<B>) -> std::net::IpAddr {
     request
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()

@@ -7,7 +7,7 @@ use herald_core::TopicName;
 /// What a feed event means for a client, whatever its transport; each transport writes it
 /// in its own framing (SSE event, WebSocket frame, poll entry).
 #[derive(Debug)]
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// Deliver the message.
     Message(Arc<herald_core::Message>),
     /// Tell the client that messages of `topic` were lost (JSON: [`lost_json`]).
@@ -31,7 +31,7 @@ pub enum Delivery {
 
 /// Maps a feed event to what the client sees, counting the slow-consumer outcomes in one
 /// place for every transport.
-pub fn deliver(
+pub(crate) fn deliver(
     event: herald_core::FeedEvent,
     transport: &'static str,
     config: &crate::Config,
@@ -70,6 +70,6 @@ pub fn deliver(
 }
 
 /// The JSON of a loss signal: `{"topic":..,"reason":..}`.
-pub fn lost_json(topic: &TopicName, reason: herald_core::LossReason) -> String {
+pub(crate) fn lost_json(topic: &TopicName, reason: herald_core::LossReason) -> String {
     format!(r#"{{"topic":"{topic}","reason":"{}"}}"#, reason.as_str())
 }

@@ -8,7 +8,10 @@ use crate::error::ApiError;
 /// When a keep-alive timer (a WebSocket ping, an SSE heartbeat) with interval `every`, last
 /// reset at `after`, fires: the first point at or after `after + every` of a grid shared by
 /// every connection ([`on_grid`]).
-pub fn next_keep_alive(after: tokio::time::Instant, every: Duration) -> tokio::time::Instant {
+pub(crate) fn next_keep_alive(
+    after: tokio::time::Instant,
+    every: Duration,
+) -> tokio::time::Instant {
     on_grid(after + every, every)
 }
 
@@ -33,7 +36,11 @@ fn on_grid(at: tokio::time::Instant, every: Duration) -> tokio::time::Instant {
 
 /// A heartbeat interval a client asked for, `seconds`, if it lies within `[min, max]`
 /// (`sse.min_heartbeat`..`sse.max_heartbeat`, `ws.min_ping_interval`..`ws.max_ping_interval`).
-pub fn asked_interval(seconds: f64, min: Duration, max: Duration) -> Result<Duration, ApiError> {
+pub(crate) fn asked_interval(
+    seconds: f64,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, ApiError> {
     Duration::try_from_secs_f64(seconds)
         .ok()
         .filter(|d| (min..=max).contains(d))
@@ -50,7 +57,7 @@ pub fn asked_interval(seconds: f64, min: Duration, max: Duration) -> Result<Dura
 }
 
 /// A random duration up to `max`, to spread reconnections.
-pub fn jitter(max: std::time::Duration) -> std::time::Duration {
+pub(crate) fn jitter(max: std::time::Duration) -> std::time::Duration {
     let ms = max.as_millis().min(u64::MAX as u128) as u64;
     std::time::Duration::from_millis(if ms == 0 {
         0

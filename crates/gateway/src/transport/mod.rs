@@ -8,22 +8,19 @@ pub(crate) mod answer;
 pub(crate) mod cors;
 pub(crate) mod deliver;
 pub(crate) mod keep_alive;
-pub mod poll;
-pub mod sse;
+pub(crate) mod poll;
+pub(crate) mod sse;
 pub(crate) mod topics;
-pub mod ws;
+pub(crate) mod ws;
 
-pub use access::{SubscribeQuery, may_subscribe, peer_ip};
-pub use deliver::{Delivery, deliver, lost_json};
-pub use keep_alive::{asked_interval, jitter, next_keep_alive};
-pub use topics::{
-    Charges, feed_error, open_feed, pattern_charge, start_of, subscribe_from_server,
-    topic_for_subscriber, unsubscribe_from_server,
-};
+pub(crate) use access::{SubscribeQuery, may_subscribe, peer_ip};
+pub(crate) use deliver::{Delivery, deliver, lost_json};
+pub(crate) use keep_alive::{asked_interval, jitter, next_keep_alive};
+pub(crate) use topics::{open_feed, start_of, subscribe_from_server, unsubscribe_from_server};
 
 /// The form of an SSE stream's messages (`format` query parameter).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// `format=text` (the default): `event:` when named, the payload as `data:` lines, as a
     /// browser's `EventSource` expects it.
     #[default]

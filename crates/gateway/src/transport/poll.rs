@@ -20,7 +20,7 @@ use crate::error::ApiError;
 use crate::telemetry::metrics::{self, CloseReason, Transport};
 
 /// Answers one poll: `{"messages":[...],"lost":[...],"cursor":"..."}`.
-pub async fn handler(
+pub(crate) async fn handler(
     State(state): State<AppState>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {

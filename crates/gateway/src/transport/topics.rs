@@ -14,12 +14,12 @@ use crate::limits::QuotaCharge;
 
 /// The topics a subscription created, charged to its client while it lasts (see
 /// [`crate::limits::TopicQuota`]).
-pub type Charges = Vec<QuotaCharge>;
+pub(crate) type Charges = Vec<QuotaCharge>;
 
 /// The topic `name` for a subscription by `client` (a [`crate::limits::publisher_key`]):
 /// found, or created, in which case the client is charged for it (the charge is returned,
 /// to be held as long as the subscription).
-pub fn topic_for_subscriber(
+pub(crate) fn topic_for_subscriber(
     state: &AppState,
     name: &TopicName,
     client: &str,
@@ -37,7 +37,7 @@ pub fn topic_for_subscriber(
 /// a topic, so it counts against a per-client quota of its own
 /// (`limits.max_new_patterns_per_client`), and a few clients cannot take the node's
 /// `topics.max_patterns` from everyone else.
-pub fn pattern_charge(
+pub(crate) fn pattern_charge(
     state: &AppState,
     pattern: &TopicName,
     client: &str,
@@ -218,7 +218,7 @@ fn add_patterns(
 /// `after`), created when new and not charged to the client ([`Asker::Server`]); all or
 /// nothing within the connection's topic limit. Returns each added topic with its starting
 /// position.
-pub fn subscribe_from_server(
+pub(crate) fn subscribe_from_server(
     state: &AppState,
     feed: &mut Feed,
     topics: &[String],
@@ -236,7 +236,7 @@ pub fn subscribe_from_server(
 }
 
 /// A server-side unsubscription: the topics of `topics` that `feed` held, now dropped.
-pub fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec<String> {
+pub(crate) fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec<String> {
     topics
         .iter()
         .filter(|t| feed.unsubscribe(t))
@@ -249,7 +249,7 @@ pub fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec<String
 /// the charges for the topics it created. A pattern among `topics` (`orders.*`) resumes the
 /// topics of `resume` it matches and delivers the others it matches live
 /// ([`Feed::subscribe_pattern`]; `last` does not apply to it).
-pub fn open_feed(
+pub(crate) fn open_feed(
     state: &AppState,
     topics: &[TopicName],
     resume: &ResumeList,
@@ -265,7 +265,7 @@ pub fn open_feed(
 
 /// A feed's refusal: the connection's limit (`400 too_many_topics`) or the node's
 /// (`503 topic_limit`).
-pub fn feed_error(e: herald_core::FeedError) -> ApiError {
+pub(crate) fn feed_error(e: herald_core::FeedError) -> ApiError {
     match e {
         herald_core::FeedError::Registry(e) => e.into(),
         other => ApiError::bad_request("too_many_topics", other.to_string()),
@@ -274,7 +274,7 @@ pub fn feed_error(e: herald_core::FeedError) -> ApiError {
 
 /// Where a subscription starts: after the client's cursor when it gave one, else with the
 /// newest `last` messages when it asked for them, else live.
-pub fn start_of(cursor: Option<Cursor>, last: Option<usize>) -> Start {
+pub(crate) fn start_of(cursor: Option<Cursor>, last: Option<usize>) -> Start {
     match (cursor, last) {
         (Some(cursor), _) => Start::After(cursor),
         (None, Some(n)) => Start::Last(n),

@@ -386,7 +386,7 @@ async fn a_panicking_connection_task_is_counted() {
     let spawner = tracker.clone();
     gw.runtime()
         .spawn(async move {
-            herald_gateway::shutdown::spawn_connection(&spawner, "test", async {
+            herald_gateway::spawn_connection(&spawner, "test", async {
                 panic!("a bug in a connection task");
             });
         })

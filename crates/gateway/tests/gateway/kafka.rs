@@ -263,8 +263,8 @@ async fn client_events_are_produced_upstream_with_headers() {
     // A cluster-unique id: a Kafka-only node's number is a hash of its node id.
     let id: u64 = connection.parse().expect("a decimal connection id");
     assert_eq!(
-        herald_gateway::cluster::ids::node_of(id),
-        herald_gateway::cluster::ids::ConnectionIds::hashed(&node)
+        herald_gateway::node_of(id),
+        herald_gateway::ConnectionIds::hashed(&node)
     );
     for (_, headers, _) in &seen {
         assert_eq!(headers["herald-connection"], connection);

@@ -367,7 +367,7 @@ fn bad_namespaces_are_refused_with_the_key_named() {
         (
             "ok",
             NamespaceConfig {
-                hooks: Some(vec![herald_gateway::hooks::Hook::Connect]),
+                hooks: Some(vec![herald_gateway::config::hooks::Hook::Connect]),
                 ..Default::default()
             },
             "namespaces.ok.hooks",

@@ -333,7 +333,7 @@ async fn the_router_serves_sse_through_hyper_too() {
         config,
         tokio_util::sync::CancellationToken::new(),
         tokio_util::task::TaskTracker::new(),
-        herald_gateway::telemetry::metrics::install(),
+        herald_gateway::install_metrics(),
     )
     .unwrap();
     let response = herald_gateway::public_router(state.clone())

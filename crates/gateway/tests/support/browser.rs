@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Whether `HERALD_SKIP_BROWSER=1` asks to skip the browser tests (said on stderr).
-pub fn skip() -> bool {
+pub(crate) fn skip() -> bool {
     let skip = std::env::var("HERALD_SKIP_BROWSER").as_deref() == Ok("1");
     if skip {
         eprintln!("HERALD_SKIP_BROWSER=1: browser test skipped");
@@ -15,7 +15,7 @@ pub fn skip() -> bool {
 }
 
 /// The browser tests' directory, once Chromium and playwright-core are known to be there.
-pub fn browser_dir() -> PathBuf {
+pub(crate) fn browser_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     let chromium = std::env::var("HERALD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
@@ -32,7 +32,12 @@ pub fn browser_dir() -> PathBuf {
 
 /// Runs `node <script> <args>` in `dir` with `env`, and returns what it printed; fails with
 /// its output unless it exits 0.
-pub fn run_node(dir: &Path, script: &str, args: &[String], env: &[(&str, &OsStr)]) -> String {
+pub(crate) fn run_node(
+    dir: &Path,
+    script: &str,
+    args: &[String],
+    env: &[(&str, &OsStr)],
+) -> String {
     let mut command = Command::new("node");
     command.arg(script).args(args).current_dir(dir);
     for (k, v) in env {

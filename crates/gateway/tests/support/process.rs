@@ -13,7 +13,7 @@ use std::sync::mpsc::Receiver;
 
 /// The `herald` binary, with none of the caller's `HERALD_*` variables (the test sets
 /// what it means to).
-pub fn herald() -> Command {
+pub(crate) fn herald() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
     for (key, _) in std::env::vars() {
         if key.starts_with("HERALD_") {
@@ -24,7 +24,7 @@ pub fn herald() -> Command {
 }
 
 /// A running `herald`, killed when dropped.
-pub struct Herald {
+pub(crate) struct Herald {
     /// The process.
     pub child: Child,
     /// Where its public listener is bound.
@@ -38,7 +38,7 @@ pub struct Herald {
 impl Herald {
     /// Starts `command` (a `herald` with its listen addresses) logging JSON at `info`, and
     /// returns once it says where it listens. Panics with what it said if it exits first.
-    pub fn start(mut command: Command) -> Herald {
+    pub(crate) fn start(mut command: Command) -> Herald {
         let mut child = command
             .args(["--log-format", "json", "--log-filter", "info"])
             .stdout(Stdio::null())

@@ -15,7 +15,7 @@ use crate::error::ConnError;
 /// only needs the 4-tuple to be unique: the bind is cheap (a plain `bind(ip:0)` searches for a
 /// port no other socket holds, which costs O(sockets) and dominated kernel time at 30k
 /// sockets) and a port can be reused towards different servers.
-pub async fn dial(
+pub(crate) async fn dial(
     addr: SocketAddr,
     source: Option<IpAddr>,
     timeout: Duration,

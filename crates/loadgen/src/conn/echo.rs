@@ -55,7 +55,7 @@ fn answer(bytes: &[u8], raw: bool, ctx: &ConnCtx, hint: usize, now: u64, tracker
 }
 
 /// An echo client before it is connected.
-pub struct Echo {
+pub(crate) struct Echo {
     conn: u64,
     raw: bool,
     size: usize,
@@ -64,7 +64,7 @@ pub struct Echo {
 
 impl Echo {
     /// Client `conn`: `raw` text frames of `size` bytes, `rate` requests per second.
-    pub fn new(conn: u64, raw: bool, size: usize, rate: f64) -> Self {
+    pub(crate) fn new(conn: u64, raw: bool, size: usize, rate: f64) -> Self {
         let period = if rate > 0.0 && rate.is_finite() {
             Duration::from_secs_f64((1.0 / rate).min(3600.0))
         } else {
@@ -100,7 +100,7 @@ impl Client for Echo {
 }
 
 /// A ready echo client: sends from the start of the measured phase until quiesce.
-pub struct EchoSession {
+pub(crate) struct EchoSession {
     ws: Ws,
     client: Echo,
     tracker: SeqTracker,
@@ -110,7 +110,7 @@ pub struct EchoSession {
 }
 
 /// What an echo client reacts to.
-pub enum EchoEvent {
+pub(crate) enum EchoEvent {
     /// The measured phase began.
     Start,
     /// Sending must stop.

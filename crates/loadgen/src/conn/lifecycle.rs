@@ -19,7 +19,7 @@ use crate::spec::WorkerSpec;
 use crate::target::Target;
 
 /// A client kind before it is connected: how it turns a socket into a ready [`Session`].
-pub trait Client: Send {
+pub(crate) trait Client: Send {
     /// The connection once ready.
     type Session: Session;
 
@@ -39,7 +39,7 @@ pub trait Client: Send {
 }
 
 /// A ready connection: the per-protocol part of the read loop.
-pub trait Session: Send {
+pub(crate) trait Session: Send {
     /// Something that happened on the connection (bytes read, a frame, a timer).
     type Event: Send;
 
@@ -63,7 +63,12 @@ pub trait Session: Send {
 
 /// Runs connection `conn` of the worker until the run stops it, its hold time ends (churn),
 /// or it fails.
-pub async fn run<C: Client>(ctx: Arc<ConnCtx>, conn: u64, role: Role, client: C) -> ConnOutcome {
+pub(crate) async fn run<C: Client>(
+    ctx: Arc<ConnCtx>,
+    conn: u64,
+    role: Role,
+    client: C,
+) -> ConnOutcome {
     let spec = &ctx.spec;
     let stats = &ctx.stats;
     let churn = matches!(role, Role::Churn { .. });

@@ -1,12 +1,12 @@
 //! Client connections: dialing, one connection lifecycle ([`lifecycle::run`]), and the
 //! per-protocol part of each client kind (`sse`, `ws`, `echo`).
 
-pub mod dial;
-pub mod echo;
-pub mod lifecycle;
-pub mod receiver;
-pub mod sse;
-pub mod ws;
+pub(crate) mod dial;
+pub(crate) mod echo;
+pub(crate) mod lifecycle;
+pub(crate) mod receiver;
+pub(crate) mod sse;
+pub(crate) mod ws;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -21,7 +21,7 @@ use crate::stats::Stats;
 
 /// Shared state of a worker's connection tasks.
 #[derive(Debug)]
-pub struct ConnCtx {
+pub(crate) struct ConnCtx {
     /// The worker's spec.
     pub spec: Arc<WorkerSpec>,
     /// Counters.
@@ -40,7 +40,7 @@ pub struct ConnCtx {
 
 /// Main client, or a churn client that leaves after `hold`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// A main client: stays until the run ends.
     Main,
     /// A churn client.
@@ -52,7 +52,7 @@ pub enum Role {
 
 /// What a connection task hands back when it ends.
 #[derive(Debug, Default)]
-pub struct ConnOutcome {
+pub(crate) struct ConnOutcome {
     /// It became ready.
     pub ready: bool,
     /// It was ready before the measured phase began.
@@ -66,7 +66,7 @@ pub struct ConnOutcome {
 }
 
 /// Topics of connection `conn` as (index, name).
-pub fn topics_of(spec: &WorkerSpec, conn: u64) -> Vec<(u32, String)> {
+pub(crate) fn topics_of(spec: &WorkerSpec, conn: u64) -> Vec<(u32, String)> {
     spec.topics
         .topics_for(conn)
         .into_iter()
@@ -75,7 +75,7 @@ pub fn topics_of(spec: &WorkerSpec, conn: u64) -> Vec<(u32, String)> {
 }
 
 /// Sleeps for `hold` for churn clients; never completes for main clients.
-pub async fn hold_timer(role: Role) {
+pub(crate) async fn hold_timer(role: Role) {
     match role {
         Role::Main => std::future::pending::<()>().await,
         Role::Churn { hold } => tokio::time::sleep(hold).await,

@@ -17,7 +17,7 @@ struct TopicState {
 
 /// Counts what one connection receives; counters are batched locally and flushed after
 /// every read so that shared atomics are touched once per read, not once per message.
-pub struct Receiver {
+pub(crate) struct Receiver {
     stats: Arc<Stats>,
     hint: usize,
     churn: bool,
@@ -34,7 +34,7 @@ impl Receiver {
     ///
     /// `foreign_ts` normalizes `ts` values of unknown unit (raw mode); `churn` sends counts to
     /// the churn counters and skips sequence tracking.
-    pub fn new(
+    pub(crate) fn new(
         stats: Arc<Stats>,
         hint: usize,
         topics: Vec<(u32, String)>,
@@ -71,7 +71,7 @@ impl Receiver {
     }
 
     /// One delivered message with payload `data`; `topic` if the frame named it.
-    pub fn on_message(&mut self, topic: Option<&str>, data: &[u8], now_us: u64) {
+    pub(crate) fn on_message(&mut self, topic: Option<&str>, data: &[u8], now_us: u64) {
         let fields = payload::scan(data);
         self.deliveries += 1;
         self.bytes += data.len() as u64;
@@ -100,7 +100,7 @@ impl Receiver {
     }
 
     /// A loss notification, for `topic` if named.
-    pub fn on_lost(&mut self, topic: Option<&str>) {
+    pub(crate) fn on_lost(&mut self, topic: Option<&str>) {
         self.lost += 1;
         if let Some(i) = self.topic_slot(topic) {
             self.topics[i].lost += 1;
@@ -108,7 +108,7 @@ impl Receiver {
     }
 
     /// Adds the batched counts to the shared counters.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         let s = &self.stats;
         if self.deliveries > 0 {
             if self.churn {
@@ -131,7 +131,7 @@ impl Receiver {
     }
 
     /// Per-topic trackers, for the final accounting.
-    pub fn into_topics(mut self) -> Vec<(u32, SeqTracker, u64)> {
+    pub(crate) fn into_topics(mut self) -> Vec<(u32, SeqTracker, u64)> {
         self.flush();
         std::mem::take(&mut self.topics)
             .into_iter()

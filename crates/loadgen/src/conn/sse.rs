@@ -26,7 +26,7 @@ enum Body {
 }
 
 /// Builds the request for `topics` (names) on `target`.
-pub fn request(target: &Target, param: &str, topics: &[String]) -> String {
+pub(crate) fn request(target: &Target, param: &str, topics: &[String]) -> String {
     let params: Vec<(&str, &str)> = topics.iter().map(|t| (param, t.as_str())).collect();
     format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\nUser-Agent: herald-loadgen\r\n\r\n",
@@ -36,7 +36,7 @@ pub fn request(target: &Target, param: &str, topics: &[String]) -> String {
 }
 
 /// An SSE subscriber before it is connected.
-pub struct Sse {
+pub(crate) struct Sse {
     topics: Vec<(u32, String)>,
     hint: usize,
     churn: bool,
@@ -44,7 +44,7 @@ pub struct Sse {
 
 impl Sse {
     /// Subscriber `conn` of the worker.
-    pub fn new(ctx: &ConnCtx, conn: u64, role: Role) -> Self {
+    pub(crate) fn new(ctx: &ConnCtx, conn: u64, role: Role) -> Self {
         Self {
             topics: topics_of(&ctx.spec, conn),
             hint: conn as usize,
@@ -117,7 +117,7 @@ impl Client for Sse {
 }
 
 /// A ready SSE subscriber.
-pub struct SseSession {
+pub(crate) struct SseSession {
     stream: TcpStream,
     /// Body bytes that came with the response head.
     leftover: Vec<u8>,

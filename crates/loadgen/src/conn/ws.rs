@@ -20,11 +20,11 @@ use crate::spec::WorkerSpec;
 use crate::target::Target;
 
 /// A WebSocket client stream.
-pub type Ws = WebSocketStream<TcpStream>;
+pub(crate) type Ws = WebSocketStream<TcpStream>;
 
 /// Small buffers: tungstenite allocates its read buffer eagerly, and at 100k connections the
 /// default 128 KiB would cost 12 GiB.
-pub fn ws_config(read_buffer: usize, max_message: usize) -> WebSocketConfig {
+pub(crate) fn ws_config(read_buffer: usize, max_message: usize) -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(read_buffer.max(256))
         .write_buffer_size(0)
@@ -34,7 +34,7 @@ pub fn ws_config(read_buffer: usize, max_message: usize) -> WebSocketConfig {
 }
 
 /// Completes the WebSocket handshake over a connected socket.
-pub async fn handshake(
+pub(crate) async fn handshake(
     spec: &WorkerSpec,
     target: &Target,
     stream: TcpStream,
@@ -57,7 +57,7 @@ pub async fn handshake(
 }
 
 /// Maps a tungstenite error on an open connection.
-pub fn ws_err(e: tokio_tungstenite::tungstenite::Error) -> ConnError {
+pub(crate) fn ws_err(e: tokio_tungstenite::tungstenite::Error) -> ConnError {
     use tokio_tungstenite::tungstenite::Error as E;
     match e {
         E::Io(io) => ConnError::Io(io),
@@ -67,7 +67,7 @@ pub fn ws_err(e: tokio_tungstenite::tungstenite::Error) -> ConnError {
 }
 
 /// Maps a server close frame: 1012/1001 are shutdown/restart, 1008 a slow-consumer kick.
-pub fn close_error(
+pub(crate) fn close_error(
     frame: Option<&tokio_tungstenite::tungstenite::protocol::CloseFrame>,
 ) -> ConnError {
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -79,7 +79,7 @@ pub fn close_error(
 }
 
 /// A data frame, once control frames and ends are dealt with.
-pub enum Data {
+pub(crate) enum Data {
     /// A text frame.
     Text(Utf8Bytes),
     /// A binary frame.
@@ -88,7 +88,7 @@ pub enum Data {
 
 /// Reads what `ws.next()` gave: a data frame, nothing to do (a ping is answered here), or
 /// the end of the connection.
-pub async fn data(
+pub(crate) async fn data(
     ws: &mut Ws,
     msg: Option<Result<Message, WsError>>,
 ) -> Result<Option<Data>, ConnError> {
@@ -105,12 +105,12 @@ pub async fn data(
 }
 
 /// Sends a close frame, waiting briefly for it to go out.
-pub async fn close(ws: &mut Ws) {
+pub(crate) async fn close(ws: &mut Ws) {
     let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
 }
 
 /// A WebSocket subscriber before it is connected.
-pub struct WsClient {
+pub(crate) struct WsClient {
     /// Raw mode: no subscription; every frame counts.
     raw: bool,
     init_frame: Option<String>,
@@ -121,7 +121,7 @@ pub struct WsClient {
 
 impl WsClient {
     /// Subscriber `conn` of the worker; `raw` mode sends `init_frame` instead of subscribing.
-    pub fn new(
+    pub(crate) fn new(
         ctx: &ConnCtx,
         conn: u64,
         role: Role,
@@ -213,7 +213,7 @@ impl Client for WsClient {
 }
 
 /// A ready WebSocket subscriber.
-pub struct WsSession {
+pub(crate) struct WsSession {
     ws: Ws,
     raw: bool,
     rx: Receiver,

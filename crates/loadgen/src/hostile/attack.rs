@@ -2,7 +2,7 @@
 
 /// One kind of attack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Attack {
+pub(crate) enum Attack {
     /// Request lines that are not HTTP/1.1.
     MalformedRequestLine,
     /// Bytes that are not HTTP at all (random, NUL, TLS hello, HTTP/2 preface).
@@ -78,7 +78,7 @@ pub enum Attack {
 
 impl Attack {
     /// Every attack, in catalogue order.
-    pub const ALL: [Attack; 35] = [
+    pub(crate) const ALL: [Attack; 35] = [
         Attack::MalformedRequestLine,
         Attack::GarbageBytes,
         Attack::OversizedHead,
@@ -117,7 +117,7 @@ impl Attack {
     ];
 
     /// Stable snake_case name (reports, `--attacks`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Attack::MalformedRequestLine => "malformed_request_line",
             Attack::GarbageBytes => "garbage_bytes",
@@ -158,22 +158,22 @@ impl Attack {
     }
 
     /// The attack called `name`.
-    pub fn from_name(name: &str) -> Option<Attack> {
+    pub(crate) fn from_name(name: &str) -> Option<Attack> {
         Self::ALL.iter().copied().find(|a| a.name() == name)
     }
 
     /// Holds its connection for seconds (run by a bounded number of loops at once).
-    pub fn is_slow(self) -> bool {
+    pub(crate) fn is_slow(self) -> bool {
         matches!(self, Attack::Slowloris)
     }
 
     /// Part of the default catalogue (where its [`Gate`] is open).
-    pub fn is_default(self) -> bool {
+    pub(crate) fn is_default(self) -> bool {
         !matches!(self, Attack::TopicSpray)
     }
 
     /// What the attack needs to know about the server to make sense.
-    pub fn gate(self) -> Option<Gate> {
+    pub(crate) fn gate(self) -> Option<Gate> {
         match self {
             Attack::WsBadOrigin => Some(Gate::OriginForbidden),
             Attack::AdminCrossSite => Some(Gate::AdminUrl),
@@ -187,7 +187,7 @@ impl Attack {
 
 /// A fact about the server that some attacks need, given by a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// `--origin-forbidden`: an origin the server refuses.
     OriginForbidden,
     /// `--admin-url`: the admin listener's address.
@@ -199,7 +199,7 @@ pub enum Gate {
 
 impl Gate {
     /// The flag that opens it.
-    pub fn flag(self) -> &'static str {
+    pub(crate) fn flag(self) -> &'static str {
         match self {
             Gate::OriginForbidden => "--origin-forbidden",
             Gate::AdminUrl => "--admin-url",
@@ -210,7 +210,7 @@ impl Gate {
 
 /// Which gates a run has open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Gates {
+pub(crate) struct Gates {
     /// `--origin-forbidden` given.
     pub origin_forbidden: bool,
     /// `--admin-url` given.
@@ -221,7 +221,7 @@ pub struct Gates {
 
 impl Gates {
     /// Whether `attack` can run.
-    pub fn open(self, attack: Attack) -> bool {
+    pub(crate) fn open(self, attack: Attack) -> bool {
         match attack.gate() {
             None => true,
             Some(Gate::OriginForbidden) => self.origin_forbidden,

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-pub use super::attack::Attack;
-pub use super::exp::{Exp, is_expected};
+pub(crate) use super::attack::Attack;
+pub(crate) use super::exp::{Exp, is_expected};
 use super::jwt;
 use super::raw::{self, Rng};
 use crate::target::encode_component;
@@ -17,7 +17,7 @@ pub(crate) use trust::TRUST;
 
 /// What the attack does on the wire.
 #[derive(Debug, Clone)]
-pub enum Action {
+pub(crate) enum Action {
     /// Send these bytes (while reading), wait for a response head.
     Http(Vec<u8>),
     /// Send `prefix`, then one byte of `trickle` every `every` until answered.
@@ -57,7 +57,7 @@ pub enum Action {
 
 /// A WebSocket attack: a valid handshake on `target`, then `frames`.
 #[derive(Debug, Clone)]
-pub struct WsAttack {
+pub(crate) struct WsAttack {
     /// Request target of the upgrade.
     pub target: String,
     /// Handshake headers besides the upgrade's own (subprotocol, extensions, cookies).
@@ -74,7 +74,7 @@ pub struct WsAttack {
 
 /// Which listener of the server an attack goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
+pub(crate) enum Listener {
     /// The public listener (`--url`).
     Public,
     /// The admin listener (`--admin-url`).
@@ -83,7 +83,7 @@ pub enum Listener {
 
 /// One planned attack.
 #[derive(Debug, Clone)]
-pub struct Planned {
+pub(crate) struct Planned {
     /// The variant's name.
     pub variant: &'static str,
     /// Acceptable answers.
@@ -96,7 +96,7 @@ pub struct Planned {
 
 impl Planned {
     /// An attack on the public listener.
-    pub fn public(variant: &'static str, expect: &'static [Exp], action: Action) -> Self {
+    pub(crate) fn public(variant: &'static str, expect: &'static [Exp], action: Action) -> Self {
         Self {
             variant,
             expect,
@@ -108,7 +108,7 @@ impl Planned {
 
 /// What planning needs to know about the target and the server's limits.
 #[derive(Debug, Clone)]
-pub struct PlanEnv {
+pub(crate) struct PlanEnv {
     /// `Host` header value.
     pub host: String,
     /// Forbidden origin, if the server has an allow-list.
@@ -166,7 +166,7 @@ fn upgrade_headers(key: Option<&str>, version: Option<&str>) -> Vec<String> {
 }
 
 /// The handshake request of a `Ws` action, with its extra `headers`.
-pub fn ws_handshake(host: &str, target: &str, headers: &[String], rng: &mut Rng) -> Vec<u8> {
+pub(crate) fn ws_handshake(host: &str, target: &str, headers: &[String], rng: &mut Rng) -> Vec<u8> {
     let mut h = upgrade_headers(Some(&rng.ws_key()), Some("13"));
     h.extend_from_slice(headers);
     raw::get(target, host, &h)
@@ -190,7 +190,7 @@ fn ws(frames: Vec<u8>, want: &'static [&'static str]) -> Action {
 }
 
 /// Plans variant `v` of `attack`.
-pub fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
+pub(crate) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
     let p = Planned::public;
     let host = env.host.as_str();
     match attack {

@@ -22,7 +22,7 @@ use crate::target::Target;
 
 /// Counts of one attack.
 #[derive(Debug, Clone)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Attacks that ended with an outcome.
     pub total: u64,
     /// Of those, with an expected outcome.
@@ -55,7 +55,7 @@ impl Default for Tally {
 
 /// Live counters of the engine.
 #[derive(Debug, Default)]
-pub struct HostileStats {
+pub(crate) struct HostileStats {
     /// Attacks started.
     pub started: AtomicU64,
     /// Attacks that ended with an outcome.
@@ -99,7 +99,7 @@ impl HostileStats {
     }
 
     /// A copy of the per-attack counts.
-    pub fn tallies(&self) -> BTreeMap<Attack, Tally> {
+    pub(crate) fn tallies(&self) -> BTreeMap<Attack, Tally> {
         self.tallies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -109,7 +109,7 @@ impl HostileStats {
 
 /// Results of the health checker.
 #[derive(Debug, Clone)]
-pub struct HealthTally {
+pub(crate) struct HealthTally {
     /// URL checked.
     pub url: String,
     /// Checks made.
@@ -124,7 +124,7 @@ pub struct HealthTally {
 
 /// What the engine hands back.
 #[derive(Debug, Clone)]
-pub struct HostileResult {
+pub(crate) struct HostileResult {
     /// Per-attack counts.
     pub tallies: BTreeMap<Attack, Tally>,
     /// Attacks started.
@@ -151,7 +151,7 @@ struct Ctx {
 }
 
 /// A running engine.
-pub struct Engine {
+pub(crate) struct Engine {
     ctx: Arc<Ctx>,
     loops: JoinSet<()>,
     health: Option<JoinHandle<HealthTally>>,
@@ -162,7 +162,7 @@ pub struct Engine {
 
 impl Engine {
     /// Starts `cfg.conns` attacker loops (and the health checker) on the current runtime.
-    pub fn start(cfg: HostileConfig) -> Self {
+    pub(crate) fn start(cfg: HostileConfig) -> Self {
         let now_secs = crate::clock::unix_micros() / 1_000_000;
         let run_id = crate::clock::unix_micros();
         let envs = cfg
@@ -236,12 +236,12 @@ impl Engine {
     }
 
     /// Live counters.
-    pub fn stats(&self) -> Arc<HostileStats> {
+    pub(crate) fn stats(&self) -> Arc<HostileStats> {
         self.ctx.stats.clone()
     }
 
     /// Stops starting attacks (the health checker goes on until [`Self::finish`]).
-    pub fn stop_attacks(&mut self) {
+    pub(crate) fn stop_attacks(&mut self) {
         if self.stopped.is_none() {
             self.stopped = Some(Instant::now());
         }
@@ -250,7 +250,7 @@ impl Engine {
 
     /// Stops: no new attacks; attacks in progress get a grace period (bounded by the attack
     /// timeout, at most 3 s), then are abandoned and counted as cancelled.
-    pub async fn finish(mut self) -> HostileResult {
+    pub(crate) async fn finish(mut self) -> HostileResult {
         self.stop_attacks();
         let grace = self.ctx.cfg.attack_timeout.min(Duration::from_secs(3));
         let joined = tokio::time::timeout(grace, async {
@@ -374,7 +374,7 @@ async fn attacker(ctx: Arc<Ctx>, id: usize, seed: u64) {
 }
 
 /// Runs one planned attack on a fresh connection.
-pub async fn execute(
+pub(crate) async fn execute(
     p: &Planned,
     target: &Target,
     source: Option<IpAddr>,

@@ -4,7 +4,7 @@ use super::outcome::Outcome;
 
 /// An acceptable answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exp {
+pub(crate) enum Exp {
     /// This HTTP status.
     Status(u16),
     /// This HTTP status with a JSON body naming this `code`.
@@ -22,7 +22,7 @@ pub enum Exp {
 
 /// Whether `o` is one of `expect`, or a refusal by the connection limits (429, 503), which is
 /// a clear answer to any attack.
-pub fn is_expected(expect: &[Exp], o: &Outcome) -> bool {
+pub(crate) fn is_expected(expect: &[Exp], o: &Outcome) -> bool {
     if matches!(
         o,
         Outcome::Status(429 | 503) | Outcome::Refused(429 | 503, _)

@@ -19,7 +19,7 @@ const K: [u32; 64] = [
 ];
 
 /// SHA-256 of `data`.
-pub fn sha256(data: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
     let mut h: [u32; 8] = [
         0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
         0x5be0cd19,
@@ -76,7 +76,7 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 }
 
 /// HMAC-SHA-256 of `msg` under `key`.
-pub fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
+pub(crate) fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
     let mut k = [0u8; 64];
     if key.len() > 64 {
         k[..32].copy_from_slice(&sha256(key));
@@ -99,7 +99,7 @@ fn claims(exp: u64) -> String {
 }
 
 /// An HS256 token with `claims_json`, signed with `secret`.
-pub fn hs256(secret: &[u8], claims_json: &str) -> String {
+pub(crate) fn hs256(secret: &[u8], claims_json: &str) -> String {
     let head = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
     let body = b64(claims_json.as_bytes());
     let signing = format!("{head}.{body}");
@@ -109,19 +109,19 @@ pub fn hs256(secret: &[u8], claims_json: &str) -> String {
 
 /// A well-formed HS256 token that expired an hour before `now` (unix seconds). Signed with the
 /// server's secret when it is known, so that only the expiry is wrong.
-pub fn expired(secret: &[u8], now: u64) -> String {
+pub(crate) fn expired(secret: &[u8], now: u64) -> String {
     hs256(secret, &claims(now.saturating_sub(3600)))
 }
 
 /// A token valid for an hour whose signature is made with the wrong secret.
-pub fn forged(secret: &[u8], now: u64) -> String {
+pub(crate) fn forged(secret: &[u8], now: u64) -> String {
     let mut wrong = secret.to_vec();
     wrong.extend_from_slice(b"-forged");
     hs256(&wrong, &claims(now + 3600))
 }
 
 /// `alg: none` tokens, the classic signature bypass: variant `v` picks the spelling.
-pub fn alg_none(now: u64, v: u64) -> String {
+pub(crate) fn alg_none(now: u64, v: u64) -> String {
     let alg = ["none", "None", "NONE", "nOnE"][(v % 4) as usize];
     let head = b64(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#).as_bytes());
     let body = b64(claims(now + 3600).as_bytes());
@@ -134,7 +134,7 @@ pub fn alg_none(now: u64, v: u64) -> String {
 }
 
 /// Garbage in the shape of a token (or not): variant `v` picks one.
-pub fn garbage(v: u64, noise: u64) -> String {
+pub(crate) fn garbage(v: u64, noise: u64) -> String {
     match v % 7 {
         0 => "garbage".into(),
         1 => "a.b.c".into(),

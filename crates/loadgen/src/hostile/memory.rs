@@ -5,7 +5,7 @@ use crate::report::model::MemoryReport;
 /// Analyzes `samples` (seconds since the run began, RSS KiB) of one server for the attack
 /// phase `[start, end]`, excluding `warmup` seconds from the start figure and the windows.
 /// Samples of 0 (process not readable) are ignored. `None` without samples.
-pub fn analyze(
+pub(crate) fn analyze(
     pid: u32,
     samples: &[(f64, u64)],
     start: f64,

@@ -9,16 +9,16 @@
 //! - [`engine`]: the attacker loops, the health checker and the counts;
 //! - [`memory`]: RSS over the attack phase; [`report`]: the report section and its verdict.
 
-pub mod attack;
-pub mod catalogue;
+pub(crate) mod attack;
+pub(crate) mod catalogue;
 pub(crate) mod codec;
-pub mod engine;
-pub mod exp;
-pub mod jwt;
-pub mod memory;
-pub mod outcome;
-pub mod raw;
-pub mod report;
+pub(crate) mod engine;
+pub(crate) mod exp;
+pub(crate) mod jwt;
+pub(crate) mod memory;
+pub(crate) mod outcome;
+pub(crate) mod raw;
+pub(crate) mod report;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -28,7 +28,7 @@ use attack::{Attack, Gates};
 
 /// A validated hostile configuration.
 #[derive(Debug, Clone)]
-pub struct HostileConfig {
+pub(crate) struct HostileConfig {
     /// Public listeners attacked (round-robin).
     pub targets: Vec<Target>,
     /// The admin listener, for the attacks that go there (`--admin-url`).
@@ -76,7 +76,7 @@ pub struct HostileConfig {
 /// Parses `--attacks`: `all`, `default`, or a comma-separated list of names; a leading `-`
 /// removes a name (`default,-slowloris`). `default` and `all` leave out the attacks whose
 /// gate is closed; naming one of those is an error that names its flag.
-pub fn parse_attacks(spec: &str, gates: Gates) -> Result<Vec<Attack>, String> {
+pub(crate) fn parse_attacks(spec: &str, gates: Gates) -> Result<Vec<Attack>, String> {
     let mut out: Vec<Attack> = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (remove, name) = match part.strip_prefix('-') {

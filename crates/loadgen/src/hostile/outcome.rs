@@ -4,7 +4,7 @@ use std::fmt;
 
 /// The first decisive thing the server did after an attack.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// An HTTP response with this status (101: a WebSocket upgrade was accepted).
     Status(u16),
     /// An HTTP refusal whose JSON body (`content-type: application/json`) named this `code`:
@@ -42,22 +42,22 @@ fn sanitize(code: &str) -> String {
 
 impl Outcome {
     /// A WebSocket error frame with a (sanitized) code.
-    pub fn ws_error(code: &str) -> Self {
+    pub(crate) fn ws_error(code: &str) -> Self {
         Outcome::WsError(sanitize(code))
     }
 
     /// An HTTP refusal with a JSON body naming a (sanitized) code.
-    pub fn refused(status: u16, code: &str) -> Self {
+    pub(crate) fn refused(status: u16, code: &str) -> Self {
         Outcome::Refused(status, sanitize(code))
     }
 
     /// A WebSocket reply of a (sanitized) type.
-    pub fn ws_reply(ty: &str) -> Self {
+    pub(crate) fn ws_reply(ty: &str) -> Self {
         Outcome::WsReply(sanitize(ty))
     }
 
     /// Whether the server gave no answer at all: it closed, reset or stayed silent.
-    pub fn is_silent(&self) -> bool {
+    pub(crate) fn is_silent(&self) -> bool {
         matches!(
             self,
             Outcome::Closed | Outcome::Reset | Outcome::Timeout | Outcome::Io

@@ -17,20 +17,20 @@ use crate::payload;
 use crate::proto::http_head::{Framing, MAX_HEAD, ResponseHead, parse_head};
 
 /// Largest server WebSocket frame the attacks read (pongs of big pings, error frames).
-pub const MAX_SERVER_FRAME: usize = 1 << 20;
+pub(crate) const MAX_SERVER_FRAME: usize = 1 << 20;
 
 /// A small, fast, non-cryptographic generator (xorshift64*): masks, keys and noise.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator from `seed` (any value).
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -40,7 +40,7 @@ impl Rng {
     }
 
     /// `n` random bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Vec<u8> {
         let mut v = Vec::with_capacity(n + 8);
         while v.len() < n {
             v.extend_from_slice(&self.next_u64().to_le_bytes());
@@ -50,18 +50,18 @@ impl Rng {
     }
 
     /// A WebSocket masking key.
-    pub fn mask(&mut self) -> [u8; 4] {
+    pub(crate) fn mask(&mut self) -> [u8; 4] {
         (self.next_u64() as u32).to_le_bytes()
     }
 
     /// A valid `Sec-WebSocket-Key`: base64 of 16 random bytes.
-    pub fn ws_key(&mut self) -> String {
+    pub(crate) fn ws_key(&mut self) -> String {
         base64::engine::general_purpose::STANDARD.encode(self.bytes(16))
     }
 }
 
 /// Maps an I/O error on an open connection.
-pub fn io_outcome(e: &io::Error) -> Outcome {
+pub(crate) fn io_outcome(e: &io::Error) -> Outcome {
     match e.kind() {
         io::ErrorKind::ConnectionReset
         | io::ErrorKind::BrokenPipe
@@ -72,13 +72,13 @@ pub fn io_outcome(e: &io::Error) -> Outcome {
 
 /// A `GET` request head: `target` is written as is (no encoding), then `Host`, the extra
 /// header lines (each without CRLF) and the blank line.
-pub fn get(target: &str, host: &str, extra: &[String]) -> Vec<u8> {
+pub(crate) fn get(target: &str, host: &str, extra: &[String]) -> Vec<u8> {
     request("GET", target, host, extra, None)
 }
 
 /// A request of `method`, as [`get`], with a body when given (its `Content-Length` added;
 /// the caller names its `Content-Type`, or leaves it out on purpose).
-pub fn request(
+pub(crate) fn request(
     method: &str,
     target: &str,
     host: &str,
@@ -107,7 +107,7 @@ const MAX_ERROR_BODY: usize = 8 * 1024;
 /// The outcome of a response head: an error status whose body is JSON reads on (at most
 /// [`MAX_ERROR_BODY`]) to name its `code` ([`Outcome::Refused`]); anything else (a 200 or
 /// 101 that may be a stream, a text/plain refusal) is its plain status.
-pub async fn refusal<R: AsyncRead + Unpin>(
+pub(crate) async fn refusal<R: AsyncRead + Unpin>(
     r: &mut R,
     head: &ResponseHead,
     buf: &mut Vec<u8>,
@@ -144,7 +144,7 @@ pub async fn refusal<R: AsyncRead + Unpin>(
 /// into a scratch buffer (nothing is kept), until the body ends (its `Content-Length`, or the
 /// connection closing) or `hold` has passed. The socket's receive buffer is made small first,
 /// so the server cannot hand its whole answer to the kernel and forget it.
-pub async fn slow_read(
+pub(crate) async fn slow_read(
     stream: &mut TcpStream,
     head: &ResponseHead,
     buffered: usize,
@@ -173,7 +173,7 @@ pub async fn slow_read(
 }
 
 /// Reads until `buf` holds a whole response head (bounded by [`MAX_HEAD`]).
-pub async fn read_head<R: AsyncRead + Unpin>(
+pub(crate) async fn read_head<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> Result<ResponseHead, Outcome> {
@@ -200,7 +200,7 @@ pub async fn read_head<R: AsyncRead + Unpin>(
 /// Writes `request` while reading the answer, so that a server answering (and closing) before
 /// the whole request is in — the right thing for an oversized head — is seen answering rather
 /// than as a failed write. A write error only matters when no answer came.
-pub async fn exchange(
+pub(crate) async fn exchange(
     stream: &mut TcpStream,
     request: &[u8],
     buf: &mut Vec<u8>,
@@ -211,7 +211,7 @@ pub async fn exchange(
 
 /// Sends `prefix`, then one byte of `trickle` (cycled) every `every`, until an answer arrives.
 /// The caller bounds the time.
-pub async fn trickle(
+pub(crate) async fn trickle(
     stream: &mut TcpStream,
     prefix: &[u8],
     trickle: &[u8],
@@ -262,24 +262,24 @@ async fn head_while_writing<T>(
 }
 
 /// WebSocket opcodes.
-pub mod op {
+pub(crate) mod op {
     /// Continuation.
-    pub const CONT: u8 = 0x0;
+    pub(crate) const CONT: u8 = 0x0;
     /// Text.
-    pub const TEXT: u8 = 0x1;
+    pub(crate) const TEXT: u8 = 0x1;
     /// Binary.
-    pub const BINARY: u8 = 0x2;
+    pub(crate) const BINARY: u8 = 0x2;
     /// Close.
-    pub const CLOSE: u8 = 0x8;
+    pub(crate) const CLOSE: u8 = 0x8;
     /// Ping.
-    pub const PING: u8 = 0x9;
+    pub(crate) const PING: u8 = 0x9;
     /// Pong.
-    pub const PONG: u8 = 0xA;
+    pub(crate) const PONG: u8 = 0xA;
 }
 
 /// Appends a client frame header (always masked, as clients must) claiming `len` bytes,
 /// whatever `len` and the payload that follows (or does not) are.
-pub fn frame_header(out: &mut Vec<u8>, opcode: u8, fin: bool, len: u64, mask: [u8; 4]) {
+pub(crate) fn frame_header(out: &mut Vec<u8>, opcode: u8, fin: bool, len: u64, mask: [u8; 4]) {
     let header = FrameHeader {
         is_final: fin,
         opcode: OpCode::from(opcode & 0x0f),
@@ -292,14 +292,14 @@ pub fn frame_header(out: &mut Vec<u8>, opcode: u8, fin: bool, len: u64, mask: [u
 }
 
 /// Appends a complete masked client frame.
-pub fn push_frame(out: &mut Vec<u8>, opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) {
+pub(crate) fn push_frame(out: &mut Vec<u8>, opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) {
     frame_header(out, opcode, fin, payload.len() as u64, mask);
     out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
 }
 
 /// Appends one message compressed with permessage-deflate: a single final frame with RSV1
 /// set (the flag marks the first frame of a compressed message).
-pub fn push_deflated(out: &mut Vec<u8>, opcode: u8, message: &[u8], mask: [u8; 4]) {
+pub(crate) fn push_deflated(out: &mut Vec<u8>, opcode: u8, message: &[u8], mask: [u8; 4]) {
     let z = codec::deflate_message(message);
     let at = out.len();
     push_frame(out, opcode, true, &z, mask);
@@ -307,7 +307,7 @@ pub fn push_deflated(out: &mut Vec<u8>, opcode: u8, message: &[u8], mask: [u8; 4
 }
 
 /// One complete masked client frame.
-pub fn frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+pub(crate) fn frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
     let mut v = Vec::with_capacity(payload.len() + 14);
     push_frame(&mut v, opcode, fin, payload, mask);
     v
@@ -315,7 +315,7 @@ pub fn frame(opcode: u8, fin: bool, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
 
 /// A frame from the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerFrame {
+pub(crate) struct ServerFrame {
     /// FIN bit.
     pub fin: bool,
     /// RSV1 bit: a compressed message (permessage-deflate).
@@ -328,7 +328,7 @@ pub struct ServerFrame {
 
 /// Parses one frame from the start of `buf`: `Ok(None)` needs more bytes; `Err` is a frame
 /// larger than `max`.
-pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(ServerFrame, usize)>, ()> {
+pub(crate) fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(ServerFrame, usize)>, ()> {
     let mut cursor = io::Cursor::new(buf);
     let Some((header, len)) = FrameHeader::parse(&mut cursor).map_err(|_| ())? else {
         return Ok(None);
@@ -361,7 +361,7 @@ pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(ServerFrame, usize)
 /// Reads the next server frame from `buf[*off..]`, reading more when needed. Consumed bytes
 /// are only dropped from `buf` before a read, so a burst of small frames (pongs to a flood)
 /// costs linear time.
-pub async fn next_frame<R: AsyncRead + Unpin>(
+pub(crate) async fn next_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     off: &mut usize,
@@ -389,7 +389,7 @@ pub async fn next_frame<R: AsyncRead + Unpin>(
 /// What a WebSocket attack waits for: a reply whose `type` is in `want`, `need` times (a
 /// close or an `error` frame ends the wait at once).
 #[derive(Debug, Clone, Copy)]
-pub struct Awaited<'a> {
+pub(crate) struct Awaited<'a> {
     /// Reply types that count as the answer.
     pub want: &'a [&'a str],
     /// How many of them.
@@ -399,7 +399,7 @@ pub struct Awaited<'a> {
 #[cfg(test)]
 impl<'a> Awaited<'a> {
     /// One reply of a type in `want`.
-    pub fn one(want: &'a [&'a str]) -> Self {
+    pub(crate) fn one(want: &'a [&'a str]) -> Self {
         Self { want, need: 1 }
     }
 }
@@ -408,7 +408,7 @@ impl<'a> Awaited<'a> {
 /// `awaited.need` replies whose `type` is in `awaited.want`. Messages, pings and pongs are
 /// skipped. Compressed messages (RSV1) are inflated; binary frames are read as MessagePack
 /// (`herald.msgpack`), and one without a readable `type` is the reply `binary`.
-pub async fn ws_answer<R: AsyncRead + Unpin>(
+pub(crate) async fn ws_answer<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     awaited: Awaited<'_>,
@@ -478,7 +478,7 @@ async fn decisive<R: AsyncRead + Unpin>(
 
 /// Writes `out` while reading the answer (see [`ws_answer`]), so that a server that answers or
 /// closes mid-write is heard, and pongs to a flood cannot back up into a deadlock.
-pub async fn ws_exchange(
+pub(crate) async fn ws_exchange(
     stream: &mut TcpStream,
     out: &[u8],
     buf: &mut Vec<u8>,
@@ -501,7 +501,7 @@ async fn write_chunked<W: AsyncWrite + Unpin>(w: &mut W, out: &[u8]) -> io::Resu
 
 /// Ends a WebSocket connection from our side: a masked close frame, then a short wait for the
 /// server's answer so that its side ends cleanly. Best effort, bounded.
-pub async fn ws_goodbye(stream: &mut TcpStream, mask: [u8; 4]) {
+pub(crate) async fn ws_goodbye(stream: &mut TcpStream, mask: [u8; 4]) {
     let close = frame(op::CLOSE, true, &1000u16.to_be_bytes(), mask);
     let _ = tokio::time::timeout(Duration::from_millis(200), async {
         stream.write_all(&close).await?;

@@ -12,7 +12,7 @@ use crate::report::model::{
 
 /// When the attack phase ran, in seconds since the run began (the timeline's clock).
 #[derive(Debug, Clone, Copy)]
-pub struct Window {
+pub(crate) struct Window {
     /// Attacks began.
     pub start: f64,
     /// No new attack after this.
@@ -21,7 +21,7 @@ pub struct Window {
 
 /// Builds the section from the engine's results and the report's timeline, and adds the
 /// problems it finds to the verdict.
-pub fn attach(r: &mut Report, result: HostileResult, cfg: &HostileConfig, w: Window) {
+pub(crate) fn attach(r: &mut Report, result: HostileResult, cfg: &HostileConfig, w: Window) {
     let mut by_outcome: BTreeMap<String, u64> = BTreeMap::new();
     let mut by_attack = Vec::new();
     let mut unexpected = Vec::new();

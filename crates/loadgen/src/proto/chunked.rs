@@ -6,7 +6,7 @@
 
 /// Malformed chunked framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ChunkError {
+pub(crate) enum ChunkError {
     /// A chunk-size line that is not hex, too long, or not terminated properly.
     #[error("invalid chunk size line")]
     BadSize,
@@ -34,7 +34,7 @@ const MAX_EXT: usize = 4096;
 
 /// Chunked body decoder state.
 #[derive(Debug, Clone)]
-pub struct ChunkedDecoder {
+pub(crate) struct ChunkedDecoder {
     state: State,
 }
 
@@ -46,7 +46,7 @@ impl Default for ChunkedDecoder {
 
 impl ChunkedDecoder {
     /// A decoder at the start of a body.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             state: State::Size {
                 value: 0,
@@ -56,13 +56,16 @@ impl ChunkedDecoder {
     }
 
     /// Whether the terminating zero-size chunk (and trailers) were read.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.state == State::Done
     }
 
     /// Returns the next slice of body data found in `input`, advancing `input` past what was
     /// consumed. `Ok(None)` means `input` is exhausted (or the body is done).
-    pub fn next_data<'a>(&mut self, input: &mut &'a [u8]) -> Result<Option<&'a [u8]>, ChunkError> {
+    pub(crate) fn next_data<'a>(
+        &mut self,
+        input: &mut &'a [u8],
+    ) -> Result<Option<&'a [u8]>, ChunkError> {
         while let Some((&b, rest)) = input.split_first() {
             match self.state {
                 State::Data(n) => {

@@ -10,7 +10,7 @@ use crate::payload::{self, Fields};
 
 /// A classified server frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerFrame<'a> {
+pub(crate) enum ServerFrame<'a> {
     /// `{"type":"message",..}`: a delivery.
     Message {
         /// The top-level topic.
@@ -34,7 +34,7 @@ pub enum ServerFrame<'a> {
 }
 
 /// Classifies a server text frame.
-pub fn classify(text: &str) -> ServerFrame<'_> {
+pub(crate) fn classify(text: &str) -> ServerFrame<'_> {
     let bytes = text.as_bytes();
     match payload::find_str(bytes, b"\"type\"") {
         Some("message") => ServerFrame::Message {
@@ -52,7 +52,7 @@ pub fn classify(text: &str) -> ServerFrame<'_> {
 }
 
 /// `{"type":"subscribe","topics":[..]}`.
-pub fn subscribe_frame(topics: &[String]) -> String {
+pub(crate) fn subscribe_frame(topics: &[String]) -> String {
     serde_json::json!({ "type": "subscribe", "topics": topics }).to_string()
 }
 

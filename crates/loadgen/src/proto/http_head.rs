@@ -2,7 +2,7 @@
 
 /// How the response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// `Transfer-Encoding: chunked`.
     Chunked,
     /// `Content-Length: n`.
@@ -13,7 +13,7 @@ pub enum Framing {
 
 /// A parsed response head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResponseHead {
+pub(crate) struct ResponseHead {
     /// Status code.
     pub status: u16,
     /// Body framing.
@@ -26,7 +26,7 @@ pub struct ResponseHead {
 
 /// A response head that cannot be parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     /// Not HTTP.
     #[error("invalid HTTP response head")]
     Invalid,
@@ -36,10 +36,10 @@ pub enum HeadError {
 }
 
 /// Largest accepted response head.
-pub const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 
 /// Tries to parse a head from the start of `buf`: `Ok(None)` means more bytes are needed.
-pub fn parse_head(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
+pub(crate) fn parse_head(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(buf) {

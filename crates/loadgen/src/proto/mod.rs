@@ -1,6 +1,6 @@
 //! Wire formats: HTTP response heads, chunked bodies, SSE streams and Herald's WebSocket frames.
 
-pub mod chunked;
-pub mod herald_ws;
-pub mod http_head;
-pub mod sse;
+pub(crate) mod chunked;
+pub(crate) mod herald_ws;
+pub(crate) mod http_head;
+pub(crate) mod sse;

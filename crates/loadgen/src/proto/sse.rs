@@ -12,7 +12,7 @@ const KEEP: usize = 4096;
 
 /// One parsed item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SseItem<'a> {
+pub(crate) enum SseItem<'a> {
     /// A dispatched event: the `event:` name if any, the data lines joined by `\n`, and the
     /// last event id seen on the stream.
     Event {
@@ -31,7 +31,7 @@ pub enum SseItem<'a> {
 
 /// The stream broke a bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SseError {
+pub(crate) enum SseError {
     /// A single line was longer than the bound.
     #[error("SSE line longer than {0} bytes")]
     LineTooLong(usize),
@@ -42,7 +42,7 @@ pub enum SseError {
 
 /// Incremental SSE parser state.
 #[derive(Debug)]
-pub struct SseParser {
+pub(crate) struct SseParser {
     line: Vec<u8>,
     data: Vec<u8>,
     event: String,
@@ -56,7 +56,7 @@ pub struct SseParser {
 
 impl SseParser {
     /// A parser with the given bounds (bytes).
-    pub fn new(max_line: usize, max_event: usize) -> Self {
+    pub(crate) fn new(max_line: usize, max_event: usize) -> Self {
         Self {
             line: Vec::new(),
             data: Vec::new(),
@@ -72,12 +72,12 @@ impl SseParser {
 
     /// Bytes currently buffered (partial line plus pending event data).
     #[cfg(test)]
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.line.len() + self.data.len()
     }
 
     /// Feeds a chunk, calling `on` for every complete item.
-    pub fn feed<F>(&mut self, mut chunk: &[u8], on: &mut F) -> Result<(), SseError>
+    pub(crate) fn feed<F>(&mut self, mut chunk: &[u8], on: &mut F) -> Result<(), SseError>
     where
         F: FnMut(SseItem<'_>),
     {

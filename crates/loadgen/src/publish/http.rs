@@ -20,7 +20,7 @@ const MAX_RESPONSE: usize = 1024 * 1024;
 
 /// Why a POST failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PostError {
+pub(crate) enum PostError {
     /// Non-2xx status.
     #[error("HTTP status {0}")]
     Status(u16),
@@ -37,7 +37,7 @@ pub enum PostError {
 
 impl PostError {
     /// The counted kind.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             PostError::Status(_) => ErrorKind::PublishStatus,
             PostError::Timeout => ErrorKind::PublishTimeout,
@@ -48,7 +48,7 @@ impl PostError {
 }
 
 /// One keep-alive connection to one target; reconnects after any failure.
-pub struct Poster {
+pub(crate) struct Poster {
     target: Target,
     source: Option<IpAddr>,
     timeout: Duration,
@@ -57,7 +57,7 @@ pub struct Poster {
 
 impl Poster {
     /// A poster for `target` (path and query are taken from it).
-    pub fn new(target: Target, source: Option<IpAddr>, timeout: Duration) -> Self {
+    pub(crate) fn new(target: Target, source: Option<IpAddr>, timeout: Duration) -> Self {
         Self {
             target,
             source,
@@ -81,7 +81,7 @@ impl Poster {
     }
 
     /// POSTs a JSON body; returns the status code of a 2xx answer.
-    pub async fn post(&mut self, body: Bytes) -> Result<u16, PostError> {
+    pub(crate) async fn post(&mut self, body: Bytes) -> Result<u16, PostError> {
         let path = self.target.path_and_query.clone();
         self.send(hyper::Method::POST, &path, Some(body))
             .await

@@ -6,7 +6,7 @@
 //! The send timestamp is taken right before each request is written (after any queueing in
 //! the loadgen), so publish→receive latency does not include the loadgen's own backlog.
 
-pub mod http;
+pub(crate) mod http;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -33,7 +33,7 @@ use crate::worker::protocol::{PublishSummary, TopicPublished};
 /// Where each message goes when several publish URLs are given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum PublishMode {
+pub(crate) enum PublishMode {
     /// Every message to every node (nodes that do not share messages).
     All,
     /// Message `i` to node `i % nodes` (nodes bridged together).
@@ -42,7 +42,7 @@ pub enum PublishMode {
 
 /// Publisher settings.
 #[derive(Debug, Clone)]
-pub struct PublishConfig {
+pub(crate) struct PublishConfig {
     /// Publish endpoints.
     pub targets: Vec<Target>,
     /// Fan-out over endpoints.
@@ -67,7 +67,7 @@ pub struct PublishConfig {
 
 /// Live publisher counters.
 #[derive(Debug)]
-pub struct PublishStats {
+pub(crate) struct PublishStats {
     /// Logical messages issued (each may be several requests in `all` mode).
     pub messages: AtomicU64,
     /// HTTP requests completed (ok or not).
@@ -96,7 +96,7 @@ impl PublishStats {
     }
 
     /// Errors by kind (non-zero only).
-    pub fn errors(&self) -> BTreeMap<ErrorKind, u64> {
+    pub(crate) fn errors(&self) -> BTreeMap<ErrorKind, u64> {
         ErrorKind::ALL
             .iter()
             .filter_map(|k| {
@@ -107,7 +107,7 @@ impl PublishStats {
     }
 
     /// Responses by status code.
-    pub fn statuses(&self) -> BTreeMap<u16, u64> {
+    pub(crate) fn statuses(&self) -> BTreeMap<u16, u64> {
         self.statuses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -131,7 +131,7 @@ fn mark_failed(failed: &Failed, job: Job) {
 }
 
 /// A running publisher.
-pub struct Publisher {
+pub(crate) struct Publisher {
     stats: Arc<PublishStats>,
     stop: CancellationToken,
     task: JoinHandle<PublishSummary>,
@@ -140,7 +140,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// Starts publishing now.
-    pub fn start(cfg: PublishConfig) -> Self {
+    pub(crate) fn start(cfg: PublishConfig) -> Self {
         let stats = Arc::new(PublishStats::new());
         let stop = CancellationToken::new();
         let task = tokio::spawn(issue_loop(cfg, stats.clone(), stop.clone()));
@@ -153,18 +153,18 @@ impl Publisher {
     }
 
     /// Live counters.
-    pub fn stats(&self) -> &Arc<PublishStats> {
+    pub(crate) fn stats(&self) -> &Arc<PublishStats> {
         &self.stats
     }
 
     /// Time since start.
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
     /// Stops issuing, waits for requests in flight (bounded by their timeout) and returns
     /// what was published.
-    pub async fn finish(self) -> PublishSummary {
+    pub(crate) async fn finish(self) -> PublishSummary {
         self.stop.cancel();
         self.task.await.unwrap_or_default()
     }

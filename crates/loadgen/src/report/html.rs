@@ -26,7 +26,7 @@ fn series(r: &Report, name: &str, f: impl Fn(&super::model::TimelinePoint) -> f6
 }
 
 /// Renders the report as one HTML document.
-pub fn render(r: &Report) -> String {
+pub(crate) fn render(r: &Report) -> String {
     let mut o = String::new();
     let title = format!("herald-loadgen {} report", r.command);
     let _ = write!(

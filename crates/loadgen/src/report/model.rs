@@ -12,7 +12,7 @@ use crate::seq::SeqOutcome;
 
 /// A complete run report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// Always `herald-loadgen`.
     pub tool: String,
     /// Loadgen version.
@@ -58,7 +58,7 @@ pub struct Report {
 
 /// Settings of the run.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Client target URLs.
     pub targets: Vec<String>,
     /// Publish URLs.
@@ -101,7 +101,7 @@ pub struct Settings {
 
 /// Phase lengths, seconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Phases {
+pub(crate) struct Phases {
     /// Ramp: first connect attempt until every attempt was resolved.
     pub ramp_secs: f64,
     /// Measured phase (publishing / echoing / churning).
@@ -116,7 +116,7 @@ pub struct Phases {
 
 /// Main connections.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Connections {
+pub(crate) struct Connections {
     /// Requested.
     pub target: u64,
     /// Attempted.
@@ -141,7 +141,7 @@ pub struct Connections {
 
 /// Delivery accounting.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     /// Whether expected/missing are computed (a built-in publisher ran).
     pub accounted: bool,
     /// Messages issued by the publisher.
@@ -173,7 +173,7 @@ pub struct Delivery {
 
 /// Accounting of one topic.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TopicReport {
+pub(crate) struct TopicReport {
     /// Topic name.
     pub topic: String,
     /// Cohort subscribers.
@@ -198,7 +198,7 @@ pub struct TopicReport {
 
 /// Publisher results.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PublishReport {
+pub(crate) struct PublishReport {
     /// Target rate (messages/s).
     pub target_rate: f64,
     /// Messages issued.
@@ -221,7 +221,7 @@ pub struct PublishReport {
 
 /// Echo results.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct EchoReport {
+pub(crate) struct EchoReport {
     /// Target rate (requests/s).
     pub target_rate: f64,
     /// Requests sent.
@@ -240,7 +240,7 @@ pub struct EchoReport {
 
 /// Churn results.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ChurnReport {
+pub(crate) struct ChurnReport {
     /// Target churn rate (clients/s).
     pub rate: f64,
     /// Hold time (s).
@@ -263,7 +263,7 @@ pub struct ChurnReport {
 
 /// One sampled server process.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ServerReport {
+pub(crate) struct ServerReport {
     /// PID.
     pub pid: u32,
     /// Process name.
@@ -296,7 +296,7 @@ pub struct ServerReport {
 
 /// All sampled servers together.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ServersTotal {
+pub(crate) struct ServersTotal {
     /// Σ CPU seconds during the measured phase + drain.
     pub cpu_seconds_measured: f64,
     /// Σ CPU as a fraction of the machine.
@@ -313,7 +313,7 @@ pub struct ServersTotal {
 
 /// The loadgen's own cost.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LoadgenReport {
+pub(crate) struct LoadgenReport {
     /// CPU seconds of the coordinator and every worker process.
     pub cpu_seconds: f64,
     /// cpu_seconds / (wall seconds × machine CPUs).
@@ -326,7 +326,7 @@ pub struct LoadgenReport {
 
 /// One timeline sample.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TimelinePoint {
+pub(crate) struct TimelinePoint {
     /// Seconds since the start.
     pub t_secs: f64,
     /// Phase name.
@@ -358,7 +358,7 @@ pub struct TimelinePoint {
 
 /// Hostile clients: attacks, how the server answered, the health of everyone else.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct HostileReport {
+pub(crate) struct HostileReport {
     /// Attacker loops.
     pub attackers: usize,
     /// Attacks in the catalogue of this run, in order.
@@ -403,7 +403,7 @@ pub struct HostileReport {
 
 /// One attack of the catalogue.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct AttackReport {
+pub(crate) struct AttackReport {
     /// Attack name.
     pub attack: String,
     /// Attacks that ended with an outcome.
@@ -425,7 +425,7 @@ pub struct AttackReport {
 
 /// One kind of unexpected outcome.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct UnexpectedReport {
+pub(crate) struct UnexpectedReport {
     /// Attack.
     pub attack: String,
     /// Variant of the attack.
@@ -438,7 +438,7 @@ pub struct UnexpectedReport {
 
 /// Health checks made during the attack.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct HealthReport {
+pub(crate) struct HealthReport {
     /// URL.
     pub url: String,
     /// Checks made.
@@ -455,7 +455,7 @@ pub struct HealthReport {
 
 /// Server memory during the attack phase (from the per-tick RSS samples).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct MemoryReport {
+pub(crate) struct MemoryReport {
     /// PID.
     pub pid: u32,
     /// Warm-up excluded from the start figure (s).
@@ -487,7 +487,7 @@ pub struct MemoryReport {
 
 /// The well-behaved subscribers, summarized.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct GoodClients {
+pub(crate) struct GoodClients {
     /// Connected.
     pub connected: u64,
     /// Failed to connect.
@@ -508,7 +508,7 @@ pub struct GoodClients {
 
 /// Verdict.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// No problem found.
     pub ok: bool,
     /// What went wrong.

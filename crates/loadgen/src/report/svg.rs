@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 /// One line of a chart.
 #[derive(Debug, Clone)]
-pub struct Series {
+pub(crate) struct Series {
     /// Legend label.
     pub name: String,
     /// (x, y) points, x ascending.
@@ -16,7 +16,7 @@ const COLORS: [&str; 8] = [
 ];
 
 /// Escapes text for XML/HTML.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -24,7 +24,7 @@ pub fn esc(s: &str) -> String {
 }
 
 /// A "nice" tick step for a range (1, 2 or 5 × 10^k).
-pub fn nice_step(range: f64, ticks: usize) -> f64 {
+pub(crate) fn nice_step(range: f64, ticks: usize) -> f64 {
     if !(range.is_finite() && range > 0.0) {
         return 1.0;
     }
@@ -59,7 +59,7 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// Renders a line chart.
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+pub(crate) fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
     const PER_ROW: usize = 6;
     let legend_rows = series.len().div_ceil(PER_ROW).max(1);
     let (ml, mr, mt) = (70.0, 20.0, 34.0);

@@ -155,7 +155,7 @@ fn hostile(o: &mut String, h: &super::model::HostileReport) {
 }
 
 /// Renders the summary table.
-pub fn render(r: &Report) -> String {
+pub(crate) fn render(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,

@@ -15,7 +15,7 @@ use crate::stats::Counters;
 use crate::worker::protocol::{PublishSummary, TopicTally, WorkerFinal};
 
 /// Everything [`assemble`] needs.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// The plan.
     pub plan: &'a RunPlan,
     /// Command line.
@@ -77,7 +77,7 @@ fn errors_map(counters: &Counters, publish: Option<&PublishStats>) -> BTreeMap<S
 }
 
 /// Assembles the report and its verdict.
-pub fn assemble(i: Inputs<'_>) -> Report {
+pub(crate) fn assemble(i: Inputs<'_>) -> Report {
     let plan = i.plan;
     let finals: Vec<&WorkerFinal> = i.fleet.finals.iter().flatten().collect();
     let total = i.fleet.total();
@@ -403,7 +403,7 @@ fn delivery_report(
 }
 
 /// Publisher section.
-pub fn publish_report(p: &PublishStats, target_rate: f64, secs: f64) -> PublishReport {
+pub(crate) fn publish_report(p: &PublishStats, target_rate: f64, secs: f64) -> PublishReport {
     use std::sync::atomic::Ordering::Relaxed;
     let ok = p.ok.load(Relaxed);
     let lat = p.latency.take();
@@ -425,7 +425,7 @@ pub fn publish_report(p: &PublishStats, target_rate: f64, secs: f64) -> PublishR
 }
 
 /// What the server sections are computed from.
-pub struct ServerInputs<'a> {
+pub(crate) struct ServerInputs<'a> {
     /// Samples.
     pub servers: &'a ServerWatch,
     /// Number of client targets (for the even-share rule).
@@ -445,7 +445,7 @@ pub struct ServerInputs<'a> {
 }
 
 /// Server sections; see the README for the share rule.
-pub fn server_reports(i: ServerInputs<'_>) -> (Vec<ServerReport>, Option<ServersTotal>) {
+pub(crate) fn server_reports(i: ServerInputs<'_>) -> (Vec<ServerReport>, Option<ServersTotal>) {
     let ServerInputs {
         servers,
         targets,

@@ -165,7 +165,7 @@ fn spawn_interrupt_watch() -> CancellationToken {
 }
 
 /// Runs a subscriber/echo/churn plan to completion and returns its report.
-pub async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Result<Report> {
+pub(crate) async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Result<Report> {
     let started_unix_ms = crate::clock::unix_micros() / 1000;
     let t0 = Instant::now();
     let servers = ServerWatch::new(&plan.server_pids);

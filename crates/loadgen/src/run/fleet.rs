@@ -9,7 +9,7 @@ use crate::worker::protocol::{WorkerFinal, WorkerMsg};
 
 /// What the coordinator knows about its workers.
 #[derive(Debug)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     /// Latest counters per worker.
     pub counters: Vec<Counters>,
     /// Ready reported.
@@ -43,7 +43,7 @@ impl Fleet {
     }
 
     /// Sum of the workers' latest receipt and echo rates.
-    pub fn rates(&self) -> (f64, f64) {
+    pub(crate) fn rates(&self) -> (f64, f64) {
         self.rates
             .iter()
             .fold((0.0, 0.0), |a, r| (a.0 + r.0, a.1 + r.1))
@@ -92,7 +92,7 @@ impl Fleet {
     }
 
     /// Sum of the latest counters.
-    pub fn total(&self) -> Counters {
+    pub(crate) fn total(&self) -> Counters {
         let mut t = Counters::default();
         for c in &self.counters {
             t.add(c);

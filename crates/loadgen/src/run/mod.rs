@@ -1,9 +1,9 @@
 //! Runs: planning, coordinating workers, sampling servers, assembling the report.
 
-pub mod assemble;
-pub mod coordinator;
-pub mod fleet;
-pub mod plan;
-pub mod progress;
-pub mod publish_cmd;
-pub mod servers;
+pub(crate) mod assemble;
+pub(crate) mod coordinator;
+pub(crate) mod fleet;
+pub(crate) mod plan;
+pub(crate) mod progress;
+pub(crate) mod publish_cmd;
+pub(crate) mod servers;

@@ -17,7 +17,7 @@ use crate::target::{Target, parse_target};
 /// A bad command line (exit status 64).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct PlanError(pub String);
+pub(crate) struct PlanError(pub String);
 
 fn bad(msg: impl Into<String>) -> PlanError {
     PlanError(msg.into())
@@ -25,7 +25,7 @@ fn bad(msg: impl Into<String>) -> PlanError {
 
 /// Outputs and reporting options.
 #[derive(Debug, Clone, Default)]
-pub struct Outputs {
+pub(crate) struct Outputs {
     /// JSON report path.
     pub json: Option<PathBuf>,
     /// HTML report path.
@@ -38,7 +38,7 @@ pub struct Outputs {
 
 /// Everything a run needs, validated.
 #[derive(Debug, Clone)]
-pub struct RunPlan {
+pub(crate) struct RunPlan {
     /// Subcommand name.
     pub command: String,
     /// Client kind.
@@ -294,12 +294,12 @@ impl Clients<'_> {
 }
 
 /// Plan for `sse`.
-pub fn sse_plan(a: &SseArgs) -> Result<RunPlan, PlanError> {
+pub(crate) fn sse_plan(a: &SseArgs) -> Result<RunPlan, PlanError> {
     base_plan("sse", a, ClientKind::Sse, "/v1/sse", 0)
 }
 
 /// Plan for `ws`.
-pub fn ws_plan(a: &WsArgs) -> Result<RunPlan, PlanError> {
+pub(crate) fn ws_plan(a: &WsArgs) -> Result<RunPlan, PlanError> {
     let kind = ClientKind::Ws {
         raw: a.raw,
         init_frame: a.init_frame.clone(),
@@ -318,7 +318,7 @@ pub fn ws_plan(a: &WsArgs) -> Result<RunPlan, PlanError> {
 }
 
 /// Plan for `churn`.
-pub fn churn_plan(a: &ChurnArgs) -> Result<RunPlan, PlanError> {
+pub(crate) fn churn_plan(a: &ChurnArgs) -> Result<RunPlan, PlanError> {
     if !(a.churn_rate.is_finite() && a.churn_rate > 0.0 && a.churn_rate <= 100_000.0) {
         return Err(bad("--churn-rate must be > 0 and at most 100,000"));
     }
@@ -347,7 +347,7 @@ pub fn churn_plan(a: &ChurnArgs) -> Result<RunPlan, PlanError> {
 }
 
 /// Plan for `echo`.
-pub fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
+pub(crate) fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
     check_run(&a.run, &a.conn)?;
     if !(a.rate.is_finite() && a.rate > 0.0 && a.rate <= 10_000_000.0) {
         return Err(bad("--rate must be > 0 and at most 10,000,000"));
@@ -382,7 +382,7 @@ pub fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
 
 /// Plan for `hostile`: the good clients are an `sse` plan (possibly of zero clients), the
 /// attackers a [`HostileConfig`] run by the coordinator during the measured phase.
-pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
+pub(crate) fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
     if a.conns == 0 || a.conns > 10_000 {
         return Err(bad("--conns (attackers) must be between 1 and 10,000"));
     }
@@ -493,7 +493,7 @@ pub fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
 impl RunPlan {
     /// Splits the run into worker specs: contiguous ranges of connection indexes, with the
     /// ramp and churn rates divided evenly.
-    pub fn worker_specs(&self) -> Vec<WorkerSpec> {
+    pub(crate) fn worker_specs(&self) -> Vec<WorkerSpec> {
         let w = self.workers.max(1) as u64;
         let base = self.conns / w;
         let extra = self.conns % w;

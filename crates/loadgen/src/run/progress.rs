@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Progress output.
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     plain_every: Duration,
     last_plain: Option<Instant>,
@@ -14,7 +14,7 @@ pub struct Progress {
 
 impl Progress {
     /// A progress line; plain lines every `plain_every` when stdout is not a terminal.
-    pub fn new(plain_every: Duration) -> Self {
+    pub(crate) fn new(plain_every: Duration) -> Self {
         let bar = std::io::stdout().is_terminal().then(|| {
             let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
             b.set_style(
@@ -32,7 +32,7 @@ impl Progress {
     }
 
     /// Shows `line` (always on a terminal; at most every `plain_every` otherwise unless `force`).
-    pub fn update(&mut self, line: &str, force: bool) {
+    pub(crate) fn update(&mut self, line: &str, force: bool) {
         match &self.bar {
             Some(b) => b.set_message(line.to_owned()),
             None => {
@@ -48,7 +48,7 @@ impl Progress {
     }
 
     /// Prints a message above the progress line.
-    pub fn note(&self, line: &str) {
+    pub(crate) fn note(&self, line: &str) {
         match &self.bar {
             Some(b) => b.println(line),
             None => println!("{line}"),
@@ -56,7 +56,7 @@ impl Progress {
     }
 
     /// Removes the progress line.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }

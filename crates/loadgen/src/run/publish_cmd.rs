@@ -14,7 +14,7 @@ use crate::report::model::{LoadgenReport, Phases, Report, Settings, TimelinePoin
 use crate::target::parse_target;
 
 /// Validates `publish` arguments.
-pub fn config(a: &PublishCmdArgs) -> Result<PublishConfig, PlanError> {
+pub(crate) fn config(a: &PublishCmdArgs) -> Result<PublishConfig, PlanError> {
     let bad = |m: &str| PlanError(m.to_owned());
     if !(a.rate.is_finite() && a.rate >= 0.0 && a.rate <= 10_000_000.0) {
         return Err(bad("--rate must be between 0 (unlimited) and 10,000,000"));
@@ -63,7 +63,12 @@ pub fn config(a: &PublishCmdArgs) -> Result<PublishConfig, PlanError> {
 }
 
 /// Runs `publish`.
-pub async fn run(a: &PublishCmdArgs, cfg: PublishConfig, args: Vec<String>, nofile: u64) -> Report {
+pub(crate) async fn run(
+    a: &PublishCmdArgs,
+    cfg: PublishConfig,
+    args: Vec<String>,
+    nofile: u64,
+) -> Report {
     let started_unix_ms = crate::clock::unix_micros() / 1000;
     let t0 = Instant::now();
     let mut servers = ServerWatch::new(&a.report.server_pids);

@@ -5,7 +5,7 @@ use crate::procstat::{self, ProcSample};
 
 /// Samples of one server process.
 #[derive(Debug, Clone, Default)]
-pub struct Watched {
+pub(crate) struct Watched {
     /// PID.
     pub pid: u32,
     /// Process name.
@@ -26,14 +26,14 @@ pub struct Watched {
 
 /// All watched servers.
 #[derive(Debug, Clone, Default)]
-pub struct ServerWatch {
+pub(crate) struct ServerWatch {
     /// One entry per `--server-pid`.
     pub servers: Vec<Watched>,
 }
 
 /// Which boundary a sample marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mark {
+pub(crate) enum Mark {
     /// Before connecting.
     Start,
     /// After the ramp.
@@ -48,7 +48,7 @@ pub enum Mark {
 
 impl ServerWatch {
     /// Watches `pids`, sampling them once now.
-    pub fn new(pids: &[u32]) -> Self {
+    pub(crate) fn new(pids: &[u32]) -> Self {
         let mut w = Self {
             servers: pids
                 .iter()
@@ -64,7 +64,7 @@ impl ServerWatch {
     }
 
     /// Samples every server and records the sample at `mark`. Returns current RSS values.
-    pub fn sample(&mut self, mark: Mark) -> Vec<u64> {
+    pub(crate) fn sample(&mut self, mark: Mark) -> Vec<u64> {
         self.servers
             .iter_mut()
             .map(|s| {
@@ -86,7 +86,7 @@ impl ServerWatch {
     }
 
     /// Whether any PID was given but does not exist.
-    pub fn missing(&self) -> Vec<u32> {
+    pub(crate) fn missing(&self) -> Vec<u32> {
         self.servers
             .iter()
             .filter(|s| s.start.is_none())

@@ -12,11 +12,11 @@ use super::run::run_worker;
 use crate::spec::WorkerSpec;
 
 /// Name of the hidden subcommand that runs a child worker.
-pub const WORKER_SUBCOMMAND: &str = "__worker";
+pub(crate) const WORKER_SUBCOMMAND: &str = "__worker";
 
 /// The coordinator's handle on one worker.
 #[derive(Debug)]
-pub struct WorkerLink {
+pub(crate) struct WorkerLink {
     /// Sends phase changes.
     pub control: mpsc::Sender<Control>,
     /// The child process, for child workers.
@@ -24,7 +24,10 @@ pub struct WorkerLink {
 }
 
 /// Starts a worker as tasks of this process. Its messages arrive on `events` tagged with its id.
-pub fn spawn_in_process(spec: WorkerSpec, events: mpsc::Sender<(usize, WorkerMsg)>) -> WorkerLink {
+pub(crate) fn spawn_in_process(
+    spec: WorkerSpec,
+    events: mpsc::Sender<(usize, WorkerMsg)>,
+) -> WorkerLink {
     let id = spec.worker_id;
     let (ctl_tx, ctl_rx) = mpsc::channel(16);
     let (out_tx, mut out_rx) = mpsc::channel::<WorkerMsg>(64);
@@ -43,7 +46,7 @@ pub fn spawn_in_process(spec: WorkerSpec, events: mpsc::Sender<(usize, WorkerMsg
 }
 
 /// Starts a worker as a child process running this same executable.
-pub async fn spawn_process(
+pub(crate) async fn spawn_process(
     spec: WorkerSpec,
     events: mpsc::Sender<(usize, WorkerMsg)>,
 ) -> anyhow::Result<WorkerLink> {
@@ -114,7 +117,7 @@ pub async fn spawn_process(
 
 /// Entry point of a child worker: spec on the first stdin line, control lines after it,
 /// messages as JSON lines on stdout. Closing stdin stops the worker.
-pub fn child_main() -> anyhow::Result<()> {
+pub(crate) fn child_main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -4,6 +4,6 @@
 //! executable, re-run with a hidden `__worker` subcommand) when one process cannot hold all
 //! the sockets (a process may have at most 20,000 open files here).
 
-pub mod link;
-pub mod protocol;
-pub mod run;
+pub(crate) mod link;
+pub(crate) mod protocol;
+pub(crate) mod run;

@@ -11,7 +11,7 @@ use crate::stats::Counters;
 
 /// What was published to one topic, for the final accounting.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicPublished {
+pub(crate) struct TopicPublished {
     /// Sequence numbers `0..issued` were sent.
     pub issued: u64,
     /// Sorted sequence numbers whose publish request failed.
@@ -20,7 +20,7 @@ pub struct TopicPublished {
 
 /// Everything the built-in publisher sent, indexed by topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublishSummary {
+pub(crate) struct PublishSummary {
     /// Per topic index.
     pub topics: Vec<TopicPublished>,
 }
@@ -28,7 +28,7 @@ pub struct PublishSummary {
 /// Coordinator → worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Control {
+pub(crate) enum Control {
     /// The measured phase begins: clients ready from now on are late joiners; echo clients
     /// start sending; churn starts.
     Start,
@@ -43,7 +43,7 @@ pub enum Control {
 
 /// Interval data sent every tick.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Cumulative counters.
     pub counters: Counters,
     /// Latency samples since the previous snapshot (base64 V2).
@@ -54,7 +54,7 @@ pub struct Snapshot {
 
 /// Accounting of one topic, over the subscribers of one worker.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicTally {
+pub(crate) struct TopicTally {
     /// Subscribers counted (ready before the measured phase).
     pub subscribers: u64,
     /// Of those, how many ended early.
@@ -69,7 +69,7 @@ pub struct TopicTally {
 
 impl TopicTally {
     /// Adds another tally.
-    pub fn add(&mut self, o: &TopicTally) {
+    pub(crate) fn add(&mut self, o: &TopicTally) {
         self.subscribers += o.subscribers;
         self.dropped += o.dropped;
         self.outcome.add(&o.outcome);
@@ -80,7 +80,7 @@ impl TopicTally {
 
 /// A worker's final report.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct WorkerFinal {
+pub(crate) struct WorkerFinal {
     /// Final counters.
     pub counters: Counters,
     /// Whole-run latency histogram (base64 V2).
@@ -106,7 +106,7 @@ pub struct WorkerFinal {
 /// Worker → coordinator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
-pub enum WorkerMsg {
+pub(crate) enum WorkerMsg {
     /// Periodic progress.
     Progress(Snapshot),
     /// All main connection attempts have finished (ready or failed).

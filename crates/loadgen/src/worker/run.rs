@@ -111,7 +111,7 @@ enum Next {
 /// Runs a worker until `Stop`, a closed control channel, or its deadline.
 ///
 /// `own_cpu` adds this process's CPU time to the final report (child processes only).
-pub async fn run_worker(
+pub(crate) async fn run_worker(
     spec: WorkerSpec,
     mut control: mpsc::Receiver<Control>,
     out: mpsc::Sender<WorkerMsg>,
@@ -262,7 +262,7 @@ fn stop_request(next: Next) -> Option<Option<PublishSummary>> {
 }
 
 /// Turns connection outcomes into per-topic tallies (see `SeqTracker::outcome`).
-pub fn account(
+pub(crate) fn account(
     spec: &WorkerSpec,
     outcomes: &[ConnOutcome],
     summary: Option<&PublishSummary>,

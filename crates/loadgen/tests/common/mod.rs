@@ -27,7 +27,7 @@ use tokio::sync::{broadcast, mpsc};
 
 /// One published message.
 #[derive(Clone, Debug)]
-pub struct Msg {
+pub(crate) struct Msg {
     topic: String,
     id: u64,
     event: Option<String>,
@@ -36,7 +36,7 @@ pub struct Msg {
 
 /// Server state.
 #[derive(Clone, Default)]
-pub struct Hub {
+pub(crate) struct Hub {
     topics: Arc<Mutex<HashMap<String, broadcast::Sender<Msg>>>>,
     next_id: Arc<AtomicU64>,
     /// Publish requests answered.
@@ -238,7 +238,7 @@ async fn publish(State(hub): State<Hub>, Json(body): Json<Value>) -> impl IntoRe
 }
 
 /// A running test server.
-pub struct TestServer {
+pub(crate) struct TestServer {
     /// Public address (SSE, WebSocket, echo).
     pub addr: SocketAddr,
     /// Admin address (publish).
@@ -248,12 +248,12 @@ pub struct TestServer {
 }
 
 /// Starts the server on 127.0.0.1:0 (public and admin listeners) in a background runtime.
-pub fn spawn_server() -> TestServer {
+pub(crate) fn spawn_server() -> TestServer {
     spawn_server_with(Hub::default())
 }
 
 /// A server whose SSE streams drop every `drop_every`th and duplicate every `dup_every`th message.
-pub fn spawn_faulty_server(drop_every: u64, dup_every: u64) -> TestServer {
+pub(crate) fn spawn_faulty_server(drop_every: u64, dup_every: u64) -> TestServer {
     spawn_server_with(Hub {
         faults: Some((drop_every, dup_every)),
         ..Hub::default()
@@ -293,13 +293,13 @@ fn spawn_server_with(hub: Hub) -> TestServer {
 }
 
 /// A temporary file path unique to this test process.
-pub fn temp_path(name: &str) -> PathBuf {
+pub(crate) fn temp_path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("herald-loadgen-test-{}-{name}", std::process::id()))
 }
 
 /// Runs the loadgen binary with `args`, bounded in time. Its output is read while it runs, so
 /// that a full pipe never blocks it.
-pub fn run_loadgen(args: &[String]) -> Output {
+pub(crate) fn run_loadgen(args: &[String]) -> Output {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_herald-loadgen"))
         .args(args)
         .stdout(std::process::Stdio::piped())
@@ -334,7 +334,7 @@ pub fn run_loadgen(args: &[String]) -> Output {
 }
 
 /// Runs the loadgen and parses its JSON report.
-pub fn run_report(args: &[String], name: &str) -> (Value, Output) {
+pub(crate) fn run_report(args: &[String], name: &str) -> (Value, Output) {
     let path = temp_path(&format!("{name}.json"));
     let mut all = args.to_vec();
     all.push("--json".into());
@@ -354,12 +354,12 @@ pub fn run_report(args: &[String], name: &str) -> (Value, Output) {
 }
 
 /// Strings from &str.
-pub fn args(v: &[&str]) -> Vec<String> {
+pub(crate) fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
 /// A command line: `line` split at white space, then `paths` as they are.
-pub fn cmd(line: &str, paths: &[&Path]) -> Vec<String> {
+pub(crate) fn cmd(line: &str, paths: &[&Path]) -> Vec<String> {
     line.split_whitespace()
         .map(str::to_owned)
         .chain(paths.iter().map(|p| p.display().to_string()))
@@ -369,7 +369,7 @@ pub fn cmd(line: &str, paths: &[&Path]) -> Vec<String> {
 impl TestServer {
     /// [`cmd`] with `{addr}`, `{admin}` (this server's addresses) and `{pid}` (this process)
     /// filled in.
-    pub fn cmd(&self, line: &str, paths: &[&Path]) -> Vec<String> {
+    pub(crate) fn cmd(&self, line: &str, paths: &[&Path]) -> Vec<String> {
         let line = line
             .replace("{addr}", &self.addr.to_string())
             .replace("{admin}", &self.admin.to_string())

@@ -28,7 +28,7 @@ use tokio::time::{Instant, Sleep};
 mod sink;
 mod stream;
 
-pub use sink::{BodySink, Sink, SinkBody};
+pub(crate) use sink::{BodySink, Sink};
 use sink::{FrameWriter, SharedTcp};
 
 use crate::app::AppState;
@@ -42,7 +42,7 @@ use crate::transport::{SubscribeQuery, jitter, open_feed};
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
 /// The route.
-pub const PATH: &str = "/v1/sse";
+pub(crate) const PATH: &str = "/v1/sse";
 
 /// Bytes an SSE client may send after its request before it is closed (a client sends
 /// nothing on an event stream; a few stray bytes, such as a pipelined request, are dropped).
@@ -52,7 +52,7 @@ const MAX_UNEXPECTED_INPUT: usize = 64 * 1024;
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nx-accel-buffering: no\r\nconnection: close\r\n\r\n";
 
 /// An SSE answer carrying `body`: the event-stream type, no caching, no proxy buffering.
-pub fn event_stream(body: Body) -> Response {
+pub(crate) fn event_stream(body: Body) -> Response {
     let mut response = body.into_response();
     let h = response.headers_mut();
     h.insert(
@@ -71,7 +71,7 @@ pub fn event_stream(body: Body) -> Response {
 /// full, the write times out, and it is dropped as a slow consumer exactly as on the direct
 /// path. `HEAD` checks the request like `GET` and answers with the stream's headers only,
 /// subscribing to nothing.
-pub async fn handler(
+pub(crate) async fn handler(
     State(state): State<AppState>,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
@@ -94,7 +94,7 @@ pub async fn handler(
 /// Serves `sse` directly on `socket`: the response head, then [`serve`]. A single-topic
 /// stream on plain TCP is written to by its topic's publisher while idle
 /// ([`herald_core::direct`]): a message does not wake this stream's task.
-pub fn serve_raw(
+pub(crate) fn serve_raw(
     socket: ClientStream,
     mut sse: SseStream,
     write_timeout: Duration,
@@ -133,7 +133,7 @@ pub fn serve_raw(
 /// An SSE stream's life on any path: each chunk written as one write, ending when the stream
 /// ends (drain, token expiry, lifetime, slow-consumer policy), the client goes away or keeps
 /// sending, or a write waits longer than `write_timeout` (a slow consumer).
-pub async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeout: Duration) {
+pub(crate) async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeout: Duration) {
     let mut unexpected = 0usize;
     loop {
         let chunk = tokio::select! {
@@ -178,7 +178,7 @@ pub async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeout: Dura
 
 /// Validates an SSE request from `peer` (asking the application's hooks when configured) and
 /// subscribes: the stream to serve, or why not.
-pub async fn open(
+pub(crate) async fn open(
     state: &AppState,
     headers: &HeaderMap,
     query: Option<&str>,
@@ -313,7 +313,7 @@ async fn try_open(
 }
 
 /// One subscriber's stream of SSE chunks.
-pub struct SseStream {
+pub(crate) struct SseStream {
     feed: Feed,
     multi: bool,
     /// `format=json`: messages in their JSON form.

@@ -16,7 +16,7 @@ use crate::telemetry::metrics::TransportMetrics;
 
 /// Where a stream's chunks are written: the client's socket (the raw path) or a hyper
 /// response body ([`BodySink`]).
-pub trait Sink {
+pub(crate) trait Sink {
     /// Writes `chunk` whole; waits while the client does not take it.
     fn write(&mut self, chunk: Bytes) -> impl Future<Output = io::Result<()>> + Send;
     /// Waits until the client sends something or goes away. Cancel-safe.
@@ -39,13 +39,13 @@ impl Sink for ClientStream {
 }
 
 /// The writing end of a hyper response body: a channel of one chunk.
-pub struct BodySink {
+pub(crate) struct BodySink {
     tx: tokio::sync::mpsc::Sender<Bytes>,
     aborted: Arc<AtomicBool>,
 }
 
 /// The body end of a [`BodySink`].
-pub struct SinkBody {
+pub(crate) struct SinkBody {
     rx: tokio::sync::mpsc::Receiver<Bytes>,
     aborted: Arc<AtomicBool>,
 }

@@ -99,7 +99,7 @@ impl SseStream {
     }
 
     /// The next chunk to write, or `None` when the stream is over. Cancel-safe.
-    pub async fn next_chunk(&mut self) -> Option<Bytes> {
+    pub(crate) async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(chunk) = self.queued.take() {
             return Some(chunk);
         }

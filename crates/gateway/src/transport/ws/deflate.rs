@@ -48,7 +48,7 @@ pub(crate) const REPLY_DEFLATE_MAX: usize = 4096;
 
 /// What a connection negotiated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Deflate {
+pub(super) struct Deflate {
     /// `server_max_window_bits` as the client asked (8 to 15), `None` when it did not.
     window_bits: Option<u8>,
 }
@@ -58,7 +58,7 @@ impl Deflate {
     /// `Sec-WebSocket-Extensions` headers. Offers with an unknown or repeated parameter, or
     /// a value out of range, are declined (RFC 7692 section 5), and the next one is tried;
     /// `None` when none is acceptable (the connection goes uncompressed).
-    pub fn negotiate(headers: &HeaderMap) -> Option<Self> {
+    pub(super) fn negotiate(headers: &HeaderMap) -> Option<Self> {
         headers
             .get_all("sec-websocket-extensions")
             .iter()
@@ -68,7 +68,7 @@ impl Deflate {
     }
 
     /// The `Sec-WebSocket-Extensions` value of the 101 answer.
-    pub fn response(self) -> String {
+    pub(super) fn response(self) -> String {
         let mut out = format!("{NAME}; server_no_context_takeover; client_no_context_takeover");
         if let Some(bits) = self.window_bits {
             out.push_str(&format!("; server_max_window_bits={bits}"));
@@ -78,7 +78,7 @@ impl Deflate {
 
     /// Whether a frame of `len` bytes goes compressed: at least `min_size`, and within the
     /// client's window when it asked for one smaller than the compressor's (15 bits).
-    pub fn compresses(self, len: usize, min_size: usize) -> bool {
+    pub(super) fn compresses(self, len: usize, min_size: usize) -> bool {
         len >= min_size
             && match self.window_bits {
                 None | Some(15) => true,
@@ -238,7 +238,7 @@ impl<S: PeerStream> Session<S> {
 /// `message`'s compressed wire frame for a connection that negotiated `deflate`, when
 /// [`Deflate::compresses`] says so (compressed once per message and shared,
 /// [`Message::ws_deflate_wire_frame`]): what direct delivery ([`super::direct`]) writes.
-pub fn wire_frame(deflate: Deflate, min_size: usize, message: &Message) -> Option<&Bytes> {
+pub(super) fn wire_frame(deflate: Deflate, min_size: usize, message: &Message) -> Option<&Bytes> {
     if deflate.compresses(message.ws_frame().len(), min_size) {
         message.ws_deflate_wire_frame()
     } else {
@@ -248,7 +248,7 @@ pub fn wire_frame(deflate: Deflate, min_size: usize, message: &Message) -> Optio
 
 /// What a direct delivery whose frame was `written` bytes long counts: the compressed
 /// payload when the frame went compressed (what crossed the wire), `None` when it did not.
-pub fn counted_bytes(written: usize, message: &Message) -> Option<usize> {
+pub(super) fn counted_bytes(written: usize, message: &Message) -> Option<usize> {
     match message.ws_deflate_wire_frame() {
         Some(packed) if packed.len() == written => Some(packed.len() - header_len(packed.len())),
         _ => None,
@@ -265,7 +265,7 @@ fn header_len(total: usize) -> usize {
 }
 
 /// A compressed text message as tungstenite writes it: `payload` already compressed, RSV1 set.
-pub fn text_frame(payload: Bytes) -> WsMessage {
+pub(super) fn text_frame(payload: Bytes) -> WsMessage {
     let mut frame = Frame::message(payload, OpCode::Data(Data::Text), true);
     frame.header_mut().rsv1 = true;
     WsMessage::Frame(frame)

@@ -30,7 +30,7 @@ use crate::telemetry::metrics::TransportMetrics;
 /// A plain TCP socket shared by a connection's task (through tungstenite) and its topic's
 /// fan-out. The socket lives in the connection's link ([`DirectSub`]), which the feed
 /// attaches to its topic while it has one.
-pub struct SharedSocket {
+pub(super) struct SharedSocket {
     link: Arc<DirectSub<FrameWriter>>,
     /// Written before tungstenite's next bytes: the rest of a frame the fan-out wrote in part.
     rest: Option<Bytes>,
@@ -39,7 +39,7 @@ pub struct SharedSocket {
 impl SharedSocket {
     /// Shares `tcp`, which carries frames in `format`, compressed as `deflate` says
     /// (messages of at least `min_size` bytes; JSON connections only).
-    pub fn new(
+    pub(super) fn new(
         tcp: TcpStream,
         format: Format,
         deflate: Option<Deflate>,
@@ -164,7 +164,7 @@ impl AsyncWrite for SharedSocket {
 
 /// The socket, and what the topic's fan-out writes to it: the message's whole frame, in the
 /// connection's format, compressed when the connection negotiated it.
-pub struct FrameWriter {
+pub(super) struct FrameWriter {
     tcp: TcpStream,
     /// tungstenite wrote and has not flushed yet: its frame may be half out.
     dirty: AtomicBool,

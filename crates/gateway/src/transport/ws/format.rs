@@ -14,13 +14,13 @@
 use axum::http::HeaderMap;
 
 /// The MessagePack subprotocol.
-pub const MSGPACK: &str = "herald.msgpack";
+pub(crate) const MSGPACK: &str = "herald.msgpack";
 /// The JSON subprotocol, the default without one.
-pub const JSON: &str = "herald.json";
+pub(crate) const JSON: &str = "herald.json";
 
 /// A connection's wire format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// JSON text frames.
     #[default]
     Json,
@@ -30,7 +30,7 @@ pub enum Format {
 
 /// The format a handshake's `Sec-WebSocket-Protocol` offers pick, and the subprotocol to
 /// name in the answer (none when the client offered none the server knows).
-pub fn negotiate(headers: &HeaderMap) -> (Format, Option<&'static str>) {
+pub(crate) fn negotiate(headers: &HeaderMap) -> (Format, Option<&'static str>) {
     let offers = headers
         .get_all("sec-websocket-protocol")
         .iter()
@@ -51,7 +51,7 @@ pub fn negotiate(headers: &HeaderMap) -> (Format, Option<&'static str>) {
 /// A control frame of the server's (`subscribed`, `error`, `pong`, `lost`, `join`...) built as
 /// JSON text, in the MessagePack form: the same object as a map. Control frames are rare next
 /// to messages, whose frames are made once per message ([`herald_core::Message`]).
-pub fn json_to_msgpack(text: &str) -> Vec<u8> {
+pub(crate) fn json_to_msgpack(text: &str) -> Vec<u8> {
     // Every control frame is built by the server as a JSON object.
     herald_core::msgpack::from_json_text(text.as_bytes()).unwrap_or_else(|| {
         herald_core::msgpack::from_json(&serde_json::json!({
@@ -61,7 +61,7 @@ pub fn json_to_msgpack(text: &str) -> Vec<u8> {
 }
 
 /// `{"type":"pong","data":<data as the client sent it>}` in MessagePack, or without `data`.
-pub fn msgpack_pong(data: Option<&[u8]>) -> Vec<u8> {
+pub(crate) fn msgpack_pong(data: Option<&[u8]>) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + data.map_or(0, <[u8]>::len));
     // Writing to a Vec cannot fail.
     let _ = rmp::encode::write_map_len(&mut out, 1 + u32::from(data.is_some()));

@@ -28,7 +28,7 @@ fn is_websocket_key(key: &str) -> bool {
 /// Answers a WebSocket handshake on `stream` and runs the connection on a task of its own.
 /// `headers` are the request's; a request that is not a valid version-13 handshake gets a
 /// JSON error and is closed.
-pub async fn upgrade_raw(
+pub(crate) async fn upgrade_raw(
     state: &AppState,
     mut stream: ClientStream,
     headers: &HeaderMap,

@@ -26,17 +26,17 @@ use crate::limits::{Rate, TokenBucket};
 
 /// Most frames one message may be split into. Browsers and client libraries send a message
 /// as one frame, or a few for very large ones.
-pub const MAX_FRAGMENTS: u32 = 64;
+pub(crate) const MAX_FRAGMENTS: u32 = 64;
 
 /// Most messages whose frames were read and that tungstenite has not yielded yet, on a
 /// compressed connection. tungstenite reads `ws.read_buffer_size` bytes at a time and yields
 /// every message it holds before it reads again, so a client stays far below this unless it
 /// sends thousands of empty messages in one read; past it: [`Violation::Backlog`].
-pub const MAX_PENDING: usize = 4096;
+pub(crate) const MAX_PENDING: usize = 4096;
 
 /// How the client sent a message (permessage-deflate).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sent {
+pub(crate) enum Sent {
     /// Uncompressed: tungstenite's message is the client's.
     Plain,
     /// A compressed text message: tungstenite yields it as binary, to inflate.
@@ -47,7 +47,7 @@ pub enum Sent {
 
 /// Why the client's frames were refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Violation {
+pub(crate) enum Violation {
     /// Over the inbound frame rate (`ws.inbound_rate`, `ws.inbound_burst`).
     Rate,
     /// A message split into more than [`MAX_FRAGMENTS`] frames.
@@ -59,7 +59,7 @@ pub enum Violation {
 
 impl Violation {
     /// The close reason the client sees (with close code 1008).
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Self::Rate => "too many messages",
             Self::Fragments => "too many fragments in one message",
@@ -68,7 +68,7 @@ impl Violation {
     }
 
     /// The `reason` label of `herald_client_errors_total`.
-    pub fn metric(self) -> &'static str {
+    pub(crate) fn metric(self) -> &'static str {
         match self {
             Self::Rate => "inbound_rate",
             Self::Fragments => "fragments",
@@ -79,7 +79,7 @@ impl Violation {
 
 /// A client stream whose incoming WebSocket frames are counted.
 #[derive(Debug)]
-pub struct Inbound<S> {
+pub(crate) struct Inbound<S> {
     inner: S,
     /// Bytes of the frame header being read (2 to 14).
     header: [u8; 14],
@@ -105,7 +105,7 @@ pub struct Inbound<S> {
 
 impl<S> Inbound<S> {
     /// Counts the frames read from `inner` against `rate` (`None`: no rate limit).
-    pub fn new(inner: S, rate: Option<Rate>) -> Self {
+    pub(crate) fn new(inner: S, rate: Option<Rate>) -> Self {
         let rate_or_none = rate.unwrap_or(Rate {
             per_second: 0.0,
             burst: 0.0,
@@ -126,13 +126,13 @@ impl<S> Inbound<S> {
     }
 
     /// Takes compressed messages from the client (permessage-deflate was negotiated).
-    pub fn expect_deflate(&mut self) {
+    pub(crate) fn expect_deflate(&mut self) {
         self.sent = Some(Box::default());
     }
 
     /// How the next message tungstenite yields was sent (call once per text or binary
     /// message, in order).
-    pub fn next_message(&mut self) -> Sent {
+    pub(crate) fn next_message(&mut self) -> Sent {
         let Some(queue) = self.sent.as_mut() else {
             return Sent::Plain;
         };
@@ -145,22 +145,22 @@ impl<S> Inbound<S> {
     }
 
     /// The stream itself, for a lingering close that drains it without parsing.
-    pub fn get_mut(&mut self) -> &mut S {
+    pub(crate) fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// The stream itself.
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// Why reading stopped, if the client broke a limit.
-    pub fn violation(&self) -> Option<Violation> {
+    pub(crate) fn violation(&self) -> Option<Violation> {
         self.violation
     }
 
     /// When the client's last frame began to arrive.
-    pub fn last_frame(&self) -> Instant {
+    pub(crate) fn last_frame(&self) -> Instant {
         Instant::from_std(self.bucket.refilled())
     }
 

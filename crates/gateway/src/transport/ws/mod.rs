@@ -33,9 +33,9 @@ mod close;
 mod commands;
 mod deflate;
 mod direct;
-pub mod format;
+pub(crate) mod format;
 mod handshake;
-pub mod inbound;
+pub(crate) mod inbound;
 mod publish;
 mod refresh;
 mod session;
@@ -44,7 +44,7 @@ mod subscribe;
 #[cfg(test)]
 mod tests;
 
-pub use handshake::upgrade_raw;
+pub(crate) use handshake::upgrade_raw;
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -54,35 +54,35 @@ use crate::telemetry::metrics::{CloseReason, TransportMetrics};
 use format::Format;
 
 /// WebSocket close codes used by Herald.
-pub mod close_code {
+pub(crate) mod close_code {
     /// Idle timeout: nothing heard from the client.
-    pub const GOING_AWAY: u16 = 1001;
+    pub(crate) const GOING_AWAY: u16 = 1001;
     /// A frame that breaks RFC 6455 (an orphan continuation, an oversized control frame, ...).
-    pub const PROTOCOL: u16 = 1002;
+    pub(crate) const PROTOCOL: u16 = 1002;
     /// Invalid UTF-8 in a text frame.
-    pub const INVALID_DATA: u16 = 1007;
+    pub(crate) const INVALID_DATA: u16 = 1007;
     /// Policy violation: slow consumer.
-    pub const POLICY: u16 = 1008;
+    pub(crate) const POLICY: u16 = 1008;
     /// Inbound message over the size limit.
-    pub const TOO_BIG: u16 = 1009;
+    pub(crate) const TOO_BIG: u16 = 1009;
     /// The server is restarting: reconnect (with a little random delay).
-    pub const RESTART: u16 = 1012;
+    pub(crate) const RESTART: u16 = 1012;
     /// The server ended the connection on a command (the admin API); the client may come
     /// back. The close reason is the command's.
-    pub const DISCONNECTED: u16 = 4000;
+    pub(crate) const DISCONNECTED: u16 = 4000;
     /// As [`DISCONNECTED`], and the client should not come back (logged out, banned).
-    pub const DISCONNECTED_STAY_AWAY: u16 = 4001;
+    pub(crate) const DISCONNECTED_STAY_AWAY: u16 = 4001;
 }
 
 /// The route.
-pub const PATH: &str = "/v1/ws";
+pub(crate) const PATH: &str = "/v1/ws";
 
 /// A connection's WebSocket: its frames counted by [`inbound::Inbound`] on the client's stream.
 type Socket<S> = socket::WebSocket<inbound::Inbound<S>>;
 
 /// The route on the router: WebSocket upgrades are taken over by the accept loop before the
 /// router sees them, so a request that gets here was not a valid HTTP/1.1 upgrade.
-pub async fn handler() -> ApiError {
+pub(crate) async fn handler() -> ApiError {
     ApiError::new(
         StatusCode::UPGRADE_REQUIRED,
         "upgrade_required",

@@ -22,7 +22,7 @@ use tungstenite::{Error, Message};
 
 /// A WebSocket over `S`, after the handshake.
 #[derive(Debug)]
-pub struct WebSocket<S> {
+pub(super) struct WebSocket<S> {
     stream: S,
     context: WebSocketContext,
     /// The stream ended (the close handshake, or an error returned once): fused.
@@ -35,7 +35,7 @@ pub struct WebSocket<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Speaks the protocol as `role` on `stream`, whose handshake is done.
-    pub fn new(stream: S, role: Role, config: Option<WebSocketConfig>) -> Self {
+    pub(super) fn new(stream: S, role: Role, config: Option<WebSocketConfig>) -> Self {
         Self {
             stream,
             context: WebSocketContext::new(role, config),
@@ -46,12 +46,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     }
 
     /// The stream underneath.
-    pub fn get_ref(&self) -> &S {
+    pub(super) fn get_ref(&self) -> &S {
         &self.stream
     }
 
     /// The stream underneath.
-    pub fn get_mut(&mut self) -> &mut S {
+    pub(super) fn get_mut(&mut self) -> &mut S {
         &mut self.stream
     }
 

@@ -10,7 +10,7 @@ use herald_gateway::{Config, Gateway};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
-pub const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
 /// Ends the test early, saying why, when an engine variable is not set: a plain `cargo test`
 /// runs without Redis and Kafka, while `deploy/test.sh` (the README's test command) starts
@@ -31,7 +31,7 @@ macro_rules! skip_without {
 }
 
 /// A config on ephemeral loopback ports.
-pub fn test_config() -> Config {
+pub(crate) fn test_config() -> Config {
     Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         admin_listen: "127.0.0.1:0".parse().unwrap(),
@@ -40,14 +40,14 @@ pub fn test_config() -> Config {
 }
 
 /// The Redis the cluster tests use (`deploy/test.sh` starts it and sets the variable).
-pub fn test_redis_url() -> String {
+pub(crate) fn test_redis_url() -> String {
     std::env::var("HERALD_TEST_REDIS_URL").expect(
         "HERALD_TEST_REDIS_URL is not set: run the suite with deploy/test.sh, which starts a real Redis",
     )
 }
 
 /// A node of a test cluster bridged by Redis under `prefix` (isolates concurrent tests).
-pub fn cluster_config(prefix: &str, node: &str) -> Config {
+pub(crate) fn cluster_config(prefix: &str, node: &str) -> Config {
     let mut config = test_config();
     config.cluster.redis_url = Some(test_redis_url());
     config.cluster.redis_prefix = prefix.to_string();
@@ -57,12 +57,12 @@ pub fn cluster_config(prefix: &str, node: &str) -> Config {
 }
 
 /// Waits until `/readyz` answers `status`.
-pub async fn wait_ready(gw: &Gateway, status: u16) {
+pub(crate) async fn wait_ready(gw: &Gateway, status: u16) {
     wait_ready_at(gw.admin_addr, status).await;
 }
 
 /// Waits until `/readyz` on the admin listener at `admin` answers `status`.
-pub async fn wait_ready_at(admin: std::net::SocketAddr, status: u16) {
+pub(crate) async fn wait_ready_at(admin: std::net::SocketAddr, status: u16) {
     let url = format!("http://{admin}/readyz");
     eventually(Duration::from_secs(20), || {
         let url = url.clone();
@@ -80,12 +80,12 @@ pub async fn wait_ready_at(admin: std::net::SocketAddr, status: u16) {
 }
 
 /// GETs a JSON document.
-pub async fn get_json(url: String) -> Value {
+pub(crate) async fn get_json(url: String) -> Value {
     get(url, &[]).await.json().await.unwrap()
 }
 
 /// The Prometheus text of `gw`.
-pub async fn metrics_text(gw: &Gateway) -> String {
+pub(crate) async fn metrics_text(gw: &Gateway) -> String {
     get(format!("http://{}/metrics", gw.admin_addr), &[])
         .await
         .text()
@@ -95,7 +95,7 @@ pub async fn metrics_text(gw: &Gateway) -> String {
 
 /// The value of one `series` (`name{labels}` as Prometheus prints it) in `gw`'s `/metrics`,
 /// 0 when absent. Each gateway under test has its own recorder, so this counts `gw`'s own.
-pub async fn metric(gw: &Gateway, series: &str) -> f64 {
+pub(crate) async fn metric(gw: &Gateway, series: &str) -> f64 {
     let text = metrics_text(gw).await;
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
@@ -103,24 +103,24 @@ pub async fn metric(gw: &Gateway, series: &str) -> f64 {
 }
 
 /// Subscribers of `topic` on `gw`, from the admin API.
-pub async fn topic_subscribers(gw: &Gateway, topic: &str) -> u64 {
+pub(crate) async fn topic_subscribers(gw: &Gateway, topic: &str) -> u64 {
     let stats = get_json(format!("http://{}/v1/topics/{topic}", gw.admin_addr)).await;
     stats["subscribers"].as_u64().unwrap()
 }
 
-pub async fn spawn_gateway(config: Config) -> Gateway {
+pub(crate) async fn spawn_gateway(config: Config) -> Gateway {
     Gateway::start(config).await.expect("gateway starts")
 }
 
 /// A gateway that has said it is ready (`/readyz` 200): its engines are connected.
-pub async fn spawn_ready(config: Config) -> Gateway {
+pub(crate) async fn spawn_ready(config: Config) -> Gateway {
     let gw = spawn_gateway(config).await;
     wait_ready(&gw, 200).await;
     gw
 }
 
 /// Polls `condition` until it holds or `timeout` passes.
-pub async fn eventually<F, Fut>(timeout: Duration, mut condition: F)
+pub(crate) async fn eventually<F, Fut>(timeout: Duration, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -134,7 +134,7 @@ where
 
 /// Polls `found` until it gives a value or `timeout` passes (then fails, saying `what` was
 /// not found).
-pub async fn eventually_some<T, F, Fut>(timeout: Duration, what: &str, mut found: F) -> T
+pub(crate) async fn eventually_some<T, F, Fut>(timeout: Duration, what: &str, mut found: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -152,25 +152,25 @@ where
     }
 }
 
-pub fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     http_builder().pool_max_idle_per_host(0).build().unwrap()
 }
 
 /// A builder for a test's HTTP client. reqwest is built with rustls and no crypto provider of
 /// its own (the gateway's hooks pass theirs, ring): a client built here gets ring, installed
 /// once as the process's default.
-pub fn http_builder() -> reqwest::ClientBuilder {
+pub(crate) fn http_builder() -> reqwest::ClientBuilder {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
 }
 
 /// A GET with the given headers, sent by a fresh client; the response whatever its status.
-pub async fn get(url: impl reqwest::IntoUrl, headers: &[(&str, &str)]) -> reqwest::Response {
+pub(crate) async fn get(url: impl reqwest::IntoUrl, headers: &[(&str, &str)]) -> reqwest::Response {
     send(http().get(url), headers).await
 }
 
 /// A POST of `body` as JSON with the given headers; the response whatever its status.
-pub async fn post_json(
+pub(crate) async fn post_json(
     url: impl reqwest::IntoUrl,
     headers: &[(&str, &str)],
     body: &Value,
@@ -186,11 +186,16 @@ async fn send(mut request: reqwest::RequestBuilder, headers: &[(&str, &str)]) ->
 }
 
 /// Publishes through the admin API; returns the message id.
-pub async fn publish(gw: &Gateway, topic: &str, data: Value) -> String {
+pub(crate) async fn publish(gw: &Gateway, topic: &str, data: Value) -> String {
     publish_event(gw, topic, data, None).await
 }
 
-pub async fn publish_event(gw: &Gateway, topic: &str, data: Value, event: Option<&str>) -> String {
+pub(crate) async fn publish_event(
+    gw: &Gateway,
+    topic: &str,
+    data: Value,
+    event: Option<&str>,
+) -> String {
     let mut body = json!({ "topic": topic, "data": data });
     if let Some(e) = event {
         body["event"] = json!(e);
@@ -208,7 +213,7 @@ pub async fn publish_event(gw: &Gateway, topic: &str, data: Value, event: Option
 
 /// One SSE event as a client sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     pub id: Option<String>,
     pub event: Option<String>,
     pub data: Option<String>,
@@ -216,7 +221,7 @@ pub struct SseEvent {
 }
 
 /// A response body as a stream of chunks, whatever the HTTP client.
-pub type BodyStream = std::pin::Pin<
+pub(crate) type BodyStream = std::pin::Pin<
     Box<
         dyn futures_util::Stream<
                 Item = Result<bytes::Bytes, Box<dyn std::error::Error + Send + Sync>>,
@@ -225,7 +230,7 @@ pub type BodyStream = std::pin::Pin<
 >;
 
 /// A minimal, spec-following SSE client over a real HTTP connection.
-pub struct SseClient {
+pub(crate) struct SseClient {
     stream: BodyStream,
     buf: String,
     pub headers: reqwest::header::HeaderMap,
@@ -233,14 +238,14 @@ pub struct SseClient {
 }
 
 impl SseClient {
-    pub async fn connect(gw: &Gateway, query: &str, last_event_id: Option<&str>) -> Self {
+    pub(crate) async fn connect(gw: &Gateway, query: &str, last_event_id: Option<&str>) -> Self {
         let resp = Self::request(gw, query, last_event_id).await;
         assert_eq!(resp.status(), 200);
         Self::from_response(resp)
     }
 
     /// A client reading an opened (200) response.
-    pub fn from_response(resp: reqwest::Response) -> Self {
+    pub(crate) fn from_response(resp: reqwest::Response) -> Self {
         Self {
             headers: resp.headers().clone(),
             stream: Box::pin(resp.bytes_stream().map(|c| c.map_err(Into::into))),
@@ -250,7 +255,7 @@ impl SseClient {
     }
 
     /// A client reading an already opened response body.
-    pub fn from_body(stream: BodyStream) -> Self {
+    pub(crate) fn from_body(stream: BodyStream) -> Self {
         Self {
             stream,
             buf: String::new(),
@@ -259,7 +264,7 @@ impl SseClient {
         }
     }
 
-    pub async fn request(
+    pub(crate) async fn request(
         gw: &Gateway,
         query: &str,
         last_event_id: Option<&str>,
@@ -273,7 +278,7 @@ impl SseClient {
 
     /// The next block (including data-less ones such as the opening `retry:`/`id:`), or
     /// `None` when the stream ends.
-    pub async fn next_block(&mut self) -> Option<SseEvent> {
+    pub(crate) async fn next_block(&mut self) -> Option<SseEvent> {
         loop {
             if let Some(end) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..end + 2).collect();
@@ -320,7 +325,7 @@ impl SseClient {
     /// The next event that carries data (what `EventSource` would dispatch). Heartbeats
     /// keep a stream from stalling, so the wait for data has a bound of its own: a test fails
     /// instead of hanging on a stream that only pings.
-    pub async fn next_event(&mut self) -> Option<SseEvent> {
+    pub(crate) async fn next_event(&mut self) -> Option<SseEvent> {
         let deadline = tokio::time::Instant::now() + 6 * WAIT;
         loop {
             let block = tokio::time::timeout_at(deadline, self.next_block())
@@ -333,7 +338,7 @@ impl SseClient {
     }
 
     /// Raw bytes until the stream ends (or `limit` passes).
-    pub async fn rest(&mut self, limit: Duration) -> String {
+    pub(crate) async fn rest(&mut self, limit: Duration) -> String {
         let mut out = std::mem::take(&mut self.buf);
         let _ = tokio::time::timeout(limit, async {
             while let Some(Ok(chunk)) = self.stream.next().await {
@@ -345,24 +350,24 @@ impl SseClient {
     }
 }
 
-pub type WsStream =
+pub(crate) type WsStream =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-pub async fn ws_connect(gw: &Gateway) -> WsStream {
+pub(crate) async fn ws_connect(gw: &Gateway) -> WsStream {
     let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", gw.public_addr))
         .await
         .expect("websocket connects");
     ws
 }
 
-pub async fn ws_send(ws: &mut WsStream, frame: Value) {
+pub(crate) async fn ws_send(ws: &mut WsStream, frame: Value) {
     ws.send(WsMessage::Text(frame.to_string().into()))
         .await
         .unwrap();
 }
 
 /// The next JSON text frame (control frames skipped).
-pub async fn ws_next(ws: &mut WsStream) -> Value {
+pub(crate) async fn ws_next(ws: &mut WsStream) -> Value {
     loop {
         let msg = tokio::time::timeout(WAIT, ws.next())
             .await
@@ -378,7 +383,7 @@ pub async fn ws_next(ws: &mut WsStream) -> Value {
 }
 
 /// The close frame's code and reason, reading past anything else.
-pub async fn ws_close_code(ws: &mut WsStream) -> (u16, String) {
+pub(crate) async fn ws_close_code(ws: &mut WsStream) -> (u16, String) {
     loop {
         match tokio::time::timeout(WAIT, ws.next())
             .await
@@ -394,7 +399,7 @@ pub async fn ws_close_code(ws: &mut WsStream) -> (u16, String) {
     }
 }
 
-pub async fn ws_subscribe(ws: &mut WsStream, topics: &[&str]) -> Value {
+pub(crate) async fn ws_subscribe(ws: &mut WsStream, topics: &[&str]) -> Value {
     ws_send(ws, json!({ "type": "subscribe", "topics": topics })).await;
     let reply = ws_next(ws).await;
     assert_eq!(reply["type"], "subscribed", "{reply}");
@@ -402,7 +407,7 @@ pub async fn ws_subscribe(ws: &mut WsStream, topics: &[&str]) -> Value {
 }
 
 /// A WebSocket spoken by hand, to send what well-behaved client libraries never would.
-pub async fn raw_ws(gw: &herald_gateway::Gateway) -> tokio::net::TcpStream {
+pub(crate) async fn raw_ws(gw: &herald_gateway::Gateway) -> tokio::net::TcpStream {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut raw = tokio::net::TcpStream::connect(gw.public_addr)
         .await
@@ -418,7 +423,12 @@ pub async fn raw_ws(gw: &herald_gateway::Gateway) -> tokio::net::TcpStream {
     raw
 }
 
-pub async fn send_frame(raw: &mut tokio::net::TcpStream, fin: bool, opcode: u8, payload: &[u8]) {
+pub(crate) async fn send_frame(
+    raw: &mut tokio::net::TcpStream,
+    fin: bool,
+    opcode: u8,
+    payload: &[u8],
+) {
     use tokio::io::AsyncWriteExt as _;
     let mut frame = frame_header(fin, opcode, payload.len() as u64);
     frame.extend_from_slice(payload);
@@ -427,7 +437,7 @@ pub async fn send_frame(raw: &mut tokio::net::TcpStream, fin: bool, opcode: u8, 
 
 /// A client frame header claiming a payload of `len` bytes, masked with zeros so the payload
 /// goes as is; tungstenite's codec writes it.
-pub fn frame_header(fin: bool, opcode: u8, len: u64) -> Vec<u8> {
+pub(crate) fn frame_header(fin: bool, opcode: u8, len: u64) -> Vec<u8> {
     use tokio_tungstenite::tungstenite::protocol::frame::{FrameHeader, coding::OpCode};
     let header = FrameHeader {
         is_final: fin,
@@ -441,7 +451,7 @@ pub fn frame_header(fin: bool, opcode: u8, len: u64) -> Vec<u8> {
 }
 
 /// Reads one unfragmented server frame: (opcode, payload).
-pub async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
+pub(crate) async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
     use tokio::io::AsyncReadExt as _;
     let mut h = [0u8; 2];
     tokio::time::timeout(WAIT, raw.read_exact(&mut h))
@@ -462,15 +472,15 @@ pub async fn read_frame(raw: &mut tokio::net::TcpStream) -> (u8, Vec<u8>) {
 }
 
 /// The token secret of [`token_config`].
-pub const SECRET: &str = "0123456789abcdef0123456789abcdef-test-secret";
+pub(crate) const SECRET: &str = "0123456789abcdef0123456789abcdef-test-secret";
 
 /// A token with `claims`, signed with [`SECRET`].
-pub fn token(claims: Value) -> String {
+pub(crate) fn token(claims: Value) -> String {
     hs256_token(SECRET, &claims)
 }
 
 /// A gateway that checks tokens signed with [`SECRET`], with `public.` topics open to all.
-pub fn token_config() -> Config {
+pub(crate) fn token_config() -> Config {
     let mut config = test_config();
     config.auth.hs256_secret = Some(SECRET.into());
     config.auth.public_prefixes = vec!["public.".into()];
@@ -478,7 +488,7 @@ pub fn token_config() -> Config {
 }
 
 /// A JWT signed with HS256 by `secret`.
-pub fn hs256_token(secret: &str, claims: &Value) -> String {
+pub(crate) fn hs256_token(secret: &str, claims: &Value) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         claims,
@@ -488,7 +498,7 @@ pub fn hs256_token(secret: &str, claims: &Value) -> String {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -496,7 +506,7 @@ pub fn unix_now() -> u64 {
 }
 
 /// Asserts that `frame` is a WebSocket `error` frame `forbidden` whose reason says `why`.
-pub fn assert_forbidden(frame: &Value, why: &str) {
+pub(crate) fn assert_forbidden(frame: &Value, why: &str) {
     assert_eq!(
         (frame["type"].as_str(), frame["code"].as_str()),
         (Some("error"), Some("forbidden")),
