@@ -158,6 +158,9 @@ impl RedisBridge {
         last_ids: &mut [String],
     ) -> redis::RedisResult<()> {
         let mut conn = self.target.connect(Purpose::BlockingReads).await?;
+        // Redis is back (or was never away): the publisher's connection, if it broke while
+        // idle, is made again on its next write rather than failing it.
+        self.publisher.forget();
         let mut epochs = Vec::with_capacity(shards.len());
         for (i, &shard) in shards.iter().enumerate() {
             let key = self.target.epoch_key(shard);
@@ -308,9 +311,14 @@ impl Bridge for RedisBridge {
                 fields.push(("m", msgpack));
             }
             let key = self.target.stream_key(shard);
-            // A connection that broke while idle (Redis restarted, a sentinel failover) is
-            // made again, and one that cannot be made yet (sentinels that have not agreed on
-            // the new master) is tried again: it costs a retry, not a failed publish.
+            // Tried again only when it was certainly not written: no connection could be made
+            // (sentinels that have not agreed on the new master yet), or Redis refused it (a
+            // demoted master's READONLY). An XADD that went out on a connection that then
+            // broke or answered too late may have been written, and a second XADD would be a
+            // second entry, which every subscriber receives under another id: it is answered
+            // 503 (the publisher does not know its fate). A connection that broke while idle
+            // (Redis restarted, a failover) is not used again: the reader's new session
+            // forgets it before the node is ready again.
             let mut attempt = 0;
             let id: Option<String> = loop {
                 attempt += 1;
@@ -323,7 +331,20 @@ impl Bridge for RedisBridge {
                             // Written: from here a retry would publish twice, so a failure to
                             // confirm it is an answer, not a retry.
                             Ok(id) => break self.confirm(&mut conn, id).await?,
-                            Err(e) => Err((self.publisher.failed(&e), e)),
+                            Err(e)
+                                if e.kind()
+                                    == redis::ErrorKind::Server(
+                                        redis::ServerErrorKind::ReadOnly,
+                                    ) =>
+                            {
+                                Err((self.publisher.failed(&e), e))
+                            }
+                            Err(e) => {
+                                self.publisher.failed(&e);
+                                return Err(Self::unavailable(format!(
+                                    "the write may or may not have reached Redis: {e}"
+                                )));
+                            }
                         }
                     }
                     Err(e) => Err((true, e)),

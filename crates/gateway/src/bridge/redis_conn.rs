@@ -326,6 +326,11 @@ impl SharedConn {
         Ok(conn)
     }
 
+    /// Forgets the connection: the next [`Self::get`] makes a new one.
+    pub(crate) fn forget(&self) {
+        self.cached.lock().take();
+    }
+
     /// Runs `pipe`, forgetting the connection if the error says it broke (the next call makes
     /// a new one).
     pub(crate) async fn query<T: redis::FromRedisValue>(
