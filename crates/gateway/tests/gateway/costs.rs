@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use herald_gateway::{Config, Gateway};
 use http_body_util::{BodyExt as _, Empty};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
@@ -72,13 +72,7 @@ async fn fetch(gw: &Gateway, via: Via, path: &str) -> (u16, Bytes) {
             let request = hyper::Request::get(format!("https://localhost{path}"))
                 .body(Empty::<Bytes>::new())
                 .unwrap();
-            let tls = crate::tls::tls_connect(gw, &[b"h2"]).await;
-            let (mut sender, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                    .await
-                    .unwrap();
-            tokio::spawn(conn);
-            sender.send_request(request).await.unwrap()
+            crate::tls::h2_request(gw, request).await
         }
     };
     let status = response.status().as_u16();

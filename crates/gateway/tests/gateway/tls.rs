@@ -32,6 +32,22 @@ pub(crate) fn tls_config() -> Config {
     config
 }
 
+/// `request` over HTTP/2 on TLS to `gw`'s public listener: the response.
+pub(crate) async fn h2_request(
+    gw: &Gateway,
+    request: hyper::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> hyper::Response<hyper::body::Incoming> {
+    let tls = tls_connect(gw, &[b"h2"]).await;
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender.send_request(request).await.unwrap()
+}
+
 /// Connects with TLS, trusting the test CA, offering `alpn`.
 pub(crate) async fn tls_connect(gw: &Gateway, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();

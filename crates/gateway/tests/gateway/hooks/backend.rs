@@ -11,7 +11,7 @@ pub(crate) use bytes::Bytes;
 pub(crate) use herald_gateway::config::OnUnavailable;
 pub(crate) use herald_gateway::{Config, Gateway};
 pub(crate) use http_body_util::{BodyExt as _, Empty};
-pub(crate) use hyper_util::rt::{TokioExecutor, TokioIo};
+pub(crate) use hyper_util::rt::TokioIo;
 pub(crate) use serde_json::{Value, json};
 pub(crate) use tokio::net::TcpStream;
 
@@ -284,15 +284,7 @@ pub(crate) async fn subscribe_with(
             let tls = crate::tls::tls_connect(gw, &[b"http/1.1"]).await;
             http1(TokioIo::new(tls), request).await
         }
-        Path::TlsH2 => {
-            let tls = crate::tls::tls_connect(gw, &[b"h2"]).await;
-            let (mut sender, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
-                    .await
-                    .unwrap();
-            tokio::spawn(conn);
-            sender.send_request(request).await.unwrap()
-        }
+        Path::TlsH2 => crate::tls::h2_request(gw, request).await,
     };
     let status = response.status().as_u16();
     if status == 200 {
