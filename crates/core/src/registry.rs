@@ -273,6 +273,45 @@ impl Registry {
         removed
     }
 
+    /// Calls `f` with the name of every topic that has a subscriber on this node (interest
+    /// routing asks which topic groups the node must follow).
+    pub fn each_subscribed(&self, mut f: impl FnMut(&TopicName)) {
+        for shard in self.shards.iter() {
+            for topic in shard.read().values() {
+                if topic.has_subscribers() {
+                    f(topic.name());
+                }
+            }
+        }
+    }
+
+    /// Drops every topic that `forget` picks and that has no subscriber, whatever its
+    /// history: the node stops reading those topics from its log (interest routing), and a
+    /// topic kept would hold history with a hole in it once the node reads them again.
+    /// Returns how many went.
+    pub fn forget(&self, forget: impl Fn(&TopicName) -> bool) -> usize {
+        let mut removed = 0;
+        let mut gone = Vec::new();
+        for shard in self.shards.iter() {
+            let mut shard = shard.write();
+            shard.retain(|_, topic| {
+                let keep = !forget(topic.name()) || topic.has_subscribers();
+                if !keep {
+                    gone.push(topic.clone());
+                }
+                keep
+            });
+            drop(shard);
+            for topic in &gone {
+                topic.release_unpublished();
+            }
+            self.count.fetch_sub(gone.len(), Ordering::Relaxed);
+            removed += gone.len();
+            gone.clear();
+        }
+        removed
+    }
+
     /// Number of topics held.
     pub fn len(&self) -> usize {
         self.count.load(Ordering::Relaxed)

@@ -456,6 +456,11 @@ impl Topic {
         receivers + self.direct.direct_now()
     }
 
+    /// Whether any subscriber is attached on this node (live or direct).
+    pub fn has_subscribers(&self) -> bool {
+        self.direct.len() > 0 || self.state.lock().sender.receiver_count() > 0
+    }
+
     /// A snapshot of the topic's counts.
     pub fn stats(&self) -> TopicStats {
         let state = self.state.lock();

@@ -262,6 +262,20 @@ impl AppState {
             })
     }
 
+    /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
+    /// topic) need from the cluster's logs, waiting until it has
+    /// ([`crate::bridge::Logs::prepare`]; immediate on a node alone or under broadcast
+    /// routing): `503 bridge_unavailable` when it could not within `cluster.backfill_timeout`.
+    pub async fn prepare(&self, topics: &[&str], patterns: bool) -> Result<(), ApiError> {
+        self.0.logs.prepare(topics, patterns).await.map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "bridge_unavailable",
+                e.to_string(),
+            )
+        })
+    }
+
     /// Whether the public listener serves the publish API: in dev mode, or to API keys,
     /// tokens allowed to publish, or clients the publish hook allows.
     pub fn publishes_publicly(&self) -> bool {

@@ -200,7 +200,15 @@ impl Config {
         )?;
         let c = &self.cluster;
         within("cluster.node_id length", c.node_id.len(), 1..=64)?;
-        within("cluster.redis_shards", c.redis_shards, 1..=1024)?;
+        within("cluster.redis_shards", c.redis_shards, 1..=16384)?;
+        ensure!(
+            (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&c.interest_linger),
+            "cluster.interest_linger must be within 1s..=1h"
+        );
+        ensure!(
+            (Duration::from_millis(100)..=Duration::from_secs(60)).contains(&c.backfill_timeout),
+            "cluster.backfill_timeout must be within 100ms..=1m"
+        );
         at_least("cluster.redis_stream_maxlen", c.redis_stream_maxlen, 100)?;
         within("cluster.redis_wait_replicas", c.redis_wait_replicas, 0..=16)?;
         ensure!(

@@ -121,7 +121,8 @@ pub(crate) async fn tail(
         &ResumeList::new(),
         None,
         "admin",
-    )?;
+    )
+    .await?;
     let slot = (slot, charges);
     let shutdown = state.shutdown().clone();
     let app = state.clone();

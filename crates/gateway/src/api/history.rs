@@ -48,7 +48,7 @@ pub(crate) async fn admin(
     Path(topic): Path<String>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
-    page(&state, &topic, &query)
+    page(&state, &topic, &query).await
 }
 
 /// `GET /v1/topics/{topic}/history` on the public listener: a topic the client may subscribe
@@ -76,14 +76,16 @@ pub(crate) async fn public(
             headers: &forwarded,
         };
         crate::transport::may_subscribe(&state, &caller, &[topic.as_str()]).await?;
-        page(&state, &topic, &query)
+        page(&state, &topic, &query).await
     };
     answer
         .await
         .inspect_err(|e| crate::telemetry::metrics::client_error("http", e.code()))
 }
 
-fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
+/// One page of `name`'s history. On a node that did not follow the topic's group of the
+/// cluster's log until now, it first reads the group's history ([`AppState::prepare`]).
+async fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
     herald_core::name::validate_topic(name)?;
     let limit = query::limit(query.limit.as_deref(), 100, 1..=MAX_LIMIT)?;
     let since: Option<Cursor> = match &query.since {
@@ -92,6 +94,7 @@ fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, 
         })?),
         None => None,
     };
+    state.prepare(&[name], false).await?;
     let Some(topic) = state.registry().get(name) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

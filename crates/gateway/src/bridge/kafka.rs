@@ -60,6 +60,8 @@ pub(crate) struct KafkaBridge {
     /// then it is not ready, so clients are not sent to a node that would tell them messages
     /// were lost only because it has not read them yet.
     caught_up: AtomicBool,
+    /// Partitions assigned (every partition of the configured topics).
+    partitions: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for KafkaBridge {
@@ -111,6 +113,7 @@ impl KafkaBridge {
             last_error: parking_lot::Mutex::new(None),
             ready: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),
+            partitions: std::sync::atomic::AtomicUsize::new(0),
         }))
     }
 
@@ -141,6 +144,8 @@ impl KafkaBridge {
         let assignment =
             tokio::task::spawn_blocking(move || assignment(&c, &topics, history_ms)).await??;
         consumer.assign(&assignment)?;
+        self.partitions.store(assignment.count(), Ordering::Relaxed);
+        metrics::bridge_groups_followed(NAME, assignment.count());
         // Where the log ends now, per partition: ready once read up to there.
         let (c, starts) = (consumer.clone(), assignment.clone());
         let mut behind: std::collections::HashMap<(String, i32), i64> =
@@ -450,6 +455,11 @@ impl Bridge for KafkaBridge {
             )
             .await;
         })
+    }
+
+    fn groups_followed(&self) -> (usize, usize) {
+        let partitions = self.partitions.load(Ordering::Relaxed);
+        (partitions, partitions)
     }
 
     fn is_ready(&self) -> bool {

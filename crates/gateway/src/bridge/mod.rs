@@ -11,6 +11,7 @@
 //! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
 //! the one reconnect-with-backoff loop every bridge runs its sessions in.
 
+pub(crate) mod interest;
 pub(crate) mod kafka;
 pub(crate) mod kafka_props;
 pub(crate) mod redis;
@@ -59,6 +60,25 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// Follows the log until `stop`, handing every record to `ingest` (reconnecting with
     /// backoff through [`reconnect_loop`]).
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()>;
+
+    /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
+    /// topic this log feeds) need, and waits until it has read their history from the log,
+    /// for at most `cluster.backfill_timeout` (then `Err`). Immediate when the node reads the
+    /// whole log (`cluster.routing = "broadcast"`) or follows their groups already.
+    fn prepare<'a>(
+        &'a self,
+        topics: &'a [&'a str],
+        patterns: bool,
+    ) -> BoxFuture<'a, Result<(), BridgeError>> {
+        let _ = (topics, patterns);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// How many of the log's topic groups (streams, partitions) this node reads, and how
+    /// many there are (`herald_bridge_groups_followed`, the console's node view).
+    fn groups_followed(&self) -> (usize, usize) {
+        (0, 0)
+    }
 
     /// Whether the engine is reachable and the node is following the log.
     fn is_ready(&self) -> bool;
@@ -134,6 +154,26 @@ impl Logs {
                 reason: format!("no configured log feeds topic {topic}"),
             }),
         }
+    }
+
+    /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
+    /// topic) need from every log that feeds them, waiting until it has ([`Bridge::prepare`]):
+    /// the first step of every subscription, so that it resumes, replays and answers history
+    /// on a node that did not follow these topics until now as on one that did.
+    pub async fn prepare(&self, topics: &[&str], patterns: bool) -> Result<(), BridgeError> {
+        if self.logs.is_empty() {
+            return Ok(());
+        }
+        for (log, _) in &self.logs {
+            let own: Vec<&str> = (topics.iter().copied())
+                .filter(|t| self.feeder(t).is_some_and(|f| Arc::ptr_eq(f, log)))
+                .collect();
+            if own.is_empty() && !patterns {
+                continue;
+            }
+            log.prepare(&own, patterns).await?;
+        }
+        Ok(())
     }
 
     /// Whether every log is connected and caught up.
@@ -226,6 +266,32 @@ impl Ingest {
                 tracing::warn!(error = %e, %topic, bridge = self.bridge, "message from the log dropped")
             }
         }
+    }
+
+    /// Whether `topic` is one this log feeds.
+    fn feeds(&self, topic: &str) -> bool {
+        self.logs.feeder(topic).map(|b| b.name()) == Some(self.bridge)
+    }
+
+    /// Calls `f` with every topic this log feeds that has a subscriber on this node.
+    pub(crate) fn each_subscribed(&self, mut f: impl FnMut(&str)) {
+        self.registry.each_subscribed(|t| {
+            if self.feeds(t.as_str()) {
+                f(t.as_str())
+            }
+        });
+    }
+
+    /// Whether a prefix pattern is subscribed on this node (it may match any topic).
+    pub(crate) fn has_patterns(&self) -> bool {
+        !self.registry.patterns().is_empty()
+    }
+
+    /// Forgets the topics this log feeds that `pick` chooses and no subscriber holds (the
+    /// node stopped reading them: see [`herald_core::Registry::forget`]).
+    pub(crate) fn forget(&self, pick: impl Fn(&str) -> bool) -> usize {
+        self.registry
+            .forget(|t| self.feeds(t.as_str()) && pick(t.as_str()))
     }
 
     fn refuse(&self, topic: &TopicName) {

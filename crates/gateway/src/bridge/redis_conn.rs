@@ -199,6 +199,12 @@ impl RedisTarget {
         }
     }
 
+    /// The stream a node's reader also reads so that it can be woken when the node starts
+    /// following more streams (interest routing): `<prefix>:wake:<node_id>`.
+    pub fn wake_key(&self, node_id: &str) -> String {
+        format!("{}:wake:{node_id}", self.prefix)
+    }
+
     /// The prefix of the presence keys. In a Redis Cluster they share one hash tag,
     /// `{<prefix>}`, so that a flush is one pipeline to one master.
     pub fn presence_prefix(&self) -> String {

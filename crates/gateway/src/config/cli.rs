@@ -12,7 +12,7 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 use herald_core::LagPolicy;
 use serde::Deserialize as _;
 
-use super::{Config, LogFormat, RedisMode, admin};
+use super::{Config, LogFormat, RedisMode, Routing, admin};
 
 /// Command-line flags; each has a `HERALD_*` environment twin. Everything else is set in the
 /// TOML file given with `--config`.
@@ -79,6 +79,10 @@ pub struct Cli {
     /// How Redis is deployed: single, sentinel or cluster.
     #[arg(long, env = "HERALD_REDIS_MODE", value_name = "MODE")]
     pub redis_mode: Option<RedisMode>,
+    /// How a node receives the cluster's messages: interest (only the topic groups it has
+    /// subscribers for) or broadcast (everything).
+    #[arg(long, env = "HERALD_CLUSTER_ROUTING", value_name = "MODE")]
+    pub cluster_routing: Option<Routing>,
     /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
     #[arg(long, env = "HERALD_KAFKA_BROKERS", value_name = "HOSTS")]
     pub kafka_brokers: Option<String>,
@@ -220,6 +224,7 @@ fn defaults() -> Vec<(&'static str, String)> {
         ("lag_policy", name(&d.lag_policy)),
         ("redis_url", "none (single node)".into()),
         ("redis_mode", name(&d.cluster.redis_mode)),
+        ("cluster_routing", name(&d.cluster.routing)),
         ("kafka_brokers", "none".into()),
         ("kafka_topics", list(&d.cluster.kafka_topics, "none")),
         (
@@ -352,6 +357,9 @@ impl Cli {
         }
         if let Some(v) = self.redis_mode {
             config.cluster.redis_mode = v;
+        }
+        if let Some(v) = self.cluster_routing {
+            config.cluster.routing = v;
         }
         if let Some(v) = &self.node_id {
             config.cluster.node_id = v.clone();

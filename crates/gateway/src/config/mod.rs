@@ -156,11 +156,32 @@ pub struct ClusterConfig {
     pub redis_key_file: Option<PathBuf>,
     /// Prefix of every Redis key the bridge uses (several clusters can share one Redis).
     pub redis_prefix: String,
-    /// Number of Redis streams messages are spread over, by a stable hash of the topic.
-    /// Every node of a cluster must use the same value.
-    /// Bound: 1 to 1024.
+    /// How a node receives the messages of the cluster: `interest` (the default) reads only
+    /// the topic groups (Redis streams, Kafka partitions) holding a topic it has a subscriber
+    /// for, so the cluster's publish capacity grows with its nodes; `broadcast` reads every
+    /// group on every node. Resume, `last` and history behave the same in both (see
+    /// docs/cluster.md, "Interest routing").
+    pub routing: Routing,
+    /// With `routing = "interest"`, how long a node keeps following a group after its last
+    /// local subscriber to it left, so that subscription churn does not start and stop reads
+    /// every second. Bound: 1s to 1h.
+    #[serde(with = "humantime_serde")]
+    pub interest_linger: Duration,
+    /// With `routing = "interest"`, the longest a subscription to a topic whose group the
+    /// node does not follow yet waits while the node reads that group's history from the
+    /// log; past it the subscription is refused `503 bridge_unavailable`.
+    /// Bound: 100ms to 1m.
+    #[serde(with = "humantime_serde")]
+    pub backfill_timeout: Duration,
+    /// Number of Redis streams (topic groups) messages are spread over, by a stable hash of
+    /// the topic. Every node of a cluster must use the same value. More groups make a node
+    /// under interest routing read less of what it has no subscriber for, and cost one
+    /// stream each (on a Redis Cluster, one reading connection per followed group).
+    /// Bound: 1 to 16384.
     pub redis_shards: u32,
-    /// Approximate entries kept per stream (`XADD MAXLEN ~`).
+    /// Approximate entries kept per stream (`XADD MAXLEN ~`) with `routing = "broadcast"`.
+    /// With `routing = "interest"` each stream keeps instead the messages of the longest
+    /// `history_ttl` (`XADD MINID ~`), which is what any node can resume or backfill from.
     /// Bound: At least 100.
     pub redis_stream_maxlen: usize,
     /// Replicas that must hold a publish before it is answered (`WAIT` after the `XADD`, for
@@ -204,6 +225,17 @@ pub struct ClusterConfig {
     pub kafka_properties: std::collections::BTreeMap<String, String>,
 }
 
+/// How a node receives the cluster's messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Routing {
+    /// Read only the topic groups holding a topic with a local subscriber.
+    #[default]
+    Interest,
+    /// Read every group on every node.
+    Broadcast,
+}
+
 /// How Redis is deployed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -227,7 +259,10 @@ impl Default for ClusterConfig {
             redis_cert_file: None,
             redis_key_file: None,
             redis_prefix: "herald".into(),
-            redis_shards: 16,
+            routing: Routing::Interest,
+            interest_linger: Duration::from_secs(60),
+            backfill_timeout: Duration::from_secs(5),
+            redis_shards: 4096,
             redis_stream_maxlen: 100_000,
             redis_wait_replicas: 0,
             redis_wait_timeout: Duration::from_millis(500),

@@ -46,6 +46,10 @@ pub(crate) const TOPICS: &str = "herald_topics";
 pub(crate) const PATTERNS: &str = "herald_patterns";
 /// Whether a bridge is connected and following its log (gauge, 1 or 0), by `bridge`.
 pub(crate) const BRIDGE_UP: &str = "herald_bridge_up";
+/// Topic groups (Redis streams, Kafka partitions) this node reads (gauge), by `bridge`:
+/// all of them under `cluster.routing = "broadcast"`, those holding a subscribed topic under
+/// `"interest"`.
+pub(crate) const BRIDGE_GROUPS_FOLLOWED: &str = "herald_bridge_groups_followed";
 /// Bridge reconnection attempts, by `bridge`.
 pub(crate) const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
 /// Age of the last message read from a bridge's log when it was read (gauge, seconds), by
@@ -191,6 +195,10 @@ fn describe() {
         "Distinct prefix patterns subscribed to on this node."
     );
     describe_gauge!(BRIDGE_UP, "Whether a bridge is connected (1) or not (0).");
+    describe_gauge!(
+        BRIDGE_GROUPS_FOLLOWED,
+        "Topic groups (streams, partitions) of a bridge's log this node reads."
+    );
     describe_counter!(BRIDGE_RECONNECTS, "Bridge reconnection attempts.");
     describe_gauge!(
         BRIDGE_LAG,
@@ -461,6 +469,11 @@ pub(crate) fn client_error(transport: &'static str, reason: &'static str) {
 /// Sets whether `bridge` is up.
 pub(crate) fn bridge_up(bridge: &'static str, up: bool) {
     gauge!(BRIDGE_UP, "bridge" => bridge).set(if up { 1.0 } else { 0.0 });
+}
+
+/// Sets how many topic groups of `bridge`'s log this node reads.
+pub(crate) fn bridge_groups_followed(bridge: &'static str, groups: usize) {
+    gauge!(BRIDGE_GROUPS_FOLLOWED, "bridge" => bridge).set(groups as f64);
 }
 
 /// Counts a reconnection attempt of `bridge`.

@@ -67,7 +67,8 @@ async fn poll(
         .await?
         .who;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
-    let (mut feed, _charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
+    let (mut feed, _charges) =
+        open_feed(state, &query.topics, &resume, query.last, &client).await?;
     let metrics = metrics::transport(Transport::Poll);
     let mut disconnect = None;
     let mut presence: Vec<PresenceEvent> = Vec::new();

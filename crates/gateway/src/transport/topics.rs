@@ -122,17 +122,27 @@ pub(crate) struct Added {
     pub(crate) charges: Vec<(TopicName, QuotaCharge)>,
 }
 
-/// Adds `wanted` to `feed` for `asker`: within the per-connection limit, every topic found or
-/// created (and charged) before any is subscribed, so that a refusal part-way (the node's
-/// topic limit, a quota) leaves the feed as it was; patterns with their resume positions.
-/// The one way topics are added to a feed.
-pub(crate) fn add_topics(
+/// Adds `wanted` to `feed` for `asker`: within the per-connection limit, the node first made
+/// to read what the topics need from the cluster's logs ([`AppState::prepare`]: on a node that
+/// did not follow their groups until now, this waits for their history), then every topic
+/// found or created (and charged) before any is subscribed, so that a refusal part-way (the
+/// node's topic limit, a quota) leaves the feed as it was; patterns with their resume
+/// positions. The one way topics are added to a feed.
+pub(crate) async fn add_topics(
     state: &AppState,
     feed: &mut Feed,
     wanted: Wanted,
     asker: Asker<'_>,
 ) -> Result<Added, ApiError> {
     wanted.fit(state, feed)?;
+    let names: Vec<&str> = (wanted.topics.iter())
+        .filter(|(n, _)| !feed.holds(n.as_str()))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let patterns = wanted.patterns.iter().any(|p| !feed.holds(p.as_str()));
+    if !names.is_empty() || patterns {
+        state.prepare(&names, patterns).await?;
+    }
     let mut added = Added::default();
     let mut found = Vec::with_capacity(wanted.topics.len());
     for (name, start) in wanted.topics {
@@ -218,7 +228,7 @@ fn add_patterns(
 /// `after`), created when new and not charged to the client ([`Asker::Server`]); all or
 /// nothing within the connection's topic limit. Returns each added topic with its starting
 /// position.
-pub(crate) fn subscribe_from_server(
+pub(crate) async fn subscribe_from_server(
     state: &AppState,
     feed: &mut Feed,
     topics: &[String],
@@ -232,7 +242,9 @@ pub(crate) fn subscribe_from_server(
         topics,
         ..Wanted::default()
     };
-    Ok(add_topics(state, feed, wanted, Asker::Server)?.started)
+    Ok(add_topics(state, feed, wanted, Asker::Server)
+        .await?
+        .started)
 }
 
 /// A server-side unsubscription: the topics of `topics` that `feed` held, now dropped.
@@ -249,7 +261,7 @@ pub(crate) fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec
 /// the charges for the topics it created. A pattern among `topics` (`orders.*`) resumes the
 /// topics of `resume` it matches and delivers the others it matches live
 /// ([`Feed::subscribe_pattern`]; `last` does not apply to it).
-pub(crate) fn open_feed(
+pub(crate) async fn open_feed(
     state: &AppState,
     topics: &[TopicName],
     resume: &ResumeList,
@@ -259,7 +271,7 @@ pub(crate) fn open_feed(
     let config = state.config();
     let mut feed = Feed::new(config.lag_policy, config.limits.max_subscriptions);
     let wanted = Wanted::from_query(topics, resume, last);
-    let added = add_topics(state, &mut feed, wanted, Asker::Opening(client))?;
+    let added = add_topics(state, &mut feed, wanted, Asker::Opening(client)).await?;
     Ok((feed, added.charges.into_iter().map(|(_, c)| c).collect()))
 }
 

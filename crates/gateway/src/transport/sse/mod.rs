@@ -268,7 +268,7 @@ async fn try_open(
         heartbeat,
     } = check(state, headers, query, Some(id), peer).await?;
     let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
-    let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client)?;
+    let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client).await?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1 || feed.has_patterns(),
@@ -287,6 +287,7 @@ async fn try_open(
         shutdown: state.drain().wait(),
         id: String::new(),
         queued: None,
+        pending: None,
         done: false,
         lifetime: lifetime_deadline(config.sse.max_lifetime),
         expiry: who
@@ -335,6 +336,9 @@ pub(crate) struct SseStream {
     id: String,
     /// A chunk to send before anything else (the body after a multi-topic `id:` line).
     queued: Option<Bytes>,
+    /// A server-side subscription being made (it may wait for the node to read its topics'
+    /// history), kept here so that a `next_chunk` cancelled part-way takes it up again.
+    pending: Option<Box<(Vec<String>, Option<herald_core::Cursor>)>>,
     done: bool,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<Pin<Box<Sleep>>>,

@@ -21,12 +21,20 @@ impl SseStream {
     /// Subscribes to `topics` on the application's command (from their head, or after
     /// `after`): an event naming them, with the `id:` of every position (so that a resume
     /// includes them), or `None` when there is nothing new or it was refused (counted).
-    fn subscribed_by_server(
+    /// Cancel-safe: the subscription is kept in `pending` until it is made, and the next call
+    /// of [`Self::next_chunk`] takes it up again.
+    async fn subscribed_by_server(
         &mut self,
-        topics: &[String],
+        topics: Vec<String>,
         after: Option<herald_core::Cursor>,
     ) -> Option<Bytes> {
-        match crate::transport::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
+        let pending = self.pending.insert(Box::new((topics, after)));
+        let (topics, after) = (pending.0.clone(), pending.1);
+        let made =
+            crate::transport::subscribe_from_server(&self.state, &mut self.feed, &topics, after)
+                .await;
+        self.pending = None;
+        match made {
             Ok(started) if started.is_empty() => None,
             Ok(started) => {
                 self.multi = self.feed.len() > 1 || self.feed.has_patterns();
@@ -106,6 +114,11 @@ impl SseStream {
         if self.done {
             return None;
         }
+        if let Some(pending) = self.pending.take()
+            && let Some(chunk) = self.subscribed_by_server(pending.0, pending.1).await
+        {
+            return Some(chunk);
+        }
         loop {
             tokio::select! {
                 biased;
@@ -124,13 +137,13 @@ impl SseStream {
                         return Some(disconnect_event(&disconnect));
                     }
                     Action::Subscribe(topics) => {
-                        if let Some(chunk) = self.subscribed_by_server(&topics, None) {
+                        if let Some(chunk) = self.subscribed_by_server(topics, None).await {
                             return Some(chunk);
                         }
                     }
                     Action::Receive { topic, after } => {
                         let after = after.parse().ok();
-                        if let Some(chunk) = self.subscribed_by_server(&[topic], after) {
+                        if let Some(chunk) = self.subscribed_by_server(vec![topic], after).await {
                             return Some(chunk);
                         }
                     }

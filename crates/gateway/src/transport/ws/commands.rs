@@ -57,7 +57,9 @@ impl<S: PeerStream> Session<S> {
         topics: &[String],
         after: Option<herald_core::Cursor>,
     ) -> Flow {
-        match crate::transport::subscribe_from_server(&self.state, &mut self.feed, topics, after) {
+        match crate::transport::subscribe_from_server(&self.state, &mut self.feed, topics, after)
+            .await
+        {
             Ok(started) if started.is_empty() => Flow::Continue,
             Ok(started) => {
                 self.members_follow();

@@ -84,7 +84,8 @@ impl<S: PeerStream> Session<S> {
         may_subscribe(&self.state, &self.caller(peer), &names).await?;
         let patterns: Vec<String> = wanted.patterns.iter().map(TopicName::to_string).collect();
         let client = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        let added = add_topics(&self.state, &mut self.feed, wanted, Asker::Command(&client))?;
+        let added =
+            add_topics(&self.state, &mut self.feed, wanted, Asker::Command(&client)).await?;
         self.charges.extend(added.charges);
         let mut started = serde_json::Map::new();
         let mut names: Vec<String> = Vec::with_capacity(added.started.len() + patterns.len());

@@ -1,0 +1,458 @@
+//! The Redis bridge: node-to-node fan-out and shared positions through Redis Streams.
+//!
+//! Every message is appended (`XADD`) to one of `cluster.redis_shards` streams (topic
+//! groups), chosen by a stable hash of the topic name, so each topic's messages stay in order
+//! in one stream. Each node reads the streams it follows (`XREAD BLOCK`, see [`reader`]) and
+//! ingests each entry into its registry: each node gets each message of those streams exactly
+//! once and there is no echo loop, because publishing never delivers locally — delivery
+//! always comes back through the stream.
+//!
+//! Which streams a node follows ([`super::interest`]): under `cluster.routing = "interest"`
+//! (the default) those holding a topic it has a subscriber for, added when a subscription
+//! needs one (the subscription waits until the node has read the stream's history) and
+//! dropped `cluster.interest_linger` after the last one left; under `"broadcast"`, all.
+//!
+//! Positions: a stream entry id `<ms>-<n>` becomes the sequence number `ms << 21 | n`, and the
+//! epoch of a shard is a random value kept in Redis (`<prefix>:epoch:<shard>`, created with
+//! `SET NX`). If Redis loses its data (a restart without persistence), the epoch key is gone
+//! too, a new one is made, and clients resuming from the old epoch are told messages were
+//! lost, as they may have been. A publish to a stream the node does not follow reads the
+//! epoch from Redis with it.
+//!
+//! History: each node keeps its own in-memory history, filled from the streams. A node that
+//! starts following a stream reads it from `topics.history_ttl` ago, so a client that
+//! reconnects to a node that just started, or that did not follow its topics until now,
+//! resumes too. The streams are capped: under interest routing at the longest `history_ttl`
+//! (`XADD MINID ~`), which is all a node ever reads back; under broadcast at
+//! `cluster.redis_stream_maxlen` entries each (`MAXLEN ~`).
+//!
+//! Deployments (see [`super::redis_conn`]): one Redis or a Sentinel-watched master is read
+//! with one `XREAD` over every followed stream (and the node's wake stream, written to when
+//! it follows more). On a Redis Cluster one command cannot read streams of different slots,
+//! so each followed stream has its own reader, and each stream shares a hash tag with its
+//! epoch key; the streams spread over the masters. Readiness: a node is ready when its
+//! reader is connected and every stream it followed when that reader (re)connected is
+//! caught up; a stream followed for a new subscription makes that subscription wait, not the
+//! node unready.
+//!
+//! Why not Redis pub/sub per topic (which would let a node receive only the topics it has
+//! subscribers for): pub/sub has no positions and no history, so resume across nodes and
+//! catching up after a reconnect would be impossible. Topic groups give interest routing
+//! with positions and history kept.
+//!
+//! An entry holds the topic (`t`), the payload's JSON form (`d`), the publishing node (`n`),
+//! a timestamp (`ts`), the event name (`e`) when there is one, and, for a payload published
+//! as MessagePack, its bytes as sent (`m`): a node that reads `m` delivers it as sent to its
+//! `herald.msgpack` subscribers (the JSON form stays, for nodes that do not read `m`).
+
+mod reader;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use herald_core::{Cursor, EventName, Payload, TopicName};
+use parking_lot::{Mutex, RwLock};
+use tokio_util::sync::CancellationToken;
+
+use super::interest::Interest;
+use super::redis_conn::{RedisTarget, SharedConn};
+use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
+use crate::config::{ClusterConfig, Routing};
+use crate::telemetry::metrics;
+
+const NAME: &str = "redis";
+/// Bits of a stream entry's per-millisecond counter kept in a sequence number.
+const SEQ_BITS: u32 = 21;
+
+/// How the streams are capped.
+#[derive(Clone, Copy, Debug)]
+enum Trim {
+    /// `MAXLEN ~ n` (broadcast routing).
+    MaxLen(usize),
+    /// `MINID ~ <now - age>` (interest routing: what any node reads back).
+    MinAge(Duration),
+}
+
+/// The Redis bridge.
+#[derive(Debug)]
+pub(crate) struct RedisBridge {
+    target: Arc<RedisTarget>,
+    publisher: SharedConn,
+    shards: u32,
+    trim: Trim,
+    /// Replicas a publish waits for (`WAIT`), and for how long.
+    wait: (u32, Duration),
+    node_id: String,
+    /// How far back a node reads a stream it starts following (`topics.history_ttl`).
+    history: Duration,
+    /// The streams this node follows.
+    interest: Arc<Interest>,
+    /// Longest wait of a subscription for a stream's history (`cluster.backfill_timeout`).
+    backfill_timeout: Duration,
+    /// Each shard's epoch, once known.
+    epochs: RwLock<Vec<Option<u64>>>,
+    /// Per followed stream, the last entry id read and the generation at which the stream was
+    /// followed (kept across reconnects; dropped with the stream).
+    last_ids: Mutex<HashMap<u32, (String, u64)>>,
+    /// The main reader (single and sentinel modes: every stream; cluster mode: the wake
+    /// stream only) is connected.
+    connected: AtomicBool,
+    /// Why the last session of a reader ended, for `/readyz`.
+    last_error: Mutex<Option<String>>,
+}
+
+impl RedisBridge {
+    /// Prepares the bridge (connections are made when it runs: a Redis that is down at start
+    /// only makes the node not ready); a node starting to follow a stream reads `history`
+    /// back.
+    pub(crate) fn new(config: &ClusterConfig, history: Duration) -> anyhow::Result<Arc<Self>> {
+        let target = Arc::new(RedisTarget::from_config(config)?);
+        let broadcast = config.routing == Routing::Broadcast;
+        Ok(Arc::new(Self {
+            publisher: SharedConn::new(target.clone()),
+            target,
+            shards: config.redis_shards,
+            trim: if broadcast {
+                Trim::MaxLen(config.redis_stream_maxlen)
+            } else {
+                Trim::MinAge(history)
+            },
+            wait: (config.redis_wait_replicas, config.redis_wait_timeout),
+            node_id: config.node_id.clone(),
+            history,
+            interest: Arc::new(Interest::new(
+                NAME,
+                config.redis_shards,
+                broadcast,
+                config.interest_linger,
+            )),
+            backfill_timeout: config.backfill_timeout,
+            epochs: RwLock::new(vec![None; config.redis_shards as usize]),
+            last_ids: Mutex::new(HashMap::new()),
+            connected: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        }))
+    }
+
+    /// The Redis connection settings (shared with presence).
+    pub(crate) fn target(&self) -> Arc<RedisTarget> {
+        self.target.clone()
+    }
+
+    fn shard_of(&self, topic: &str) -> u32 {
+        shard_of(topic, self.shards)
+    }
+
+    fn unavailable(reason: impl ToString) -> BridgeError {
+        BridgeError::Unavailable {
+            bridge: NAME,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Wakes the main reader so that it reads the streams followed since its last read (an
+    /// entry in its wake stream; on a Redis Cluster each stream has its own reader, started
+    /// by the followed set's change alone).
+    async fn wake(&self) {
+        if self.target.is_cluster() {
+            return;
+        }
+        let Ok(mut conn) = self.publisher.get().await else {
+            return; // the subscription's wait runs out and says so
+        };
+        let key = self.target.wake_key(&self.node_id);
+        let woken: redis::RedisResult<()> = redis::pipe()
+            .cmd("XADD")
+            .arg(&key)
+            .arg("MAXLEN")
+            .arg(1)
+            .arg("*")
+            .arg("w")
+            .arg(1)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(3_600_000)
+            .ignore()
+            .query_async(&mut conn)
+            .await;
+        if let Err(e) = woken {
+            self.publisher.failed(&e);
+        }
+    }
+
+    /// The trimming arguments of an `XADD`.
+    fn trim_args(&self, cmd: &mut redis::Cmd) {
+        match self.trim {
+            Trim::MaxLen(n) => cmd.arg("MAXLEN").arg("~").arg(n),
+            Trim::MinAge(age) => {
+                let min = now_ms().saturating_sub(age.as_millis() as u64);
+                cmd.arg("MINID").arg("~").arg(min)
+            }
+        };
+    }
+}
+
+/// `SET <epoch key> <fresh> NX` then `GET <epoch key>`: the shard's epoch, made if missing.
+fn epoch_commands(pipe: &mut redis::Pipeline, key: &str) {
+    let fresh = format!("{:x}", rand::random::<u64>() | 1);
+    pipe.cmd("SET")
+        .arg(key)
+        .arg(fresh)
+        .arg("NX")
+        .cmd("GET")
+        .arg(key);
+}
+
+/// An epoch as kept in Redis (hex).
+fn parse_epoch(epoch: &str) -> u64 {
+    u64::from_str_radix(epoch, 16).unwrap_or(1)
+}
+
+impl RedisBridge {
+    /// With `redis_wait_replicas`, waits until that many replicas hold what this connection
+    /// wrote (`WAIT`): an answered publish then survives the master's death and a failover.
+    async fn confirm<C: redis::aio::ConnectionLike>(
+        &self,
+        conn: &mut C,
+        id: Option<String>,
+    ) -> Result<Option<String>, BridgeError> {
+        let (replicas, timeout) = self.wait;
+        if replicas == 0 {
+            return Ok(id);
+        }
+        let acked: redis::RedisResult<i64> = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64)
+            .query_async(conn)
+            .await;
+        match acked {
+            Ok(n) if n >= i64::from(replicas) => Ok(id),
+            Ok(n) => Err(Self::unavailable(format!(
+                "written, but {n} of {replicas} replicas confirmed it within {timeout:?}"
+            ))),
+            Err(e) => Err(Self::unavailable(e)),
+        }
+    }
+}
+
+impl Bridge for RedisBridge {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn append<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        event: Option<&'a EventName>,
+        data: &'a Payload,
+    ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
+        Box::pin(async move {
+            if !self.connected.load(Ordering::Relaxed) {
+                return Err(Self::unavailable("not connected"));
+            }
+            let shard = self.shard_of(topic.as_str());
+            // The reader's epoch when it follows the stream; else read with the write.
+            let known = match self.interest.is_caught_up(shard) {
+                true => self.epochs.read()[shard as usize],
+                false => None,
+            };
+            let ts = now_ms().to_string();
+            let key = self.target.stream_key(shard);
+            let mut xadd = redis::cmd("XADD");
+            xadd.arg(&key);
+            self.trim_args(&mut xadd);
+            xadd.arg("*")
+                .arg("t")
+                .arg(topic.as_str())
+                .arg("d")
+                .arg(&data.as_bytes()[..])
+                .arg("n")
+                .arg(&self.node_id)
+                .arg("ts")
+                .arg(&ts);
+            if let Some(event) = event {
+                xadd.arg("e").arg(event.as_str());
+            }
+            if let Some(msgpack) = data.msgpack() {
+                xadd.arg("m").arg(&msgpack[..]);
+            }
+            let mut pipe = redis::pipe();
+            if known.is_none() {
+                epoch_commands(&mut pipe, &self.target.epoch_key(shard));
+            }
+            pipe.add_command(xadd);
+            // Tried again only when it was certainly not written: no connection could be made
+            // (sentinels that have not agreed on the new master yet), or Redis refused it (a
+            // demoted master's READONLY). An XADD that went out on a connection that then
+            // broke or answered too late may have been written, and a second XADD would be a
+            // second entry, which every subscriber receives under another id: it is answered
+            // 503 (the publisher does not know its fate). A connection that broke while idle
+            // (Redis restarted, a failover) is not used again: the reader's new session
+            // forgets it before the node is ready again.
+            let mut attempt = 0;
+            let (epoch, id) = loop {
+                attempt += 1;
+                let result: Result<(), (bool, redis::RedisError)> = match self.publisher.get().await
+                {
+                    Ok(mut conn) => {
+                        let added: redis::RedisResult<Vec<redis::Value>> =
+                            pipe.query_async(&mut conn).await;
+                        match added {
+                            // Written: from here a retry would publish twice, so a failure to
+                            // confirm it is an answer, not a retry.
+                            Ok(values) => {
+                                let (epoch, id) = appended(known, values)?;
+                                break (epoch, self.confirm(&mut conn, id).await?);
+                            }
+                            Err(e)
+                                if e.kind()
+                                    == redis::ErrorKind::Server(
+                                        redis::ServerErrorKind::ReadOnly,
+                                    ) =>
+                            {
+                                Err((self.publisher.failed(&e), e))
+                            }
+                            Err(e) => {
+                                self.publisher.failed(&e);
+                                return Err(Self::unavailable(format!(
+                                    "the write may or may not have reached Redis: {e}"
+                                )));
+                            }
+                        }
+                    }
+                    Err(e) => Err((true, e)),
+                };
+                match result {
+                    Ok(()) => unreachable!("a write is answered inside the loop"),
+                    Err((true, _)) if attempt < 4 => {
+                        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+                    }
+                    Err((_, e)) => return Err(Self::unavailable(e)),
+                }
+            };
+            let id = id.ok_or_else(|| Self::unavailable("XADD returned no id"))?;
+            let seq = parse_entry_id(&id)
+                .ok_or_else(|| Self::unavailable(format!("unexpected entry id {id}")))?;
+            metrics::bridge_message(NAME, "out");
+            Ok(Cursor::new(epoch, seq))
+        })
+    }
+
+    /// Follows the streams until `stop`, reconnecting with backoff (see [`reader`]).
+    fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
+        Box::pin(reader::run(self, ingest, stop))
+    }
+
+    fn prepare<'a>(
+        &'a self,
+        topics: &'a [&'a str],
+        patterns: bool,
+    ) -> BoxFuture<'a, Result<(), BridgeError>> {
+        Box::pin(async move {
+            if self.interest.is_broadcast() {
+                return Ok(());
+            }
+            let pending = match patterns {
+                // A pattern may match a topic of any stream.
+                true => self.interest.want(0..self.shards),
+                false => (self.interest).want(topics.iter().map(|t| self.shard_of(t))),
+            };
+            if pending.is_empty() {
+                return Ok(());
+            }
+            self.wake().await;
+            if self.interest.wait(&pending, self.backfill_timeout).await {
+                return Ok(());
+            }
+            Err(Self::unavailable(format!(
+                "this node could not read the history of {} stream(s) within {:?}",
+                pending.len(),
+                self.backfill_timeout
+            )))
+        })
+    }
+
+    fn groups_followed(&self) -> (usize, usize) {
+        (self.interest.followed_count(), self.shards as usize)
+    }
+
+    fn is_ready(&self) -> bool {
+        self.connected.load(Ordering::Relaxed) && self.interest.initial_pending() == 0
+    }
+
+    fn not_ready_reason(&self) -> Option<String> {
+        if self.is_ready() {
+            return None;
+        }
+        let waiting = self.interest.initial_pending();
+        let followed = self.interest.followed_count();
+        Some(match self.last_error.lock().as_deref() {
+            Some(error) => format!("{waiting} of {followed} followed streams not read: {error}"),
+            None if !self.connected.load(Ordering::Relaxed) => "not connected yet".into(),
+            None => format!("{waiting} of {followed} followed streams not caught up yet"),
+        })
+    }
+}
+
+/// The epoch (read with the write when not `known`) and the entry id of a pipelined `XADD`.
+fn appended(
+    known: Option<u64>,
+    values: Vec<redis::Value>,
+) -> Result<(u64, Option<String>), BridgeError> {
+    let mut values = values.into_iter();
+    let epoch = match known {
+        Some(epoch) => epoch,
+        None => {
+            let _set = values.next();
+            let epoch: String = redis::from_redis_value(
+                values
+                    .next()
+                    .ok_or_else(|| RedisBridge::unavailable("no epoch"))?,
+            )
+            .map_err(RedisBridge::unavailable)?;
+            parse_epoch(&epoch)
+        }
+    };
+    let id: Option<String> = match values.next() {
+        Some(v) => redis::from_redis_value(v).map_err(RedisBridge::unavailable)?,
+        None => None,
+    };
+    Ok((epoch, id))
+}
+
+/// The shard stream (of `shards`) that carries `topic`: a stable hash of its name, the same
+/// on every node.
+pub fn shard_of(topic: &str, shards: u32) -> u32 {
+    use std::hash::Hasher as _;
+    let mut h = fnv::FnvHasher::default();
+    h.write(topic.as_bytes());
+    (h.finish() % u64::from(shards)) as u32
+}
+
+/// `<ms>-<n>` → `ms << 21 | n`.
+fn parse_entry_id(id: &str) -> Option<u64> {
+    let (ms, n) = id.split_once('-')?;
+    let (ms, n): (u64, u64) = (ms.parse().ok()?, n.parse().ok()?);
+    if ms >= 1 << (64 - SEQ_BITS) || n >= 1 << SEQ_BITS {
+        return None;
+    }
+    Some(ms << SEQ_BITS | n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_ids_map_to_increasing_sequence_numbers() {
+        let a = parse_entry_id("1700000000000-0").unwrap();
+        let b = parse_entry_id("1700000000000-1").unwrap();
+        let c = parse_entry_id("1700000000001-0").unwrap();
+        assert!(a < b && b < c);
+        assert_eq!(parse_entry_id("x-1"), None);
+        assert_eq!(parse_entry_id("1-9999999999"), None);
+    }
+}
