@@ -202,7 +202,11 @@ fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<(
 /// configured. Fails when another running node holds this node's id.
 async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster::Cluster)> {
     let c = &config.cluster;
-    let history = config.topics.history_ttl;
+    // The longest history any topic keeps: how far back a node reads a log it starts
+    // following, and (interest routing) how much a Redis stream keeps.
+    let history = (config.namespaces.values())
+        .filter_map(|ns| ns.history_ttl)
+        .fold(config.topics.history_ttl, Duration::max);
     let redis = match &c.redis_url {
         Some(_) => Some(bridge::redis::RedisBridge::new(c, history)?),
         None => None,
