@@ -387,11 +387,17 @@ impl Bridge for RedisBridge {
         if self.is_ready() {
             return None;
         }
+        let error = self.last_error.lock().clone();
+        if !self.connected.load(Ordering::Relaxed) {
+            return Some(match error {
+                Some(error) => format!("not connected: {error}"),
+                None => "not connected yet".into(),
+            });
+        }
         let waiting = self.interest.initial_pending();
         let followed = self.interest.followed_count();
-        Some(match self.last_error.lock().as_deref() {
+        Some(match error {
             Some(error) => format!("{waiting} of {followed} followed streams not read: {error}"),
-            None if !self.connected.load(Ordering::Relaxed) => "not connected yet".into(),
             None => format!("{waiting} of {followed} followed streams not caught up yet"),
         })
     }
