@@ -223,6 +223,7 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
         };
         logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, feeds);
     }
+    let logs = Arc::new(logs);
     let ids = Arc::new(cluster::ids::ConnectionIds::new(
         cluster::ids::ConnectionIds::hashed(&c.node_id),
     ));
@@ -236,7 +237,11 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
             );
             lease.acquire().await?;
             (
-                Some(cluster::presence::Presence::new(c, b.target())?),
+                Some(cluster::presence::Presence::new(
+                    c,
+                    b.target(),
+                    logs.clone(),
+                )?),
                 Some(lease),
             )
         }
@@ -262,7 +267,7 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
     let kept = cluster::members::Kept::from_config(config);
     let rules = cluster::join_leave::Rules::from_config(config);
     let cluster = cluster::Cluster::new(ids, lease, observers, relay, kept, rules);
-    Ok((Arc::new(logs), cluster))
+    Ok((logs, cluster))
 }
 
 /// Reads the TLS certificate and key again on every `SIGHUP` (certificate rotation without a

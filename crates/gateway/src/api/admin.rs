@@ -280,7 +280,8 @@ async fn members(
     })))
 }
 
-/// `GET /v1/cluster/nodes`: live nodes and their open connections (needs Redis).
+/// `GET /v1/cluster/nodes`: live nodes, their open connections, and the topic groups of each
+/// log they read (`"groups": {"redis": [followed, total]}`; needs Redis).
 pub(crate) async fn nodes(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -292,11 +293,13 @@ pub(crate) async fn nodes(
         ));
     };
     let nodes: Vec<serde_json::Value> = presence
-        .connections()
+        .nodes()
         .await
         .map_err(unavailable)?
         .into_iter()
-        .map(|(node, connections)| serde_json::json!({ "node": node, "connections": connections }))
+        .map(|(node, connections, groups)| {
+            serde_json::json!({ "node": node, "connections": connections, "groups": groups })
+        })
         .collect();
     Ok(Json(serde_json::json!({ "nodes": nodes })))
 }

@@ -140,6 +140,16 @@ async fn presence_and_connections_are_counted_across_the_cluster() {
         .collect();
     names.sort();
     assert_eq!(names, ["node-a", "node-b"]);
+    // Each node reads the one stream (of 4) that holds "room" (interest routing).
+    eventually(WAIT, || {
+        let url = nodes_url.clone();
+        async move {
+            let v = get_json(url).await;
+            let nodes = v["nodes"].as_array().unwrap();
+            nodes.len() == 2 && nodes.iter().all(|n| n["groups"]["redis"] == json!([1, 4]))
+        }
+    })
+    .await;
 
     on_a.pop();
     eventually(WAIT, || {

@@ -9,6 +9,7 @@
 //! | --- | --- | --- |
 //! | `<prefix>:nodes` | sorted set | node id → last refresh (unix ms) |
 //! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..,"user":..}` |
+//! | `<prefix>:node:<id>:info` | string | `{"groups":{"<bridge>":[followed, total]}}`: the topic groups of each log the node reads (interest routing) |
 //! | `<prefix>:node:<id>:users` | hash | user (token `sub`) → its connection ids, comma-separated |
 //! | `<prefix>:node:<id>:presence` | hash | topic → subscribers on that node |
 //! | `<prefix>:node:<id>:members` | set | topics with members on that node (the hashes below) |
@@ -37,8 +38,8 @@ use herald_core::{Registry, TopicName};
 
 use super::ConnectionObserver;
 use super::members::{Changes, Members};
-use crate::bridge::now_ms;
 use crate::bridge::redis_conn::{RedisTarget, SharedConn};
+use crate::bridge::{Logs, now_ms};
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 
@@ -84,11 +85,18 @@ pub struct Presence {
     prefix: String,
     node_id: String,
     interval: Duration,
+    /// The node's logs, whose followed groups each flush writes.
+    logs: Arc<Logs>,
 }
 
 impl Presence {
-    /// For the Redis at `target` (the bridge's).
-    pub fn new(config: &ClusterConfig, target: Arc<RedisTarget>) -> anyhow::Result<Arc<Self>> {
+    /// For the Redis at `target` (the bridge's); each flush also writes how many topic
+    /// groups of each of `logs` the node reads.
+    pub fn new(
+        config: &ClusterConfig,
+        target: Arc<RedisTarget>,
+        logs: Arc<Logs>,
+    ) -> anyhow::Result<Arc<Self>> {
         let (tx, rx) = mpsc::channel(QUEUE);
         Ok(Arc::new(Self {
             tx,
@@ -98,6 +106,7 @@ impl Presence {
             conn: SharedConn::new(target),
             node_id: config.node_id.clone(),
             interval: config.presence_interval,
+            logs,
         }))
     }
 
@@ -111,6 +120,21 @@ impl Presence {
 
     fn conns_key(&self, node: &str) -> String {
         format!("{}:node:{node}:conns", self.prefix)
+    }
+
+    fn info_key(&self, node: &str) -> String {
+        format!("{}:node:{node}:info", self.prefix)
+    }
+
+    /// What the node's `info` key holds: the groups of each log it reads.
+    fn info(&self) -> String {
+        let groups: serde_json::Map<String, serde_json::Value> = (self.logs.iter())
+            .map(|b| {
+                let (followed, total) = b.groups_followed();
+                (b.name().to_string(), serde_json::json!([followed, total]))
+            })
+            .collect();
+        serde_json::json!({ "groups": groups }).to_string()
     }
 
     fn users_key(&self, node: &str) -> String {
@@ -214,6 +238,8 @@ impl Presence {
                 .ignore();
             pipe.expire(&ck, ttl).ignore().expire(&pk, ttl).ignore();
             pipe.expire(&uk, ttl).ignore();
+            pipe.set_ex(self.info_key(&self.node_id), self.info(), ttl as u64)
+                .ignore();
             pipe.expire(self.nodes_key(), ttl * 20).ignore();
             self.write_members(&mut pipe, &member_writes, ttl);
             match self.conn.query::<()>(&pipe).await {
@@ -236,6 +262,7 @@ impl Presence {
         pipe.del(self.conns_key(&self.node_id)).ignore();
         pipe.del(self.presence_key(&self.node_id)).ignore();
         pipe.del(self.users_key(&self.node_id)).ignore();
+        pipe.del(self.info_key(&self.node_id)).ignore();
         pipe.zrem(self.nodes_key(), &self.node_id).ignore();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.conn.query::<()>(&pipe)).await;
     }
@@ -372,15 +399,28 @@ impl Presence {
             .collect())
     }
 
-    /// Open connections on each live node.
-    pub async fn connections(&self) -> redis::RedisResult<Vec<(String, u64)>> {
+    /// Each live node: its open connections, and the topic groups of each log it reads
+    /// (`{"<bridge>": [followed, total]}`, empty when not written yet).
+    pub async fn nodes(&self) -> redis::RedisResult<Vec<(String, u64, serde_json::Value)>> {
         let nodes = self.live_nodes().await?;
         let mut pipe = redis::pipe();
         for node in &nodes {
-            pipe.hlen(self.conns_key(node));
+            pipe.hlen(self.conns_key(node)).get(self.info_key(node));
         }
-        let counts: Vec<u64> = self.conn.query(&pipe).await?;
-        Ok(nodes.into_iter().zip(counts).collect())
+        let values: Vec<redis::Value> = self.conn.query(&pipe).await?;
+        let mut values = values.into_iter();
+        let mut out = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let count: u64 =
+                redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).unwrap_or(0);
+            let info: Option<String> =
+                redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).unwrap_or(None);
+            let groups = info
+                .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
+                .map_or_else(|| serde_json::json!({}), |i| i["groups"].clone());
+            out.push((node, count, groups));
+        }
+        Ok(out)
     }
 
     fn queue(&self, change: Change) {
