@@ -633,5 +633,65 @@ async fn broadcast_routing_reads_every_partition() {
         produce(&p, &kt, &format!("t-{i}"), None, json!(i)).await;
     }
     eventually(WAIT, || async { metric(&gw, MESSAGES_IN).await == 6.0 }).await;
+    // A record written to a partition its key does not hash to is delivered here (this node
+    // reads them all) and counted: the check to make before switching to interest routing.
+    for partition in 0..6 {
+        let record = FutureRecord::to(&kt)
+            .key("placed")
+            .partition(partition)
+            .payload("1");
+        p.send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let misrouted = r#"herald_bridge_messages_total{bridge="kafka",direction="misrouted"}"#;
+    eventually(WAIT, || async { metric(&gw, misrouted).await == 5.0 }).await;
+    gw.stop().await.unwrap();
+}
+
+/// Interest routing: a partition with no subscriber left is dropped after the linger (its
+/// topics forgotten), and read again from the history window when a subscription wants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_is_dropped_after_the_linger_and_read_again_when_wanted() {
+    skip_without!("HERALD_TEST_KAFKA_BROKERS");
+    let kt = unique("linger");
+    create_topic_with(&kt, 6).await;
+    let mut config = kafka_config(&kt, &unique("linger"));
+    config.cluster.interest_linger = Duration::from_secs(1);
+    let gw = spawn_ready(config).await;
+    let mut sse = SseClient::connect(&gw, "topic=note", None).await;
+    sse.next_block().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 1..=2 {
+        ids.push(publish(&gw, "note", json!(i)).await);
+        assert_eq!(
+            sse.next_event().await.unwrap().data.as_deref(),
+            Some(i.to_string().as_str())
+        );
+    }
+    assert_eq!(metric(&gw, GROUPS_FOLLOWED).await, 1.0);
+    drop(sse);
+    eventually(WAIT, || async { metric(&gw, GROUPS_FOLLOWED).await == 0.0 }).await;
+    // Published while the node does not read the partition.
+    ids.push(publish(&gw, "note", json!(3)).await);
+    let mut sse = SseClient::connect(&gw, "topic=note&last=10", None).await;
+    for i in 1..=3 {
+        let e = sse.next_event().await.unwrap();
+        assert_eq!(
+            (e.data.as_deref(), e.id),
+            (
+                Some(i.to_string().as_str()),
+                Some(format!("note={}", ids[i - 1]))
+            )
+        );
+    }
+    let id = publish(&gw, "note", json!(4)).await;
+    let e = sse.next_event().await.unwrap();
+    assert_eq!(
+        (e.data.as_deref(), e.id),
+        (Some("4"), Some(format!("note={id}")))
+    );
+    assert_eq!(metric(&gw, GROUPS_FOLLOWED).await, 1.0);
     gw.stop().await.unwrap();
 }
