@@ -695,3 +695,33 @@ async fn a_partition_is_dropped_after_the_linger_and_read_again_when_wanted() {
     assert_eq!(metric(&gw, GROUPS_FOLLOWED).await, 1.0);
     gw.stop().await.unwrap();
 }
+
+/// `cluster.kafka_partitioner = "murmur2"` (Java's): Herald's producer places each topic where
+/// the nodes look for it, so a node that follows only those partitions gets every publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_murmur2_partitioner_publishes_land_where_nodes_read() {
+    skip_without!("HERALD_TEST_KAFKA_BROKERS");
+    let kt = unique("murmur2");
+    create_topic_with(&kt, 6).await;
+    let node = |name: &str| {
+        let mut config = kafka_config(&kt, &unique(name));
+        config.cluster.kafka_partitioner = herald_gateway::config::KafkaPartitioner::Murmur2;
+        config
+    };
+    let a = spawn_ready(node("a")).await;
+    let b = spawn_ready(node("b")).await;
+    let topics: Vec<String> = (0..8).map(|i| format!("m-{i}")).collect();
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let mut ws = ws_connect(&b).await;
+    ws_subscribe(&mut ws, &names).await;
+    for topic in &topics {
+        let id = publish(&a, topic, json!(topic)).await;
+        let frame = ws_next(&mut ws).await;
+        assert_eq!((&frame["topic"], &frame["id"]), (&json!(topic), &json!(id)));
+    }
+    // Every record b read was in the partition b computed for its topic.
+    let misrouted = r#"herald_bridge_messages_total{bridge="kafka",direction="misrouted"}"#;
+    assert_eq!(metric(&b, misrouted).await, 0.0);
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
