@@ -1,11 +1,42 @@
 //! The Kafka bridge: other services publish to Herald by producing to Kafka.
 //!
-//! Every node consumes **every partition** of the configured Kafka topics itself (manual
-//! assignment, not a shared consumer group), because every node must deliver every message to
-//! its own subscribers; a consumer group would split the partitions between nodes. Each node
-//! commits its position under its own group id (`<group_prefix>-<node_id>`), so a restarted
-//! node resumes from where it stopped and no record that reached Kafka is lost to it. A node
-//! with no committed position starts `topics.history_ttl` back, to fill its history.
+//! Each node assigns itself partitions of the configured Kafka topics by hand (manual
+//! assignment, not a shared consumer group: a consumer group would split the partitions
+//! between nodes, and every node must deliver every record of a topic to its own
+//! subscribers). Which partitions ([`super::interest`], the partitions being the topic groups):
+//!
+//! - `cluster.routing = "broadcast"`: every partition, on every node, each from the position
+//!   the node committed under its own group id (`<group_prefix>-<node_id>`), so a restarted
+//!   node resumes from where it stopped and no record that reached Kafka is lost to it; a
+//!   node with no committed position starts `topics.history_ttl` back, to fill its history.
+//!   The node is ready once it has read what the log held when it (re)started.
+//! - `"interest"` (the default): the partitions that can hold a topic with a local
+//!   subscriber (see [`follow`]). A Herald topic lives in one partition of each configured
+//!   Kafka topic, the one its key hashes to under `cluster.kafka_partitioner` ([`keys`]), so
+//!   a subscription wants those partitions (every partition for a pattern) and waits, at most
+//!   `cluster.backfill_timeout`, until the node has read them from `topics.history_ttl` back
+//!   (`offsets_for_times`) up to the high watermark it saw when it added them
+//!   (`incremental_assign`, without restarting the consumer). A partition with no local
+//!   subscriber for `cluster.interest_linger` is unassigned and its topics forgotten (their
+//!   history would have a hole when the node reads it again, from the history window).
+//!   Positions of followed partitions are still committed under the node's group, but a
+//!   partition followed anew starts from the history window, never from a commit: what the
+//!   node knew of its topics was forgotten with it. A reconnect reads on from where the
+//!   session stopped, and the node is not ready until the partitions it followed then are
+//!   caught up again (not those added for a subscription: a subscription waits for those).
+//!   Why not seek to a client's cursor instead of the history window: the node serves
+//!   `last`, history and every later client from the same topic history, which must start
+//!   where the window does, as on a node that followed the partition all along.
+//!
+//! Keys and partitions: records are keyed by their Herald topic (Herald's producer does, with
+//! librdkafka's `partitioner` set to match `cluster.kafka_partitioner`), so each Herald topic
+//! stays in one partition and keeps its order. A record whose Herald topic does not hash to
+//! the partition it was read from was keyed (or partitioned) otherwise: it is delivered where
+//! that partition is read, and counted in
+//! `herald_bridge_messages_total{bridge="kafka",direction="misrouted"}` under both routings
+//! (so that a deployment checks it under broadcast before switching to interest). The
+//! partition counts are read once, at the first connection: adding partitions to a configured
+//! Kafka topic moves keys between partitions, and needs the nodes restarted (rolling).
 //!
 //! Routing never decodes the payload: the Herald topic comes from the `herald-topic` record
 //! header (else the record key), the event name from `herald-event`. The value is one JSON
@@ -16,14 +47,17 @@
 //!
 //! Positions come from the log: a record at offset `o` of partition `p` gets sequence number
 //! `o + 1` in an epoch derived from the Kafka topic and partition, so the same record has the
-//! same id on every node and clients resume on any node. Records are at-least-once; a replayed
-//! record has a position already delivered and is dropped ([`herald_core::Topic::ingest`]).
-//! Produce records for one Herald topic with the Herald topic as the key (as this bridge does),
-//! so they land in one partition and keep their order.
+//! same id on every node and clients resume on any node, whichever partitions it followed
+//! until then. Records are at-least-once; a replayed record has a position already delivered
+//! and is dropped ([`herald_core::Topic::ingest`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+mod follow;
+pub(crate) mod keys;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use rdkafka::Message as _;
@@ -34,9 +68,11 @@ use rdkafka::message::{Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
+use self::keys::Layout;
+use super::interest::Interest;
 use super::kafka_props::{self, KafkaContext};
 use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, KafkaPartitioner, Routing};
 use crate::telemetry::metrics;
 
 const NAME: &str = "kafka";
@@ -48,19 +84,41 @@ pub(crate) struct KafkaBridge {
     group: String,
     node_id: String,
     properties: std::collections::BTreeMap<String, String>,
-    /// How far back a node with no committed position starts (`topics.history_ttl`).
+    /// How far back a node with no committed position starts (`topics.history_ttl`), and
+    /// (interest routing) where a partition followed anew starts.
     history: Duration,
+    /// The producers' partitioner (`cluster.kafka_partitioner`).
+    partitioner: KafkaPartitioner,
+    /// Every partition, always (`cluster.routing = "broadcast"`).
+    broadcast: bool,
+    /// `cluster.interest_linger`.
+    linger: Duration,
+    /// Longest wait of a subscription for a partition's history (`cluster.backfill_timeout`).
+    backfill_timeout: Duration,
+    /// Interest routing: the configured topics' partitions, as the first metadata gave them.
+    layout: OnceLock<Layout>,
+    /// Interest routing: the partitions followed, made when the layout is known.
+    interest: OnceLock<Interest>,
+    /// Becomes true when `layout` and `interest` are set.
+    layout_known: tokio::sync::watch::Sender<bool>,
+    /// Interest routing: per followed partition (group), the next offset to read and the
+    /// generation at which it was followed, kept across the consumer's sessions (dropped
+    /// with the partition).
+    positions: parking_lot::Mutex<HashMap<u32, (i64, u64)>>,
+    /// Misrouted records since the last log line (one line a minute at most).
+    misrouted: parking_lot::Mutex<(u64, Option<Instant>)>,
     producer: FutureProducer<KafkaContext>,
     /// The consumer's librdkafka errors (a refused login, an untrusted certificate).
     context: KafkaContext,
     /// Why the last consuming session ended.
     last_error: parking_lot::Mutex<Option<String>>,
     ready: AtomicBool,
-    /// Whether this node has read what the log held when it (re)started consuming: until
-    /// then it is not ready, so clients are not sent to a node that would tell them messages
-    /// were lost only because it has not read them yet.
+    /// Broadcast routing: whether this node has read what the log held when it (re)started
+    /// consuming: until then it is not ready, so clients are not sent to a node that would
+    /// tell them messages were lost only because it has not read them yet (interest routing
+    /// keeps this per partition, in `interest`).
     caught_up: AtomicBool,
-    /// Partitions assigned (every partition of the configured topics).
+    /// Broadcast routing: partitions assigned (every partition of the configured topics).
     partitions: std::sync::atomic::AtomicUsize,
 }
 
@@ -97,7 +155,13 @@ impl KafkaBridge {
             brokers,
             &[("message.timeout.ms", "5000")],
             &config.kafka_properties,
-            &[("enable.idempotence", "true")],
+            &[
+                ("enable.idempotence", "true"),
+                (
+                    "partitioner",
+                    keys::producer_property(config.kafka_partitioner),
+                ),
+            ],
         )
         .create_with_context(context.sharing("kafka_producer"))
         .map_err(|e| anyhow::anyhow!("kafka producer: {e}"))?;
@@ -108,6 +172,15 @@ impl KafkaBridge {
             node_id: config.node_id.clone(),
             properties: config.kafka_properties.clone(),
             history,
+            partitioner: config.kafka_partitioner,
+            broadcast: config.routing == Routing::Broadcast,
+            linger: config.interest_linger,
+            backfill_timeout: config.backfill_timeout,
+            layout: OnceLock::new(),
+            interest: OnceLock::new(),
+            layout_known: tokio::sync::watch::Sender::new(false),
+            positions: parking_lot::Mutex::new(HashMap::new()),
+            misrouted: parking_lot::Mutex::new((0, None)),
             producer,
             context,
             last_error: parking_lot::Mutex::new(None),
@@ -122,7 +195,9 @@ impl KafkaBridge {
         metrics::bridge_up(NAME, ready);
     }
 
-    async fn consume(&self, ingest: &Ingest) -> anyhow::Result<()> {
+    /// One consuming session: a consumer, the partition counts, then the broadcast or the
+    /// interest loop. `first` when it is the bridge's first session.
+    async fn consume(&self, ingest: &Ingest, first: bool) -> anyhow::Result<()> {
         let consumer: StreamConsumer<KafkaContext> = kafka_props::client_config(
             &self.brokers,
             &[
@@ -139,67 +214,55 @@ impl KafkaBridge {
         )
         .create_with_context(self.context.clone())?;
         let consumer = Arc::new(consumer);
-        let history_ms = self.history.as_millis() as i64;
         let (topics, c) = (self.topics.clone(), consumer.clone());
+        let counts = tokio::task::spawn_blocking(move || partition_counts(&c, &topics)).await??;
+        let current = Layout::new(self.partitioner, &counts);
+        match self.broadcast {
+            true => self.consume_all(ingest, &consumer, &current).await,
+            false => follow::consume(self, ingest, &consumer, current, first).await,
+        }
+    }
+
+    /// Broadcast routing: every partition, from the committed positions.
+    async fn consume_all(
+        &self,
+        ingest: &Ingest,
+        consumer: &Arc<StreamConsumer<KafkaContext>>,
+        current: &Layout,
+    ) -> anyhow::Result<()> {
+        let history_ms = self.history.as_millis() as i64;
+        let (counts, c) = (current.counts(), consumer.clone());
         let assignment =
-            tokio::task::spawn_blocking(move || assignment(&c, &topics, history_ms)).await??;
+            tokio::task::spawn_blocking(move || assignment(&c, &counts, history_ms)).await??;
         consumer.assign(&assignment)?;
         self.partitions.store(assignment.count(), Ordering::Relaxed);
         metrics::bridge_groups_followed(NAME, assignment.count());
         // Where the log ends now, per partition: ready once read up to there.
         let (c, starts) = (consumer.clone(), assignment.clone());
-        let mut behind: std::collections::HashMap<(String, i32), i64> =
-            tokio::task::spawn_blocking(move || {
-                let mut behind = std::collections::HashMap::new();
-                for e in starts.elements() {
-                    let (_, high) =
-                        c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(5))?;
-                    let start = match e.offset() {
-                        Offset::Offset(o) => o,
-                        _ => high,
-                    };
-                    if start < high {
-                        behind.insert((e.topic().to_string(), e.partition()), high);
-                    }
-                }
-                Ok::<_, rdkafka::error::KafkaError>(behind)
-            })
-            .await??;
-        self.caught_up.store(behind.is_empty(), Ordering::Relaxed);
-        self.context.clear();
-        self.last_error.lock().take();
-        self.set_ready(true);
-        tracing::info!(partitions = assignment.count(), group = %self.group, "kafka bridge consuming");
-        // librdkafka reconnects by itself and resumes from its position; a probe tells
-        // readiness whether the broker answers meanwhile.
-        let health = async {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let (c, topic) = (consumer.clone(), self.topics[0].clone());
-                let ok = tokio::task::spawn_blocking(move || {
-                    c.fetch_metadata(Some(&topic), Duration::from_secs(2))
-                        .is_ok()
-                })
-                .await
-                .unwrap_or(false);
-                if ok != self.ready.load(Ordering::Relaxed) {
-                    if ok {
-                        self.context.clear();
-                        tracing::info!("kafka broker reachable again");
-                    } else {
-                        tracing::warn!(
-                            "kafka broker unreachable; local connections are still served"
-                        );
-                    }
-                    self.set_ready(ok);
+        let mut behind: HashMap<(String, i32), i64> = tokio::task::spawn_blocking(move || {
+            let mut behind = HashMap::new();
+            for e in starts.elements() {
+                let (_, high) =
+                    c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(5))?;
+                let start = match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => high,
+                };
+                if start < high {
+                    behind.insert((e.topic().to_string(), e.partition()), high);
                 }
             }
-        };
+            Ok::<_, rdkafka::error::KafkaError>(behind)
+        })
+        .await??;
+        self.caught_up.store(behind.is_empty(), Ordering::Relaxed);
+        self.connected();
+        tracing::info!(partitions = assignment.count(), group = %self.group, "kafka bridge consuming");
         let consume = async {
             loop {
                 match consumer.recv().await {
                     Ok(message) => {
-                        self.ingest(ingest, &message);
+                        self.ingest(ingest, &message, current);
                         consumer.store_offset_from_message(&message)?;
                         if !behind.is_empty() {
                             let key = (message.topic().to_string(), message.partition());
@@ -224,12 +287,107 @@ impl KafkaBridge {
             }
         };
         tokio::select! {
-            () = health => Ok(()),
+            () = self.health(consumer) => Ok(()),
             result = consume => result,
         }
     }
 
-    fn ingest(&self, ingest: &Ingest, message: &rdkafka::message::BorrowedMessage<'_>) {
+    /// The session is connected: errors from before are forgotten.
+    fn connected(&self) {
+        self.context.clear();
+        self.last_error.lock().take();
+        self.set_ready(true);
+    }
+
+    /// Runs for the session's life: librdkafka reconnects by itself and resumes from its
+    /// position; a probe tells readiness whether the broker answers meanwhile.
+    async fn health(&self, consumer: &Arc<StreamConsumer<KafkaContext>>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let (c, topic) = (consumer.clone(), self.topics[0].clone());
+            let ok = tokio::task::spawn_blocking(move || {
+                c.fetch_metadata(Some(&topic), Duration::from_secs(2))
+                    .is_ok()
+            })
+            .await
+            .unwrap_or(false);
+            if ok != self.ready.load(Ordering::Relaxed) {
+                if ok {
+                    self.context.clear();
+                    tracing::info!("kafka broker reachable again");
+                } else {
+                    tracing::warn!("kafka broker unreachable; local connections are still served");
+                }
+                self.set_ready(ok);
+            }
+        }
+    }
+
+    /// Interest routing, every second: marks the partitions that can hold a subscribed topic
+    /// (every partition while a pattern is subscribed), and drops those that held none for
+    /// the linger, forgetting their topics.
+    async fn sweep(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let (Some(layout), Some(interest)) = (self.layout.get(), self.interest.get()) else {
+                continue;
+            };
+            let mut interested = Vec::new();
+            ingest.each_subscribed(|t| interested.extend(layout.groups_of(t)));
+            let dropped = interest.sweep(interested, ingest.has_patterns(), |dropped| {
+                let dropped: HashSet<u32> = dropped.iter().copied().collect();
+                let forgotten =
+                    ingest.forget(|t| layout.groups_of(t).any(|g| dropped.contains(&g)));
+                tracing::debug!(
+                    partitions = dropped.len(),
+                    topics = forgotten,
+                    "kafka partitions no longer followed"
+                );
+            });
+            if !dropped.is_empty() {
+                let mut positions = self.positions.lock();
+                for group in dropped {
+                    positions.remove(&group);
+                }
+            }
+        }
+    }
+
+    /// Counts (and logs, once a minute at most) a record whose Herald topic does not hash
+    /// to the partition it was read from.
+    fn misrouted(&self, topic: &TopicName, message: &rdkafka::message::BorrowedMessage<'_>) {
+        metrics::bridge_message(NAME, "misrouted");
+        let mut misrouted = self.misrouted.lock();
+        misrouted.0 += 1;
+        if misrouted
+            .1
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                %topic,
+                kafka_topic = message.topic(),
+                partition = message.partition(),
+                partitioner = ?self.partitioner,
+                misrouted = misrouted.0,
+                "kafka record in a partition its herald topic does not hash to: it reaches only \
+                 the nodes reading that partition (key records by the herald topic; see \
+                 cluster.kafka_partitioner)"
+            );
+            *misrouted = (0, Some(Instant::now()));
+        }
+    }
+
+    /// Delivers one record to this node's subscribers; `current` has the partition counts
+    /// the session read (to tell a misrouted record).
+    fn ingest(
+        &self,
+        ingest: &Ingest,
+        message: &rdkafka::message::BorrowedMessage<'_>,
+        current: &Layout,
+    ) {
         let headers = message
             .headers()
             .into_iter()
@@ -242,6 +400,11 @@ impl KafkaBridge {
             );
             return;
         };
+        if let Some(partitions) = current.partitions(message.topic())
+            && !current.is_routed(topic.as_str(), message.partition(), partitions)
+        {
+            self.misrouted(&topic, message);
+        }
         let headers = message
             .headers()
             .into_iter()
@@ -327,15 +490,13 @@ fn is_msgpack<'a>(
     }
 }
 
-/// Every partition of `topics`, each from its committed offset, or from `history_ms` ago
-/// when nothing is committed yet.
-fn assignment(
+/// The partition count of each of `topics`, from the broker's metadata.
+fn partition_counts(
     consumer: &StreamConsumer<KafkaContext>,
     topics: &[String],
-    history_ms: i64,
-) -> anyhow::Result<TopicPartitionList> {
+) -> anyhow::Result<Vec<(String, u32)>> {
     let timeout = Duration::from_secs(5);
-    let mut all = TopicPartitionList::new();
+    let mut counts = Vec::with_capacity(topics.len());
     for topic in topics {
         let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
         let Some(t) = metadata.topics().iter().find(|t| t.name() == topic) else {
@@ -344,8 +505,23 @@ fn assignment(
         if t.partitions().is_empty() {
             anyhow::bail!("kafka topic {topic} has no partitions (does it exist?)");
         }
-        for p in t.partitions() {
-            all.add_partition(topic, p.id());
+        counts.push((topic.clone(), t.partitions().len() as u32));
+    }
+    Ok(counts)
+}
+
+/// Every partition of `topics` (with their counts), each from its committed offset, or from
+/// `history_ms` ago when nothing is committed yet.
+fn assignment(
+    consumer: &StreamConsumer<KafkaContext>,
+    topics: &[(String, u32)],
+    history_ms: i64,
+) -> anyhow::Result<TopicPartitionList> {
+    let timeout = Duration::from_secs(5);
+    let mut all = TopicPartitionList::new();
+    for (topic, partitions) in topics {
+        for p in 0..*partitions {
+            all.add_partition(topic, p as i32);
         }
     }
     let committed = consumer.committed_offsets(all.clone(), timeout)?;
@@ -430,21 +606,25 @@ impl Bridge for KafkaBridge {
         })
     }
 
-    /// Consumes every partition of the configured topics until `stop`, restarting with
-    /// backoff after errors.
+    /// Consumes the partitions this node follows (every one under broadcast routing) until
+    /// `stop`, restarting with backoff after errors.
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()> {
         Box::pin(async move {
+            let sweep = (!self.broadcast)
+                .then(|| tokio::spawn(self.clone().sweep(ingest.clone(), stop.clone())));
+            let sessions = AtomicU64::new(0);
             super::reconnect_loop(
                 NAME,
                 &stop,
                 Duration::from_millis(200),
                 || async {
-                    self.consume(&ingest)
-                        .await
-                        .map_err(|e| match self.context.last_error() {
+                    let first = sessions.fetch_add(1, Ordering::Relaxed) == 0;
+                    self.consume(&ingest, first).await.map_err(|e| {
+                        match self.context.last_error() {
                             Some(cause) => format!("{e:#} ({cause})"),
                             None => format!("{e:#}"),
-                        })
+                        }
+                    })
                 },
                 |error| {
                     self.set_ready(false);
@@ -454,16 +634,78 @@ impl Bridge for KafkaBridge {
                 },
             )
             .await;
+            if let Some(sweep) = sweep {
+                let _ = sweep.await;
+            }
+        })
+    }
+
+    /// Wants the partitions that can hold `topics` (every partition for a pattern) and waits
+    /// until the consumer has read their history, for at most `cluster.backfill_timeout`
+    /// (which also bounds the wait for the first connection, when the partition counts are
+    /// not known yet).
+    fn prepare<'a>(
+        &'a self,
+        topics: &'a [&'a str],
+        patterns: bool,
+    ) -> BoxFuture<'a, Result<(), BridgeError>> {
+        Box::pin(async move {
+            if self.broadcast {
+                return Ok(());
+            }
+            let deadline = tokio::time::Instant::now() + self.backfill_timeout;
+            let mut known = self.layout_known.subscribe();
+            // The partition counts come with the consumer's first metadata.
+            let _ = tokio::time::timeout_at(deadline, async {
+                let _ = known.wait_for(|known| *known).await;
+            })
+            .await;
+            let (Some(layout), Some(interest)) = (self.layout.get(), self.interest.get()) else {
+                return Err(unavailable(format!(
+                    "this node has not reached the brokers within {:?}",
+                    self.backfill_timeout
+                )));
+            };
+            let pending = match patterns {
+                // A pattern may match a topic of any partition.
+                true => interest.want(0..layout.total()),
+                false => interest.want(topics.iter().flat_map(|t| layout.groups_of(t))),
+            };
+            if pending.is_empty() {
+                return Ok(());
+            }
+            // The consumer sees the followed set change ([`Interest::changes`]).
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if interest.wait(&pending, left).await {
+                return Ok(());
+            }
+            Err(unavailable(format!(
+                "this node could not read the history of {} kafka partition(s) within {:?}",
+                pending.len(),
+                self.backfill_timeout
+            )))
         })
     }
 
     fn groups_followed(&self) -> (usize, usize) {
-        let partitions = self.partitions.load(Ordering::Relaxed);
-        (partitions, partitions)
+        if self.broadcast {
+            let partitions = self.partitions.load(Ordering::Relaxed);
+            return (partitions, partitions);
+        }
+        match (self.layout.get(), self.interest.get()) {
+            (Some(layout), Some(interest)) => (interest.followed_count(), layout.total() as usize),
+            _ => (0, 0),
+        }
     }
 
     fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed) && self.caught_up.load(Ordering::Relaxed)
+        if !self.ready.load(Ordering::Relaxed) {
+            return false;
+        }
+        match self.broadcast {
+            true => self.caught_up.load(Ordering::Relaxed),
+            false => (self.interest.get()).is_some_and(|i| i.initial_pending() == 0),
+        }
     }
 
     fn not_ready_reason(&self) -> Option<String> {
@@ -479,9 +721,23 @@ impl Bridge for KafkaBridge {
             return Some(error);
         }
         if self.ready.load(Ordering::Relaxed) {
-            return Some("catching up with the log".into());
+            return Some(match self.interest.get() {
+                Some(interest) => format!(
+                    "{} of {} followed partitions not caught up yet",
+                    interest.initial_pending(),
+                    interest.followed_count()
+                ),
+                None => "catching up with the log".into(),
+            });
         }
         Some("connecting to the brokers".into())
+    }
+}
+
+fn unavailable(reason: impl ToString) -> BridgeError {
+    BridgeError::Unavailable {
+        bridge: NAME,
+        reason: reason.to_string(),
     }
 }
 

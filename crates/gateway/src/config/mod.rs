@@ -200,8 +200,9 @@ pub struct ClusterConfig {
     /// Kafka bootstrap servers (`host:port,host:port`): enables the Kafka bridge, which
     /// delivers the records of `kafka_topics` to subscribers on every node.
     pub kafka_brokers: Option<String>,
-    /// Kafka topics to consume (every partition, on every node). Publishes through the HTTP
-    /// API to a topic Kafka feeds are produced to the first one.
+    /// Kafka topics to consume: every partition on every node with `routing = "broadcast"`,
+    /// the partitions holding a subscribed topic with `"interest"`. Publishes through the
+    /// HTTP API to a topic Kafka feeds are produced to the first one.
     pub kafka_topics: Vec<String>,
     /// With both Redis and Kafka configured, the Herald topics Kafka feeds, by name prefix
     /// (`""` for all); Redis feeds every other topic. Each topic is fed by exactly one log:
@@ -212,6 +213,16 @@ pub struct ClusterConfig {
     pub kafka_feeds: Vec<String>,
     /// Each node commits its consumed position under the group `<prefix>-<node_id>`.
     pub kafka_group_prefix: String,
+    /// Which partition of a Kafka topic holds a Herald topic's records: the partitioner of the
+    /// producers, which key each record by its Herald topic. `consistent` (the default) is
+    /// librdkafka's (CRC-32 of the key: kcat, the Python, Go, .NET and Rust clients built on
+    /// librdkafka); `murmur2` is Java's (Kafka Streams, Connect, Spring, KafkaJS, franz-go).
+    /// Herald's own producer uses it, and with `routing = "interest"` a node reads only the
+    /// partitions it names for its subscribed topics: a record in another partition reaches
+    /// only the nodes that read that one (counted in
+    /// `herald_bridge_messages_total{bridge="kafka",direction="misrouted"}`; see
+    /// docs/cluster.md, "Kafka: keys and partitions").
+    pub kafka_partitioner: KafkaPartitioner,
     /// Kafka topic that client events are produced to (connects, disconnects, WebSocket
     /// publishes), for backend services. Needs `kafka_brokers`. Default: none.
     pub kafka_upstream_topic: Option<String>,
@@ -234,6 +245,20 @@ pub enum Routing {
     Interest,
     /// Read every group on every node.
     Broadcast,
+}
+
+/// The partitioner of the producers to the Kafka bridge's topics (see
+/// [`ClusterConfig::kafka_partitioner`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum KafkaPartitioner {
+    /// CRC-32 of the key, modulo the partitions (librdkafka's `consistent` and
+    /// `consistent_random`).
+    #[default]
+    Consistent,
+    /// Kafka's murmur2 of the key, positive, modulo the partitions (the Java producer's
+    /// default; librdkafka's `murmur2` and `murmur2_random`).
+    Murmur2,
 }
 
 /// How Redis is deployed.
@@ -271,6 +296,7 @@ impl Default for ClusterConfig {
             kafka_topics: vec!["herald".into()],
             kafka_feeds: Vec::new(),
             kafka_group_prefix: "herald".into(),
+            kafka_partitioner: KafkaPartitioner::Consistent,
             kafka_upstream_topic: None,
             kafka_properties: std::collections::BTreeMap::new(),
         }
