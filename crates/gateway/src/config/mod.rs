@@ -287,7 +287,7 @@ impl Default for ClusterConfig {
             routing: Routing::Interest,
             interest_linger: Duration::from_secs(60),
             backfill_timeout: Duration::from_secs(5),
-            redis_shards: 8192,
+            redis_shards: 16_384,
             redis_stream_maxlen: 100_000,
             redis_wait_replicas: 0,
             redis_wait_timeout: Duration::from_millis(500),

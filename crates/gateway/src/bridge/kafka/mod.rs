@@ -51,6 +51,7 @@
 //! until then. Records are at-least-once; a replayed record has a position already delivered
 //! and is dropped ([`herald_core::Topic::ingest`]).
 
+mod broadcast;
 mod follow;
 pub(crate) mod keys;
 
@@ -61,8 +62,6 @@ use std::time::{Duration, Instant};
 
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use rdkafka::Message as _;
-use rdkafka::Offset;
-use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -220,75 +219,6 @@ impl KafkaBridge {
         match self.broadcast {
             true => self.consume_all(ingest, &consumer, &current).await,
             false => follow::consume(self, ingest, &consumer, current, first).await,
-        }
-    }
-
-    /// Broadcast routing: every partition, from the committed positions.
-    async fn consume_all(
-        &self,
-        ingest: &Ingest,
-        consumer: &Arc<StreamConsumer<KafkaContext>>,
-        current: &Layout,
-    ) -> anyhow::Result<()> {
-        let history_ms = self.history.as_millis() as i64;
-        let (counts, c) = (current.counts(), consumer.clone());
-        let assignment =
-            tokio::task::spawn_blocking(move || assignment(&c, &counts, history_ms)).await??;
-        consumer.assign(&assignment)?;
-        self.partitions.store(assignment.count(), Ordering::Relaxed);
-        metrics::bridge_groups_followed(NAME, assignment.count());
-        // Where the log ends now, per partition: ready once read up to there.
-        let (c, starts) = (consumer.clone(), assignment.clone());
-        let mut behind: HashMap<(String, i32), i64> = tokio::task::spawn_blocking(move || {
-            let mut behind = HashMap::new();
-            for e in starts.elements() {
-                let (_, high) =
-                    c.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(5))?;
-                let start = match e.offset() {
-                    Offset::Offset(o) => o,
-                    _ => high,
-                };
-                if start < high {
-                    behind.insert((e.topic().to_string(), e.partition()), high);
-                }
-            }
-            Ok::<_, rdkafka::error::KafkaError>(behind)
-        })
-        .await??;
-        self.caught_up.store(behind.is_empty(), Ordering::Relaxed);
-        self.connected();
-        tracing::info!(partitions = assignment.count(), group = %self.group, "kafka bridge consuming");
-        let consume = async {
-            loop {
-                match consumer.recv().await {
-                    Ok(message) => {
-                        self.ingest(ingest, &message, current);
-                        consumer.store_offset_from_message(&message)?;
-                        if !behind.is_empty() {
-                            let key = (message.topic().to_string(), message.partition());
-                            if behind
-                                .get(&key)
-                                .is_some_and(|high| message.offset() + 1 >= *high)
-                            {
-                                behind.remove(&key);
-                                if behind.is_empty() {
-                                    tracing::info!("kafka bridge caught up with the log");
-                                    self.caught_up.store(true, Ordering::Relaxed);
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        // Transient (broker away, rebalance of metadata): librdkafka retries.
-                        tracing::debug!(error = %e, "kafka consumer error");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                }
-            }
-        };
-        tokio::select! {
-            () = self.health(consumer) => Ok(()),
-            result = consume => result,
         }
     }
 
@@ -510,42 +440,6 @@ fn partition_counts(
     Ok(counts)
 }
 
-/// Every partition of `topics` (with their counts), each from its committed offset, or from
-/// `history_ms` ago when nothing is committed yet.
-fn assignment(
-    consumer: &StreamConsumer<KafkaContext>,
-    topics: &[(String, u32)],
-    history_ms: i64,
-) -> anyhow::Result<TopicPartitionList> {
-    let timeout = Duration::from_secs(5);
-    let mut all = TopicPartitionList::new();
-    for (topic, partitions) in topics {
-        for p in 0..*partitions {
-            all.add_partition(topic, p as i32);
-        }
-    }
-    let committed = consumer.committed_offsets(all.clone(), timeout)?;
-    let since = now_ms() as i64 - history_ms;
-    let mut by_time = TopicPartitionList::new();
-    for e in all.elements() {
-        by_time.add_partition_offset(e.topic(), e.partition(), Offset::Offset(since))?;
-    }
-    let by_time = consumer.offsets_for_times(by_time, timeout)?;
-    let mut start = TopicPartitionList::new();
-    for e in committed.elements() {
-        let offset = match e.offset() {
-            Offset::Offset(o) => Offset::Offset(o),
-            _ => by_time
-                .find_partition(e.topic(), e.partition())
-                .map(|p| p.offset())
-                .filter(|o| matches!(o, Offset::Offset(_)))
-                .unwrap_or(Offset::End),
-        };
-        start.add_partition_offset(e.topic(), e.partition(), offset)?;
-    }
-    Ok(start)
-}
-
 impl Bridge for KafkaBridge {
     fn name(&self) -> &'static str {
         NAME
@@ -742,66 +636,4 @@ fn unavailable(reason: impl ToString) -> BridgeError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn routed(key: Option<&str>, headers: &[(&str, &str)]) -> Option<(String, Option<String>)> {
-        route(
-            key.map(str::as_bytes),
-            headers.iter().map(|(k, v)| (*k, Some(v.as_bytes()))),
-        )
-        .map(|(t, e)| (t.to_string(), e.map(|e| e.as_str().to_string())))
-    }
-
-    #[test]
-    fn records_are_routed_by_header_then_key_never_the_value() {
-        let t = |t: &str, e: Option<&str>| Some((t.to_string(), e.map(str::to_string)));
-        assert_eq!(routed(Some("orders"), &[]), t("orders", None));
-        assert_eq!(
-            routed(
-                Some("key"),
-                &[
-                    ("herald-topic", "orders"),
-                    ("trace-id", "x"),
-                    ("herald-event", "created")
-                ]
-            ),
-            t("orders", Some("created"))
-        );
-        assert_eq!(
-            routed(None, &[("herald-topic", "a"), ("herald-topic", "b")]),
-            t("b", None)
-        );
-        assert_eq!(
-            routed(Some("orders"), &[("herald-event", "bad event")]),
-            t("orders", None)
-        );
-        assert_eq!(routed(None, &[]), None);
-        assert_eq!(routed(Some("no spaces allowed"), &[]), None);
-        assert_eq!(routed(Some("ok"), &[("herald-topic", "not valid")]), None);
-        assert_eq!(route(Some(&[0xff, 0xfe][..]), std::iter::empty()), None);
-    }
-
-    #[test]
-    fn the_format_header_names_json_or_msgpack() {
-        let format = |headers: &[(&str, &str)]| {
-            is_msgpack(headers.iter().map(|(k, v)| (*k, Some(v.as_bytes()))))
-        };
-        assert_eq!(format(&[]), Ok(false));
-        assert_eq!(format(&[("herald-format", "json")]), Ok(false));
-        assert_eq!(format(&[("herald-format", "msgpack")]), Ok(true));
-        assert_eq!(
-            format(&[("herald-format", "json"), ("herald-format", "msgpack")]),
-            Ok(true)
-        );
-        assert_eq!(format(&[("herald-format", "xml")]), Err("xml".into()));
-    }
-
-    #[test]
-    fn a_partition_s_epoch_is_stable_and_its_own() {
-        assert_eq!(partition_epoch("herald", 0), partition_epoch("herald", 0));
-        assert_ne!(partition_epoch("herald", 0), partition_epoch("herald", 1));
-        assert_ne!(partition_epoch("herald", 0), partition_epoch("other", 0));
-        assert_eq!(partition_epoch("herald", 3) & 1, 1, "an epoch is never 0");
-    }
-}
+mod tests;
