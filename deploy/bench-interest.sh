@@ -11,8 +11,10 @@
 # the four nodes' CPU per message published, and Redis's CPU.
 #
 #   deploy/bench-interest.sh [RATES...]     (default: 1000 2000 4000 6000 8000)
-#   env: MODES ("interest broadcast"), DURATION (20s), CONNS (4000), OUT (a temp dir),
-#        HERALD_BIN / LOADGEN_BIN (target/release/...), SHARDS (the default, 4096)
+#   env: MODES ("interest broadcast"; MODE:GROUPS sets redis_shards for that mode, e.g.
+#        "broadcast:16", the layout before interest routing), DURATION (20s), CONNS (4000),
+#        OUT (a temp dir), HERALD_BIN / LOADGEN_BIN (target/release/...), SHARDS (every
+#        mode's redis_shards when not given; default: Herald's, 16,384)
 #
 # Needs release binaries (cargo build --release -p herald-gateway -p herald-loadgen),
 # redis-server, curl and python3. Everything runs on 127.0.0.1 free ports and is stopped at
@@ -51,15 +53,15 @@ metric() { # ADMIN NAME LABEL-FILTER → sum of the series
         awk -v name="$2" -v filter="$3" 'index($1, name "{") == 1 && index($1, filter) { n += $2 } END { printf "%d\n", n }'
 }
 
-{
-    echo "[cluster]"
-    if [[ -n ${SHARDS:-} ]]; then echo "redis_shards = $SHARDS"; fi
-} >"$OUT/herald.toml"
-
-run() { # MODE RATE
-    local mode=$1 rate=$2 name="$1-$2" rport i
+run() { # MODE[:GROUPS] RATE
+    local mode=${1%%:*} groups=${SHARDS:-} rate=$2 name="${1/:/-}-$2" rport i
+    [[ $1 == *:* ]] && groups=${1#*:}
     rport=$(free_port)
     mkdir -p "$OUT/$name"
+    {
+        echo "[cluster]"
+        if [[ -n $groups ]]; then echo "redis_shards = $groups"; fi
+    } >"$OUT/$name/herald.toml"
     redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
         --dir "$OUT/$name" --logfile "$OUT/$name/redis.log" &
     pids+=("$!")
@@ -69,7 +71,7 @@ run() { # MODE RATE
         local public admin
         public=$(free_port)
         admin=$(free_port)
-        "$herald" --config "$OUT/herald.toml" --listen "127.0.0.1:$public" \
+        "$herald" --config "$OUT/$name/herald.toml" --listen "127.0.0.1:$public" \
             --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
             --node-id "n$i" --cluster-routing "$mode" --log-filter warn \
             >"$OUT/$name/node$i.log" 2>&1 &
@@ -108,6 +110,7 @@ for name in sorted(os.listdir(out)):
     if not os.path.exists(path):
         continue
     mode, rate = name.rsplit("-", 1)
+    mode = mode.replace("-", ":")
     r = json.load(open(path))
     d = r.get("delivery") or {}
     o = d
@@ -130,13 +133,14 @@ for name in sorted(os.listdir(out)):
         "groups_per_node": groups,
         "nodes_cpu_s": round(cpu, 2),
         "nodes_cpu_us_per_message": round(cpu * 1e6 / published, 1) if published else None,
+        "nodes_cores": round(cpu / secs, 2),
         "redis_cpu_fraction": round(redis_cpu / secs, 2),
     })
 rows.sort(key=lambda x: (x["rate"], x["mode"]))
 json.dump(rows, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print("| mode | rate asked | published/s | missing | dups | p50 ms | p99 ms | max node ingest / published | groups per node | nodes' CPU µs per message | Redis CPU (cores) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| mode | rate asked | published/s | missing | dups | p50 ms | p99 ms | max node ingest / published | groups per node | nodes' CPU µs per message | nodes' cores | Redis cores |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for x in rows:
-    print(f"| {x['mode']} | {x['rate']} | {x['published_per_sec']} | {x['missing']} | {x['duplicates']} | {x['p50_ms']} | {x['p99_ms']} | {x['ingest_ratio_max']} | {'/'.join(map(str, x['groups_per_node']))} | {x['nodes_cpu_us_per_message']} | {x['redis_cpu_fraction']} |")
+    print(f"| {x['mode']} | {x['rate']} | {x['published_per_sec']} | {x['missing']} | {x['duplicates']} | {x['p50_ms']} | {x['p99_ms']} | {x['ingest_ratio_max']} | {'/'.join(map(str, x['groups_per_node']))} | {x['nodes_cpu_us_per_message']} | {x['nodes_cores']} | {x['redis_cpu_fraction']} |")
 print(f"reports in {out}")
 EOF
