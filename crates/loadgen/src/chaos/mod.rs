@@ -11,6 +11,7 @@ mod client;
 mod fault;
 mod injector;
 mod ledger;
+mod memory;
 mod publisher;
 mod report;
 mod rng;
@@ -236,6 +237,8 @@ async fn run(
             publisher::run(p, pool, ledger, seed, publish_until).await
         });
     }
+    let memory_stop = CancellationToken::new();
+    let memory = tokio::spawn(memory::run(admin.clone(), t0, memory_stop.clone()));
     let fault_stop = CancellationToken::new();
     let injector = a.control.clone().map(|script| {
         tokio::spawn(injector::run(
@@ -260,6 +263,8 @@ async fn run(
     if let Some(j) = injector {
         let _ = j.await;
     }
+    memory_stop.cancel();
+    let memory = memory.await.unwrap_or_default();
     stop.cancel();
     let mut published = 0;
     let mut publish_errors = std::collections::BTreeMap::new();
@@ -285,6 +290,7 @@ async fn run(
         fault_log: timeline.snapshot(),
         published,
         publish_errors,
+        memory,
     })
 }
 

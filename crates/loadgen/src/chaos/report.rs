@@ -77,6 +77,10 @@ pub(crate) struct ChaosReport {
     pub(crate) loss_signals: u64,
     /// Publishes of unknown fate delivered after later ones (allowed).
     pub(crate) late_uncertain: u64,
+    /// Each node's resident memory, life by life (a killed node's restart is a new life).
+    pub(crate) memory: Vec<super::memory::NodeMemory>,
+    /// The most any node life grew after it settled (MiB): memory flat across faults.
+    pub(crate) memory_growth_mib: f64,
     pub(crate) ok: bool,
     pub(crate) problems: Vec<String>,
     pub(crate) findings: Vec<Finding>,
@@ -113,6 +117,7 @@ pub(crate) struct Inputs<'a> {
     pub(crate) fault_log: Vec<FaultRecord>,
     pub(crate) published: u64,
     pub(crate) publish_errors: BTreeMap<String, u64>,
+    pub(crate) memory: Vec<super::memory::NodeMemory>,
 }
 
 pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
@@ -148,6 +153,10 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
         unrecovered_clients: 0,
         loss_signals: 0,
         late_uncertain: 0,
+        memory_growth_mib: (i.memory.iter().flat_map(|n| &n.lives))
+            .map(super::memory::Life::growth_mib)
+            .fold(0.0, f64::max),
+        memory: i.memory,
         ok: true,
         problems: Vec::new(),
         findings: Vec::new(),
@@ -269,6 +278,17 @@ pub(crate) fn text(r: &ChaosReport) -> String {
             "resume after {k}: n={} p50={}ms p99={}ms max={}ms",
             v.count, v.p50, v.p99, v.max
         );
+    }
+    for n in &r.memory {
+        let lives: Vec<String> = (n.lives.iter())
+            .map(|l| {
+                format!(
+                    "{:.0}-{:.0}s: settled {:.1} peak {:.1} last {:.1} MiB",
+                    l.first_at_s, l.last_at_s, l.settled_mib, l.peak_mib, l.last_mib
+                )
+            })
+            .collect();
+        let _ = writeln!(o, "node {} memory: {}", n.node, lives.join("; "));
     }
     let _ = writeln!(
         o,
