@@ -22,10 +22,15 @@ try {
   page.on("response", (r) => { if (r.url().includes("/console/") && r.status() !== 200) problems.push(`${r.url()} ${r.status()}`); });
   await page.goto(`${n1.admin}/console`);
   const text = (sel) => page.locator(sel).innerText();
-  const nodeRow = async (id) => {
+  // A node's row: node, connections, topic groups read ("redis 1 / 4").
+  const nodeCells = async (id) => {
     const rows = await page.locator("#nodes tbody tr").allInnerTexts();
     const row = rows.find((r) => r.startsWith(id));
-    return row === undefined ? undefined : Number(row.split(/\s+/).at(-1));
+    return row === undefined ? undefined : row.split("\t");
+  };
+  const nodeRow = async (id) => {
+    const cells = await nodeCells(id);
+    return cells === undefined ? undefined : Number(cells[1]);
   };
   await until("both nodes listed", async () => (await nodeRow("console-1")) === 0 && (await nodeRow("console-2")) === 0);
   assert((await text("#conn-total")) === "0", `connections before: ${await text("#conn-total")}`);
@@ -40,6 +45,8 @@ try {
   await until("the connection count rises to 2", async () =>
     (await text("#conn-total")) === "2" && (await text("#conn-sse")) === "2" && (await nodeRow("console-1")) === 2);
   console.log("console: 2 SSE clients connected → total 2, SSE 2, console-1 holds 2");
+  await until("console-1 reads the one topic group of its subscribers", async () =>
+    /^redis 1 \/ \d+$/.test((await nodeCells("console-1"))[2]));
   for (const a of streams.splice(0)) a.abort();
   await until("the connection count falls back to 0", async () =>
     (await text("#conn-total")) === "0" && (await nodeRow("console-1")) === 0);
