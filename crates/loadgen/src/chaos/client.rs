@@ -64,12 +64,13 @@ struct ClientSink<'a> {
     client: u64,
     transport: Transport,
     node: usize,
-    opened: bool,
+    /// When the session was opened (subscribed), in ms of the run; `None` if it never was.
+    opened: Option<u64>,
 }
 
 impl Sink for ClientSink<'_> {
     fn opened(&mut self) {
-        self.opened = true;
+        self.opened.get_or_insert_with(|| self.shared.now_ms());
     }
 
     fn event(&mut self, e: Event) {
@@ -152,20 +153,21 @@ pub(crate) async fn run(
             client: id,
             transport,
             node,
-            opened: false,
+            opened: None,
         };
         let end = match transport {
             Transport::Sse => wire::sse::run(dial, until, &shared.stop, &mut sink).await,
             Transport::Ws => wire::ws::run(dial, until, &shared.stop, &mut sink).await,
             Transport::Poll => wire::poll::run(dial, until, &shared.stop, &mut sink).await,
         };
-        let opened = sink.opened;
+        let opened = sink.opened.is_some();
         let now = shared.now_ms();
-        if opened {
+        if let Some(at) = sink.opened {
             *out.sessions.entry(transport).or_default() += 1;
             attempt = 0;
+            // Resumed when the session opened, not when it ended.
             if let Some((since, kind)) = lost.take() {
-                out.resumes.push((kind, now.saturating_sub(since)));
+                out.resumes.push((kind, at.saturating_sub(since)));
             }
         }
         match end {
