@@ -46,7 +46,8 @@ rpid=$!
 pids+=("$rpid")
 until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
 
-printf '[cluster]\nredis_shards = %s\nredis_prefix = "bench"\n' "$SHARDS" >"$OUT/herald.toml"
+# Broadcast routing: node I, with no subscribers, reads every message (what this measures).
+printf '[cluster]\nrouting = "broadcast"\nredis_shards = %s\nredis_prefix = "bench"\n' "$SHARDS" >"$OUT/herald.toml"
 node() { # ID → starts a node, prints "PID PUBLIC ADMIN"
     local public admin
     public=$(free_port)
