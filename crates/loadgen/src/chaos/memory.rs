@@ -42,16 +42,21 @@ pub(crate) struct Life {
     pub(crate) peak_mib: f64,
     pub(crate) last_mib: f64,
     pub(crate) samples: u64,
+    /// The life lasted [`SETTLE`] or more (its `settled_mib` is then taken that far in; a
+    /// shorter life, ended by a kill, has no growth to speak of).
+    pub(crate) settled: bool,
     #[serde(skip)]
     start_time: f64,
-    #[serde(skip)]
-    settled: bool,
 }
 
 impl Life {
-    /// `last − settled`: what the node grew by after settling, in MiB.
+    /// `last − settled`: what the node grew by after settling, in MiB (0 for a life too short
+    /// to settle).
     pub(crate) fn growth_mib(&self) -> f64 {
-        self.last_mib - self.settled_mib
+        match self.settled {
+            true => self.last_mib - self.settled_mib,
+            false => 0.0,
+        }
     }
 }
 
@@ -151,6 +156,7 @@ mod tests {
         assert_eq!(first.growth_mib(), 10.0);
         let second = &n.lives[1];
         assert_eq!((second.settled_mib, second.samples), (40.0, 1));
+        assert_eq!(second.growth_mib(), 0.0, "too short a life to settle");
     }
 
     #[test]

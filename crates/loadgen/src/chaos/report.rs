@@ -79,7 +79,8 @@ pub(crate) struct ChaosReport {
     pub(crate) late_uncertain: u64,
     /// Each node's resident memory, life by life (a killed node's restart is a new life).
     pub(crate) memory: Vec<super::memory::NodeMemory>,
-    /// The most any node life grew after it settled (MiB): memory flat across faults.
+    /// The most any node life of at least a minute grew after it settled (MiB): memory flat
+    /// across faults.
     pub(crate) memory_growth_mib: f64,
     pub(crate) ok: bool,
     pub(crate) problems: Vec<String>,
