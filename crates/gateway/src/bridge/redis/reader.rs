@@ -184,8 +184,10 @@ struct Stream {
     since: u64,
     epoch: u64,
     last_id: String,
-    /// Being read up to what the log holds.
-    catching_up: bool,
+    /// Being read up to what the log holds: `Some(ms)`, the time (unix ms) the reader started
+    /// doing so. Caught up once a read comes back short, or reaches an entry written since
+    /// then (a stream written to faster than a read takes may never come back short).
+    catching_up: Option<u64>,
 }
 
 /// One connected session of a reader.
@@ -308,7 +310,7 @@ impl<'a> Session<'a> {
                     since,
                     epoch,
                     last_id,
-                    catching_up: true,
+                    catching_up: Some(now_ms()),
                 });
             }
         }
@@ -333,7 +335,7 @@ impl<'a> Session<'a> {
             ids.push(&self.wake_id);
         }
         let count = (READ_TOTAL / keys.len().max(1)).clamp(10, READ_COUNT);
-        let catching_up = self.streams.iter().any(|s| s.catching_up);
+        let catching_up = self.streams.iter().any(|s| s.catching_up.is_some());
         let mut options = StreamReadOptions::default().count(count);
         if !catching_up {
             options = options.block(BLOCK_MS);
@@ -377,8 +379,13 @@ impl<'a> Session<'a> {
             }
         }
         for (i, s) in self.streams.iter_mut().enumerate() {
-            if s.catching_up && read.get(&i).is_none_or(|&n| n < count) {
-                s.catching_up = false;
+            let Some(started) = s.catching_up else {
+                continue;
+            };
+            let short = read.get(&i).is_none_or(|&n| n < count);
+            let reached = parse_entry_id(&s.last_id).is_some_and(|seq| seq >> SEQ_BITS >= started);
+            if short || reached {
+                s.catching_up = None;
                 bridge.interest.set_caught_up(s.group, true);
             }
         }
