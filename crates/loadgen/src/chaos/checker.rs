@@ -2,10 +2,13 @@
 //! no gap of acknowledged messages unless a loss signal covers it. Each finding names the
 //! client, topic, ids and the fault in force when it happened.
 //!
-//! Messages carry the publisher's per-topic sequence number (`seq`, from 1). The first message
-//! of a topic sets the client's baseline; from then on, across reconnects, nodes and
-//! transports (the client resumes with its cursors), the next message must be the next
-//! sequence number the publisher got acknowledged. Publishes whose fate is unknown (a timeout,
+//! Messages carry the publisher's per-topic sequence number (`seq`, from 1). When the client's
+//! first session opens (it is subscribed), each topic gets a floor: the publish in flight then
+//! may or may not reach it, but every acknowledged one after it must, so a first message past
+//! the floor with acknowledged numbers between is a gap like any other. The first message
+//! sets the baseline; from then on, across reconnects, nodes and transports (the client
+//! resumes with its cursors), the next message must be the next sequence number the publisher
+//! got acknowledged. Publishes whose fate is unknown (a timeout,
 //! an error) may arrive late or never: neither counts against the server.
 
 use std::collections::BTreeSet;
@@ -71,6 +74,9 @@ pub(crate) struct Here {
 
 #[derive(Debug, Default)]
 struct TopicState {
+    /// Set when the client's first session opened: every acknowledged number above it must be
+    /// delivered (the one in flight then, `floor` itself, may not be).
+    floor: Option<u64>,
     last_seq: u64,
     last_id: String,
     last_at_ms: u64,
@@ -119,6 +125,16 @@ impl StreamCheck {
         self.state[slot].last_seq
     }
 
+    /// A session opened (the client is subscribed to its topics): the first one sets each
+    /// topic's floor, one past the last publish answered by now.
+    pub(crate) fn on_open(&mut self, fates: &impl Fates) {
+        for (st, (ledger_topic, _)) in self.state.iter_mut().zip(&self.topics) {
+            if st.floor.is_none() && st.last_seq == 0 {
+                st.floor = Some(fates.answered(*ledger_topic) + 1);
+            }
+        }
+    }
+
     /// A loss signal for a slot: it covers the next gap.
     pub(crate) fn on_loss(&mut self, slot: usize, reason: &str) {
         self.signals += 1;
@@ -139,11 +155,21 @@ impl StreamCheck {
         let ledger_topic = self.topics[slot].0;
         let st = &mut self.state[slot];
         if st.last_seq == 0 {
-            st.last_seq = seq;
-            st.last_id = id.to_owned();
-            st.last_at_ms = here.now_ms;
-            st.loss = None;
-            return;
+            match st.floor {
+                // Checked from the floor: the acknowledged numbers between it and this one
+                // were published while the client was subscribed.
+                Some(floor) if seq > floor => {
+                    st.last_seq = floor;
+                    st.last_id = "(subscribed)".to_owned();
+                }
+                _ => {
+                    st.last_seq = seq;
+                    st.last_id = id.to_owned();
+                    st.last_at_ms = here.now_ms;
+                    st.loss = None;
+                    return;
+                }
+            }
         }
         if seq > st.last_seq {
             let mut missing = 0;
@@ -276,6 +302,9 @@ mod tests {
                 Fate::Acked
             }
         }
+        fn answered(&self, _topic: usize) -> u64 {
+            3
+        }
     }
 
     fn here(now_ms: u64) -> Here {
@@ -314,6 +343,41 @@ mod tests {
         feed(&mut c, &[5, 6, 7, 8], &Stub(vec![]), &tl);
         assert_eq!(c.delivered, 4);
         assert!(kinds(c).is_empty());
+    }
+
+    #[test]
+    fn acknowledged_messages_missing_before_the_first_one_are_a_gap_from_the_opening() {
+        let tl = Timeline::default();
+        // Subscribed when 3 was the last publish answered: 4 may be missed (in flight then),
+        // 5 and 6 may not.
+        let mut c = StreamCheck::new(vec![(0, "t".into())]);
+        c.on_open(&Stub(vec![]));
+        feed(&mut c, &[7, 8], &Stub(vec![]), &tl);
+        assert_eq!(kinds(c), [(FindingKind::SilentGap, 7, 2)]);
+        // The in-flight one missed, or an earlier one delivered: clean.
+        for first in [5, 2] {
+            let mut c = StreamCheck::new(vec![(0, "t".into())]);
+            c.on_open(&Stub(vec![]));
+            feed(&mut c, &[first, first + 1], &Stub(vec![]), &tl);
+            assert!(kinds(c).is_empty(), "first {first}");
+        }
+        // A later session does not move the floor.
+        let mut c = StreamCheck::new(vec![(0, "t".into())]);
+        c.on_open(&Stub(vec![]));
+        c.on_open(&Stub2);
+        feed(&mut c, &[6], &Stub(vec![]), &tl);
+        assert_eq!(kinds(c), [(FindingKind::SilentGap, 6, 1)]);
+    }
+
+    /// Answered up to 100.
+    struct Stub2;
+    impl Fates for Stub2 {
+        fn fate(&self, _topic: usize, _seq: u64) -> Fate {
+            Fate::Acked
+        }
+        fn answered(&self, _topic: usize) -> u64 {
+            100
+        }
     }
 
     #[test]

@@ -71,6 +71,7 @@ struct ClientSink<'a> {
 impl Sink for ClientSink<'_> {
     fn opened(&mut self) {
         self.opened.get_or_insert_with(|| self.shared.now_ms());
+        self.check.on_open(&*self.shared.ledger);
     }
 
     fn event(&mut self, e: Event) {

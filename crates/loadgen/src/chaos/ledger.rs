@@ -18,6 +18,9 @@ pub(crate) enum Fate {
 /// Looks up a publish's fate (the checker's view of the ledger; tests stub it).
 pub(crate) trait Fates {
     fn fate(&self, topic: usize, seq: u64) -> Fate;
+    /// The highest sequence number of `topic` whose publish was answered (0: none): every
+    /// later one was sent, at the earliest, while the caller was looking.
+    fn answered(&self, topic: usize) -> u64;
 }
 
 /// Per topic, the fate of sequence numbers 1.. (index 0 unused).
@@ -74,6 +77,11 @@ impl Fates for Ledger {
         let v = self.topics[topic].lock().unwrap_or_else(|e| e.into_inner());
         v.get(seq as usize).copied().unwrap_or(Fate::Pending)
     }
+
+    fn answered(&self, topic: usize) -> u64 {
+        let v = self.topics[topic].lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().rposition(|f| *f != Fate::Pending).unwrap_or(0) as u64
+    }
 }
 
 #[cfg(test)]
@@ -92,5 +100,7 @@ mod tests {
         assert_eq!(l.fate(0, 2), Fate::Uncertain);
         assert_eq!(l.fate(0, 9), Fate::Pending);
         assert_eq!(l.totals(), (2, 2));
+        assert_eq!(l.answered(0), 4);
+        assert_eq!(l.answered(1), 0);
     }
 }
