@@ -14,6 +14,7 @@ mod context;
 mod export;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use herald_core::{Cursor, Topic, TopicName};
@@ -55,6 +56,8 @@ struct Inner {
     node: Arc<str>,
     /// Whether a publish without a sampled context may start a trace (ratio above 0).
     roots: bool,
+    /// Whether [`Tracing::shutdown`] has run.
+    shut: AtomicBool,
 }
 
 /// A recording span of a traced message; ends when dropped.
@@ -130,6 +133,7 @@ impl Tracing {
             tracer,
             node: node.into(),
             roots: ratio > 0.0,
+            shut: AtomicBool::new(false),
         })))
     }
 
@@ -191,12 +195,28 @@ impl Tracing {
     /// Exports what is left and stops the exporter (at most a few seconds; the drain's end).
     pub(crate) async fn shutdown(&self) {
         let Some(inner) = &self.0 else { return };
+        inner.shut.store(true, Ordering::Relaxed);
         let provider = inner.provider.clone();
         // The processor's shutdown blocks until its task (on this runtime) answers.
         let done = tokio::task::spawn_blocking(move || {
             provider.shutdown_with_timeout(Duration::from_secs(3))
         });
         let _ = tokio::time::timeout(Duration::from_secs(5), done).await;
+    }
+}
+
+impl Drop for Inner {
+    /// A node dropped without its drain (a test that failed, an embedder's runtime shut down):
+    /// the provider's own shutdown waits for the batch task's answer, which must not block a
+    /// thread that may be the one dropping that task; a thread of its own waits instead.
+    fn drop(&mut self) {
+        if self.shut.load(Ordering::Relaxed) {
+            return;
+        }
+        let provider = self.provider.clone();
+        let _ = std::thread::Builder::new()
+            .name("herald-trace-stop".into())
+            .spawn(move || provider.shutdown_with_timeout(Duration::from_secs(3)));
     }
 }
 
