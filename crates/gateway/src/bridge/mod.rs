@@ -281,7 +281,7 @@ impl Ingest {
             self.refuse(&topic);
             return;
         }
-        let traced = (self.logs.tracing).ingest(trace, self.bridge, &topic, position, age_ms);
+        let mut traced = (self.logs.tracing).ingest(trace, self.bridge, &topic, position, age_ms);
         let _log = traced.as_ref().map(|t| t.log_span().entered());
         match self.registry.get_or_create(&topic) {
             Ok(t) => {
@@ -289,6 +289,9 @@ impl Ingest {
                 let ingested = t.ingest(position, event, payload).is_some();
                 if let Some(fan_out) = fan_out {
                     fan_out.end(&t);
+                }
+                if let Some(span) = traced.as_mut().filter(|_| !ingested) {
+                    span.duplicate();
                 }
                 if ingested {
                     metrics::bridge_message(self.bridge, "in");

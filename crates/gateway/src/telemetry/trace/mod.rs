@@ -280,6 +280,11 @@ impl Traced {
         (self.span).set_attribute(KeyValue::new("messaging.message.id", id.to_string()));
     }
 
+    /// Marks an ingest whose position was delivered already (a replay): nothing fanned out.
+    pub(crate) fn duplicate(&mut self) {
+        (self.span).set_attribute(KeyValue::new("herald.duplicate", true));
+    }
+
     /// Marks the step failed, with why.
     pub(crate) fn fail(&mut self, reason: impl std::fmt::Display) {
         self.span.set_status(Status::error(reason.to_string()));
