@@ -290,10 +290,12 @@ impl Traced {
         self.span.set_status(Status::error(reason.to_string()));
     }
 
-    /// A `tracing` span whose log lines carry this trace's id (`trace_id=...`).
+    /// A `tracing` span whose log lines carry this trace's id (`trace_id=...`). At the
+    /// error level, so that it is on whenever any log line is (a span below the filter's
+    /// level would leave a warning without its trace id).
     pub(crate) fn log_span(&self) -> tracing::Span {
         let trace_id = self.span.span_context().trace_id();
-        tracing::info_span!("traced", trace_id = %trace_id)
+        tracing::error_span!("traced", trace_id = %trace_id)
     }
 
     /// Starts the span of this node's fan-out of the message to `topic`'s subscribers.

@@ -129,6 +129,49 @@ fn a_sampled_parent_is_followed_through_publish_append_ingest_and_fan_out() {
     );
 }
 
+/// Log lines, as the `herald` binary writes them (text), into a buffer.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_log_line_written_while_a_traced_message_is_handled_carries_its_trace_id() {
+    let (tracing, _spans) = tracing(0.0);
+    let (name, _) = topic();
+    let publish = (tracing.publish(carried(SAMPLED), "http", &name, 1)).unwrap();
+    let lines = Lines::default();
+    let writer = lines.clone();
+    // Only warnings shown, as with `log_filter = "warn"`.
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("warn")
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    ::tracing::subscriber::with_default(subscriber, || {
+        ::tracing::warn!("before");
+        let _traced = publish.log_span().entered();
+        ::tracing::warn!("the log refused it");
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(!lines[0].contains("trace_id"), "{text}");
+    assert!(
+        lines[1].contains("traced{trace_id=4bf92f3577b34da6a3ce929d0e0e4736}"),
+        "{text}"
+    );
+}
+
 #[test]
 fn an_unsampled_parent_is_never_traced_and_the_ratio_decides_the_rest() {
     let (_name, _) = topic();
