@@ -1,14 +1,17 @@
 //! The OTLP exporter (gRPC or HTTP), wrapped so that every failed export is counted in
 //! `herald_trace_export_errors_total` and logged at most once a minute: a collector that is
-//! down costs the gateway a counter and a dropped batch, never a publish.
+//! down costs the gateway a counter and a dropped batch, never a publish. The SDK's batch
+//! thread collects the spans; each export runs on the node's runtime ([`OnRuntime`]), where
+//! the OTLP clients' connections live and the node's metrics are recorded.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use crate::config::{OtlpProtocol, TelemetryConfig};
@@ -17,10 +20,11 @@ use crate::telemetry::metrics;
 /// The longest one export may take, retries included.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The OTLP exporter `config` asks for (its endpoint must be set).
+/// The OTLP exporter `config` asks for (its endpoint must be set), exporting on the current
+/// runtime.
 pub(super) fn otlp(
     config: &TelemetryConfig,
-) -> anyhow::Result<Counted<opentelemetry_otlp::SpanExporter>> {
+) -> anyhow::Result<OnRuntime<Counted<opentelemetry_otlp::SpanExporter>>> {
     let endpoint = config
         .otlp_endpoint
         .as_deref()
@@ -48,7 +52,7 @@ pub(super) fn otlp(
     };
     let exporter =
         exporter.with_context(|| format!("telemetry: the OTLP exporter for {endpoint}"))?;
-    Ok(Counted::new(exporter))
+    Ok(OnRuntime::new(Counted::new(exporter)))
 }
 
 /// The traces URL under a collector's base URL: `/v1/traces` added unless it is there.
@@ -71,6 +75,55 @@ fn client_tls() -> rustls::ClientConfig {
     .expect("ring supports the default protocol versions")
     .with_root_certificates(roots)
     .with_no_client_auth()
+}
+
+/// An exporter whose exports run on the runtime it was made on: the SDK's batch thread (one
+/// per node, which wakes once a second or when 512 spans wait, not once per span as a task
+/// fed by a channel would) only waits for them.
+#[derive(Debug)]
+pub(super) struct OnRuntime<E> {
+    inner: Arc<E>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<E> OnRuntime<E> {
+    /// On the current runtime (panics outside one).
+    pub(super) fn new(inner: E) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl<E: SpanExporter + 'static> SpanExporter for OnRuntime<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let inner = self.inner.clone();
+        // A runtime that has shut down answers at once (the task is cancelled).
+        let task = (self.runtime).spawn(async move { inner.export(batch).await });
+        async move {
+            task.await
+                .unwrap_or_else(|e| Err(OTelSdkError::InternalFailure(e.to_string())))
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        // Set when the provider is built, before any export holds a clone.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.set_resource(resource);
+        }
+    }
 }
 
 /// An exporter whose failures are counted and logged (at most once a minute).

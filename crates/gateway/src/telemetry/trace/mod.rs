@@ -8,7 +8,8 @@
 //! one look at an `Option` per step. One span per node per step, never one per delivery.
 //!
 //! Each gateway has a tracer provider of its own (several run in one test process), made by
-//! [`Tracing::start`], whose batch exporter runs on the gateway's runtime.
+//! [`Tracing::start`]: the SDK's batch thread collects its spans, and each export runs on the
+//! gateway's runtime.
 
 mod context;
 mod export;
@@ -24,9 +25,8 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue, StringValue, Value};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, Sampler, SdkTracer, SdkTracerProvider, SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, SpanProcessor,
 };
 
 pub(crate) use context::Carried;
@@ -82,7 +82,7 @@ impl Tracing {
     }
 
     /// Tracing as `config.telemetry` asks: off without an endpoint, else spans batched to
-    /// the OTLP endpoint by a task on the current runtime.
+    /// the OTLP endpoint, the exports running on the current runtime.
     pub(crate) fn start(config: &Config) -> anyhow::Result<Self> {
         if !config.telemetry.tracing() {
             return Ok(Self::off());
@@ -91,7 +91,7 @@ impl Tracing {
         let batch = BatchConfigBuilder::default()
             .with_scheduled_delay(EXPORT_EVERY)
             .build();
-        let processor = BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio)
+        let processor = BatchSpanProcessor::builder(exporter)
             .with_batch_config(batch)
             .build();
         crate::telemetry::metrics::trace_export_errors_shown();
@@ -197,7 +197,7 @@ impl Tracing {
         let Some(inner) = &self.0 else { return };
         inner.shut.store(true, Ordering::Relaxed);
         let provider = inner.provider.clone();
-        // The processor's shutdown blocks until its task (on this runtime) answers.
+        // The processor's shutdown blocks until its last export (on this runtime) is done.
         let done = tokio::task::spawn_blocking(move || {
             provider.shutdown_with_timeout(Duration::from_secs(3))
         });
