@@ -15,8 +15,8 @@
 #
 # Environment knobs (all optional):
 #   HERALD_JAEGER_VERSION   github.com/jaegertracing/jaeger version (default: v1.76.0)
-#   Go: `go` on PATH, else /usr/local/go/bin/go, else Debian's golang-go (apt-get), which
-#   fetches the toolchain Jaeger's module asks for (GOTOOLCHAIN=auto)
+#   Go: `go` on PATH, else /usr/local/go/bin/go, else Debian's golang-go (apt-get); Go 1.21 or
+#   later, which fetches the toolchain Jaeger's module asks for (GOTOOLCHAIN=auto)
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -50,6 +50,13 @@ ensure_jaeger() {
     dir=$(dirname "$bin")
     mkdir -p "$dir" || die "cannot create cache dir $dir"
     go=$(go_cmd)
+    # Go 1.21 and later fetch the toolchain a module asks for (Jaeger's is newer than
+    # Debian 12's golang-go, 1.19, which cannot).
+    local version minor
+    version=$("$go" env GOVERSION 2>/dev/null || true)
+    minor=$(sed -nE 's/^go1\.([0-9]+).*/\1/p' <<<"$version")
+    [[ -n $minor && $minor -ge 21 ]] ||
+        die "Go ${version:-of unknown version} at $go cannot build Jaeger (needs Go 1.21 or later, which fetches the toolchain Jaeger asks for): install Go from https://go.dev/dl into /usr/local/go"
     # The lock (fd 8, in a subshell) keeps parallel runs from building at the same time.
     (
         if command -v flock >/dev/null 2>&1; then
