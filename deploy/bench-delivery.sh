@@ -16,6 +16,9 @@
 #   ROUNDS=1 WORKLOADS="sse" deploy/bench-delivery.sh
 #   WORKLOADS=echo ROUNDS=3 deploy/bench-delivery.sh   # W4 at 20k and 40k msg/s beside Go
 #   HERALD_BIN=/path/to/other/herald deploy/bench-delivery.sh   # compare another build
+#   SERVERS="herald herald-traced" TRACE_OTLP=http://127.0.0.1:4317 WORKLOADS=sse \
+#     deploy/bench-delivery.sh                # W2 untraced against every publish traced
+#                                             # (OTLP/gRPC to TRACE_OTLP), in one sitting
 #
 # Measure on an idle machine: other load skews the many-task runtime more than the floor
 # server's one loop. Traffic goes to loopback only; every run is bounded (60 s + drain).
@@ -35,6 +38,12 @@ HERALD_BIN=${HERALD_BIN:-$repo/target/release/herald}
 LOADGEN_BIN=${LOADGEN_BIN:-$repo/target/release/herald-loadgen}
 FLOOR_BIN=${FLOOR_BIN:-$repo/target/release/herald-floor-server}
 ECHO_RATES=${ECHO_RATES:-"20000 40000"}
+# The servers each round of W2/W3 runs, in order: floor, herald, herald-traced (herald with
+# telemetry.trace_sample_ratio = 1, its spans sent to $TRACE_OTLP).
+SERVERS=${SERVERS:-"floor herald"}
+case " $SERVERS " in
+  *" herald-traced "*) [ -n "${TRACE_OTLP:-}" ] || { echo "herald-traced needs TRACE_OTLP (an OTLP/gRPC collector URL)" >&2; exit 2; } ;;
+esac
 ECHO_DURATION=${ECHO_DURATION:-30s}
 # Built from this tree each time (go's build cache makes that quick), unless given.
 if [ -z "${GO_ECHO_BIN:-}" ]; then
@@ -51,6 +60,8 @@ run() { # run <name> <server: herald|floor|go|go-inline> <workload: sse|ws|echo>
   port=$(free_port); admin=$(free_port)
   case $server in
     herald) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
+    herald-traced) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn \
+      --otlp-endpoint "$TRACE_OTLP" --trace-sample-ratio 1 & ;;
     floor) "$FLOOR_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" & ;;
     go) "$GO_ECHO_BIN" --listen "127.0.0.1:$port" >/dev/null & admin=$port ;;
     go-inline) "$GO_ECHO_BIN" --listen "127.0.0.1:$port" --inline >/dev/null & admin=$port ;;
@@ -106,7 +117,8 @@ for round in $(seq "$ROUNDS"); do
       done
       continue
     fi
-    run "${w}_floor_$round" floor "$w"
-    run "${w}_herald_$round" herald "$w"
+    for server in $SERVERS; do
+      run "${w}_${server}_$round" "$server" "$w"
+    done
   done
 done

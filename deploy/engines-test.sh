@@ -12,7 +12,8 @@
 #   deploy/engines-test.sh --all    also `engines.sh start` with every engine (Kafka's jars
 #                                   are downloaded once into HERALD_ENGINES_CACHE), a check
 #                                   that each answers on what its export line says (PING on
-#                                   each Redis mode, ApiVersions on each Kafka listener),
+#                                   each Redis mode, ApiVersions on each Kafka listener, the
+#                                   query API and OTLP ports of Jaeger),
 #                                   then `engines.sh stop`
 #   deploy/engines-test.sh --all-only   only that full run; ENGINES_SH=PATH runs it against
 #                                   another copy of engines.sh (to compare with an old one)
@@ -122,7 +123,7 @@ cheap_checks() {
     expect_rc 0 "engines.sh --help" "$engines" --help
     expect_rc 2 "engines.sh (no command)" "$engines"
     expect_rc 1 "engines.sh start --bogus" "$engines" start --bogus
-    grep -qF "start: unknown option '--bogus' (expected --redis, --kafka, --redis-tls, --sentinel, --redis-cluster)" \
+    grep -qF "start: unknown option '--bogus' (expected --redis, --kafka, --redis-tls, --sentinel, --redis-cluster, --jaeger)" \
         "$state/err" || fail "start --bogus: $(cat "$state/err")"
     expect_rc 1 "engines.sh env before start" "$engines" env
     ok "engines.sh: --help, no command (2), start --bogus, env before start"
@@ -245,6 +246,20 @@ full_check() {
     kafka_client_config ssl "$env" "$state/ssl.properties"
     api_versions SSL "$ssl" --command-config "$state/ssl.properties"
     ok "Kafka SSL $ssl answers ApiVersions (client certificate)"
+
+    local query answer
+    query=$(exported HERALD_TEST_JAEGER_QUERY "$env")
+    # shellcheck disable=SC2016 # expanded by the inner bash
+    answer=$(timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" &&
+        printf "GET /api/services HTTP/1.0\r\nHost: x\r\n\r\n" >&3 && cat <&3' _ "$(port_of "$query")") ||
+        fail "Jaeger query $query does not answer"
+    [[ $answer == "HTTP/1.0 200"* && $answer == *'"data"'* ]] || fail "Jaeger query $query: $answer"
+    for url in "$(exported HERALD_TEST_JAEGER_OTLP "$env")" "$(exported HERALD_TEST_JAEGER_OTLP_HTTP "$env")"; do
+        # shellcheck disable=SC2016 # expanded by the inner bash
+        timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$(port_of "$url")" ||
+            fail "Jaeger OTLP $url does not accept connections"
+    done
+    ok "Jaeger's query API $query answers /api/services; its OTLP ports accept connections"
 
     "$engines" stop 2>/dev/null || fail "engines.sh stop"
     [[ ! -e $state/env && ! -e $state/rx ]] || fail "stop left the env file or rx/"

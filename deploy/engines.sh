@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# deploy/engines.sh: run a REAL Redis server and a REAL Apache Kafka broker (single-node
-# KRaft) as plain local processes for Herald's integration tests. No Docker needed.
+# deploy/engines.sh: run a REAL Redis server, a REAL Apache Kafka broker (single-node
+# KRaft) and a REAL Jaeger as plain local processes for Herald's integration tests. No
+# Docker needed.
 #
 #   deploy/engines.sh start [--redis] [--kafka] [--redis-tls] [--sentinel] [--redis-cluster]
+#                           [--jaeger]
 #                                                  start fresh engines (default: all) on free
 #                                                  ports; prints the `export ...` lines that
 #                                                  are also written to $STATE_DIR/env.
@@ -11,7 +13,10 @@
 #                                                  --sentinel: master + replica (ACL user) and
 #                                                  two redis-sentinel; --redis-cluster: 3
 #                                                  masters + 3 replicas over TLS with a
-#                                                  password (redis-cli --cluster create). Kafka always has a SASL_SSL
+#                                                  password (redis-cli --cluster create);
+#                                                  --jaeger: Jaeger v2 all-in-one (OTLP in,
+#                                                  memory storage, query API), built once
+#                                                  with Go into the cache. Kafka always has a SASL_SSL
 #                                                  listener (PLAIN, SCRAM-SHA-256/512) and an
 #                                                  SSL listener that requires a client
 #                                                  certificate, beside PLAINTEXT; certificates
@@ -34,7 +39,7 @@
 #                                                  e.g. org.apache.kafka.tools.TopicCommand
 #
 # Each engine is a part in deploy/engines/ (common.sh says how a part is made), and each part
-# runs alone: deploy/engines/{redis,kafka,tls,redis-tls,sentinel,redis-cluster}.sh
+# runs alone: deploy/engines/{redis,kafka,tls,redis-tls,sentinel,redis-cluster,jaeger}.sh
 # start|stop|status|env|help print and manage that engine only, in the same state dir.
 #
 # Only `export ...` lines go to stdout, everything else goes to stderr, so
@@ -43,7 +48,8 @@
 #
 # Environment knobs (all optional):
 #   HERALD_ENGINES_DIR       state dir (default: <repo>/target/engines)
-#   HERALD_ENGINES_CACHE     jar cache, kept across runs (default: ~/.cache/herald-engines)
+#   HERALD_ENGINES_CACHE     jar and Jaeger cache, kept across runs (default: ~/.cache/herald-engines)
+#   HERALD_JAEGER_VERSION    github.com/jaegertracing/jaeger version (default: v1.76.0)
 #   HERALD_KAFKA_VERSION     org.apache.kafka:kafka_2.13 version (default: 4.3.1)
 #   HERALD_LOG4J_VERSION     log4j2 version of the slf4j binding (default: 2.25.4)
 #   HERALD_KAFKA_PARTITIONS  num.partitions for auto-created topics (default: 3)

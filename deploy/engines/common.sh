@@ -35,7 +35,7 @@ CACHE_DIR_RAW=${HERALD_ENGINES_CACHE:-${HOME:-/tmp}/.cache/herald-engines}
 STOP_GRACE_SECONDS=10
 
 # The parts, in start order (which is also the order of the env file's lines).
-ENGINE_PARTS=(redis kafka tls redis-tls sentinel redis-cluster)
+ENGINE_PARTS=(redis kafka tls redis-tls sentinel redis-cluster jaeger)
 declare -A PART_NEEDS=()
 declare -A PART_LOADED=()
 

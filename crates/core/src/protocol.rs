@@ -41,7 +41,8 @@ pub enum Command<'a> {
         /// Any JSON value, echoed untouched.
         data: Option<&'a RawValue>,
     },
-    /// `{"type":"publish","topic":"...","event":"...","data":...}`
+    /// `{"type":"publish","topic":"...","event":"...","data":...}`, with a W3C trace context
+    /// in `traceparent` (and `tracestate`) when the client traces it.
     Publish {
         /// The topic (not yet validated).
         topic: String,
@@ -49,6 +50,10 @@ pub enum Command<'a> {
         event: Option<String>,
         /// The payload, as the client wrote it.
         data: &'a RawValue,
+        /// The W3C `traceparent` (not yet validated: a malformed one is ignored).
+        traceparent: Option<String>,
+        /// The W3C `tracestate` that goes with it.
+        tracestate: Option<String>,
     },
 }
 
@@ -93,6 +98,10 @@ struct Frame<'a> {
     event: Option<String>,
     #[serde(default)]
     token: Option<String>,
+    #[serde(default)]
+    traceparent: Option<String>,
+    #[serde(default)]
+    tracestate: Option<String>,
     #[serde(borrow, default)]
     data: Data<'a>,
 }
@@ -163,6 +172,8 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
             topic: frame.topic.ok_or_else(|| missing("topic"))?,
             event: frame.event,
             data: frame.data.0.ok_or_else(|| missing("data"))?,
+            traceparent: frame.traceparent,
+            tracestate: frame.tracestate,
         },
         other => {
             return Err(CommandError::frame(format!(
@@ -270,14 +281,32 @@ mod tests {
             parse(r#"{"type":"ping"}"#).unwrap(),
             Command::Ping { data: None }
         ));
-        let Command::Publish { topic, event, data } =
-            parse(r#"{"type":"publish","topic":"t","event":"e","data":null}"#).unwrap()
+        let Command::Publish {
+            topic,
+            event,
+            data,
+            traceparent: None,
+            tracestate: None,
+        } = parse(r#"{"type":"publish","topic":"t","event":"e","data":null}"#).unwrap()
         else {
             panic!("publish");
         };
         assert_eq!(
             (topic.as_str(), event.as_deref(), data.get()),
             ("t", Some("e"), "null")
+        );
+        let traced = r#"{"type":"publish","topic":"t","data":1,"traceparent":"00-a-b-01","tracestate":"v=1"}"#;
+        let Command::Publish {
+            traceparent,
+            tracestate,
+            ..
+        } = parse(traced).unwrap()
+        else {
+            panic!("publish");
+        };
+        assert_eq!(
+            (traceparent.as_deref(), tracestate.as_deref()),
+            (Some("00-a-b-01"), Some("v=1"))
         );
     }
 

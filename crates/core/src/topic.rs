@@ -456,6 +456,13 @@ impl Topic {
         receivers + self.direct.direct_now()
     }
 
+    /// [`Self::subscriber_count`] split: the direct subscribers (the fan-out writes to their
+    /// sockets itself) and the rest (woken to take each message from the channel).
+    pub fn subscriber_split(&self) -> (usize, usize) {
+        let receivers = self.state.lock().sender.receiver_count();
+        (self.direct.direct_now(), receivers)
+    }
+
     /// Whether any subscriber is attached on this node (live or direct).
     pub fn has_subscribers(&self) -> bool {
         self.direct.len() > 0 || self.state.lock().sender.receiver_count() > 0

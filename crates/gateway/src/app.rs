@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::http::StatusCode;
 use herald_core::Registry;
 use metrics_exporter_prometheus::PrometheusHandle;
+use opentelemetry::trace::SpanKind;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -15,6 +16,7 @@ use crate::bridge::Logs;
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::telemetry::trace::{self, Carried, Traced};
 
 /// Shared state of one gateway, built once and complete; cloning is a reference-count bump.
 #[derive(Clone, Debug)]
@@ -239,27 +241,63 @@ impl AppState {
     /// Appends a prepared message to its topic: to the log that feeds the topic when the node
     /// is in a cluster ([`crate::bridge::Logs::append`]; the message then reaches this node's
     /// subscribers through the log, like every other node's), else to the local registry
-    /// ([`herald_core::Registry::publish`]). Returns the message's position.
-    pub async fn append(
+    /// ([`herald_core::Registry::publish`]). Returns the message's position. A traced publish
+    /// (`publish`, its span) gets a span for the append (in a cluster: the record carries its
+    /// context) or for the fan-out (alone).
+    pub(crate) async fn append(
         &self,
         topic: &herald_core::TopicName,
         event: Option<herald_core::EventName>,
         data: herald_core::Payload,
+        publish: Option<&Traced>,
     ) -> Result<herald_core::Cursor, ApiError> {
         if self.0.logs.is_empty() {
-            return Ok(self.registry().publish(topic, event, data)?.cursor());
+            let topic = self.registry().get_or_create(topic)?;
+            let fan_out = publish.and_then(|span| span.fan_out(&topic));
+            let message = topic.publish(event, data);
+            if let Some(fan_out) = fan_out {
+                fan_out.end(&topic);
+            }
+            return Ok(message.cursor());
         }
-        self.0
-            .logs
-            .append(topic, event.as_ref(), &data)
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "bridge_unavailable",
-                    e.to_string(),
-                )
-            })
+        let mut span = publish.and_then(|publish| {
+            let log = self
+                .0
+                .logs
+                .feeder(topic.as_str())
+                .map_or("none", |l| l.name());
+            let log = opentelemetry::KeyValue::new("herald.log", log);
+            publish.child(trace::APPEND, SpanKind::Producer, vec![log])
+        });
+        let (traceparent, tracestate) = match &span {
+            Some(span) => (Some(span.traceparent()), span.tracestate()),
+            None => (None, None),
+        };
+        let carried = Carried {
+            traceparent: traceparent.as_deref(),
+            tracestate: tracestate.as_deref(),
+        };
+        let appended = (self.0.logs)
+            .append(topic, event.as_ref(), &data, carried)
+            .await;
+        if let Some(span) = &mut span {
+            match &appended {
+                Ok(id) => span.set_id(*id),
+                Err(e) => span.fail(e),
+            }
+        }
+        appended.map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "bridge_unavailable",
+                e.to_string(),
+            )
+        })
+    }
+
+    /// The node's tracing (off unless `telemetry.otlp_endpoint` is set).
+    pub(crate) fn tracing(&self) -> &crate::telemetry::trace::Tracing {
+        self.0.logs.tracing()
     }
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
@@ -322,6 +360,7 @@ mod tests {
             topic: &'a TopicName,
             _: Option<&'a EventName>,
             _: &'a Payload,
+            _: Carried<'a>,
         ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
             Box::pin(async move {
                 if !self.up.load(Ordering::Relaxed) {
@@ -369,8 +408,8 @@ mod tests {
     async fn a_lone_node_positions_publishes_itself_and_is_ready_until_it_drains() {
         let (state, shutdown) = state(Logs::none());
         let topic = TopicName::new("t").unwrap();
-        let first = state.append(&topic, None, payload()).await.unwrap();
-        let second = state.append(&topic, None, payload()).await.unwrap();
+        let first = state.append(&topic, None, payload(), None).await.unwrap();
+        let second = state.append(&topic, None, payload(), None).await.unwrap();
         assert_eq!((first.epoch, second.seq), (second.epoch, first.seq + 1));
         assert_eq!(state.registry().get("t").unwrap().head(), second);
         assert!(state.is_ready() && state.not_ready().is_empty());
@@ -387,13 +426,16 @@ mod tests {
         let log = Arc::new(FakeLog::default());
         let (state, _shutdown) = state(Logs::none().with(log.clone(), Feeds::Rest));
         let topic = TopicName::new("t").unwrap();
-        let refused = state.append(&topic, None, payload()).await.unwrap_err();
+        let refused = state
+            .append(&topic, None, payload(), None)
+            .await
+            .unwrap_err();
         assert_eq!(refused.code(), "bridge_unavailable");
         assert!(!state.is_ready());
         assert_eq!(state.not_ready(), [("fake", "down".to_string())]);
         log.up.store(true, Ordering::Relaxed);
         assert_eq!(
-            state.append(&topic, None, payload()).await.unwrap(),
+            state.append(&topic, None, payload(), None).await.unwrap(),
             Cursor::new(5, 9)
         );
         assert_eq!(*log.appended.lock(), ["t"]);

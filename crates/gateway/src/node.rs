@@ -124,6 +124,8 @@ pub async fn run_validated(
     if let Some(upstream) = state.upstream().cloned() {
         let _ = tokio::task::spawn_blocking(move || upstream.flush(Duration::from_secs(2))).await;
     }
+    // The spans still held go out (a few seconds at most).
+    state.tracing().shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -211,7 +213,8 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
         Some(_) => Some(bridge::redis::RedisBridge::new(c, history)?),
         None => None,
     };
-    let mut logs = bridge::Logs::none();
+    // Tracing follows messages through the logs (and a lone node's publishes).
+    let mut logs = bridge::Logs::none().traced(telemetry::trace::Tracing::start(config)?);
     if let Some(b) = &redis {
         logs = logs.with(b.clone(), bridge::Feeds::Rest);
     }

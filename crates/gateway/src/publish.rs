@@ -17,6 +17,7 @@ use crate::app::AppState;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Hook};
 use crate::telemetry::metrics;
+use crate::telemetry::trace::Carried;
 
 /// Who publishes.
 pub(crate) enum Publisher<'a> {
@@ -70,9 +71,10 @@ pub(crate) async fn one(
     rate_key: Option<&str>,
     draft: Draft<'_>,
     source: &'static str,
+    trace: Carried<'_>,
 ) -> Result<Routed, ApiError> {
     let prepared = prepare_draft(state, publisher, rate_key, draft).await?;
-    route(state, prepared, source).await
+    route(state, prepared, source, trace).await
 }
 
 /// The whole pipeline for a batch: counts it whole against `rate_key`'s publish rate (when
@@ -80,13 +82,15 @@ pub(crate) async fn one(
 /// the caller could not parse as it is). The publish hook, when a client publishes, is asked
 /// about several at once ([`crate::hooks::Hooks::batch_window`]), and kept polled while the
 /// messages before them are routed: asked one after another, a batch of 100 behind a backend
-/// that answers in 10 ms took a second (and 100 s behind one that times out).
+/// that answers in 10 ms took a second (and 100 s behind one that times out). Each message
+/// of a traced batch (`trace`, the request's context) is a trace's publish of its own.
 pub(crate) async fn batch(
     state: &AppState,
     publisher: &Publisher<'_>,
     rate_key: Option<&str>,
     drafts: Vec<Result<Draft<'_>, ApiError>>,
     source: &'static str,
+    trace: Carried<'_>,
 ) -> Result<Vec<Result<Routed, ApiError>>, ApiError> {
     use futures_util::StreamExt as _;
     if let Some(key) = rate_key {
@@ -113,7 +117,7 @@ pub(crate) async fn batch(
         };
         let result = match next {
             Ok(message) => {
-                let mut routing = std::pin::pin!(route(state, message, source));
+                let mut routing = std::pin::pin!(route(state, message, source, trace));
                 loop {
                     tokio::select! {
                         biased;
@@ -271,18 +275,36 @@ fn token_may_publish(
 
 /// The pipeline's last step: hands the prepared message to the state, which appends it to the
 /// log that feeds its topic or to the local registry ([`AppState::append`]); counted in
-/// `herald_messages_published_total{source}`.
+/// `herald_messages_published_total{source}`. Traced (the `herald.publish` span, its log
+/// lines with the trace id) when the publisher's context `trace` is sampled, or without one
+/// by `telemetry.trace_sample_ratio`.
 pub(crate) async fn route(
     state: &AppState,
     prepared: Prepared,
     source: &'static str,
+    trace: Carried<'_>,
 ) -> Result<Routed, ApiError> {
+    use tracing::Instrument as _;
     let Prepared {
         topic,
         event,
         payload,
     } = prepared;
-    let id = state.append(&topic, event, payload).await?;
+    let id = match state
+        .tracing()
+        .publish(trace, source, &topic, payload.len())
+    {
+        None => state.append(&topic, event, payload, None).await?,
+        Some(mut span) => {
+            let appended = state.append(&topic, event, payload, Some(&span));
+            let appended = appended.instrument(span.log_span()).await;
+            match &appended {
+                Ok(id) => span.set_id(*id),
+                Err(e) => span.fail(e),
+            }
+            appended?
+        }
+    };
     metrics::published(source);
     Ok((topic, id))
 }
@@ -451,6 +473,7 @@ mod tests {
                 None,
                 draft("t", None, &data),
                 "http",
+                Carried::NONE,
             )
         };
         let (topic, first) = send().await.unwrap();
@@ -475,9 +498,16 @@ mod tests {
             Err(ApiError::bad_request("bad_json", "unparsable")),
             Ok(draft("t", None, &b)),
         ];
-        let results = batch(&state, &Publisher::Trusted, None, drafts, "http")
-            .await
-            .unwrap();
+        let results = batch(
+            &state,
+            &Publisher::Trusted,
+            None,
+            drafts,
+            "http",
+            Carried::NONE,
+        )
+        .await
+        .unwrap();
         let codes: Vec<_> = results
             .iter()
             .map(|r| r.as_ref().err().map(ApiError::code))
@@ -497,9 +527,16 @@ mod tests {
         let (state, _shutdown) = burst_of_two();
         let data = raw(json!(1));
         let drafts = vec![Ok(draft("t", None, &data)); 3];
-        let e = batch(&state, &Publisher::Trusted, Some("k"), drafts, "http")
-            .await
-            .expect_err("3 messages do not fit a burst of 2");
+        let e = batch(
+            &state,
+            &Publisher::Trusted,
+            Some("k"),
+            drafts,
+            "http",
+            Carried::NONE,
+        )
+        .await
+        .expect_err("3 messages do not fit a burst of 2");
         assert_eq!(e.code(), "publish_rate");
         assert!(
             state.registry().get("t").is_none(),

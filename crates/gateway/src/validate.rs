@@ -251,6 +251,7 @@ impl Config {
         };
         self.admin.validate(self.admin_listen)?;
         self.hooks.validate()?;
+        self.telemetry.validate()?;
         crate::config::namespaces::validate(&self.namespaces, self.topics.presence)?;
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_filter) {
             bail!("log_filter {:?} is invalid: {e}", self.log_filter);

@@ -85,7 +85,13 @@ fuzz_target!(|data: &[u8]| {
                 check_raw(data, field("data"));
             }
         }
-        Command::Publish { topic, event, data } => {
+        Command::Publish {
+            topic,
+            event,
+            data,
+            traceparent,
+            tracestate,
+        } => {
             assert_eq!(kind, Some("publish"));
             assert_eq!(field("topic").and_then(Value::as_str), Some(topic.as_str()));
             assert_eq!(
@@ -94,6 +100,14 @@ fuzz_target!(|data: &[u8]| {
                 "{text:?}"
             );
             check_raw(data, field("data"));
+            assert_eq!(
+                field("traceparent").and_then(Value::as_str),
+                traceparent.as_deref()
+            );
+            assert_eq!(
+                field("tracestate").and_then(Value::as_str),
+                tracestate.as_deref()
+            );
         }
     }
 });

@@ -13,6 +13,7 @@ use crate::app::AppState;
 use crate::cluster::control::{Action, Command, Disconnect, MAX_REASON, Target};
 use crate::error::ApiError;
 use crate::publish::bad_json;
+use crate::telemetry::trace::Carried;
 
 /// Body of a disconnect: both fields optional, the body too.
 #[derive(Debug, Default, Deserialize)]
@@ -235,7 +236,8 @@ async fn send(
         data: crate::publish::Data::Json(&request.data),
     };
     let publisher = crate::publish::Publisher::Trusted;
-    let (topic, id) = crate::publish::one(state, &publisher, None, draft, "http").await?;
+    let (topic, id) =
+        crate::publish::one(state, &publisher, None, draft, "http", Carried::NONE).await?;
     let after = herald_core::Cursor::new(id.epoch, id.seq.saturating_sub(1));
     let action = Action::Receive {
         topic: topic.to_string(),

@@ -18,6 +18,7 @@ use crate::hooks::{Caller, Forwarded, Hook};
 use crate::limits::publisher_key;
 use crate::publish::{self, Data, Draft, Publisher, Routed, bad_json, bad_msgpack};
 use crate::telemetry::metrics;
+use crate::telemetry::trace::Carried;
 
 /// Largest request body accepted: room for a batch of maximal payloads.
 pub(crate) fn body_limit(config: &Config) -> usize {
@@ -193,8 +194,24 @@ async fn answer_one(
         request = serde_json::from_slice(body).map_err(bad_json)?;
         json_draft(&request)
     };
-    let routed = publish::one(state, publisher, rate_key, draft, "http").await?;
+    let routed = publish::one(
+        state,
+        publisher,
+        rate_key,
+        draft,
+        "http",
+        carried(state, headers),
+    )
+    .await?;
     Ok(Json(receipt(&routed)))
+}
+
+/// The request's trace context (`traceparent`, `tracestate` headers), read when tracing is on.
+fn carried<'a>(state: &AppState, headers: &'a HeaderMap) -> Carried<'a> {
+    match state.tracing().is_on() {
+        true => Carried::from_headers(headers),
+        false => Carried::NONE,
+    }
 }
 
 /// Counts a refused publish in `herald_client_errors_total{transport="http",reason=code}`.
@@ -349,7 +366,15 @@ async fn answer_batch(
         };
         batch_size(state, messages.len())?;
         let drafts = messages.into_iter().map(msgpack_draft).collect();
-        publish::batch(state, publisher, rate_key, drafts, "http").await?
+        publish::batch(
+            state,
+            publisher,
+            rate_key,
+            drafts,
+            "http",
+            carried(state, headers),
+        )
+        .await?
     } else {
         // Kept as the JSON text of each message, parsed one by one.
         let batch: BatchRequest = serde_json::from_slice(&body).map_err(bad_json)?;
@@ -363,7 +388,15 @@ async fn answer_batch(
             .iter()
             .map(|p| p.as_ref().map(json_draft).map_err(Clone::clone))
             .collect();
-        publish::batch(state, publisher, rate_key, drafts, "http").await?
+        publish::batch(
+            state,
+            publisher,
+            rate_key,
+            drafts,
+            "http",
+            carried(state, headers),
+        )
+        .await?
     };
     let results: Vec<serde_json::Value> = routed
         .iter()

@@ -26,6 +26,7 @@ use herald_core::{Cursor, EventName, Payload, Registry, TopicName};
 use tokio_util::sync::CancellationToken;
 
 use crate::telemetry::metrics;
+use crate::telemetry::trace::{Carried, Tracing};
 
 /// A boxed future, for the object-safe [`Bridge`] trait.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -49,12 +50,15 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
 
     /// Appends a message to the shared log and returns its position. The message reaches the
-    /// subscribers of every node, this one included, through the log.
+    /// subscribers of every node, this one included, through the log. A traced message's
+    /// record carries `trace` (its append span's context), so that every node that reads it
+    /// continues the trace.
     fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
         data: &'a Payload,
+        trace: Carried<'a>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>>;
 
     /// Follows the log until `stop`, handing every record to `ingest` (reconnecting with
@@ -104,6 +108,7 @@ pub enum Feeds {
 #[derive(Debug, Default)]
 pub struct Logs {
     logs: Vec<(Arc<dyn Bridge>, Feeds)>,
+    tracing: Tracing,
 }
 
 impl Logs {
@@ -116,6 +121,18 @@ impl Logs {
     pub fn with(mut self, bridge: Arc<dyn Bridge>, feeds: Feeds) -> Self {
         self.logs.push((bridge, feeds));
         self
+    }
+
+    /// Traces the messages through these logs with `tracing`: each publish's append, and
+    /// each record's ingest and fan-out.
+    pub(crate) fn traced(mut self, tracing: Tracing) -> Self {
+        self.tracing = tracing;
+        self
+    }
+
+    /// The node's tracing (off unless configured).
+    pub(crate) fn tracing(&self) -> &Tracing {
+        &self.tracing
     }
 
     /// Whether no log is configured.
@@ -140,15 +157,16 @@ impl Logs {
             .map(|(b, _)| b)
     }
 
-    /// Appends a message to the log that feeds `topic`.
-    pub async fn append(
+    /// Appends a message to the log that feeds `topic`, its record carrying `trace`.
+    pub(crate) async fn append(
         &self,
         topic: &TopicName,
         event: Option<&EventName>,
         data: &Payload,
+        trace: Carried<'_>,
     ) -> Result<Cursor, BridgeError> {
         match self.feeder(topic.as_str()) {
-            Some(log) => log.append(topic, event, data).await,
+            Some(log) => log.append(topic, event, data, trace).await,
             None => Err(BridgeError::Unavailable {
                 bridge: "none",
                 reason: format!("no configured log feeds topic {topic}"),
@@ -239,25 +257,43 @@ impl Ingest {
         }
     }
 
+    /// Whether records' trace contexts are read: tracing is on (else a bridge does not look
+    /// for them, and passes [`Carried::NONE`]).
+    pub(crate) fn traces(&self) -> bool {
+        self.logs.tracing.is_on()
+    }
+
     /// Delivers a message read from the log to this node's subscribers, at the position the
     /// log gave it; `age_ms` is how long ago it was written (for the lag metric). A position
     /// already delivered (an at-least-once replay) is dropped here, and so is a record for a
     /// topic another log feeds (counted and logged: a producer writes to the wrong log).
-    pub fn deliver(
+    /// A record whose `trace` context is sampled gets this node's ingest and fan-out spans.
+    pub(crate) fn deliver(
         &self,
         topic: TopicName,
         position: Cursor,
         event: Option<EventName>,
         payload: Payload,
         age_ms: u64,
+        trace: Carried<'_>,
     ) {
         if self.logs.feeder(topic.as_str()).map(|b| b.name()) != Some(self.bridge) {
             self.refuse(&topic);
             return;
         }
+        let mut traced = (self.logs.tracing).ingest(trace, self.bridge, &topic, position, age_ms);
+        let _log = traced.as_ref().map(|t| t.log_span().entered());
         match self.registry.get_or_create(&topic) {
             Ok(t) => {
-                if t.ingest(position, event, payload).is_some() {
+                let fan_out = traced.as_ref().and_then(|span| span.fan_out(&t));
+                let ingested = t.ingest(position, event, payload).is_some();
+                if let Some(fan_out) = fan_out {
+                    fan_out.end(&t);
+                }
+                if let Some(span) = traced.as_mut().filter(|_| !ingested) {
+                    span.duplicate();
+                }
+                if ingested {
                     metrics::bridge_message(self.bridge, "in");
                     metrics::bridge_lag(self.bridge, age_ms);
                 }
@@ -383,6 +419,7 @@ mod tests {
             _: &'a TopicName,
             _: Option<&'a EventName>,
             _: &'a Payload,
+            _: Carried<'a>,
         ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
             Box::pin(async { Ok(Cursor::new(1, 1)) })
         }
@@ -428,9 +465,30 @@ mod tests {
         };
         let topic = TopicName::new("orders.1").unwrap();
         let payload = || Payload::from_json(b"1").unwrap();
-        ingest("kafka").deliver(topic.clone(), Cursor::new(7, 1), None, payload(), 0);
-        ingest("redis").deliver(topic.clone(), Cursor::new(9, 5), None, payload(), 0);
-        ingest("kafka").deliver(topic.clone(), Cursor::new(7, 2), None, payload(), 0);
+        ingest("kafka").deliver(
+            topic.clone(),
+            Cursor::new(7, 1),
+            None,
+            payload(),
+            0,
+            Carried::NONE,
+        );
+        ingest("redis").deliver(
+            topic.clone(),
+            Cursor::new(9, 5),
+            None,
+            payload(),
+            0,
+            Carried::NONE,
+        );
+        ingest("kafka").deliver(
+            topic.clone(),
+            Cursor::new(7, 2),
+            None,
+            payload(),
+            0,
+            Carried::NONE,
+        );
         let t = registry.get("orders.1").unwrap();
         assert_eq!(
             t.stats().head,

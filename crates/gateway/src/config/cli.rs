@@ -12,7 +12,7 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 use herald_core::LagPolicy;
 use serde::Deserialize as _;
 
-use super::{Config, LogFormat, RedisMode, Routing, admin};
+use super::{Config, LogFormat, RedisMode, Routing, admin, telemetry};
 
 /// Command-line flags; each has a `HERALD_*` environment twin. Everything else is set in the
 /// TOML file given with `--config`.
@@ -178,6 +178,9 @@ pub struct Cli {
     /// Admin listener access (keys, open /metrics, insecure).
     #[command(flatten)]
     pub admin: admin::AdminArgs,
+    /// Traces of messages (OpenTelemetry).
+    #[command(flatten)]
+    pub telemetry: telemetry::TelemetryArgs,
     /// Print the effective configuration as TOML (secrets left out) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -252,6 +255,12 @@ fn defaults() -> Vec<(&'static str, String)> {
         ),
         ("admin_public_metrics", d.admin.public_metrics.to_string()),
         ("admin_insecure", d.admin.insecure.to_string()),
+        ("otlp_endpoint", "none (tracing off)".into()),
+        ("otlp_protocol", name(&d.telemetry.otlp_protocol)),
+        (
+            "trace_sample_ratio",
+            d.telemetry.trace_sample_ratio.to_string(),
+        ),
     ]
 }
 
@@ -409,6 +418,7 @@ impl Cli {
             .kafka_properties
             .extend(super::secrets::from_env(std::env::vars()));
         self.admin.apply(&mut config.admin);
+        (self.telemetry).apply(&mut config.telemetry, std::env::vars());
         Ok(config)
     }
 }

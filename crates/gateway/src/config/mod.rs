@@ -15,12 +15,14 @@ pub mod hooks;
 mod limits;
 pub mod namespaces;
 pub mod secrets;
+pub mod telemetry;
 
 pub use admin::AdminConfig;
 pub use cli::{Cli, Command, HealthArgs};
 pub use hooks::{HooksConfig, OnUnavailable};
 pub use limits::LimitsConfig;
 pub use namespaces::NamespaceConfig;
+pub use telemetry::{OtlpProtocol, TelemetryConfig};
 
 /// Herald's whole configuration. Every field has a default; `herald --print-config` prints
 /// them all as TOML.
@@ -73,6 +75,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// HTTP hooks: the application's backend decides who may connect, subscribe and publish.
     pub hooks: HooksConfig,
+    /// OpenTelemetry traces of messages (off unless an endpoint is set).
+    pub telemetry: TelemetryConfig,
     /// Options per namespace, `[namespaces.<name>]`: the topics named `<name>:...`
     /// ([`NamespaceConfig`]).
     pub namespaces: std::collections::BTreeMap<String, NamespaceConfig>,
@@ -492,6 +496,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             admin: AdminConfig::default(),
             hooks: HooksConfig::default(),
+            telemetry: TelemetryConfig::default(),
             namespaces: Default::default(),
         }
     }

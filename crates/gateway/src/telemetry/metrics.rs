@@ -72,6 +72,10 @@ pub(crate) const DRAINING: &str = "herald_draining";
 /// `limits.max_connections`: open connections the public listener takes (gauge).
 pub(crate) const CONNECTIONS_MAX: &str = "herald_connections_max";
 
+/// Batches of spans the OTLP exporter failed to send (collector down, refused, timed out):
+/// their spans are dropped, publishing goes on.
+pub(crate) const TRACE_EXPORT_ERRORS: &str = "herald_trace_export_errors_total";
+
 /// Hook requests to the application's backend, by `hook` (`connect`, `subscribe`,
 /// `publish`, `refresh`) and `result` (`allow`, `deny`, `unavailable`, `timeout`,
 /// `overloaded`: not called, `hooks.max_in_flight` reached).
@@ -231,6 +235,10 @@ fn describe() {
         "Time a hook took to answer or fail, by hook."
     );
     describe_gauge!(HOOKS_IN_FLIGHT, "Hook requests waiting for an answer.");
+    describe_counter!(
+        TRACE_EXPORT_ERRORS,
+        "Span batches the OTLP exporter failed to send (their spans dropped)."
+    );
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     super::process::describe();
 }
@@ -442,6 +450,16 @@ pub(crate) fn patterns(count: usize) {
 /// Counts a published message.
 pub(crate) fn published(source: &'static str) {
     counter!(MESSAGES_PUBLISHED, "source" => source).increment(1);
+}
+
+/// Counts a batch of spans that could not be exported.
+pub(crate) fn trace_export_error() {
+    counter!(TRACE_EXPORT_ERRORS).increment(1);
+}
+
+/// Shows the export error count at 0 from the start (tracing on).
+pub(crate) fn trace_export_errors_shown() {
+    counter!(TRACE_EXPORT_ERRORS).absolute(0);
 }
 
 /// Counts a connection task that panicked.

@@ -1,7 +1,9 @@
-//! Logs (`tracing`) and metrics (`metrics` with the Prometheus exporter).
+//! Logs (`tracing`), metrics (`metrics` with the Prometheus exporter) and traces of messages
+//! (OpenTelemetry, [`trace`]).
 
 pub(crate) mod metrics;
 pub(crate) mod process;
+pub(crate) mod trace;
 
 use tracing_subscriber::EnvFilter;
 

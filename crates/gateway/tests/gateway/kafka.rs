@@ -18,7 +18,7 @@ fn brokers() -> String {
     )
 }
 
-async fn create_topic(name: &str) {
+pub(crate) async fn create_topic(name: &str) {
     create_topic_with(name, 3).await;
 }
 
@@ -39,7 +39,7 @@ async fn create_topic_with(name: &str, partitions: i32) {
     }
 }
 
-fn kafka_config(kafka_topic: &str, node: &str) -> Config {
+pub(crate) fn kafka_config(kafka_topic: &str, node: &str) -> Config {
     let mut config = test_config();
     config.cluster.kafka_brokers = Some(brokers());
     config.cluster.kafka_topics = vec![kafka_topic.to_string()];
@@ -47,7 +47,7 @@ fn kafka_config(kafka_topic: &str, node: &str) -> Config {
     config
 }
 
-fn producer() -> FutureProducer {
+pub(crate) fn producer() -> FutureProducer {
     ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .create()
@@ -119,7 +119,7 @@ async fn committed_past(group: &str, kafka_topic: &str, records: i64) {
     .await;
 }
 
-fn unique(name: &str) -> String {
+pub(crate) fn unique(name: &str) -> String {
     format!("{name}-{:x}", rand::random::<u32>())
 }
 

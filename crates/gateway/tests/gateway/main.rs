@@ -28,6 +28,7 @@ mod presence;
 mod shutdown;
 mod sse;
 mod tls;
+mod traces;
 mod trust;
 mod wildcard;
 mod ws;

@@ -73,6 +73,7 @@ use super::kafka_props::{self, KafkaContext};
 use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::{ClusterConfig, KafkaPartitioner, Routing};
 use crate::telemetry::metrics;
+use crate::telemetry::trace::Carried;
 
 const NAME: &str = "kafka";
 
@@ -378,7 +379,19 @@ impl KafkaBridge {
             .timestamp()
             .to_millis()
             .map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
-        ingest.deliver(topic, position, event, payload, age_ms);
+        // The W3C headers of a traced record (Herald's or another producer's).
+        let mut trace = Carried::NONE;
+        if ingest.traces() {
+            for header in message.headers().into_iter().flat_map(|h| h.iter()) {
+                let value = header.value.and_then(|v| std::str::from_utf8(v).ok());
+                match header.key {
+                    "traceparent" => trace.traceparent = value,
+                    "tracestate" => trace.tracestate = value,
+                    _ => {}
+                }
+            }
+        }
+        ingest.deliver(topic, position, event, payload, age_ms, trace);
     }
 }
 
@@ -452,6 +465,7 @@ impl Bridge for KafkaBridge {
         topic: &'a TopicName,
         event: Option<&'a EventName>,
         data: &'a Payload,
+        trace: Carried<'a>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
             let mut headers = OwnedHeaders::new()
@@ -468,6 +482,18 @@ impl Bridge for KafkaBridge {
                     key: "herald-event",
                     value: Some(event.as_str()),
                 });
+            }
+            // A traced message's context (W3C names): every node's ingest continues its trace.
+            for (key, value) in [
+                ("traceparent", trace.traceparent),
+                ("tracestate", trace.tracestate),
+            ] {
+                if let Some(value) = value {
+                    headers = headers.insert(Header {
+                        key,
+                        value: Some(value),
+                    });
+                }
             }
             // A MessagePack payload travels as its publisher sent it.
             let value = match data.msgpack() {

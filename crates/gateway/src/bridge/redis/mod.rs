@@ -61,6 +61,7 @@ use super::redis_conn::{RedisTarget, SharedConn};
 use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::{ClusterConfig, Routing};
 use crate::telemetry::metrics;
+use crate::telemetry::trace::Carried;
 
 const NAME: &str = "redis";
 /// Bits of a stream entry's per-millisecond counter kept in a sequence number.
@@ -248,6 +249,7 @@ impl Bridge for RedisBridge {
         topic: &'a TopicName,
         event: Option<&'a EventName>,
         data: &'a Payload,
+        trace: Carried<'a>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
             if !self.connected.load(Ordering::Relaxed) {
@@ -278,6 +280,13 @@ impl Bridge for RedisBridge {
             }
             if let Some(msgpack) = data.msgpack() {
                 xadd.arg("m").arg(&msgpack[..]);
+            }
+            // A traced message's context: every node's ingest continues its trace.
+            if let Some(traceparent) = trace.traceparent {
+                xadd.arg("tp").arg(traceparent);
+            }
+            if let Some(tracestate) = trace.tracestate {
+                xadd.arg("tps").arg(tracestate);
             }
             let mut pipe = redis::pipe();
             if known.is_none() {

@@ -26,6 +26,7 @@ use super::super::redis_conn::{Purpose, RedisConn};
 use super::{NAME, RedisBridge, SEQ_BITS, epoch_commands, parse_entry_id, parse_epoch};
 use crate::bridge::{Ingest, now_ms, reconnect_loop};
 use crate::telemetry::metrics;
+use crate::telemetry::trace::Carried;
 
 /// Most entries read per stream per `XREAD`.
 const READ_COUNT: usize = 1_000;
@@ -427,5 +428,21 @@ fn ingest_entry(ingest: &Ingest, epoch: u64, entry: &redis::streams::StreamId) {
         return;
     };
     let age_ms = now_ms().saturating_sub(seq >> SEQ_BITS);
-    ingest.deliver(topic, Cursor::new(epoch, seq), event, payload, age_ms);
+    // The trace context of a traced message (fields `tp`, `tps`), read only when tracing is on.
+    let (traceparent, tracestate) = match ingest.traces() {
+        true => (field("tp"), field("tps")),
+        false => (None, None),
+    };
+    let trace = Carried {
+        traceparent: traceparent.as_deref(),
+        tracestate: tracestate.as_deref(),
+    };
+    ingest.deliver(
+        topic,
+        Cursor::new(epoch, seq),
+        event,
+        payload,
+        age_ms,
+        trace,
+    );
 }

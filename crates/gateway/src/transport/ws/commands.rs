@@ -12,6 +12,7 @@ use crate::cluster::control::Action;
 use crate::publish;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::{self, CloseReason};
+use crate::telemetry::trace::Carried;
 use format::Format;
 
 impl<S: PeerStream> Session<S> {
@@ -243,12 +244,22 @@ impl<S: PeerStream> Session<S> {
                 };
                 Ok(self.send_text(reply).await)
             }
-            Command::Publish { topic, event, data } => {
+            Command::Publish {
+                topic,
+                event,
+                data,
+                traceparent,
+                tracestate,
+            } => {
                 let data = match msgpack {
                     Some(bytes) => publish::Data::Msgpack(bytes),
                     None => publish::Data::Json(data),
                 };
-                self.publish(&topic, data, event.as_deref()).await
+                let trace = Carried {
+                    traceparent: traceparent.as_deref(),
+                    tracestate: tracestate.as_deref(),
+                };
+                self.publish(&topic, data, event.as_deref(), trace).await
             }
         }
     }

@@ -6,6 +6,7 @@ use crate::limits::Rate;
 use crate::publish::{self, Publisher};
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::{self, CloseReason};
+use crate::telemetry::trace::Carried;
 
 impl<S: PeerStream> Session<S> {
     pub(super) async fn publish(
@@ -13,6 +14,7 @@ impl<S: PeerStream> Session<S> {
         topic: &str,
         data: publish::Data<'_>,
         event: Option<&str>,
+        trace: Carried<'_>,
     ) -> Result<Flow, FrameError> {
         self.admit_connection_publish()?;
         // The peer is asked for only when publishing (rare), rather than kept per connection.
@@ -43,7 +45,7 @@ impl<S: PeerStream> Session<S> {
                 &prepared.payload,
             );
         }
-        let (name, id) = publish::route(&self.state, prepared, "ws").await?;
+        let (name, id) = publish::route(&self.state, prepared, "ws", trace).await?;
         let reply = format!(r#"{{"type":"published","topic":"{name}","id":"{id}"}}"#);
         Ok(self.send_text(reply).await)
     }
