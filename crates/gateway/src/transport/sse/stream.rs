@@ -115,7 +115,7 @@ impl SseStream {
             return None;
         }
         if let Some(pending) = self.pending.take()
-            && let Some(chunk) = self.subscribed_by_server(pending.0, pending.1).await
+            && let Some(chunk) = Box::pin(self.subscribed_by_server(pending.0, pending.1)).await
         {
             return Some(chunk);
         }
@@ -137,13 +137,15 @@ impl SseStream {
                         return Some(disconnect_event(&disconnect));
                     }
                     Action::Subscribe(topics) => {
-                        if let Some(chunk) = self.subscribed_by_server(topics, None).await {
+                        // Boxed: a rare path whose future (the subscription, its wait for
+                        // the log) would otherwise size every stream's task.
+                        if let Some(chunk) = Box::pin(self.subscribed_by_server(topics, None)).await {
                             return Some(chunk);
                         }
                     }
                     Action::Receive { topic, after } => {
                         let after = after.parse().ok();
-                        if let Some(chunk) = self.subscribed_by_server(vec![topic], after).await {
+                        if let Some(chunk) = Box::pin(self.subscribed_by_server(vec![topic], after)).await {
                             return Some(chunk);
                         }
                     }
