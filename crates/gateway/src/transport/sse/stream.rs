@@ -114,12 +114,15 @@ impl SseStream {
         if self.done {
             return None;
         }
-        if let Some(pending) = self.pending.take()
-            && let Some(chunk) = Box::pin(self.subscribed_by_server(pending.0, pending.1)).await
-        {
-            return Some(chunk);
-        }
         loop {
+            // A server-side subscription is made here, outside the `select!` (whose arms then
+            // hold nothing across an await) and boxed: a rare path whose future (the
+            // subscription, its wait for the log) would otherwise size every stream's task.
+            if let Some(pending) = self.pending.take()
+                && let Some(chunk) = Box::pin(self.subscribed_by_server(pending.0, pending.1)).await
+            {
+                return Some(chunk);
+            }
             tokio::select! {
                 biased;
                 _ = &mut self.shutdown => {
@@ -137,17 +140,10 @@ impl SseStream {
                         return Some(disconnect_event(&disconnect));
                     }
                     Action::Subscribe(topics) => {
-                        // Boxed: a rare path whose future (the subscription, its wait for
-                        // the log) would otherwise size every stream's task.
-                        if let Some(chunk) = Box::pin(self.subscribed_by_server(topics, None)).await {
-                            return Some(chunk);
-                        }
+                        self.pending = Some(Box::new((topics, None)));
                     }
                     Action::Receive { topic, after } => {
-                        let after = after.parse().ok();
-                        if let Some(chunk) = Box::pin(self.subscribed_by_server(vec![topic], after)).await {
-                            return Some(chunk);
-                        }
+                        self.pending = Some(Box::new((vec![topic], after.parse().ok())));
                     }
                     Action::Presence(event) => {
                         // Not a message: no `id:` line, the client's position stays.
