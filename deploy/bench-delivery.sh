@@ -16,6 +16,9 @@
 #   ROUNDS=1 WORKLOADS="sse" deploy/bench-delivery.sh
 #   WORKLOADS=echo ROUNDS=3 deploy/bench-delivery.sh   # W4 at 20k and 40k msg/s beside Go
 #   HERALD_BIN=/path/to/other/herald deploy/bench-delivery.sh   # compare another build
+#   HERALD_ALT_BIN=/path/to/other/herald SERVERS="floor herald herald-alt" \
+#     ECHO_SERVERS="go-inline herald herald-alt" deploy/bench-delivery.sh
+#                                             # two builds alternated in one sitting
 #   SERVERS="herald herald-traced" TRACE_OTLP=http://127.0.0.1:4317 WORKLOADS=sse \
 #     deploy/bench-delivery.sh                # W2 untraced against every publish traced
 #                                             # (OTLP/gRPC to TRACE_OTLP), in one sitting
@@ -44,6 +47,12 @@ SERVERS=${SERVERS:-"floor herald"}
 case " $SERVERS " in
   *" herald-traced "*) [ -n "${TRACE_OTLP:-}" ] || { echo "herald-traced needs TRACE_OTLP (an OTLP/gRPC collector URL)" >&2; exit 2; } ;;
 esac
+# The servers each round of W4 runs, in order: go (the chat shape), go-inline, herald,
+# herald-alt ($HERALD_ALT_BIN, another build run the same way).
+ECHO_SERVERS=${ECHO_SERVERS:-"go go-inline herald"}
+case " $SERVERS $ECHO_SERVERS " in
+  *" herald-alt "*) [ -x "${HERALD_ALT_BIN:-}" ] || { echo "herald-alt needs HERALD_ALT_BIN (another herald binary)" >&2; exit 2; } ;;
+esac
 ECHO_DURATION=${ECHO_DURATION:-30s}
 # Built from this tree each time (go's build cache makes that quick), unless given.
 if [ -z "${GO_ECHO_BIN:-}" ]; then
@@ -60,6 +69,7 @@ run() { # run <name> <server: herald|floor|go|go-inline> <workload: sse|ws|echo>
   port=$(free_port); admin=$(free_port)
   case $server in
     herald) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
+    herald-alt) "$HERALD_ALT_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
     herald-traced) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn \
       --otlp-endpoint "$TRACE_OTLP" --trace-sample-ratio 1 & ;;
     floor) "$FLOOR_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" & ;;
@@ -111,9 +121,9 @@ for round in $(seq "$ROUNDS"); do
   for w in $WORKLOADS; do
     if [ "$w" = echo ]; then
       for rate in $ECHO_RATES; do
-        run "echo${rate}_go_$round" go echo "$rate"
-        run "echo${rate}_goinline_$round" go-inline echo "$rate"
-        run "echo${rate}_herald_$round" herald echo "$rate"
+        for server in $ECHO_SERVERS; do
+          run "echo${rate}_${server}_$round" "$server" echo "$rate"
+        done
       done
       continue
     fi
