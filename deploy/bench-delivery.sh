@@ -6,7 +6,7 @@
 # line a run: delivered / expected,
 # latency p50/p99, server CPU µs per delivery, RSS per connection. Reports (JSON) go to $OUT.
 #
-# W4 (`echo`: 5,000 WebSocket clients sending 256-byte `ping`s at $ECHO_RATES msg/s for 30 s,
+# W4 (`echo`: $ECHO_CONNS (5,000) WebSocket clients sending 256-byte `ping`s at $ECHO_RATES msg/s for 30 s,
 # answered by `pong`s) alternates Herald with deploy/bench/ws-echo-go, a Go gateway of the
 # gorilla/websocket design Herald replaces (built with `go`), in both its shapes (a writer
 # goroutine per connection fed by a channel; `--inline`, answers written by the reader), and
@@ -54,6 +54,7 @@ case " $SERVERS $ECHO_SERVERS " in
   *" herald-alt "*) [ -x "${HERALD_ALT_BIN:-}" ] || { echo "herald-alt needs HERALD_ALT_BIN (another herald binary)" >&2; exit 2; } ;;
 esac
 ECHO_DURATION=${ECHO_DURATION:-30s}
+ECHO_CONNS=${ECHO_CONNS:-5000}
 # Built from this tree each time (go's build cache makes that quick), unless given.
 if [ -z "${GO_ECHO_BIN:-}" ]; then
   GO_ECHO_BIN=$repo/target/bench/ws-echo-go
@@ -62,7 +63,24 @@ if [ -z "${GO_ECHO_BIN:-}" ]; then
   esac
 fi
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A free port for a server: the kernel's pick, or with PORT_BASE one in PORT_BASE..+9999 (for
+# a machine whose ephemeral range is set to start above the servers' ports, so that tens of
+# thousands of client sockets never take a port a server is about to bind).
+free_port() {
+  python3 - "${PORT_BASE:-0}" <<'PY'
+import random, socket, sys
+base = int(sys.argv[1])
+for _ in range(1000):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randrange(base, base + 10000) if base else 0))
+    except OSError:
+        continue
+    print(s.getsockname()[1]); break
+else:
+    sys.exit("no free port")
+PY
+}
 
 run() { # run <name> <server: herald|floor|go|go-inline> <workload: sse|ws|echo> [echo rate]
   local name=$1 server=$2 workload=$3 rate=${4:-} port admin pid
@@ -89,7 +107,7 @@ for port in sys.argv[1:]:
         sys.exit(f"nothing listens on {port}")
 PY
   if [ "$workload" = echo ]; then
-    "$LOADGEN_BIN" echo --url "http://127.0.0.1:$port" --conns 5000 --rate "$rate" --size 256 \
+    "$LOADGEN_BIN" echo --url "http://127.0.0.1:$port" --conns "$ECHO_CONNS" --rate "$rate" --size 256 \
       --source-ips 4 --duration "$ECHO_DURATION" --server-pid "$pid" --json "$OUT/$name.json" >"$OUT/$name.txt" 2>&1 || true
   else
     "$LOADGEN_BIN" "$workload" --url "http://127.0.0.1:$port" --conns "$CONNS" --source-ips 4 --topics 1 \
