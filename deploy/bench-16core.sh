@@ -19,7 +19,8 @@
 #   On a lent machine that receives the repository and the paths it carries, carry
 #   target/bench/bin (~32 MB stripped) and run the command above with OUT=$OUT.
 #
-#   HERALD_ALT_BIN=... deploy/bench-16core.sh   # another build of Herald alternated with it
+#   HERALD_ALT_BIN=... [HERALD_ALT_ARGS=...] deploy/bench-16core.sh
+#                                   # another build (or flags) of Herald alternated with it
 #   W3_ROUNDS=1 W2_ROUNDS=0 ECHO_RATES=40000 deploy/bench-16core.sh   # a shorter sitting
 #   SCALE=small deploy/bench-16core.sh          # the same script at a size a 2-vCPU box takes
 #
@@ -83,18 +84,19 @@ fi
   echo "cores: $(nproc) of $(grep -c ^processor /proc/cpuinfo)"
   echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "open files: $(ulimit -n)"
-  echo "ephemeral ports: $(cat /proc/sys/net/ipv4/ip_local_port_range | tr '\t' ' ')"
+  echo "ephemeral ports: $(tr '\t' ' ' <"$range_file")"
   echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   for bin in "$BIN_DIR"/herald "$BIN_DIR"/herald-loadgen "$BIN_DIR"/herald-floor-server "$GO_ECHO_BIN" ${HERALD_ALT_BIN:-}; do
     echo "sha256: $(sha256sum "$bin" | cut -c1-16) $bin"
   done
+  [ -n "${HERALD_ALT_BIN:-}" ] && echo "herald-alt: $HERALD_ALT_BIN ${HERALD_ALT_ARGS:-}"
   echo "scale: ${SCALE:-full} (W3/W2 $conns subscribers, echo $echo_conns connections at $ECHO_RATES msg/s, $duration a run)"
 } | tee "$OUT/machine.txt"
 
 common=(HERALD_BIN="$BIN_DIR/herald" LOADGEN_BIN="$BIN_DIR/herald-loadgen"
   FLOOR_BIN="$BIN_DIR/herald-floor-server" GO_ECHO_BIN="$GO_ECHO_BIN" OUT="$runs"
   CONNS="$conns" DURATION="$duration" ECHO_DURATION="$duration" ECHO_CONNS="$echo_conns"
-  ECHO_RATES="$ECHO_RATES" HERALD_ALT_BIN="${HERALD_ALT_BIN:-}")
+  ECHO_RATES="$ECHO_RATES" HERALD_ALT_BIN="${HERALD_ALT_BIN:-}" HERALD_ALT_ARGS="${HERALD_ALT_ARGS:-}")
 delivery() { env "${common[@]}" "$@" deploy/bench-delivery.sh 2>&1 | grep -v '^herald-floor-server:' | tee -a "$OUT/summary.txt"; }
 
 : >"$OUT/summary.txt"

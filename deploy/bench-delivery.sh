@@ -19,6 +19,8 @@
 #   HERALD_ALT_BIN=/path/to/other/herald SERVERS="floor herald herald-alt" \
 #     ECHO_SERVERS="go-inline herald herald-alt" deploy/bench-delivery.sh
 #                                             # two builds alternated in one sitting
+#   HERALD_ALT_BIN=$PWD/target/release/herald HERALD_ALT_ARGS="--worker-threads 1" ...
+#                                             # the same build with other flags
 #   SERVERS="herald herald-traced" TRACE_OTLP=http://127.0.0.1:4317 WORKLOADS=sse \
 #     deploy/bench-delivery.sh                # W2 untraced against every publish traced
 #                                             # (OTLP/gRPC to TRACE_OTLP), in one sitting
@@ -50,6 +52,8 @@ esac
 # The servers each round of W4 runs, in order: go (the chat shape), go-inline, herald,
 # herald-alt ($HERALD_ALT_BIN, another build run the same way).
 ECHO_SERVERS=${ECHO_SERVERS:-"go go-inline herald"}
+# Flags herald-alt gets besides the listeners' (a list, split on spaces).
+read -r -a alt_args <<<"${HERALD_ALT_ARGS:-}"
 case " $SERVERS $ECHO_SERVERS " in
   *" herald-alt "*) [ -x "${HERALD_ALT_BIN:-}" ] || { echo "herald-alt needs HERALD_ALT_BIN (another herald binary)" >&2; exit 2; } ;;
 esac
@@ -87,7 +91,7 @@ run() { # run <name> <server: herald|floor|go|go-inline> <workload: sse|ws|echo>
   port=$(free_port); admin=$(free_port)
   case $server in
     herald) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
-    herald-alt) "$HERALD_ALT_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
+    herald-alt) "$HERALD_ALT_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn "${alt_args[@]}" & ;;
     herald-traced) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn \
       --otlp-endpoint "$TRACE_OTLP" --trace-sample-ratio 1 & ;;
     floor) "$FLOOR_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" & ;;
