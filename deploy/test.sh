@@ -17,7 +17,7 @@
 # deploy/engines.sh installs (Debian's redis-server and redis-sentinel; Kafka's jars from Maven
 # Central, cached) and starts on free ports for the length of the run, with the production
 # modes beside them: a TLS-only Redis with an ACL user, a Sentinel set, a Redis Cluster, and
-# SASL_SSL and SSL listeners on the broker (tests/engines.rs). The tracing tests check traces
+# SASL_SSL and SSL listeners on the broker (tests/engines/). The tracing tests check traces
 # in a real Jaeger (built once with Go into the engines' cache; tests/gateway/traces.rs).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
