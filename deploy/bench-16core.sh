@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every WebSocket delivery comparison (BENCHMARKS.md, "Delivery at the floor on 16 cores") in
+# Every WebSocket delivery comparison (BENCHMARKS.md, "WebSocket delivery at the floor") in
 # one go, for a many-core machine lent for minutes: W3 (15,000 WebSocket subscribers of one
 # topic, 2 publishes/s) beside the floor server, W2 (the same over SSE) beside it, and W4 (the
 # echo, 10,000 connections at 40k and 160k msg/s) beside the Go gateway Herald replaces — each
