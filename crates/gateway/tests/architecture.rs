@@ -4,8 +4,8 @@
 //! or the crate's top modules).
 //!
 //! Imports are read from the source: every `crate::…`, `super::…` and `self::…` path outside
-//! comments and outside the `#[cfg(test)]` module at the end of a file (tests may reach
-//! anywhere), resolved to the module it names.
+//! comments, outside the `#[cfg(test)]` module at the end of a file and outside the `tests`
+//! modules in files of their own (tests may reach anywhere), resolved to the module it names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -51,6 +51,11 @@ fn sources(src: &Path) -> Vec<Source> {
                 Some("mod" | "lib" | "main")
             ) {
                 path.pop();
+            }
+            // A `#[cfg(test)] mod tests;` in a file (or directory) of its own: test code,
+            // as the module at the end of a file is.
+            if path.iter().any(|p| p == "tests") {
+                continue;
             }
             let text = std::fs::read_to_string(&file).unwrap();
             let code = text.split("\n#[cfg(test)]").next().unwrap();
