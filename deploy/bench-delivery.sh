@@ -86,7 +86,7 @@ else:
 PY
 }
 
-run() { # run <name> <server: herald|floor|go|go-inline> <workload: sse|ws|echo> [echo rate]
+run() { # run <name> <server: herald|herald-alt|herald-traced|floor|go|go-inline> <workload: sse|ws|echo> [echo rate]
   local name=$1 server=$2 workload=$3 rate=${4:-} port admin pid
   port=$(free_port); admin=$(free_port)
   case $server in
