@@ -278,7 +278,7 @@ impl AppState {
             tracestate: tracestate.as_deref(),
         };
         let appended = (self.0.logs)
-            .append(topic, event.as_ref(), &data, carried)
+            .append(topic, event.as_ref(), &data, carried, None)
             .await;
         if let Some(span) = &mut span {
             match &appended {
@@ -361,6 +361,7 @@ mod tests {
             _: Option<&'a EventName>,
             _: &'a Payload,
             _: Carried<'a>,
+            _: Option<&'a str>,
         ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
             Box::pin(async move {
                 if !self.up.load(Ordering::Relaxed) {

@@ -52,13 +52,16 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// Appends a message to the shared log and returns its position. The message reaches the
     /// subscribers of every node, this one included, through the log. A traced message's
     /// record carries `trace` (its append span's context), so that every node that reads it
-    /// continues the trace.
+    /// continues the trace. With an `idempotency` key, a publish of the same key to the same
+    /// topic within `cluster.idempotency_window` is not appended again: the first one's
+    /// position is returned, on whichever node it was published.
     fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
         data: &'a Payload,
         trace: Carried<'a>,
+        idempotency: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>>;
 
     /// Follows the log until `stop`, handing every record to `ingest` (reconnecting with
@@ -164,9 +167,10 @@ impl Logs {
         event: Option<&EventName>,
         data: &Payload,
         trace: Carried<'_>,
+        idempotency: Option<&str>,
     ) -> Result<Cursor, BridgeError> {
         match self.feeder(topic.as_str()) {
-            Some(log) => log.append(topic, event, data, trace).await,
+            Some(log) => log.append(topic, event, data, trace, idempotency).await,
             None => Err(BridgeError::Unavailable {
                 bridge: "none",
                 reason: format!("no configured log feeds topic {topic}"),
@@ -420,6 +424,7 @@ mod tests {
             _: Option<&'a EventName>,
             _: &'a Payload,
             _: Carried<'a>,
+            _: Option<&'a str>,
         ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
             Box::pin(async { Ok(Cursor::new(1, 1)) })
         }

@@ -466,6 +466,7 @@ impl Bridge for KafkaBridge {
         event: Option<&'a EventName>,
         data: &'a Payload,
         trace: Carried<'a>,
+        _idempotency: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
             let mut headers = OwnedHeaders::new()

@@ -250,6 +250,7 @@ impl Bridge for RedisBridge {
         event: Option<&'a EventName>,
         data: &'a Payload,
         trace: Carried<'a>,
+        _idempotency: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
             if !self.connected.load(Ordering::Relaxed) {
