@@ -1,0 +1,495 @@
+"""The three transports' I/O: one connection of one transport to one URL.
+
+A connection reports what the wire says (``wire.py`` events) to the client through an async
+``sink`` and returns, when it ends, how it ended (:class:`Closed`). It never raises for what
+the server or the network does: a refusal, a dead peer, a malformed frame all end it with a
+:class:`Closed` saying so. The client (``client.py``) decides what happens next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import collections
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import websockets
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from . import wire
+from .errors import HeraldError, RefusedError
+
+__all__ = ["Closed", "ConnContext", "Connection", "open_connection", "TransportName", "MAX_PENDING"]
+
+TransportName = Literal["ws", "sse", "poll"]
+
+#: WebSocket commands awaiting a reply at most; past it a publish is refused at once.
+MAX_PENDING = 1024
+#: WebSocket frames read ahead of the client at most (websockets' ``max_queue``).
+WS_READ_AHEAD = 64
+#: Largest WebSocket frame accepted (the gateway's own limit is 64 KiB of payload).
+WS_MAX_FRAME = 4 << 20
+#: Largest poll answer or SSE event accepted, in characters.
+MAX_EVENT = 4 << 20
+
+_FATAL_CODES = {"forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token",
+                "pattern_not_allowed"}
+
+
+@dataclass
+class Closed:
+    """How a connection ended."""
+
+    reason: str
+    #: The node is draining (close 1012, ``herald.shutdown``): not the transport's fault.
+    shutdown: bool = False
+    #: Reconnect after this many seconds (``retry:``, ``retry_ms``, ``retry-after``).
+    retry_after: float | None = None
+    token_expired: bool = False
+    #: A refusal not to retry (unless it is ``invalid_token`` and the token can be refreshed).
+    fatal: HeraldError | None = None
+    #: The server sent something unreadable.
+    protocol_error: bool = False
+
+
+@dataclass
+class ConnContext:
+    """What the client gives a connection; the callables are read at each (re)subscription."""
+
+    url: str
+    fmt: Literal["json", "msgpack"]
+    #: Topics and patterns subscribed, with each topic's cursor (patterns: None).
+    topics: Callable[[], dict[str, str | None]]
+    #: Cursors of the topics the patterns delivered (resumed under them).
+    pattern_cursors: Callable[[], dict[str, str]]
+    token: Callable[[], str | None]
+    http: httpx.AsyncClient
+    open_timeout: float
+    dead_timeout: float
+    poll_timeout: float
+
+
+Sink = Callable[["Connection", wire.WireEvent], Awaitable[None]]
+
+
+def _http_refusal(status: int, body: bytes, headers: Mapping[str, str], what: str) -> Closed:
+    code, reason = "http_error", f"HTTP {status}"
+    try:
+        o = json.loads(body)
+        if isinstance(o, dict):
+            code = str(o.get("code", code))
+            reason = str(o.get("reason", reason))
+    except ValueError:
+        pass
+    retry_after = None
+    ra = headers.get("retry-after")
+    if ra is not None and ra.strip().isdigit():
+        retry_after = float(ra)
+    err = HeraldError(code, reason, status)
+    if status == 401 or (400 <= status < 500 and status not in (408, 429)):
+        return Closed(f"{what}: {err}", fatal=RefusedError(code, reason, status), retry_after=retry_after)
+    return Closed(f"{what}: {err}", retry_after=retry_after)
+
+
+def _with_path(base: str, path: str, scheme: str | None = None) -> str:
+    u = urlsplit(base)
+    return urlunsplit((scheme or u.scheme, u.netloc, u.path.rstrip("/") + path, "", ""))
+
+
+class Connection:
+    """One connection; :meth:`run` until it ends."""
+
+    transport: TransportName
+
+    def __init__(self, ctx: ConnContext, sink: Sink) -> None:
+        self.ctx = ctx
+        self._sink = sink
+        self.opened = asyncio.Event()
+
+    async def run(self) -> Closed:
+        raise NotImplementedError
+
+    def update(self) -> None:
+        """The topics changed: subscribe anew (WebSocket) or restart from the cursors."""
+
+    def refresh_token(self, token: str) -> None:
+        """A fresh token for this connection."""
+
+    async def publish(self, topic: str, data: Any, event: str | None) -> wire.Published | None:
+        """Publishes over this connection; None when the transport cannot."""
+        return None
+
+    async def _emit(self, ev: wire.WireEvent) -> None:
+        await self._sink(self, ev)
+
+    async def _opening(self, work: Awaitable[Closed], what: str) -> Closed:
+        """Runs ``work``; fails it when it has not opened within ``open_timeout``."""
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(self.opened.wait())
+        try:
+            done, _ = await asyncio.wait({task, waiter}, timeout=self.ctx.open_timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+                return Closed(f"{what}: not open after {self.ctx.open_timeout:g} s")
+            return await task
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+
+# ---------------------------------------------------------------------------- WebSocket
+
+
+class WsConnection(Connection):
+    transport: TransportName = "ws"
+
+    def __init__(self, ctx: ConnContext, sink: Sink) -> None:
+        super().__init__(ctx, sink)
+        self._ws: ClientConnection | None = None
+        self._requested: set[str] = set()
+        self._pending: collections.deque[tuple[str, asyncio.Future[Any] | None]] = collections.deque()
+        self._failure: Closed | None = None
+
+    def _url(self) -> str:
+        base = _with_path(self.ctx.url, "/v1/ws", "wss" if self.ctx.url.startswith("https") else "ws")
+        token = self.ctx.token()
+        return base + (f"?token={quote(token, safe='')}" if token else "")
+
+    async def run(self) -> Closed:
+        return await self._opening(self._run(), "ws")
+
+    async def _run(self) -> Closed:
+        ping = max(self.ctx.dead_timeout / 2, 0.5)
+        try:
+            ws = await connect(
+                self._url(),
+                subprotocols=[websockets.Subprotocol(wire.WS_SUBPROTOCOL_MSGPACK)] if self.ctx.fmt == "msgpack" else None,
+                open_timeout=self.ctx.open_timeout, ping_interval=ping, ping_timeout=ping,
+                close_timeout=1, max_size=WS_MAX_FRAME, max_queue=WS_READ_AHEAD, proxy=None,
+            )
+        except InvalidStatus as e:
+            r = e.response
+            return _http_refusal(r.status_code, bytes(r.body or b""), {k.lower(): v for k, v in r.headers.raw_items()}, "ws")
+        except (OSError, InvalidHandshake, TimeoutError, asyncio.TimeoutError) as e:
+            return Closed(f"ws: cannot connect: {e!r}")
+        self._ws = ws
+        try:
+            if self.ctx.fmt == "msgpack" and ws.subprotocol != wire.WS_SUBPROTOCOL_MSGPACK:
+                return Closed("ws: the server did not accept herald.msgpack", protocol_error=True)
+            if not self.ctx.topics():
+                self.opened.set()
+            else:
+                await self._subscribe()
+            async for raw in ws:
+                try:
+                    ev = wire.decode_ws_frame(raw, self.ctx.fmt)
+                except wire.ProtocolError as e:
+                    return Closed(f"ws: malformed frame: {e}", protocol_error=True)
+                done = await self._frame(ev)
+                if done is not None:
+                    return done
+            return self._closed_info(ws)
+        except ConnectionClosed:
+            return self._closed_info(ws)
+        except OSError as e:
+            return Closed(f"ws: {e!r}")
+        finally:
+            self._fail_pending("the connection ended")
+            self._ws = None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(), 1)
+
+    def _closed_info(self, ws: ClientConnection) -> Closed:
+        code, reason = ws.close_code, ws.close_reason or ""
+        if code is None or code == 1006 or "keepalive" in reason:
+            return Closed(f"ws: the connection dropped ({code} {reason}: no close frame, or no pong in time)")
+        info = Closed(f"ws: closed {code} {reason}".rstrip())
+        if code == 1012:
+            info.shutdown = True
+        elif code == 1008 and reason == "token expired":
+            info.token_expired = True
+        elif code == 4001:
+            info.fatal = RefusedError("disconnected", reason or "disconnected")
+        return info
+
+    async def _frame(self, ev: wire.WireEvent) -> Closed | None:
+        if isinstance(ev, wire.Opened):
+            self._pop()
+            await self._emit(ev)
+            self.opened.set()
+        elif isinstance(ev, wire.Published):
+            fut = self._pop()
+            if fut is not None and not fut.done():
+                fut.set_result(ev)
+        elif isinstance(ev, wire.CommandError):
+            kind, fut = self._pending.popleft() if self._pending else ("", None)
+            if kind == "publish" and fut is not None and not fut.done():
+                fut.set_exception(HeraldError(ev.code, ev.reason))
+            elif kind in ("subscribe", "auth"):
+                if ev.code in _FATAL_CODES or kind == "auth":
+                    return Closed(f"ws: {ev.code}: {ev.reason}", fatal=RefusedError(ev.code, ev.reason))
+                return Closed(f"ws: {ev.code}: {ev.reason}", retry_after=1.0)
+        elif isinstance(ev, wire.Ignored):
+            if ev.kind in ("unsubscribed", "authenticated", "pong", "heartbeat"):
+                self._pop()
+        elif isinstance(ev, wire.ServerUnsubscribed):
+            for t in ev.topics:
+                self._requested.discard(t)
+            await self._emit(ev)
+            self.update()
+        else:
+            await self._emit(ev)
+        return None
+
+    def _pop(self) -> asyncio.Future[Any] | None:
+        return self._pending.popleft()[1] if self._pending else None
+
+    def _fail_pending(self, reason: str) -> None:
+        while self._pending:
+            _, fut = self._pending.popleft()
+            if fut is not None and not fut.done():
+                fut.set_exception(ConnectionError(reason))
+
+    async def _send(self, frame: dict[str, Any], kind: str, fut: asyncio.Future[Any] | None = None) -> None:
+        ws = self._ws
+        if ws is None:
+            raise ConnectionError("the WebSocket is not open")
+        self._pending.append((kind, fut))
+        await ws.send(wire.encode_ws_frame(frame, self.ctx.fmt))
+
+    async def _subscribe(self) -> None:
+        wanted = self.ctx.topics()
+        new = [t for t in wanted if t not in self._requested]
+        gone = [t for t in self._requested if t not in wanted]
+        if new:
+            cursors = {t: c for t in new if (c := wanted[t]) is not None}
+            # Topics the patterns delivered resume under them (a cursor no topic or pattern of
+            # the frame names is refused as bad_cursor).
+            patterns = [p for p in new if wire.is_pattern(p)]
+            for t, c in self.ctx.pattern_cursors().items():
+                if any(wire.matches_pattern(p, t) for p in patterns):
+                    cursors[t] = c
+            self._requested.update(new)
+            await self._send(wire.subscribe_frame(new, cursors), "subscribe")
+        if gone:
+            self._requested.difference_update(gone)
+            await self._send({"type": "unsubscribe", "topics": gone}, "unsubscribe")
+
+    def update(self) -> None:
+        if self._ws is not None:
+            asyncio.ensure_future(self._safe(self._subscribe()))
+
+    def refresh_token(self, token: str) -> None:
+        if self._ws is not None:
+            asyncio.ensure_future(self._safe(self._send(wire.auth_frame(token), "auth")))
+
+    @staticmethod
+    async def _safe(work: Awaitable[None]) -> None:
+        with contextlib.suppress(ConnectionError, ConnectionClosed, OSError):
+            await work
+
+    async def publish(self, topic: str, data: Any, event: str | None) -> wire.Published | None:
+        if self._ws is None or not self.opened.is_set():
+            return None
+        if len(self._pending) >= MAX_PENDING:
+            raise HeraldError("too_many_pending", f"more than {MAX_PENDING} commands await a reply")
+        fut: asyncio.Future[wire.Published] = asyncio.get_running_loop().create_future()
+        try:
+            await self._send(wire.publish_frame(topic, data, event), "publish", fut)
+        except ConnectionClosed:
+            return None
+        return await asyncio.wait_for(fut, self.ctx.open_timeout)
+
+
+# ---------------------------------------------------------------------------- HTTP
+
+
+def _headers(ctx: ConnContext, extra: dict[str, str]) -> dict[str, str]:
+    h = dict(extra)
+    token = ctx.token()
+    if token:
+        h["authorization"] = f"Bearer {token}"
+    return h
+
+
+Params = list[tuple[str, Union[str, int, float, bool, None]]]
+
+
+def _topic_params(topics: Mapping[str, str | None]) -> Params:
+    return [("topic", t) for t in topics]
+
+
+class _Restartable(Connection):
+    """SSE and long-poll: a request (or a series) restarted from the cursors when the topics
+    or the token change; the connection itself goes on."""
+
+    def __init__(self, ctx: ConnContext, sink: Sink) -> None:
+        super().__init__(ctx, sink)
+        self._task: asyncio.Task[Closed] | None = None
+        self._restart = False
+
+    async def _once(self) -> Closed:
+        raise NotImplementedError
+
+    async def run(self) -> Closed:
+        first = True
+        while True:
+            self._restart = False
+            work = self._once()
+            if first:
+                self._task = asyncio.ensure_future(self._opening(work, self.transport))
+                first = False
+            else:
+                self._task = asyncio.ensure_future(work)
+            try:
+                await asyncio.wait({self._task})
+            except asyncio.CancelledError:
+                self._task.cancel()
+                raise
+            if self._task.cancelled():
+                if self._restart:
+                    continue
+                return Closed(f"{self.transport}: cancelled")
+            return self._task.result()
+
+    def update(self) -> None:
+        self._restart_now()
+
+    def refresh_token(self, token: str) -> None:
+        self._restart_now()
+
+    def _restart_now(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._restart = True
+            self._task.cancel()
+
+
+class SseConnection(_Restartable):
+    transport: TransportName = "sse"
+
+    def __init__(self, ctx: ConnContext, sink: Sink) -> None:
+        super().__init__(ctx, sink)
+        self._asked: set[str] = set()
+
+    def update(self) -> None:
+        # A new stream is a new connection on the gateway: only for another set of topics.
+        if set(self.ctx.topics()) != self._asked:
+            self._restart_now()
+
+    async def _once(self) -> Closed:
+        topics = self.ctx.topics()
+        self._asked = set(topics)
+        heartbeat = max(1, int(self.ctx.dead_timeout / 2))
+        params = _topic_params(topics) + [("format", "json"), ("heartbeat", str(heartbeat))]
+        resume = wire.format_resume_list([*topics.items(), *self.ctx.pattern_cursors().items()])
+        headers = _headers(self.ctx, {"accept": "text/event-stream", "cache-control": "no-cache"})
+        if resume:
+            headers["last-event-id"] = resume
+        timeout = httpx.Timeout(self.ctx.dead_timeout, connect=self.ctx.open_timeout)
+        ending: wire.Ended | None = None
+        retry_ms: int | None = None
+        try:
+            async with self.ctx.http.stream("GET", _with_path(self.ctx.url, "/v1/sse"), params=params,
+                                            headers=headers, timeout=timeout) as res:
+                if res.status_code != 200:
+                    body = await res.aread()
+                    return _http_refusal(res.status_code, body, res.headers, "sse")
+                parser = wire.SseParser(MAX_EVENT)
+                decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                async for chunk in res.aiter_raw():
+                    for block in parser.feed(decoder.decode(chunk)):
+                        if block.retry is not None and self.opened.is_set():
+                            retry_ms = block.retry
+                        for ev in wire.decode_sse_block(block):
+                            if isinstance(ev, wire.Ended):
+                                ending = ev
+                                continue
+                            await self._emit(ev)
+                            if isinstance(ev, wire.Opened):
+                                self.opened.set()
+                    if ending is not None:
+                        break
+        except wire.ProtocolError as e:
+            return Closed(f"sse: malformed event: {e}", protocol_error=True)
+        except httpx.ReadTimeout:
+            return Closed(f"sse: nothing received for {self.ctx.dead_timeout:g} s (no heartbeat)")
+        except httpx.HTTPError as e:
+            return Closed(f"sse: {e!r}")
+        return _ended(ending, "sse", retry_ms)
+
+
+def _ended(ending: wire.Ended | None, what: str, retry_ms: int | None = None) -> Closed:
+    if ending is None:
+        return Closed(f"{what}: the stream ended",
+                      retry_after=retry_ms / 1000 if retry_ms is not None else None)
+    info = Closed(f"{what}: {ending.reason}", shutdown=ending.shutdown, token_expired=ending.token_expired)
+    ms = ending.retry_ms if ending.retry_ms is not None else retry_ms
+    if ms is not None:
+        info.retry_after = ms / 1000
+    if not ending.reconnect:
+        info.fatal = RefusedError("disconnected", ending.reason)
+    return info
+
+
+class PollConnection(_Restartable):
+    transport: TransportName = "poll"
+
+    async def _once(self) -> Closed:
+        first = True
+        while True:
+            topics = self.ctx.topics()
+            cursors = dict(topics)
+            for t, c in self.ctx.pattern_cursors().items():
+                cursors.setdefault(t, c)
+            hold = 0 if first else max(0, int(self.ctx.poll_timeout))
+            params = _topic_params(topics) + [("timeout", str(hold))]
+            resume = wire.format_resume_list(cursors.items())
+            if resume:
+                params.append(("cursor", resume))
+            timeout = httpx.Timeout(hold + self.ctx.dead_timeout, connect=self.ctx.open_timeout)
+            try:
+                res = await self.ctx.http.get(_with_path(self.ctx.url, "/v1/poll"), params=params,
+                                              headers=_headers(self.ctx, {"accept": "application/json"}),
+                                              timeout=timeout)
+            except httpx.TimeoutException:
+                return Closed(f"poll: no answer within {hold + self.ctx.dead_timeout:g} s")
+            except httpx.HTTPError as e:
+                return Closed(f"poll: {e!r}")
+            if res.status_code != 200:
+                return _http_refusal(res.status_code, res.content, res.headers, "poll")
+            if len(res.content) > MAX_EVENT * 2:
+                return Closed("poll: an answer larger than the client's bound", protocol_error=True)
+            try:
+                answer = wire.decode_poll_answer(res.content)
+            except wire.ProtocolError as e:
+                return Closed(f"poll: malformed answer: {e}", protocol_error=True)
+            for lost in answer.lost:
+                await self._emit(lost)
+            for m in answer.messages:
+                await self._emit(m)
+            await self._emit(wire.Opened(answer.cursor))
+            self.opened.set()
+            first = False
+            if answer.ended is not None:
+                return _ended(answer.ended, "poll")
+
+
+def open_connection(transport: TransportName, ctx: ConnContext, sink: Sink) -> Connection:
+    if transport == "ws":
+        return WsConnection(ctx, sink)
+    if transport == "sse":
+        return SseConnection(ctx, sink)
+    return PollConnection(ctx, sink)
