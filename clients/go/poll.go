@@ -1,0 +1,240 @@
+package heraldpush
+
+// The long-poll transport: `GET /v1/poll` again and again, each from the cursors the last
+// answer gave (held in the store, like every transport's).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+)
+
+type pollConn struct {
+	l       *link
+	restart chan struct{}
+}
+
+func newPollConn(l *link) *pollConn {
+	return &pollConn{l: l, restart: make(chan struct{}, 1)}
+}
+
+// update: the next poll reads the topics anyway; the one held now is cut short.
+func (p *pollConn) update() {
+	select {
+	case p.restart <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pollConn) refreshToken(string) {} // read by the next poll
+
+func (p *pollConn) publish(context.Context, string, json.RawMessage, string) (PublishResult, error) {
+	return PublishResult{}, errNotOpen
+}
+
+func (p *pollConn) run(ctx context.Context) error {
+	first := true
+	for ctx.Err() == nil {
+		sn := p.l.snapshot()
+		if len(sn.topics) == 0 && len(p.l.c.store.serverTopics()) == 0 {
+			// Nothing to poll: open, and waiting for a subscription.
+			if first {
+				first = false
+				p.l.opened(ctx)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-p.restart:
+				continue
+			}
+		}
+		err := p.poll(ctx, sn, first)
+		if errors.Is(err, errRestart) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if first {
+			first = false
+			p.l.opened(ctx)
+		}
+	}
+	return ctx.Err()
+}
+
+// poll makes one request and delivers its answer.
+func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
+	o := p.l.opts()
+	q := url.Values{}
+	names := make([]string, 0, len(sn.topics))
+	for _, tc := range sn.topics {
+		q.Add("topic", tc.Topic)
+		names = append(names, tc.Topic)
+	}
+	q.Set("format", "json")
+	hold := time.Duration(0)
+	if !first {
+		hold = o.PollTimeout
+	}
+	q.Set("timeout", strconv.Itoa(int(hold/time.Second)))
+	// The topics' cursors, then those of the topics the patterns delivered and of the
+	// application's topics.
+	list := slices.Clone(sn.topics)
+	for _, tc := range append(sn.patternCursors, p.l.c.store.serverTopics()...) {
+		if !slices.ContainsFunc(list, func(x TopicCursor) bool { return x.Topic == tc.Topic }) {
+			list = append(list, tc)
+		}
+	}
+	if resume := FormatResumeList(list); resume != "" {
+		q.Set("cursor", resume)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	// No answer within the hold and the heartbeat timeout: the connection is dead.
+	timer := time.AfterFunc(hold+o.HeartbeatTimeout, func() { cancel(errDead) })
+	defer timer.Stop()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-p.restart:
+			cancel(errRestart)
+		case <-stop:
+		case <-ctx.Done():
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint(p.l.base(), "/v1/poll", q), nil)
+	if err != nil {
+		return fmt.Errorf("heraldpush: poll: %w", err)
+	}
+	req.Header.Set("accept", "application/json")
+	if t := p.l.token(); t != "" {
+		req.Header.Set("authorization", "Bearer "+t)
+	}
+	cause := func(err error) error {
+		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
+			if errors.Is(c, context.Canceled) && parent.Err() != nil {
+				return parent.Err()
+			}
+			return c
+		}
+		return err
+	}
+	res, err := o.HTTPClient.Do(req)
+	if err != nil {
+		return cause(fmt.Errorf("heraldpush: poll: %w", err))
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return refusal(res, "poll")
+	}
+	body, err := readLimited(res.Body, o.MaxFrameBytes)
+	if err != nil {
+		return cause(fmt.Errorf("heraldpush: poll: %w", err))
+	}
+	timer.Stop()
+	var a pollAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		err = malformed("poll answer: %v", err)
+		return &endError{err: err}
+	}
+	if err := p.deliver(parent, names, &a); err != nil {
+		if errors.Is(err, errMalformed) {
+			return &endError{err: err}
+		}
+		return err
+	}
+	if a.Disconnect != nil {
+		// The application ended this client's connection (admin API); reconnect: false
+		// (logged out, banned) stops polling.
+		reason := a.Disconnect.Reason
+		if reason == "" {
+			reason = "disconnected"
+		}
+		e := &endError{err: &Error{Code: "disconnected", Reason: reason}}
+		if a.Disconnect.Reconnect != nil && !*a.Disconnect.Reconnect {
+			e.fatal = true
+		}
+		return e
+	}
+	return nil
+}
+
+func (p *pollConn) deliver(ctx context.Context, names []string, a *pollAnswer) error {
+	positions := ParseResumeList(a.Cursor)
+	// Topics of the answer the poll did not ask for, nor its patterns deliver: a connect
+	// hook's.
+	var added []string
+	for _, tc := range positions {
+		if !slices.Contains(names, tc.Topic) && !slices.ContainsFunc(names, func(n string) bool { return MatchesPattern(n, tc.Topic) }) {
+			added = append(added, tc.Topic)
+		}
+	}
+	if len(added) > 0 {
+		if err := p.l.serverSubscribed(ctx, added); err != nil {
+			return err
+		}
+	}
+	frames := make([]frame, 0, len(a.Messages))
+	with := map[string]bool{}
+	for _, raw := range a.Messages {
+		f, err := decodeJSONFrame(raw)
+		if err != nil {
+			return err
+		}
+		if f.Type != "message" {
+			return malformed("a poll message of type %q", f.Type)
+		}
+		frames = append(frames, f)
+		with[f.Topic] = true
+	}
+	// After a loss, delivery goes on from the batch's first message, or from the cursor.
+	for _, l := range a.Lost {
+		if l.Topic == "" || l.Reason == "" {
+			return malformed("a loss signal without topic or reason")
+		}
+		at := ""
+		if !with[l.Topic] {
+			for _, tc := range positions {
+				if tc.Topic == l.Topic {
+					at = tc.Cursor
+				}
+			}
+		}
+		if err := p.l.lost(ctx, l.Topic, l.Reason, at); err != nil {
+			return err
+		}
+	}
+	for i := range frames {
+		if err := p.l.message(ctx, &frames[i]); err != nil {
+			return err
+		}
+	}
+	for _, raw := range a.Presence {
+		f, err := decodeJSONFrame(raw)
+		if err != nil {
+			return err
+		}
+		if f.Type == "join" || f.Type == "leave" {
+			if err := p.l.member(ctx, &f); err != nil {
+				return err
+			}
+		}
+	}
+	// The cursor is where the next poll goes on from (after the loss, after the batch).
+	for _, tc := range positions {
+		p.l.position(tc.Topic, tc.Cursor)
+	}
+	return nil
+}

@@ -1,0 +1,438 @@
+package heraldpush
+
+// The Server-Sent Events transport: one `GET /v1/sse?format=json` stream for every topic,
+// made again (from the cursors) when the topics change or the token is refreshed; and its
+// incremental parser of the text/event-stream format (the WHATWG interpretation), bounded.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// sseParser splits an event stream into blocks. Lines end with CR, LF or CRLF, also across
+// chunks; a line or a block longer than max bytes is an error.
+type sseParser struct {
+	max     int
+	line    []byte
+	data    []byte
+	hasData bool
+	event   string
+	id      *string
+	sawCR   bool
+	retry   func(ms int64)
+}
+
+func (p *sseParser) push(chunk []byte, emit func(sseBlock) error) error {
+	for _, c := range chunk {
+		if p.sawCR {
+			p.sawCR = false
+			if c == '\n' {
+				continue
+			}
+		}
+		if c == '\n' || c == '\r' {
+			p.sawCR = c == '\r'
+			if err := p.endLine(emit); err != nil {
+				return err
+			}
+			continue
+		}
+		p.line = append(p.line, c)
+		if len(p.line) > p.max {
+			return malformed("an event-stream line over %d bytes", p.max)
+		}
+	}
+	return nil
+}
+
+func (p *sseParser) endLine(emit func(sseBlock) error) error {
+	line := p.line
+	p.line = p.line[:0]
+	if len(line) == 0 {
+		return p.dispatch(emit)
+	}
+	if line[0] == ':' {
+		return nil
+	}
+	field, value := string(line), ""
+	for i, c := range line {
+		if c == ':' {
+			field = string(line[:i])
+			v := line[i+1:]
+			if len(v) > 0 && v[0] == ' ' {
+				v = v[1:]
+			}
+			value = string(v)
+			break
+		}
+	}
+	switch field {
+	case "data":
+		if p.hasData {
+			p.data = append(p.data, '\n')
+		}
+		p.data = append(p.data, value...)
+		p.hasData = true
+		if len(p.data) > p.max {
+			return malformed("an event over %d bytes", p.max)
+		}
+	case "event":
+		p.event = value
+	case "id":
+		v := value
+		p.id = &v
+	case "retry":
+		if ms, err := strconv.ParseInt(value, 10, 64); err == nil && p.retry != nil {
+			p.retry(ms)
+		}
+	}
+	return nil
+}
+
+func (p *sseParser) dispatch(emit func(sseBlock) error) error {
+	b := sseBlock{Event: p.event, Data: string(p.data), ID: p.id}
+	has := p.hasData
+	p.data, p.hasData, p.event, p.id = p.data[:0], false, "", nil
+	if !has && b.ID == nil {
+		return nil
+	}
+	if b.Event == "" {
+		b.Event = "message"
+	}
+	if !has {
+		b.Event = ""
+	}
+	return emit(b)
+}
+
+var errRestart = errors.New("heraldpush: sse: a new stream for the new topics")
+
+type sseConn struct {
+	l       *link
+	restart chan struct{}
+
+	mu    sync.Mutex
+	asked []string // names the current stream asked for
+}
+
+func newSSEConn(l *link) *sseConn {
+	return &sseConn{l: l, restart: make(chan struct{}, 1)}
+}
+
+func (s *sseConn) update() {
+	// A new stream is a new connection on the gateway: only when the names changed.
+	names := s.l.c.store.namesCopy()
+	s.mu.Lock()
+	same := slices.Equal(names, s.asked)
+	s.mu.Unlock()
+	if !same {
+		s.kick()
+	}
+}
+
+func (s *sseConn) refreshToken(string) { s.kick() }
+
+func (s *sseConn) kick() {
+	select {
+	case s.restart <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sseConn) publish(context.Context, string, json.RawMessage, string) (PublishResult, error) {
+	return PublishResult{}, errNotOpen
+}
+
+func (s *sseConn) run(ctx context.Context) error {
+	opened := false
+	for {
+		err := s.stream(ctx, &opened)
+		if !errors.Is(err, errRestart) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// heartbeat is the heartbeat asked of the gateway and the silence after which the stream is
+// dead.
+func sseHeartbeat(timeout time.Duration) (ask int, dead time.Duration) {
+	ask = min(max(int(timeout/2/time.Second), 5), 300)
+	dead = max(timeout, time.Duration(2*ask)*time.Second+time.Second)
+	return ask, dead
+}
+
+// stream reads one event stream to its end.
+func (s *sseConn) stream(parent context.Context, opened *bool) error {
+	o := s.l.opts()
+	sn := s.l.snapshot()
+	names := make([]string, 0, len(sn.topics))
+	for _, tc := range sn.topics {
+		names = append(names, tc.Topic)
+	}
+	s.mu.Lock()
+	s.asked = names
+	s.mu.Unlock()
+	// What the application subscribed the previous stream to ends with it.
+	if gone := s.l.c.store.connectionEnded(); len(gone) > 0 {
+		if err := s.l.c.emit(parent, &ServerSubscription{Subscribed: false, Topics: gone}); err != nil {
+			return err
+		}
+	}
+	if len(names) == 0 {
+		// Nothing to stream: open, and waiting for a subscription.
+		if !*opened {
+			*opened = true
+			s.l.opened(parent)
+		}
+		select {
+		case <-parent.Done():
+			return parent.Err()
+		case <-s.restart:
+			return errRestart
+		}
+	}
+
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	ask, deadAfter := sseHeartbeat(o.HeartbeatTimeout)
+	q := url.Values{"topic": names}
+	q.Set("format", "json")
+	q.Set("heartbeat", strconv.Itoa(ask))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint(s.l.base(), "/v1/sse", q), nil)
+	if err != nil {
+		return fmt.Errorf("heraldpush: sse: %w", err)
+	}
+	req.Header.Set("accept", "text/event-stream")
+	if resume := FormatResumeList(append(slices.Clone(sn.topics), sn.patternCursors...)); resume != "" {
+		req.Header.Set("last-event-id", resume)
+	}
+	if t := s.l.token(); t != "" {
+		req.Header.Set("authorization", "Bearer "+t)
+	}
+
+	sawOpening := false
+	var mu sync.Mutex // sawOpening, for the timer
+	openTimer := time.AfterFunc(o.OpenTimeout, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !sawOpening {
+			cancel(errOpenTimeout)
+		}
+	})
+	defer openTimer.Stop()
+	dead := time.AfterFunc(deadAfter, func() { cancel(errDead) })
+	defer dead.Stop()
+	// A new token or new topics: this stream ends, the next starts at once.
+	stopWatch := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-s.restart:
+			cancel(errRestart)
+		case <-stopWatch:
+		case <-ctx.Done():
+		}
+	}()
+	defer wg.Wait()
+	defer close(stopWatch)
+
+	cause := func(err error) error {
+		if c := context.Cause(ctx); c != nil && ctx.Err() != nil {
+			if errors.Is(c, context.Canceled) && parent.Err() != nil {
+				return parent.Err()
+			}
+			return c
+		}
+		return err
+	}
+
+	res, err := o.HTTPClient.Do(req)
+	if err != nil {
+		return cause(fmt.Errorf("heraldpush: sse: %w", err))
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return refusal(res, "sse")
+	}
+
+	var (
+		retryHint time.Duration
+		ending    *endError
+	)
+	parser := &sseParser{max: o.MaxFrameBytes, retry: func(ms int64) {
+		if sawOpening {
+			retryHint = time.Duration(ms) * time.Millisecond
+		}
+	}}
+	handle := func(b sseBlock) error {
+		if b.Event == "" { // an id and no data: the opening block, or a position
+			list := ParseResumeList(*b.ID)
+			var topics []string
+			for _, tc := range list {
+				topics = append(topics, tc.Topic)
+			}
+			if err := s.serverNew(ctx, names, topics); err != nil {
+				return err
+			}
+			for _, tc := range list {
+				s.l.position(tc.Topic, tc.Cursor)
+			}
+			mu.Lock()
+			first := !sawOpening
+			sawOpening = true
+			mu.Unlock()
+			if first && !*opened {
+				*opened = true
+				s.l.opened(ctx)
+			}
+			return nil
+		}
+		return s.block(ctx, names, b, &ending)
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := res.Body.Read(buf)
+		if n > 0 {
+			dead.Reset(deadAfter)
+			if err := parser.push(buf[:n], handle); err != nil {
+				if errors.Is(err, errMalformed) {
+					return &endError{err: err}
+				}
+				return cause(err)
+			}
+		}
+		if rerr != nil {
+			if ending != nil {
+				if ending.retry == 0 {
+					ending.retry = retryHint
+				}
+				return ending
+			}
+			if rerr == io.EOF {
+				return &endError{err: errors.New("heraldpush: sse: the stream ended"), retry: retryHint}
+			}
+			return cause(fmt.Errorf("heraldpush: sse: %w", rerr))
+		}
+	}
+}
+
+// serverNew reports topics named by the server that the stream did not ask for (a connect
+// hook's, the admin API's), those its patterns deliver excepted.
+func (s *sseConn) serverNew(ctx context.Context, names, topics []string) error {
+	var added []string
+	for _, t := range topics {
+		if slices.Contains(names, t) || slices.ContainsFunc(names, func(p string) bool { return MatchesPattern(p, t) }) {
+			continue
+		}
+		added = append(added, t)
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	return s.l.serverSubscribed(ctx, added)
+}
+
+// block acts on one block with data.
+func (s *sseConn) block(ctx context.Context, names []string, b sseBlock, ending **endError) error {
+	switch b.Event {
+	case "message":
+		f, err := decodeJSONFrame([]byte(b.Data))
+		if err != nil {
+			return err
+		}
+		if f.Type != "message" {
+			return malformed("an SSE message of type %q", f.Type)
+		}
+		return s.l.message(ctx, &f)
+	case "herald.lost":
+		var l sseLost
+		if err := json.Unmarshal([]byte(b.Data), &l); err != nil || l.Topic == "" || l.Reason == "" {
+			return malformed("herald.lost: %q", b.Data)
+		}
+		var at string
+		var rest []TopicCursor
+		if b.ID != nil {
+			for _, tc := range ParseResumeList(*b.ID) {
+				if tc.Topic == l.Topic {
+					at = tc.Cursor
+				} else {
+					rest = append(rest, tc)
+				}
+			}
+		}
+		if err := s.l.lost(ctx, l.Topic, l.Reason, at); err != nil {
+			return err
+		}
+		for _, tc := range rest {
+			s.l.position(tc.Topic, tc.Cursor)
+		}
+	case "herald.subscribed", "herald.unsubscribed":
+		var t sseTopics
+		if err := json.Unmarshal([]byte(b.Data), &t); err != nil {
+			return malformed("%s: %q", b.Event, b.Data)
+		}
+		var err error
+		if b.Event == "herald.subscribed" {
+			err = s.serverNew(ctx, names, t.Topics)
+		} else {
+			err = s.l.serverUnsubscribed(ctx, t.Topics)
+			// A topic the client wants that the application dropped: asked for again.
+			if slices.ContainsFunc(t.Topics, func(x string) bool { return slices.Contains(names, x) }) {
+				s.kick()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if b.ID != nil {
+			for _, tc := range ParseResumeList(*b.ID) {
+				s.l.position(tc.Topic, tc.Cursor)
+			}
+		}
+	case "herald.join", "herald.leave":
+		f, err := decodeJSONFrame(append([]byte(`{"type":"member",`), b.Data[min(1, len(b.Data)):]...))
+		if err != nil {
+			return err
+		}
+		f.Type = b.Event[len("herald."):]
+		return s.l.member(ctx, &f)
+	case "herald.shutdown":
+		var sd sseShutdown
+		_ = json.Unmarshal([]byte(b.Data), &sd)
+		e := &endError{err: errors.New("heraldpush: sse: the node is draining"), shutdown: true}
+		if sd.RetryMS != nil {
+			e.retry = time.Duration(*sd.RetryMS) * time.Millisecond
+		}
+		*ending = e
+	case "herald.disconnect":
+		var d sseDisconnect
+		_ = json.Unmarshal([]byte(b.Data), &d)
+		if d.Reason == "" {
+			d.Reason = "disconnected"
+		}
+		e := &endError{err: &Error{Code: "disconnected", Reason: d.Reason}}
+		if d.Reason == "token expired" {
+			e.tokenExpired = true
+		}
+		// Ended by the application with "stay away" (logged out, banned): no reconnect.
+		if d.Reconnect != nil && !*d.Reconnect {
+			e.fatal = true
+		}
+		*ending = e
+	}
+	return nil
+}
