@@ -46,20 +46,24 @@ func readLimited(r io.Reader, limit int) ([]byte, error) {
 	return b, nil
 }
 
-// refusal reads an error answer: an *Error, in an *endError that is fatal for a 4xx other
-// than 408 and 429, with the server's retry-after.
+// refusal reads an error answer: an *Error, in an *endError that is fatal for the gateway's
+// 4xx other than 408 and 429, with the server's retry-after.
 func refusal(res *http.Response, what string) *endError {
 	b, _ := readLimited(res.Body, 64<<10)
 	var body errorBody
 	e := &Error{Status: res.StatusCode, Code: "http_" + strconv.Itoa(res.StatusCode), Reason: what + " answered " + res.Status}
-	if json.Unmarshal(b, &body) == nil && body.Code != "" {
+	herald := json.Unmarshal(b, &body) == nil && body.Code != ""
+	if herald {
 		e.Code, e.Reason = body.Code, body.Reason
 	}
 	end := &endError{err: fmt.Errorf("%s: %w", what, e)}
 	if s, err := strconv.Atoi(res.Header.Get("retry-after")); err == nil && s > 0 {
 		end.retry = time.Duration(s) * time.Second
 	}
-	if res.StatusCode >= 400 && res.StatusCode < 500 && res.StatusCode != 408 && res.StatusCode != 429 {
+	// The gateway's own refusal (its JSON error) is final; an answer without one comes from
+	// something in between (a proxy that does not pass WebSocket upgrades or streams): a
+	// failure of the transport, worth the next one.
+	if herald && res.StatusCode >= 400 && res.StatusCode < 500 && res.StatusCode != 408 && res.StatusCode != 429 {
 		end.fatal = true
 	}
 	return end

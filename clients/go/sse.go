@@ -122,6 +122,10 @@ type sseConn struct {
 
 	mu    sync.Mutex
 	asked []string // names the current stream asked for
+
+	// The gateway refused the heartbeat asked (outside its bounds, 5 s to 5 min by
+	// default): its default is used from then on.
+	serverHeartbeat bool
 }
 
 func newSSEConn(l *link) *sseConn {
@@ -165,12 +169,16 @@ func (s *sseConn) run(ctx context.Context) error {
 	}
 }
 
-// heartbeat is the heartbeat asked of the gateway and the silence after which the stream is
-// dead.
-func sseHeartbeat(timeout time.Duration) (ask int, dead time.Duration) {
-	ask = min(max(int(timeout/2/time.Second), 5), 300)
-	dead = max(timeout, time.Duration(2*ask)*time.Second+time.Second)
-	return ask, dead
+// sseHeartbeat is the heartbeat to ask of the gateway (seconds; 0: its default, 15 s) and
+// the silence after which the stream is dead: the timeout, and at least a heartbeat and a
+// quarter (the gateway's grid may send one up to 1 s late) and a second.
+func sseHeartbeat(timeout time.Duration, serverDefault bool) (ask int, dead time.Duration) {
+	every := 15 * time.Second
+	if !serverDefault {
+		ask = min(max(int(timeout/2/time.Second), 1), 300)
+		every = time.Duration(ask) * time.Second
+	}
+	return ask, max(timeout, every*5/4+time.Second)
 }
 
 // stream reads one event stream to its end.
@@ -206,10 +214,12 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	ask, deadAfter := sseHeartbeat(o.HeartbeatTimeout)
+	ask, deadAfter := sseHeartbeat(o.HeartbeatTimeout, s.serverHeartbeat)
 	q := url.Values{"topic": names}
 	q.Set("format", "json")
-	q.Set("heartbeat", strconv.Itoa(ask))
+	if ask > 0 {
+		q.Set("heartbeat", strconv.Itoa(ask))
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint(s.l.base(), "/v1/sse", q), nil)
 	if err != nil {
 		return fmt.Errorf("heraldpush: sse: %w", err)
@@ -266,7 +276,13 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return refusal(res, "sse")
+		end := refusal(res, "sse")
+		var refused *Error
+		if ask > 0 && errors.As(end, &refused) && refused.Code == "bad_heartbeat" {
+			s.serverHeartbeat = true
+			return errRestart
+		}
+		return end
 	}
 
 	var (
