@@ -71,6 +71,8 @@ def _needs(data: dict[str, Any]) -> set[str]:
             needs.add(step["cmd"])
         if step["do"] == "token":
             needs.add("token_refresh")
+        if step["do"] == "start" and step.get("cursors"):
+            needs.add("start_cursors")
     if client.get("heartbeat_ms"):
         needs.add("heartbeat")
     return needs

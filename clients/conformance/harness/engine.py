@@ -85,6 +85,8 @@ class Lane:
     #: Events of runner processes that were stopped and replaced (checked with the rest).
     old_events: list[Any] = field(default_factory=list)
     failed_step: bool = False
+    #: Topics published to that the client must never deliver.
+    unseen: set[str] = field(default_factory=set)
     #: Where `wait_*` steps start looking (the `mark` step; 0: from the runner's start).
     mark: int = 0
 
@@ -343,6 +345,10 @@ class Scenario:
                 r = await self.http.post(f"{node.admin_url}/v1/publish", json=body)
             if r.status_code != 200:
                 raise StepFailed(f"publish to {topic} on {node.name}: {r.status_code} {r.text}")
+            if step.get("unseen"):
+                # Published where the client must not see it (a topic its patterns do not match).
+                lane.unseen.add(topic)
+                continue
             lane.published.setdefault(topic, []).append(Published(r.json()["id"], _json_form(data), time.monotonic()))
             if step.get("interval_s"):
                 await asyncio.sleep(float(step["interval_s"]))
@@ -413,6 +419,10 @@ class Scenario:
         if problem and not lane.failed_step:
             lane.failures.append(problem)
         events = lane.old_events + lane.proc.events
+        t0 = events[0].at if events else 0.0
+        with open(self.workdir / f"events-{lane.spec.name}.jsonl", "w") as f:
+            for e in events:
+                f.write(f"{e.at - t0:8.3f} {json.dumps(e.obj)}\n")
         if lane.proc.bad_lines:
             lane.failures.append(f"stdout lines that are not events: {lane.proc.bad_lines[:3]}")
         expect = lane.sub(self.s.get("expect", {}))
@@ -434,6 +444,9 @@ class Scenario:
             if o.get("event") != "message":
                 continue
             topic, mid = str(o.get("topic")), str(o.get("id"))
+            if topic in lane.unseen:
+                lane.failures.append(f"{topic}: delivered, but the client did not subscribe to it")
+                continue
             try:
                 pos = _seq(mid)
             except ValueError:

@@ -24,4 +24,6 @@ def test_scenario(case: tuple[str, str], played: dict[tuple[str, str], LaneResul
     if name in spec.known_failures:
         if not result.ok:
             pytest.xfail(f"known failure of {runner}: {spec.known_failures[name]}")
-    assert result.ok, f"{name} [{runner}]:\n  " + "\n  ".join(result.failures)
+    if not result.ok:
+        pytest.fail(f"{name} [{runner}] ({result.seconds:.1f} s, logs in target/conformance/{name}/):\n  "
+                    + "\n  ".join(result.failures), pytrace=False)
