@@ -72,7 +72,8 @@ type Options struct {
 	// UpgradeInterval: while on a fallback, try the preferred transport this often
 	// (default 30 s).
 	UpgradeInterval time.Duration
-	// PollTimeout is how long a long-poll is held (default 25 s; the gateway caps it).
+	// PollTimeout is how long a long-poll is held (default 25 s; the gateway caps it, and
+	// the client holds one at most half of HeartbeatTimeout, in whole seconds).
 	PollTimeout time.Duration
 	// EventBuffer is the capacity of the Events channel (default 256).
 	EventBuffer int

@@ -8,14 +8,33 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// errCut: the connection broke under a request, and net/http was about to send it again on
+// a new one (it does so by itself for a GET on a reused connection). The client reports the
+// cut and reconnects itself instead, so that a cut is seen, as on every other client.
+var errCut = errors.New("heraldpush: the connection was cut")
+
+// noSilentRetry makes ctx's request fail with errCut (through cancel) rather than be sent
+// again on a second connection.
+func noSilentRetry(ctx context.Context, cancel context.CancelCauseFunc) context.Context {
+	conns := 0
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		conns++
+		if conns > 1 {
+			cancel(errCut)
+		}
+	}})
+}
 
 func decodeSegment(s string) ([]byte, error) {
 	return base64.RawURLEncoding.DecodeString(strings.TrimRight(s, "="))

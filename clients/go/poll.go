@@ -70,6 +70,14 @@ func (p *pollConn) run(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// pollTimes are how long a poll is held (whole seconds) and how long past that hold an
+// answer may take before the connection counts as dead: a poll is held at most half the
+// heartbeat timeout, so that a silent connection is noticed within it.
+func pollTimes(pollTimeout, heartbeat time.Duration) (hold, grace time.Duration) {
+	hold = min(pollTimeout, heartbeat/2).Truncate(time.Second)
+	return hold, heartbeat - hold
+}
+
 // poll makes one request and delivers its answer.
 func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 	o := p.l.opts()
@@ -80,9 +88,9 @@ func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 		names = append(names, tc.Topic)
 	}
 	q.Set("format", "json")
-	hold := time.Duration(0)
-	if !first {
-		hold = o.PollTimeout
+	hold, deadAfter := pollTimes(o.PollTimeout, o.HeartbeatTimeout)
+	if first {
+		hold = 0
 	}
 	q.Set("timeout", strconv.Itoa(int(hold/time.Second)))
 	// The topics' cursors, then those of the topics the patterns delivered and of the
@@ -99,7 +107,7 @@ func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	// No answer within the hold and the heartbeat timeout: the connection is dead.
-	timer := time.AfterFunc(hold+o.HeartbeatTimeout, func() { cancel(errDead) })
+	timer := time.AfterFunc(hold+deadAfter, func() { cancel(errDead) })
 	defer timer.Stop()
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -114,7 +122,7 @@ func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 	}()
 	defer func() { close(stop); <-done }()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint(p.l.base(), "/v1/poll", q), nil)
+	req, err := http.NewRequestWithContext(noSilentRetry(ctx, cancel), http.MethodGet, endpoint(p.l.base(), "/v1/poll", q), nil)
 	if err != nil {
 		return fmt.Errorf("heraldpush: poll: %w", err)
 	}

@@ -220,7 +220,7 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 	if ask > 0 {
 		q.Set("heartbeat", strconv.Itoa(ask))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint(s.l.base(), "/v1/sse", q), nil)
+	req, err := http.NewRequestWithContext(noSilentRetry(ctx, cancel), http.MethodGet, endpoint(s.l.base(), "/v1/sse", q), nil)
 	if err != nil {
 		return fmt.Errorf("heraldpush: sse: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
@@ -133,6 +134,9 @@ func main() {
 				UpgradeInterval: envMS("HERALD_RUNNER_UPGRADE_MS", 3*time.Second),
 				StableAfter:     envMS("HERALD_RUNNER_STABLE_MS", 0),
 			}
+			if os.Getenv("HERALD_RUNNER_DEBUG") != "" {
+				opts.HTTPClient = &http.Client{Transport: logged{http.DefaultTransport.(*http.Transport).Clone()}}
+			}
 			for _, t := range cmd.Transports {
 				opts.Transports = append(opts.Transports, heraldpush.Transport(t))
 			}
@@ -234,4 +238,19 @@ func pump(o *out, c *heraldpush.Client, done chan struct{}) {
 			o.fail(nil, ev.Err)
 		}
 	}
+}
+
+// logged writes each HTTP request and its outcome to stderr (HERALD_RUNNER_DEBUG=1).
+type logged struct{ next http.RoundTripper }
+
+func (l logged) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "%s -> %s %s\n", start.Format("15:04:05.000"), r.Method, r.URL)
+	res, err := l.next.RoundTrip(r)
+	status := 0
+	if res != nil {
+		status = res.StatusCode
+	}
+	fmt.Fprintf(os.Stderr, "%s <- %s %d %v (%v)\n", time.Now().Format("15:04:05.000"), r.URL.Path, status, err, time.Since(start))
+	return res, err
 }
