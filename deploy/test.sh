@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Herald's whole test suite: unit tests, in-process integration tests against a real
-# gateway, the CLI tests, the TypeScript client's build and unit tests, and the
-# headless-browser tests (the demo page, the client, the admin console), then the hostile-client
+# gateway, the CLI tests, the TypeScript client's build and unit tests, the Go client's tests
+# (where Go is installed), and the headless-browser tests (the demo page, the client, the admin console), then the hostile-client
 # soak against a release build and the chaos soak on a three-node cluster. Installs what the
 # tests need on a fresh Debian machine first. Extra arguments are passed to `cargo test`.
 #
@@ -43,6 +43,17 @@ fi
 # The TypeScript client: its build (which the browser tests load) and its unit tests.
 npm ci --prefix clients/js --no-audit --no-fund --loglevel=error
 npm test --prefix clients/js
+
+# The Go client (clients/go): its unit tests (httptest fakes) and its integration tests
+# against the debug gateway, built first (cargo test below reuses the build). Skipped, with a
+# message, where there is no Go.
+go_bin=$(command -v go || echo /usr/local/go/bin/go)
+if [ -x "$go_bin" ]; then
+  cargo build --bin herald
+  (cd clients/go && HERALD_BIN="$repo/target/debug/herald" HERALD_REQUIRE_INTEGRATION=1 "$go_bin" test ./...)
+else
+  echo "deploy/test.sh: no go on PATH: skipping the Go client's tests (clients/go)" >&2
+fi
 
 # Real engines for the cluster tests, stopped again however the run ends.
 export HERALD_ENGINES_DIR="${HERALD_ENGINES_DIR:-$repo/target/engines}"
