@@ -2,8 +2,9 @@
 # Runs Herald's whole test suite: unit tests, in-process integration tests against a real
 # gateway, the CLI tests, the TypeScript client's build and unit tests, the Go client's tests
 # (where Go is installed), and the headless-browser tests (the demo page, the client, the
-# admin console), then the hostile-client soak against a release build and the chaos soak on a three-node cluster. Installs what the
-# tests need on a fresh Debian machine first. Extra arguments are passed to `cargo test`.
+# admin console), then the hostile-client soak against a release build and the chaos soak on
+# a three-node cluster. Installs what the tests need on a fresh Debian machine first. Extra
+# arguments are passed to `cargo test`.
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
 #   HERALD_SKIP_CHAOS=1    skip the 2-minute chaos soak (deploy/chaos.sh)
