@@ -42,7 +42,8 @@ pub enum Command<'a> {
         data: Option<&'a RawValue>,
     },
     /// `{"type":"publish","topic":"...","event":"...","data":...}`, with a W3C trace context
-    /// in `traceparent` (and `tracestate`) when the client traces it.
+    /// in `traceparent` (and `tracestate`) when the client traces it, and an
+    /// `idempotency_key` when the client may retry it.
     Publish {
         /// The topic (not yet validated).
         topic: String,
@@ -54,6 +55,9 @@ pub enum Command<'a> {
         traceparent: Option<String>,
         /// The W3C `tracestate` that goes with it.
         tracestate: Option<String>,
+        /// The publish's idempotency key (not yet validated): a retry with the same key is
+        /// answered with the first publish's id.
+        idempotency_key: Option<String>,
     },
 }
 
@@ -102,6 +106,8 @@ struct Frame<'a> {
     traceparent: Option<String>,
     #[serde(default)]
     tracestate: Option<String>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
     #[serde(borrow, default)]
     data: Data<'a>,
 }
@@ -174,6 +180,7 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
             data: frame.data.0.ok_or_else(|| missing("data"))?,
             traceparent: frame.traceparent,
             tracestate: frame.tracestate,
+            idempotency_key: frame.idempotency_key,
         },
         other => {
             return Err(CommandError::frame(format!(
@@ -287,6 +294,7 @@ mod tests {
             data,
             traceparent: None,
             tracestate: None,
+            idempotency_key: None,
         } = parse(r#"{"type":"publish","topic":"t","event":"e","data":null}"#).unwrap()
         else {
             panic!("publish");

@@ -37,6 +37,8 @@ struct Inner {
     publish_limits: crate::limits::PublishLimits,
     topic_quota: Arc<crate::limits::TopicQuota>,
     pattern_quota: Arc<crate::limits::TopicQuota>,
+    /// A lone node's idempotency keys (a log keeps its own).
+    retries: crate::bridge::idempotency::Retries,
     hooks: crate::hooks::Hooks,
 }
 
@@ -103,6 +105,10 @@ impl AppState {
         let topic_quota = crate::limits::TopicQuota::new(config.limits.max_new_topics_per_client);
         let pattern_quota =
             crate::limits::TopicQuota::for_patterns(config.limits.max_new_patterns_per_client);
+        let retries = crate::bridge::idempotency::Retries::new(
+            config.cluster.idempotency_window,
+            config.cluster.idempotency_max_keys,
+        );
         let crate::validate::Access { auth, hooks } = access;
         Self(Arc::new(Inner {
             config,
@@ -118,6 +124,7 @@ impl AppState {
             publish_limits,
             topic_quota,
             pattern_quota,
+            retries,
             hooks,
         }))
     }
@@ -243,22 +250,34 @@ impl AppState {
     /// subscribers through the log, like every other node's), else to the local registry
     /// ([`herald_core::Registry::publish`]). Returns the message's position. A traced publish
     /// (`publish`, its span) gets a span for the append (in a cluster: the record carries its
-    /// context) or for the fan-out (alone).
+    /// context) or for the fan-out (alone). With an `idempotency` key, a publish of the same
+    /// key to the same topic within `cluster.idempotency_window` is not appended again: the
+    /// first one's position is returned (alone: from this node's bounded record of keys; in
+    /// a cluster: as the log decides, [`crate::bridge::Bridge::append`]).
     pub(crate) async fn append(
         &self,
         topic: &herald_core::TopicName,
         event: Option<herald_core::EventName>,
         data: herald_core::Payload,
         publish: Option<&Traced>,
+        idempotency: Option<&crate::bridge::idempotency::IdempotencyKey>,
     ) -> Result<herald_core::Cursor, ApiError> {
         if self.0.logs.is_empty() {
             let topic = self.registry().get_or_create(topic)?;
-            let fan_out = publish.and_then(|span| span.fan_out(&topic));
-            let message = topic.publish(event, data);
-            if let Some(fan_out) = fan_out {
-                fan_out.end(&topic);
-            }
-            return Ok(message.cursor());
+            let publish = || {
+                let fan_out = publish.and_then(|span| span.fan_out(&topic));
+                let message = topic.publish(event, data);
+                if let Some(fan_out) = fan_out {
+                    fan_out.end(&topic);
+                }
+                Ok::<_, ApiError>(message.cursor())
+            };
+            return match idempotency {
+                None => publish(),
+                Some(key) => (self.0.retries)
+                    .once(topic.name().as_str(), key.as_str(), publish)
+                    .map(|(position, _)| position),
+            };
         }
         let mut span = publish.and_then(|publish| {
             let log = self
@@ -278,7 +297,13 @@ impl AppState {
             tracestate: tracestate.as_deref(),
         };
         let appended = (self.0.logs)
-            .append(topic, event.as_ref(), &data, carried, None)
+            .append(
+                topic,
+                event.as_ref(),
+                &data,
+                carried,
+                idempotency.map(|k| k.as_str()),
+            )
             .await;
         if let Some(span) = &mut span {
             match &appended {
@@ -409,8 +434,14 @@ mod tests {
     async fn a_lone_node_positions_publishes_itself_and_is_ready_until_it_drains() {
         let (state, shutdown) = state(Logs::none());
         let topic = TopicName::new("t").unwrap();
-        let first = state.append(&topic, None, payload(), None).await.unwrap();
-        let second = state.append(&topic, None, payload(), None).await.unwrap();
+        let first = state
+            .append(&topic, None, payload(), None, None)
+            .await
+            .unwrap();
+        let second = state
+            .append(&topic, None, payload(), None, None)
+            .await
+            .unwrap();
         assert_eq!((first.epoch, second.seq), (second.epoch, first.seq + 1));
         assert_eq!(state.registry().get("t").unwrap().head(), second);
         assert!(state.is_ready() && state.not_ready().is_empty());
@@ -428,7 +459,7 @@ mod tests {
         let (state, _shutdown) = state(Logs::none().with(log.clone(), Feeds::Rest));
         let topic = TopicName::new("t").unwrap();
         let refused = state
-            .append(&topic, None, payload(), None)
+            .append(&topic, None, payload(), None, None)
             .await
             .unwrap_err();
         assert_eq!(refused.code(), "bridge_unavailable");
@@ -436,7 +467,10 @@ mod tests {
         assert_eq!(state.not_ready(), [("fake", "down".to_string())]);
         log.up.store(true, Ordering::Relaxed);
         assert_eq!(
-            state.append(&topic, None, payload(), None).await.unwrap(),
+            state
+                .append(&topic, None, payload(), None, None)
+                .await
+                .unwrap(),
             Cursor::new(5, 9)
         );
         assert_eq!(*log.appended.lock(), ["t"]);

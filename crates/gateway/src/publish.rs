@@ -14,6 +14,7 @@ use herald_core::{Cursor, EventName, Payload, TopicName};
 use serde_json::value::RawValue;
 
 use crate::app::AppState;
+use crate::bridge::idempotency::IdempotencyKey;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Hook};
 use crate::telemetry::metrics;
@@ -38,6 +39,9 @@ pub(crate) struct Prepared {
     pub event: Option<EventName>,
     /// The payload, compact.
     pub payload: Payload,
+    /// The publisher's idempotency key, if it gave one: a retry of it within
+    /// `cluster.idempotency_window` is answered with the first publish's position.
+    pub idempotency: Option<IdempotencyKey>,
 }
 
 /// A payload as a publisher sent it.
@@ -59,6 +63,8 @@ pub(crate) struct Draft<'a> {
     pub(crate) event: Option<&'a str>,
     /// The payload.
     pub(crate) data: Data<'a>,
+    /// The idempotency key, unchecked.
+    pub(crate) idempotency: Option<&'a str>,
 }
 
 /// Where a routed message went: its topic and the position it was given.
@@ -148,11 +154,14 @@ async fn prepare_draft(
         draft.topic,
         draft.event,
         draft.data,
+        draft.idempotency,
     )
     .await
 }
 
-/// The pipeline's first step, up to routing: validate the topic, authorise `publisher` for it,
+/// The pipeline's first step, up to routing: validate the topic and the idempotency key (a
+/// retry is checked as the first publish was: a publisher that may not publish it now is
+/// refused, not answered the first one's id), authorise `publisher` for it,
 /// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
 /// its messages come through here), then validate the event name and the payload. With the
 /// publish hook configured, a client is authorised last, once the message is known valid,
@@ -165,8 +174,10 @@ pub(crate) async fn prepare(
     topic: &str,
     event: Option<&str>,
     data: Data<'_>,
+    idempotency: Option<&str>,
 ) -> Result<Prepared, ApiError> {
     let topic = TopicName::new(topic)?;
+    let idempotency = idempotency.map(IdempotencyKey::new).transpose()?;
     let hooked = state.hooks().has(Hook::Publish)
         && state.config().hook_applies(Hook::Publish, topic.as_str());
     if let Publisher::Client(caller) = publisher {
@@ -236,6 +247,7 @@ pub(crate) async fn prepare(
         topic,
         event,
         payload,
+        idempotency,
     })
 }
 
@@ -274,7 +286,8 @@ fn token_may_publish(
 }
 
 /// The pipeline's last step: hands the prepared message to the state, which appends it to the
-/// log that feeds its topic or to the local registry ([`AppState::append`]); counted in
+/// log that feeds its topic or to the local registry ([`AppState::append`]; a retry of an
+/// idempotency key gets the first publish's position); counted in
 /// `herald_messages_published_total{source}`. Traced (the `herald.publish` span, its log
 /// lines with the trace id) when the publisher's context `trace` is sampled, or without one
 /// by `telemetry.trace_sample_ratio`.
@@ -289,14 +302,16 @@ pub(crate) async fn route(
         topic,
         event,
         payload,
+        idempotency,
     } = prepared;
+    let key = idempotency.as_ref();
     let id = match state
         .tracing()
         .publish(trace, source, &topic, payload.len())
     {
-        None => state.append(&topic, event, payload, None).await?,
+        None => state.append(&topic, event, payload, None, key).await?,
         Some(mut span) => {
-            let appended = state.append(&topic, event, payload, Some(&span));
+            let appended = state.append(&topic, event, payload, Some(&span), key);
             let appended = appended.instrument(span.log_span()).await;
             match &appended {
                 Ok(id) => span.set_id(*id),
@@ -343,6 +358,7 @@ mod tests {
             topic,
             event,
             data: Data::Json(data),
+            idempotency: None,
         }
     }
 
@@ -406,6 +422,7 @@ mod tests {
             topic: "t",
             event: None,
             data: Data::Msgpack(&msgpack),
+            idempotency: None,
         };
         assert_eq!(
             refused(&state, &Publisher::Trusted, None, big_msgpack).await,

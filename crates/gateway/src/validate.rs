@@ -210,6 +210,15 @@ impl Config {
             "cluster.backfill_timeout must be within 100ms..=1m"
         );
         at_least("cluster.redis_stream_maxlen", c.redis_stream_maxlen, 100)?;
+        ensure!(
+            (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(&c.idempotency_window),
+            "cluster.idempotency_window must be within 1s..=24h"
+        );
+        within(
+            "cluster.idempotency_max_keys",
+            c.idempotency_max_keys,
+            1..=10_000_000,
+        )?;
         within("cluster.redis_wait_replicas", c.redis_wait_replicas, 0..=16)?;
         ensure!(
             c.redis_wait_replicas == 0 || c.redis_mode != crate::config::RedisMode::Cluster,

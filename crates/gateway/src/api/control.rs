@@ -234,6 +234,8 @@ async fn send(
         topic: topic.as_str(),
         event: request.event.as_deref(),
         data: crate::publish::Data::Json(&request.data),
+        // A send is a publish plus a command to connections: not retried as one.
+        idempotency: None,
     };
     let publisher = crate::publish::Publisher::Trusted;
     let (topic, id) =

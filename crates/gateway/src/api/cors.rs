@@ -16,9 +16,9 @@ use axum::response::{IntoResponse, Response};
 use crate::app::AppState;
 
 /// Request headers a page may send: tokens, API keys, JSON bodies, SSE resume ids, the W3C
-/// trace context of a traced publish.
-const ALLOW_HEADERS: &str =
-    "authorization, x-api-key, content-type, last-event-id, cache-control, traceparent, tracestate";
+/// trace context of a traced publish, a publish's idempotency key.
+const ALLOW_HEADERS: &str = "authorization, x-api-key, content-type, last-event-id, \
+    cache-control, traceparent, tracestate, idempotency-key";
 /// How long a browser may cache a preflight answer, in seconds.
 const MAX_AGE: &str = "600";
 

@@ -93,6 +93,10 @@ pub(crate) struct PublishRequest {
     /// Optional event name.
     #[serde(default)]
     event: Option<String>,
+    /// Optional idempotency key: a retry with the same key to the same topic within
+    /// `cluster.idempotency_window` is answered with the first publish's id.
+    #[serde(default)]
+    idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,15 +130,17 @@ fn json_draft(request: &PublishRequest) -> Draft<'_> {
         topic: &request.topic,
         event: request.event.as_deref(),
         data: Data::Json(&request.data),
+        idempotency: request.idempotency_key.as_deref(),
     }
 }
 
 /// A message's draft from a MessagePack map with the fields of [`PublishRequest`]: `topic` (a
-/// string), `data` (any value with a JSON form, carried as given), `event` (a string or nil).
+/// string), `data` (any value with a JSON form, carried as given), `event` and
+/// `idempotency_key` (a string or nil).
 fn msgpack_draft(body: &[u8]) -> Result<Draft<'_>, ApiError> {
     use herald_core::msgpack;
     let fields = msgpack::map_fields(body).map_err(bad_msgpack)?;
-    let (mut topic, mut event, mut data) = (None, None, None);
+    let (mut topic, mut event, mut data, mut idempotency) = (None, None, None, None);
     for (key, raw) in fields {
         let string = |field: &str| {
             msgpack::as_str(raw).ok_or_else(|| {
@@ -145,11 +151,15 @@ fn msgpack_draft(body: &[u8]) -> Result<Draft<'_>, ApiError> {
             "topic" => topic = Some(string("topic")?),
             "event" if msgpack::is_nil(raw) => event = None,
             "event" => event = Some(string("event")?),
+            "idempotency_key" if msgpack::is_nil(raw) => idempotency = None,
+            "idempotency_key" => idempotency = Some(string("idempotency_key")?),
             "data" => data = Some(raw),
             other => {
                 return Err(ApiError::bad_request(
                     "bad_msgpack",
-                    format!("unknown field {other:?}, expected topic, data or event"),
+                    format!(
+                        "unknown field {other:?}, expected topic, data, event or idempotency_key"
+                    ),
                 ));
             }
         }
@@ -160,6 +170,7 @@ fn msgpack_draft(body: &[u8]) -> Result<Draft<'_>, ApiError> {
         topic: topic.ok_or_else(|| missing("topic"))?,
         event,
         data: Data::Msgpack(data.ok_or_else(|| missing("data"))?),
+        idempotency,
     })
 }
 
@@ -188,12 +199,21 @@ async fn answer_one(
     rate_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let request: PublishRequest;
-    let draft = if is_msgpack(headers) {
+    let mut draft = if is_msgpack(headers) {
         msgpack_draft(body)?
     } else {
         request = serde_json::from_slice(body).map_err(bad_json)?;
         json_draft(&request)
     };
+    if let Some(header) = idempotency_header(headers)? {
+        if draft.idempotency.is_some_and(|body| body != header) {
+            return Err(ApiError::bad_request(
+                "bad_idempotency_key",
+                "the Idempotency-Key header and the body's idempotency_key differ",
+            ));
+        }
+        draft.idempotency = Some(header);
+    }
     let routed = publish::one(
         state,
         publisher,
@@ -205,6 +225,23 @@ async fn answer_one(
     .await?;
     Ok(Json(receipt(&routed)))
 }
+
+/// The `Idempotency-Key` header of a single publish, when it has one (a value that is not
+/// visible ASCII is refused here, the rest by the pipeline).
+fn idempotency_header(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    value.to_str().map(Some).map_err(|_| {
+        ApiError::bad_request(
+            "bad_idempotency_key",
+            "an idempotency key is visible ASCII (! to ~, no space)",
+        )
+    })
+}
+
+/// The header of a single publish's idempotency key (the IETF draft's name).
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The request's trace context (`traceparent`, `tracestate` headers), read when tracing is on.
 fn carried<'a>(state: &AppState, headers: &'a HeaderMap) -> Carried<'a> {
@@ -352,6 +389,12 @@ async fn answer_batch(
     rate_key: Option<&str>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
+    if headers.contains_key(IDEMPOTENCY_KEY) {
+        return Err(ApiError::bad_request(
+            "bad_idempotency_key",
+            "a batch takes an idempotency_key per message, not the Idempotency-Key header",
+        ));
+    }
     let routed = if is_msgpack(headers) {
         // `{"messages": [...]}` as a MessagePack map.
         let fields = herald_core::msgpack::map_fields(&body).map_err(bad_msgpack)?;

@@ -11,6 +11,7 @@
 //! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
 //! the one reconnect-with-backoff loop every bridge runs its sessions in.
 
+pub(crate) mod idempotency;
 pub(crate) mod interest;
 pub(crate) mod kafka;
 pub(crate) mod kafka_props;

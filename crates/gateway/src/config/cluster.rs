@@ -78,6 +78,18 @@ pub struct ClusterConfig {
     /// one pipeline, changes only). A node silent for three intervals counts as gone.
     #[serde(with = "humantime_serde")]
     pub presence_interval: Duration,
+    /// How long a publish's idempotency key is remembered: a publish retried with the same
+    /// key to the same topic within it (HTTP `Idempotency-Key` or `idempotency_key`, the
+    /// WebSocket `publish` field, the Kafka record header `herald-idempotency-key`) is
+    /// answered with the first one's id and not published again (docs/protocol.md,
+    /// "Retry-safe publishing"). Bound: 1s to 24h.
+    #[serde(with = "humantime_serde")]
+    pub idempotency_window: Duration,
+    /// Most idempotency keys a node remembers (a lone node's publishes; the Kafka records it
+    /// reads, this many shared by the partitions, at least 1,024 each): past it the oldest
+    /// are forgotten first, so a publisher sending a fresh key with every message holds
+    /// memory to this bound (about 400 bytes a key). Bound: 1 to 10000000.
+    pub idempotency_max_keys: usize,
     /// Kafka bootstrap servers (`host:port,host:port`): enables the Kafka bridge, which
     /// delivers the records of `kafka_topics` to subscribers on every node.
     pub kafka_brokers: Option<String>,
@@ -173,6 +185,8 @@ impl Default for ClusterConfig {
             redis_wait_replicas: 0,
             redis_wait_timeout: Duration::from_millis(500),
             presence_interval: Duration::from_secs(2),
+            idempotency_window: Duration::from_secs(300),
+            idempotency_max_keys: 100_000,
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],
             kafka_feeds: Vec::new(),

@@ -16,6 +16,7 @@ mod fanout;
 mod history;
 mod hooks;
 mod hostile;
+mod idempotency;
 mod interest;
 mod join_leave;
 mod kafka;

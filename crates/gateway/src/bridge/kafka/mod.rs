@@ -54,6 +54,7 @@
 mod broadcast;
 mod follow;
 pub(crate) mod keys;
+mod retries;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,6 +69,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use self::keys::Layout;
+use super::idempotency::{IdempotencyKey, KAFKA_HEADER};
 use super::interest::Interest;
 use super::kafka_props::{self, KafkaContext};
 use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
@@ -120,6 +122,8 @@ pub(crate) struct KafkaBridge {
     caught_up: AtomicBool,
     /// Broadcast routing: partitions assigned (every partition of the configured topics).
     partitions: std::sync::atomic::AtomicUsize,
+    /// The idempotency keys of the records read and produced, per partition.
+    retries: retries::Retries,
 }
 
 impl std::fmt::Debug for KafkaBridge {
@@ -187,6 +191,7 @@ impl KafkaBridge {
             ready: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),
             partitions: std::sync::atomic::AtomicUsize::new(0),
+            retries: retries::Retries::new(config.idempotency_window, config.idempotency_max_keys),
         }))
     }
 
@@ -217,6 +222,7 @@ impl KafkaBridge {
         let (topics, c) = (self.topics.clone(), consumer.clone());
         let counts = tokio::task::spawn_blocking(move || partition_counts(&c, &topics)).await??;
         let current = Layout::new(self.partitioner, &counts);
+        self.retries.set_partitions(current.total());
         match self.broadcast {
             true => self.consume_all(ingest, &consumer, &current).await,
             false => follow::consume(self, ingest, &consumer, current, first).await,
@@ -279,6 +285,8 @@ impl KafkaBridge {
                 );
             });
             if !dropped.is_empty() {
+                let partitions: Vec<_> = dropped.iter().map(|g| layout.partition(*g)).collect();
+                self.retries.forget(&partitions);
                 let mut positions = self.positions.lock();
                 for group in dropped {
                     positions.remove(&group);
@@ -375,10 +383,28 @@ impl KafkaBridge {
             message.offset() as u64 + 1,
         );
         let now = now_ms() as i64;
-        let age_ms = message
-            .timestamp()
-            .to_millis()
-            .map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
+        let written = message.timestamp().to_millis();
+        let age_ms = written.map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
+        if let Some(key) = idempotency_key(message)
+            && let retries::Verdict::Repeat(first) = self.retries.ingested(
+                (message.topic(), message.partition()),
+                topic.as_str(),
+                key,
+                position,
+                written.map_or(now, |ts| ts.max(0)) as u64,
+            )
+        {
+            metrics::bridge_message(NAME, "repeat");
+            tracing::debug!(
+                %topic,
+                partition = message.partition(),
+                offset = message.offset(),
+                %first,
+                "kafka record dropped: its idempotency key was published to the topic within \
+                 cluster.idempotency_window"
+            );
+            return;
+        }
         // The W3C headers of a traced record (Herald's or another producer's).
         let mut trace = Carried::NONE;
         if ingest.traces() {
@@ -392,6 +418,27 @@ impl KafkaBridge {
             }
         }
         ingest.deliver(topic, position, event, payload, age_ms, trace);
+    }
+}
+
+/// A record's idempotency key (the last `herald-idempotency-key` header), when it has a valid
+/// one; an invalid one is ignored (the record is delivered as if it had none).
+fn idempotency_key<'a>(message: &'a rdkafka::message::BorrowedMessage<'_>) -> Option<&'a str> {
+    let value = (message.headers()?.iter())
+        .filter(|h| h.key == KAFKA_HEADER)
+        .last()?
+        .value?;
+    let key = std::str::from_utf8(value).ok();
+    match key.map(IdempotencyKey::check) {
+        Some(Ok(())) => key,
+        _ => {
+            tracing::debug!(
+                partition = message.partition(),
+                offset = message.offset(),
+                "kafka record with an invalid herald-idempotency-key: delivered without one"
+            );
+            None
+        }
     }
 }
 
@@ -459,16 +506,26 @@ impl Bridge for KafkaBridge {
     }
 
     /// Produces the message to the first configured Kafka topic, keyed by the Herald topic,
-    /// with `herald-topic` / `herald-event` headers; the position is where Kafka stored it.
+    /// with `herald-topic` / `herald-event` (and `herald-idempotency-key`) headers; the
+    /// position is where Kafka stored it. A retry of a key this node has read or produced
+    /// within the window is answered with the first record's position, not produced
+    /// ([`retries`]).
     fn append<'a>(
         &'a self,
         topic: &'a TopicName,
         event: Option<&'a EventName>,
         data: &'a Payload,
         trace: Carried<'a>,
-        _idempotency: Option<&'a str>,
+        idempotency: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
+            let kafka_topic = self.topics[0].as_str();
+            if let Some(key) = idempotency
+                && let Some(first) =
+                    (self.retries).answered(kafka_topic, topic.as_str(), key, now_ms())
+            {
+                return Ok(first);
+            }
             let mut headers = OwnedHeaders::new()
                 .insert(Header {
                     key: "herald-topic",
@@ -488,6 +545,7 @@ impl Bridge for KafkaBridge {
             for (key, value) in [
                 ("traceparent", trace.traceparent),
                 ("tracestate", trace.tracestate),
+                (KAFKA_HEADER, idempotency),
             ] {
                 if let Some(value) = value {
                     headers = headers.insert(Header {
@@ -520,10 +578,20 @@ impl Bridge for KafkaBridge {
                     reason: e.to_string(),
                 })?;
             metrics::bridge_message(NAME, "out");
-            Ok(Cursor::new(
-                partition_epoch(&self.topics[0], delivery.partition),
+            let position = Cursor::new(
+                partition_epoch(kafka_topic, delivery.partition),
                 delivery.offset as u64 + 1,
-            ))
+            );
+            Ok(match idempotency {
+                Some(key) => self.retries.produced(
+                    (kafka_topic, delivery.partition),
+                    topic.as_str(),
+                    key,
+                    position,
+                    now_ms(),
+                ),
+                None => position,
+            })
         })
     }
 

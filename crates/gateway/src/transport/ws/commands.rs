@@ -250,6 +250,7 @@ impl<S: PeerStream> Session<S> {
                 data,
                 traceparent,
                 tracestate,
+                idempotency_key,
             } => {
                 let data = match msgpack {
                     Some(bytes) => publish::Data::Msgpack(bytes),
@@ -259,7 +260,9 @@ impl<S: PeerStream> Session<S> {
                     traceparent: traceparent.as_deref(),
                     tracestate: tracestate.as_deref(),
                 };
-                self.publish(&topic, data, event.as_deref(), trace).await
+                let key = idempotency_key.as_deref();
+                self.publish(&topic, data, event.as_deref(), trace, key)
+                    .await
             }
         }
     }

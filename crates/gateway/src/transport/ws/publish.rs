@@ -15,6 +15,7 @@ impl<S: PeerStream> Session<S> {
         data: publish::Data<'_>,
         event: Option<&str>,
         trace: Carried<'_>,
+        idempotency: Option<&str>,
     ) -> Result<Flow, FrameError> {
         self.admit_connection_publish()?;
         // The peer is asked for only when publishing (rare), rather than kept per connection.
@@ -27,16 +28,25 @@ impl<S: PeerStream> Session<S> {
             Publisher::Client(self.caller(peer))
         };
         let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
-        let prepared = publish::prepare(&self.state, &publisher, Some(&key), topic, event, data)
-            .await
-            .map_err(|e| {
-                if e.code() == "publish_rate" {
-                    metrics::client_error("ws", "publish_rate");
-                    FrameError::new("rate_limited", FrameError::from(e).reason)
-                } else {
-                    FrameError::from(e)
-                }
-            })?;
+        let rate = Some(key.as_str());
+        let prepared = publish::prepare(
+            &self.state,
+            &publisher,
+            rate,
+            topic,
+            event,
+            data,
+            idempotency,
+        )
+        .await
+        .map_err(|e| {
+            if e.code() == "publish_rate" {
+                metrics::client_error("ws", "publish_rate");
+                FrameError::new("rate_limited", FrameError::from(e).reason)
+            } else {
+                FrameError::from(e)
+            }
+        })?;
         if let Some(upstream) = self.state.upstream() {
             upstream.publish_event(
                 &self.guard.id().to_string(),
