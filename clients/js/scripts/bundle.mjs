@@ -18,7 +18,7 @@ export async function bundle() {
     write: false,
     legalComments: "none",
     banner: {
-      js: "// herald-client, bundled from clients/js/src by `npm run bundle` there. Do not edit:\n// edit the sources and run it again (`npm test` checks this copy is current).",
+      js: "// heraldpush (the npm package of clients/js), bundled from its src/ by `npm run bundle` there. Do not edit:\n// edit the sources and run it again (`npm test` checks this copy is current).",
     },
   });
   return result.outputFiles[0].text;

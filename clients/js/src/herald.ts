@@ -1,4 +1,4 @@
-// herald-client: the Herald push gateway's client for browsers and Node ≥ 20.
+// heraldpush (npm): the Herald push gateway's client for browsers and Node ≥ 20.
 //
 // One connection carries every subscription. It uses the first transport of
 // `options.transports` that gets through (WebSocket, then SSE, then long-poll by default),

@@ -1,4 +1,4 @@
-// herald-client, bundled from clients/js/src by `npm run bundle` there. Do not edit:
+// heraldpush (the npm package of clients/js), bundled from its src/ by `npm run bundle` there. Do not edit:
 // edit the sources and run it again (`npm test` checks this copy is current).
 
 // src/types.ts

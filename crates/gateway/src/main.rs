@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use herald_gateway::config::Cli;
+use herald_gateway::config::{Cli, LogFormat};
 
 use tokio_util::sync::CancellationToken;
 
@@ -43,11 +43,28 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
+    // A misspelled variable would otherwise be ignored without a word.
+    let unknown = Cli::unknown_env_vars(std::env::vars_os())
+        .into_iter()
+        .map(|(name, closest)| match closest {
+            Some(closest) => format!("{name} is not a Herald setting (ignored); did you mean {closest}?"),
+            None => format!("{name} is not a Herald setting (ignored); `herald --help` lists the HERALD_* variables"),
+        });
     if cli.print_config {
-        print!("{}", toml::to_string(&config).unwrap_or_default());
-        return ExitCode::SUCCESS;
+        unknown.for_each(|warning| eprintln!("herald: warning: {warning}"));
+        return match cli.printed_config(&config) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("herald: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     herald_gateway::init_logging(&config);
+    unknown.for_each(|warning| tracing::warn!("unknown environment variable: {warning}"));
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if config.worker_threads > 0 {
         builder.worker_threads(config.worker_threads);
@@ -61,6 +78,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let config_log_format = config.log_format;
     let result = runtime.block_on(async {
         let (public, admin) = herald_gateway::bind_listeners(&config)?;
         let public = tokio::net::TcpListener::from_std(public)?;
@@ -75,8 +93,12 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "herald failed");
-            eprintln!("herald: {e:#}");
+            // Once: as a log line where logs are read by machines, else as plain text (the
+            // text log line would repeat it).
+            match config_log_format {
+                LogFormat::Json => tracing::error!(error = format!("{e:#}"), "herald failed"),
+                LogFormat::Text => eprintln!("herald: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

@@ -352,10 +352,38 @@ pub fn bind_listeners(
 ) -> anyhow::Result<(std::net::TcpListener, std::net::TcpListener)> {
     let backlog = config.limits.listen_backlog;
     let public = server::bind(config.listen, backlog)
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
+        .map_err(|e| bind_error(e, config.listen, "public", "listen"))?;
     let admin = server::bind(config.admin_listen, backlog)
-        .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
+        .map_err(|e| bind_error(e, config.admin_listen, "admin", "admin-listen"))?;
     Ok((public, admin))
+}
+
+/// Why a listener could not be bound, naming the setting that chose its address (the flag,
+/// its environment twin, the file's key) and, for the usual causes, what to do.
+fn bind_error(e: std::io::Error, addr: SocketAddr, which: &str, flag: &str) -> anyhow::Error {
+    let setting = format!(
+        "--{flag}, HERALD_{}, `{}` in the file",
+        flag.replace('-', "_").to_uppercase(),
+        flag.replace('-', "_")
+    );
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            format!(
+                "; another process holds {addr}: stop it, or give another port with --{flag} HOST:PORT"
+            )
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            format!("; {} is not an address of this machine", addr.ip())
+        }
+        std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => {
+            format!(
+                "; port {} needs privileges: use a port from 1024 up",
+                addr.port()
+            )
+        }
+        _ => String::new(),
+    };
+    anyhow::anyhow!("cannot listen on {addr}, the {which} listener ({setting}): {e}{hint}")
 }
 
 impl Gateway {

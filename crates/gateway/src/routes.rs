@@ -9,7 +9,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 use crate::api;
 use crate::app::AppState;
@@ -30,6 +30,10 @@ pub fn public_router(state: AppState) -> Router {
         router = router
             .route("/v1/publish", post(api::publish::post_one_public))
             .route("/v1/publish/batch", post(api::publish::post_batch_public));
+    } else {
+        router = router
+            .route("/v1/publish", any(publish_not_served))
+            .route("/v1/publish/batch", any(publish_not_served));
     }
     router
         .fallback(not_found)
@@ -98,7 +102,7 @@ async fn demo_page() -> impl IntoResponse {
     Html(include_str!("demo.html"))
 }
 
-/// herald-client (clients/js) as one ES module, for the demo page and for pages that load it
+/// heraldpush (clients/js) as one ES module, for the demo page and for pages that load it
 /// from the gateway (bundled by `npm run bundle` there, kept current by its tests).
 async fn client_script() -> impl IntoResponse {
     (
@@ -110,6 +114,25 @@ async fn client_script() -> impl IntoResponse {
             (axum::http::header::CACHE_CONTROL, "no-cache"),
         ],
         include_str!("herald-client.js"),
+    )
+}
+
+/// `/v1/publish` on a public listener that does not serve it: a 404 as for any route it
+/// lacks, saying where publishing is served and what serves it here.
+async fn publish_not_served(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "publish_not_served",
+        format!(
+            "publishing is not served on the public listener: publish on the admin listener \
+             ({}, `admin_listen`), or serve it here with API keys (--auth-api-keys, \
+             `auth.api_keys`), token keys whose `publish` claim allows the topic \
+             (--auth-hs256-secret, `auth.*_public_keys`, `auth.jwks_file`), a publish hook \
+             (--hooks-publish-url) or, in development only, --dev (HERALD_DEV=true)",
+            state.config().admin_listen
+        ),
     )
 }
 

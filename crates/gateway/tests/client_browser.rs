@@ -1,6 +1,6 @@
 //! Headless Chromium against real `herald` processes, driven by node and playwright-core:
 //!
-//! - herald-client (clients/js), built: transport fallback through a test proxy and back, a
+//! - heraldpush (clients/js), built: transport fallback through a test proxy and back, a
 //!   drain and restart, a node killed in a 3-node Redis cluster, SSE from another origin with
 //!   credentials (`tests/browser/client.mjs` says what is checked);
 //! - the admin console as an operator uses it (`tests/browser/console.mjs`).

@@ -26,11 +26,11 @@ pub struct Cli {
     /// TOML configuration file (see `--print-config` for every key and its default).
     #[arg(long, env = "HERALD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Public listener address.
-    #[arg(long, env = "HERALD_LISTEN", value_name = "ADDR")]
+    /// Public listener address, `IP:PORT`.
+    #[arg(long, env = "HERALD_LISTEN", value_parser = parse_listen, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Admin listener address (publish API, metrics, health).
-    #[arg(long, env = "HERALD_ADMIN_LISTEN", value_name = "ADDR")]
+    /// Admin listener address, `IP:PORT` (publish API, metrics, health).
+    #[arg(long, env = "HERALD_ADMIN_LISTEN", value_parser = parse_listen, value_name = "ADDR")]
     pub admin_listen: Option<SocketAddr>,
     /// Log format.
     #[arg(long, env = "HERALD_LOG_FORMAT", value_name = "FORMAT")]
@@ -187,6 +187,37 @@ pub struct Cli {
     /// A subcommand instead of serving.
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// A listener address (`--listen`, `--admin-listen`): `IP:PORT`, with a hint for what is
+/// typed instead (a port alone, a host name).
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let port = |p: &str| p.parse::<u16>().ok();
+    if let Some(p) = port(s).or_else(|| s.strip_prefix(':').and_then(port)) {
+        return Err(format!(
+            "a port alone is not an address: give HOST:PORT, e.g. 0.0.0.0:{p} (every interface) \
+             or 127.0.0.1:{p} (this machine only)"
+        ));
+    }
+    if let Some((host, p)) = s.rsplit_once(':')
+        && let Some(p) = port(p)
+        && !host.is_empty()
+    {
+        if host.parse::<std::net::Ipv6Addr>().is_ok() {
+            return Err(format!("an IPv6 address goes in brackets: [{host}]:{p}"));
+        }
+        return Err(format!(
+            "{host:?} is not an IP address (host names are not looked up): give HOST:PORT with \
+             an IP, e.g. 127.0.0.1:{p} for localhost, 0.0.0.0:{p} for every interface"
+        ));
+    }
+    Err(
+        "expected HOST:PORT with an IP address, e.g. 0.0.0.0:8080, 127.0.0.1:8080 or [::]:8080"
+            .into(),
+    )
 }
 
 fn parse_lag_policy(s: &str) -> Result<LagPolicy, String> {
@@ -421,6 +452,104 @@ impl Cli {
         (self.telemetry).apply(&mut config.telemetry, std::env::vars());
         Ok(config)
     }
+
+    /// `config` as `--print-config` prints it: TOML, secrets left out, and a node id picked
+    /// at random by this start (neither `--node-id`, `HERALD_NODE_ID` nor the file set one)
+    /// commented out, so that the printed file is safe to give every node of a cluster: each
+    /// start from it picks its own.
+    pub fn printed_config(&self, config: &Config) -> anyhow::Result<String> {
+        let text = toml::to_string(config).context("cannot print the configuration")?;
+        if self.pins_node_id() {
+            return Ok(text);
+        }
+        let mut section = "";
+        let mut printed = String::with_capacity(text.len() + 100);
+        for line in text.lines() {
+            if line.starts_with('[') {
+                section = line;
+            }
+            if section == "[cluster]" && line.starts_with("node_id = ") {
+                printed.push_str(NODE_ID_UNSET);
+            } else {
+                printed.push_str(line);
+            }
+            printed.push('\n');
+        }
+        Ok(printed)
+    }
+
+    /// Whether the node id is set (flag, environment or file) rather than picked at random.
+    fn pins_node_id(&self) -> bool {
+        self.node_id.is_some()
+            || self.config.as_ref().is_some_and(|path| {
+                std::fs::read_to_string(path)
+                    .ok()
+                    .and_then(|text| text.parse::<toml::Table>().ok())
+                    .and_then(|file| file.get("cluster")?.get("node_id").cloned())
+                    .is_some()
+            })
+    }
+
+    /// The `HERALD_*` variables among `vars` that set nothing (a typo, or a setting that has
+    /// no environment twin), each with the variable it is probably meant to be. The known
+    /// ones are the flags' twins as clap declares them, and `HERALD_KAFKA_PROPERTIES_*`.
+    pub fn unknown_env_vars(
+        vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Vec<(String, Option<String>)> {
+        let known = env_twins();
+        vars.into_iter()
+            .filter_map(|(name, _)| name.into_string().ok())
+            .filter(|name| name.starts_with("HERALD_"))
+            .filter(|name| !name.starts_with(super::secrets::ENV_PREFIX))
+            .filter(|name| !known.contains(name))
+            .map(|name| {
+                let closest = known
+                    .iter()
+                    .map(|k| (edit_distance(&name, k), k))
+                    .min()
+                    .filter(|(d, _)| *d <= 3)
+                    .map(|(_, k)| k.clone());
+                (name, closest)
+            })
+            .collect()
+    }
+}
+
+/// What `--print-config` prints instead of a node id picked at random.
+const NODE_ID_UNSET: &str = "# node_id = \"...\"    # unset: each start picks a random id (safe to copy to every node); \
+     set a distinct one per node to keep it across restarts";
+
+/// Every `HERALD_*` environment variable a flag reads, the subcommands' included.
+fn env_twins() -> Vec<String> {
+    fn walk(command: &clap::Command, out: &mut Vec<String>) {
+        out.extend(
+            command
+                .get_arguments()
+                .filter_map(|arg| arg.get_env()?.to_str().map(str::to_owned)),
+        );
+        command.get_subcommands().for_each(|sub| walk(sub, out));
+    }
+    let mut out = Vec::new();
+    walk(&Cli::command(), &mut out);
+    out
+}
+
+/// Levenshtein distance between `a` and `b` (ASCII names).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// Subcommands of `herald`.

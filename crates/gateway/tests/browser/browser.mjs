@@ -1,5 +1,5 @@
 // Drives headless Chromium (Debian's package) against a running Herald gateway:
-//  1. the demo page: a person clicks Connect for herald-client (the library, served by the
+//  1. the demo page: a person clicks Connect for heraldpush (the client library, served by the
 //     gateway at /herald-client.js), SSE and WebSocket and sees a published message arrive in
 //     all three lists; then the browser's native WebSocket negotiates permessage-deflate and a
 //     large message and a large ping go through it compressed;
@@ -8,7 +8,7 @@
 //     while it was away, then live ones.
 //  3. over TLS (optional arguments): the page loads over HTTP/2 and an EventSource on it receives
 //     a published message (SSE over HTTP/2 through a real browser);
-//  4. with HERALD_USER_TOKEN (a token of user `browser-user`): herald-client holding it is
+//  4. with HERALD_USER_TOKEN (a token of user `browser-user`): heraldpush holding it is
 //     disconnected by the admin API with "reconnect": false, and stays closed, telling why.
 // Usage: node browser.mjs PUBLIC_URL ADMIN_URL [TLS_PUBLIC_URL TLS_ADMIN_URL]
 // (exit code 0 = pass; prints the reason otherwise)
@@ -57,7 +57,7 @@ try {
     document.getElementById("sse-log").textContent.includes("hello from the test") &&
     document.getElementById("ws-log").textContent.includes("hello from the test"), null, { timeout: 10000 });
   await demo.screenshot({ path: process.env.HERALD_SCREENSHOT || "/tmp/herald-demo.png" });
-  console.log("demo page: herald-client, SSE and WebSocket panes show the published message");
+  console.log("demo page: heraldpush, SSE and WebSocket panes show the published message");
 
   // 1b. Chromium's own WebSocket negotiates permessage-deflate: a large message arrives
   // whole, and a large ping the browser compresses is inflated and echoed.
@@ -147,7 +147,7 @@ try {
     console.log(`EventSource over HTTP/2 (TLS): page protocol ${protocol}, received ${h2got[0]}`);
   }
 
-  // 4. The application logs its user out: herald-client hears "stay away" and stays closed.
+  // 4. The application logs its user out: heraldpush hears "stay away" and stays closed.
   const userToken = process.env.HERALD_USER_TOKEN;
   if (userToken) {
     const app = await browser.newPage();
@@ -172,7 +172,7 @@ try {
     assert(events.includes("error disconnected"), `events: ${JSON.stringify(events)}`);
     const after = await (await fetch(`${admin}/v1/users/browser-user/connections`)).json();
     assert(Object.values(after.nodes).every((ids) => ids.length === 0), `still connected: ${JSON.stringify(after)}`);
-    console.log(`herald-client: disconnected by the application, stays closed: ${JSON.stringify(events)}`);
+    console.log(`heraldpush: disconnected by the application, stays closed: ${JSON.stringify(events)}`);
   }
 } finally {
   await browser.close();

@@ -1,4 +1,4 @@
-// herald-client (clients/js/dist) in headless Chromium against real `herald` processes:
+// heraldpush (clients/js/dist) in headless Chromium against real `herald` processes:
 // every message arrives once and in order, and the state events and `transport` follow, when
 //  (c) WebSocket upgrades are refused by a proxy in front of Herald → SSE,
 //  (d) SSE is cut off as well → long-poll, and back to WebSocket when both are allowed again,

@@ -156,7 +156,7 @@ export class Proxy {
       const name = req.url.slice("/__client/".length).split("?")[0];
       if (name === "page.html") {
         res.writeHead(200, { "content-type": "text/html" });
-        res.end("<!doctype html><title>herald-client test</title><body>herald-client test</body>");
+        res.end("<!doctype html><title>heraldpush test</title><body>heraldpush test</body>");
         return;
       }
       if (!/^[a-z]+\.js$/.test(name)) {
