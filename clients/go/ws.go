@@ -267,12 +267,13 @@ func (w *wsConn) sendLocked(cmd command, p wsPending) error {
 // (with their cursors, and those of the topics their patterns delivered), an `unsubscribe`
 // for those dropped.
 func (w *wsConn) subscribe() error {
-	sn := w.l.snapshot()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ws == nil || w.failed != nil {
 		return nil
 	}
+	// Read under w.mu: two updates at once must not compare stale topics with fresh ones.
+	sn := w.l.snapshot()
 	wanted := map[string]bool{}
 	var topics []string
 	cursors := map[string]string{}
