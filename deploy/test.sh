@@ -8,6 +8,8 @@
 #
 #   HERALD_SKIP_BROWSER=1  skip the browser test (and installing Chromium / npm packages)
 #   HERALD_SKIP_CHAOS=1    skip the 2-minute chaos soak (deploy/chaos.sh)
+#   HERALD_SKIP_CONFORMANCE=1  skip the clients' conformance suite (clients/conformance: every
+#                          scenario against the Python, JavaScript and Go clients; ~2 minutes)
 #   HERALD_SKIP_SOAK=1     skip the hostile-client soak (deploy/hostile-soak.sh: a release
 #                          build under the loadgen's attack catalogue for a minute)
 #   HERALD_SHIP_TESTS=1    then run deploy/deploy-test.sh and deploy/image-test.sh too
@@ -62,6 +64,26 @@ trap '"$repo/deploy/engines.sh" stop >&2 || true' EXIT
 eval "$("$repo/deploy/engines.sh" start)"
 
 cargo test --workspace "$@"
+
+# The clients' conformance suite (clients/conformance/README.md): every scenario against every
+# client's runner (Python, JavaScript on clients/js/dist built above, Go where `go` and
+# clients/go exist), each on fresh nodes of the debug build behind Toxiproxy (installed with
+# Go, cached, as deploy/chaos.sh does) and an HTTP-aware gate, the cluster scenarios on the
+# engines' Redis. Python's own unit tests first. A virtual environment in target/ holds
+# heraldpush (from ./clients/python) and pytest.
+if [ "${HERALD_SKIP_CONFORMANCE:-}" != 1 ]; then
+  cargo build --bin herald
+  venv=$repo/target/conformance-venv
+  if [ ! -x "$venv/bin/python" ] && ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    rm -rf "$venv"
+    echo "deploy/test.sh: installing Debian's python3-venv for the conformance suite" >&2
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./clients/python pytest
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests clients/conformance/harness
+fi
 
 # The hostile-client soak: release builds of herald and herald-loadgen, the whole attack
 # catalogue for a minute while good clients must receive every message and Herald's RSS and

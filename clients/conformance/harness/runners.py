@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ class RunnerSpec:
 
 
 def _expand(s: str, tmp: Path) -> str:
-    return s.replace("{repo}", str(REPO)).replace("{tmp}", str(tmp))
+    return s.replace("{repo}", str(REPO)).replace("{tmp}", str(tmp)).replace("{python}", sys.executable)
 
 
 def load_runners(tmp: Path) -> list[RunnerSpec]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conftest import _needs, runners
+from suite import needs, runners
 from engine import LaneResult
 
 
@@ -16,7 +16,7 @@ def test_scenario(case: tuple[str, str], played: dict[tuple[str, str], LaneResul
     spec = next(r for r in runners() if r.name == runner)
     if spec.unavailable is not None:
         pytest.skip(f"runner {runner} unavailable: {spec.unavailable}")
-    missing = _needs(scenario_data[name]) - (spec.capabilities or _needs(scenario_data[name]))
+    missing = needs(scenario_data[name]) - (spec.capabilities or needs(scenario_data[name]))
     if missing:
         pytest.skip(f"{runner} lacks {sorted(missing)}")
     result = played.get(case)
