@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -41,8 +42,11 @@ type command struct {
 	Ref         any               `json:"ref"`
 }
 
-// out writes one event line at a time (os.Stdout is not buffered: each line goes at once).
-type out struct{ mu sync.Mutex }
+// out writes one event line at a time, each at once (os.Stdout is not buffered).
+type out struct {
+	mu sync.Mutex
+	w  io.Writer
+}
 
 func (o *out) event(fields map[string]any) {
 	b, err := json.Marshal(fields)
@@ -51,7 +55,7 @@ func (o *out) event(fields map[string]any) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	_, _ = os.Stdout.Write(append(b, '\n'))
+	_, _ = o.w.Write(append(b, '\n'))
 }
 
 func (o *out) fail(ref any, err error) {
@@ -77,8 +81,11 @@ func envMS(name string, def time.Duration) time.Duration {
 	return def
 }
 
-func main() {
-	o := &out{}
+func main() { run(os.Stdin, os.Stdout) }
+
+// run speaks the contract on in and stdout until `stop` or the end of in.
+func run(stdin io.Reader, stdout io.Writer) {
+	o := &out{w: stdout}
 	var (
 		client   *heraldpush.Client
 		tokenMu  sync.Mutex
@@ -104,7 +111,7 @@ func main() {
 		o.event(map[string]any{"event": "closed"})
 	}
 
-	in := bufio.NewScanner(os.Stdin)
+	in := bufio.NewScanner(stdin)
 	in.Buffer(make([]byte, 64<<10), 16<<20)
 	for in.Scan() {
 		var cmd command
