@@ -69,8 +69,8 @@ cargo test --workspace "$@"
 # client's runner (Python, JavaScript on clients/js/dist built above, Go where `go` and
 # clients/go exist), each on fresh nodes of the debug build behind Toxiproxy (installed with
 # Go, cached, as deploy/chaos.sh does) and an HTTP-aware gate, the cluster scenarios on the
-# engines' Redis. Python's own unit tests first. A virtual environment in target/ holds
-# heraldpush (from ./clients/python) and pytest.
+# engines' Redis. The Python client's type check (mypy --strict) and its own tests first. A
+# virtual environment in target/ holds heraldpush (from ./clients/python), pytest and mypy.
 if [ "${HERALD_SKIP_CONFORMANCE:-}" != 1 ]; then
   cargo build --bin herald
   venv=$repo/target/conformance-venv
@@ -81,7 +81,8 @@ if [ "${HERALD_SKIP_CONFORMANCE:-}" != 1 ]; then
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
     python3 -m venv "$venv"
   fi
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./clients/python pytest
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./clients/python pytest mypy
+  (cd clients/python && "$venv/bin/python" -m mypy)
   "$venv/bin/python" -m pytest -q -p no:cacheprovider clients/python/tests clients/conformance/harness
 fi
 

@@ -36,6 +36,8 @@ MAX_PENDING = 1024
 WS_READ_AHEAD = 64
 #: Largest WebSocket frame accepted (the gateway's own limit is 64 KiB of payload).
 WS_MAX_FRAME = 4 << 20
+#: The gateway's SSE heartbeat when a client asks for none (`sse.heartbeat`), in seconds.
+SSE_DEFAULT_HEARTBEAT = 15
 #: Largest poll answer or SSE event accepted, in characters.
 MAX_EVENT = 4 << 20
 
@@ -383,6 +385,7 @@ class SseConnection(_Restartable):
     def __init__(self, ctx: ConnContext, sink: Sink) -> None:
         super().__init__(ctx, sink)
         self._asked: set[str] = set()
+        self._heartbeat_ok = True
 
     def update(self) -> None:
         # A new stream is a new connection on the gateway: only for another set of topics.
@@ -390,15 +393,27 @@ class SseConnection(_Restartable):
             self._restart_now()
 
     async def _once(self) -> Closed:
+        info = await self._stream(ask_heartbeat=self._heartbeat_ok)
+        if info.fatal is not None and info.fatal.code == "bad_heartbeat":
+            # The gateway's bounds do not allow the interval asked for: take its default, and
+            # wait long enough for it.
+            self._heartbeat_ok = False
+            info = await self._stream(ask_heartbeat=False)
+        return info
+
+    async def _stream(self, ask_heartbeat: bool) -> Closed:
         topics = self.ctx.topics()
         self._asked = set(topics)
         heartbeat = max(1, int(self.ctx.dead_timeout / 2))
-        params = _topic_params(topics) + [("format", "json"), ("heartbeat", str(heartbeat))]
+        params = _topic_params(topics) + [("format", "json")]
+        if ask_heartbeat:
+            params.append(("heartbeat", str(heartbeat)))
         resume = wire.format_resume_list([*topics.items(), *self.ctx.pattern_cursors().items()])
         headers = _headers(self.ctx, {"accept": "text/event-stream", "cache-control": "no-cache"})
         if resume:
             headers["last-event-id"] = resume
-        timeout = httpx.Timeout(self.ctx.dead_timeout, connect=self.ctx.open_timeout)
+        dead = self.ctx.dead_timeout if ask_heartbeat else max(self.ctx.dead_timeout, 2 * SSE_DEFAULT_HEARTBEAT + 5)
+        timeout = httpx.Timeout(dead, connect=self.ctx.open_timeout)
         ending: wire.Ended | None = None
         retry_ms: int | None = None
         try:
@@ -425,7 +440,7 @@ class SseConnection(_Restartable):
         except wire.ProtocolError as e:
             return Closed(f"sse: malformed event: {e}", protocol_error=True)
         except httpx.ReadTimeout:
-            return Closed(f"sse: nothing received for {self.ctx.dead_timeout:g} s (no heartbeat)")
+            return Closed(f"sse: nothing received for {dead:g} s (no heartbeat)")
         except httpx.HTTPError as e:
             return Closed(f"sse: {e!r}")
         return _ended(ending, "sse", retry_ms)
