@@ -152,39 +152,24 @@ func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 		return cause(fmt.Errorf("heraldpush: poll: %w", err))
 	}
 	timer.Stop()
-	var a pollAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		err = malformed("poll answer: %v", err)
-		return &endError{err: err}
-	}
-	if err := p.deliver(parent, names, &a); err != nil {
+	if err := p.deliver(parent, names, body); err != nil {
 		if errors.Is(err, errMalformed) {
 			return &endError{err: err}
 		}
 		return err
 	}
-	if a.Disconnect != nil {
-		// The application ended this client's connection (admin API); reconnect: false
-		// (logged out, banned) stops polling.
-		reason := a.Disconnect.Reason
-		if reason == "" {
-			reason = "disconnected"
-		}
-		e := &endError{err: &Error{Code: "disconnected", Reason: reason}}
-		if a.Disconnect.Reconnect != nil && !*a.Disconnect.Reconnect {
-			e.fatal = true
-		}
-		return e
-	}
 	return nil
 }
 
-func (p *pollConn) deliver(ctx context.Context, names []string, a *pollAnswer) error {
-	positions := ParseResumeList(a.Cursor)
+func (p *pollConn) deliver(ctx context.Context, names []string, body []byte) error {
+	a, err := decodePollAnswer(body)
+	if err != nil {
+		return err
+	}
 	// Topics of the answer the poll did not ask for, nor its patterns deliver: a connect
 	// hook's.
 	var added []string
-	for _, tc := range positions {
+	for _, tc := range a.positions {
 		if !slices.Contains(names, tc.Topic) && !slices.ContainsFunc(names, func(n string) bool { return MatchesPattern(n, tc.Topic) }) {
 			added = append(added, tc.Topic)
 		}
@@ -194,55 +179,29 @@ func (p *pollConn) deliver(ctx context.Context, names []string, a *pollAnswer) e
 			return err
 		}
 	}
-	frames := make([]frame, 0, len(a.Messages))
-	with := map[string]bool{}
-	for _, raw := range a.Messages {
-		f, err := decodeJSONFrame(raw)
-		if err != nil {
-			return err
-		}
-		if f.Type != "message" {
-			return malformed("a poll message of type %q", f.Type)
-		}
-		frames = append(frames, f)
-		with[f.Topic] = true
-	}
-	// After a loss, delivery goes on from the batch's first message, or from the cursor.
-	for _, l := range a.Lost {
-		if l.Topic == "" || l.Reason == "" {
-			return malformed("a loss signal without topic or reason")
-		}
-		at := ""
-		if !with[l.Topic] {
-			for _, tc := range positions {
-				if tc.Topic == l.Topic {
-					at = tc.Cursor
-				}
-			}
-		}
-		if err := p.l.lost(ctx, l.Topic, l.Reason, at); err != nil {
+	for _, l := range a.lost {
+		if err := p.l.lost(ctx, l.topic, l.reason, l.at); err != nil {
 			return err
 		}
 	}
-	for i := range frames {
-		if err := p.l.message(ctx, &frames[i]); err != nil {
+	for i := range a.messages {
+		if err := p.l.message(ctx, &a.messages[i]); err != nil {
 			return err
 		}
 	}
-	for _, raw := range a.Presence {
-		f, err := decodeJSONFrame(raw)
-		if err != nil {
+	for i := range a.members {
+		if err := p.l.member(ctx, &a.members[i]); err != nil {
 			return err
-		}
-		if f.Type == "join" || f.Type == "leave" {
-			if err := p.l.member(ctx, &f); err != nil {
-				return err
-			}
 		}
 	}
 	// The cursor is where the next poll goes on from (after the loss, after the batch).
-	for _, tc := range positions {
+	for _, tc := range a.positions {
 		p.l.position(tc.Topic, tc.Cursor)
+	}
+	if a.disconnect != nil {
+		// The application ended this client's connection (admin API); reconnect: false
+		// (logged out, banned) stops polling.
+		return &endError{err: &Error{Code: "disconnected", Reason: a.disconnect.reason}, fatal: !a.disconnect.reconnect}
 	}
 	return nil
 }

@@ -1,8 +1,8 @@
 package heraldpush
 
 // The Server-Sent Events transport: one `GET /v1/sse?format=json` stream for every topic,
-// made again (from the cursors) when the topics change or the token is refreshed; and its
-// incremental parser of the text/event-stream format (the WHATWG interpretation), bounded.
+// made again (from the cursors) when the topics change or the token is refreshed. The
+// event-stream parser and what each of Herald's blocks says are in wire.go.
 
 import (
 	"context"
@@ -17,102 +17,6 @@ import (
 	"sync"
 	"time"
 )
-
-// sseParser splits an event stream into blocks. Lines end with CR, LF or CRLF, also across
-// chunks; a line or a block longer than max bytes is an error.
-type sseParser struct {
-	max     int
-	line    []byte
-	data    []byte
-	hasData bool
-	event   string
-	id      *string
-	sawCR   bool
-	retry   func(ms int64)
-}
-
-func (p *sseParser) push(chunk []byte, emit func(sseBlock) error) error {
-	for _, c := range chunk {
-		if p.sawCR {
-			p.sawCR = false
-			if c == '\n' {
-				continue
-			}
-		}
-		if c == '\n' || c == '\r' {
-			p.sawCR = c == '\r'
-			if err := p.endLine(emit); err != nil {
-				return err
-			}
-			continue
-		}
-		p.line = append(p.line, c)
-		if len(p.line) > p.max {
-			return malformed("an event-stream line over %d bytes", p.max)
-		}
-	}
-	return nil
-}
-
-func (p *sseParser) endLine(emit func(sseBlock) error) error {
-	line := p.line
-	p.line = p.line[:0]
-	if len(line) == 0 {
-		return p.dispatch(emit)
-	}
-	if line[0] == ':' {
-		return nil
-	}
-	field, value := string(line), ""
-	for i, c := range line {
-		if c == ':' {
-			field = string(line[:i])
-			v := line[i+1:]
-			if len(v) > 0 && v[0] == ' ' {
-				v = v[1:]
-			}
-			value = string(v)
-			break
-		}
-	}
-	switch field {
-	case "data":
-		if p.hasData {
-			p.data = append(p.data, '\n')
-		}
-		p.data = append(p.data, value...)
-		p.hasData = true
-		if len(p.data) > p.max {
-			return malformed("an event over %d bytes", p.max)
-		}
-	case "event":
-		p.event = value
-	case "id":
-		v := value
-		p.id = &v
-	case "retry":
-		if ms, err := strconv.ParseInt(value, 10, 64); err == nil && p.retry != nil {
-			p.retry(ms)
-		}
-	}
-	return nil
-}
-
-func (p *sseParser) dispatch(emit func(sseBlock) error) error {
-	b := sseBlock{Event: p.event, Data: string(p.data), ID: p.id}
-	has := p.hasData
-	p.data, p.hasData, p.event, p.id = p.data[:0], false, "", nil
-	if !has && b.ID == nil {
-		return nil
-	}
-	if b.Event == "" {
-		b.Event = "message"
-	}
-	if !has {
-		b.Event = ""
-	}
-	return emit(b)
-}
 
 var errRestart = errors.New("heraldpush: sse: a new stream for the new topics")
 
@@ -364,91 +268,42 @@ func (s *sseConn) serverNew(ctx context.Context, names, topics []string) error {
 
 // block acts on one block with data.
 func (s *sseConn) block(ctx context.Context, names []string, b sseBlock, ending **endError) error {
-	switch b.Event {
-	case "message":
-		f, err := decodeJSONFrame([]byte(b.Data))
-		if err != nil {
+	ev, err := decodeSSEBlock(b)
+	if err != nil {
+		return err
+	}
+	switch ev.kind {
+	case sseMessage:
+		return s.l.message(ctx, &ev.frame)
+	case sseLostSignal:
+		if err := s.l.lost(ctx, ev.lost.Topic, ev.lost.Reason, ev.lostAt); err != nil {
 			return err
 		}
-		if f.Type != "message" {
-			return malformed("an SSE message of type %q", f.Type)
-		}
-		return s.l.message(ctx, &f)
-	case "herald.lost":
-		var l sseLost
-		if err := json.Unmarshal([]byte(b.Data), &l); err != nil || l.Topic == "" || l.Reason == "" {
-			return malformed("herald.lost: %q", b.Data)
-		}
-		var at string
-		var rest []TopicCursor
-		if b.ID != nil {
-			for _, tc := range ParseResumeList(*b.ID) {
-				if tc.Topic == l.Topic {
-					at = tc.Cursor
-				} else {
-					rest = append(rest, tc)
-				}
-			}
-		}
-		if err := s.l.lost(ctx, l.Topic, l.Reason, at); err != nil {
+	case sseMember:
+		return s.l.member(ctx, &ev.frame)
+	case sseSubscribed:
+		if err := s.serverNew(ctx, names, ev.topics); err != nil {
 			return err
 		}
-		for _, tc := range rest {
-			s.l.position(tc.Topic, tc.Cursor)
-		}
-	case "herald.subscribed", "herald.unsubscribed":
-		var t sseTopics
-		if err := json.Unmarshal([]byte(b.Data), &t); err != nil {
-			return malformed("%s: %q", b.Event, b.Data)
-		}
-		var err error
-		if b.Event == "herald.subscribed" {
-			err = s.serverNew(ctx, names, t.Topics)
-		} else {
-			err = s.l.serverUnsubscribed(ctx, t.Topics)
-			// A topic the client wants that the application dropped: asked for again.
-			if slices.ContainsFunc(t.Topics, func(x string) bool { return slices.Contains(names, x) }) {
-				s.kick()
-			}
-		}
-		if err != nil {
+	case sseUnsubscribed:
+		if err := s.l.serverUnsubscribed(ctx, ev.topics); err != nil {
 			return err
 		}
-		if b.ID != nil {
-			for _, tc := range ParseResumeList(*b.ID) {
-				s.l.position(tc.Topic, tc.Cursor)
-			}
+		// A topic the client wants that the application dropped: asked for again.
+		if slices.ContainsFunc(ev.topics, func(x string) bool { return slices.Contains(names, x) }) {
+			s.kick()
 		}
-	case "herald.join", "herald.leave":
-		f, err := decodeJSONFrame(append([]byte(`{"type":"member",`), b.Data[min(1, len(b.Data)):]...))
-		if err != nil {
-			return err
-		}
-		f.Type = b.Event[len("herald."):]
-		return s.l.member(ctx, &f)
-	case "herald.shutdown":
-		var sd sseShutdown
-		_ = json.Unmarshal([]byte(b.Data), &sd)
-		e := &endError{err: errors.New("heraldpush: sse: the node is draining"), shutdown: true}
-		if sd.RetryMS != nil {
-			e.retry = time.Duration(*sd.RetryMS) * time.Millisecond
-		}
-		*ending = e
-	case "herald.disconnect":
-		var d sseDisconnect
-		_ = json.Unmarshal([]byte(b.Data), &d)
-		if d.Reason == "" {
-			d.Reason = "disconnected"
-		}
-		e := &endError{err: &Error{Code: "disconnected", Reason: d.Reason}}
-		if d.Reason == "token expired" {
-			e.tokenExpired = true
-		}
+	case sseShutdownSignal:
+		*ending = &endError{err: errors.New("heraldpush: sse: the node is draining"), shutdown: true, retry: ev.retry}
+	case sseDisconnectSignal:
+		e := &endError{err: &Error{Code: "disconnected", Reason: ev.reason}}
+		e.tokenExpired = ev.reason == "token expired"
 		// Ended by the application with "stay away" (logged out, banned): no reconnect.
-		if d.Reconnect != nil && !*d.Reconnect {
-			e.fatal = true
-		}
+		e.fatal = !ev.reconnect
 		*ending = e
+	}
+	for _, tc := range ev.positions {
+		s.l.position(tc.Topic, tc.Cursor)
 	}
 	return nil
 }
