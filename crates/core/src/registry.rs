@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
+use crate::cursor::Cursor;
 use crate::error::RegistryError;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
@@ -83,6 +84,38 @@ pub struct Registry {
     last_pressure_scan: AtomicU64,
     /// The prefix patterns subscribed to on this node; every topic hands its messages here.
     patterns: Arc<PatternIndex>,
+    /// Where a log-fed topic's epoch is known before its first message (a cluster bridge
+    /// that follows the topic's group): see [`Registry::set_epoch_source`].
+    epochs: Epochs,
+}
+
+/// The registry's [`EpochSource`], once set.
+#[derive(Default)]
+struct Epochs(std::sync::OnceLock<EpochSource>);
+
+impl std::fmt::Debug for Epochs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "Epochs(set)"
+        } else {
+            "Epochs(unset)"
+        })
+    }
+}
+
+/// Where a log-fed topic starts before any message of it was read (`None`: not known).
+pub type EpochSource = Box<dyn Fn(&str) -> Option<LogStart> + Send + Sync>;
+
+/// Where the log places a topic nobody published to yet, as this node reads the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogStart {
+    /// The log's epoch and how far this node has read the topic's part of the log: the
+    /// topic's head, hence the opening cursor its subscribers get.
+    pub at: Cursor,
+    /// The sequence number from which this node has read every entry of that part of the log
+    /// (so it holds every message of the topic after it): a resume from a cursor at or after
+    /// it is exact.
+    pub floor: u64,
 }
 
 impl Registry {
@@ -102,7 +135,22 @@ impl Registry {
             created: Instant::now(),
             last_pressure_scan: AtomicU64::new(0),
             patterns,
+            epochs: Epochs::default(),
         }
+    }
+
+    /// Tells the registry where a log-fed topic's epoch is known before the log delivered a
+    /// message of it: a topic created then starts in that epoch, anchored, at the position
+    /// from which the node holds all of it, so the opening cursor a subscriber gets is one the
+    /// log will honour (a resume from it replays what was published since, on any node that
+    /// holds the topic from there). Set once; later calls are ignored.
+    pub fn set_epoch_source(&self, source: EpochSource) {
+        let _ = self.epochs.0.set(source);
+    }
+
+    /// Where the log starts `name` now, if the log knows it.
+    fn known_epoch(&self, name: &str) -> Option<LogStart> {
+        self.epochs.0.get().and_then(|source| source(name))
     }
 
     /// The prefix patterns subscribed to on this node ([`crate::pattern`]).
@@ -213,14 +261,18 @@ impl Registry {
                 max: self.config.max_topics,
             });
         }
+        let config = self.config.topic_config(name.as_str());
+        let known = match config.log_fed {
+            true => self.known_epoch(name.as_str()),
+            false => None,
+        };
         let topic = if unpublished {
-            Topic::for_subscriber(
-                name.clone(),
-                self.config.topic_config(name.as_str()),
-                self.unpublished.clone(),
-            )
+            Topic::for_subscriber(name.clone(), config, self.unpublished.clone(), known)
         } else {
-            Topic::new(name.clone(), self.config.topic_config(name.as_str()))
+            match known {
+                Some(start) => Topic::anchored_in(name.clone(), config, start),
+                None => Topic::new(name.clone(), config),
+            }
         };
         let topic = Arc::new(topic.watched_by(self.patterns.clone()));
         shard.insert(name.clone(), topic.clone());

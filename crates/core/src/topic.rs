@@ -14,6 +14,7 @@ use crate::lag::LagPolicy;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
 use crate::pattern::PatternIndex;
+use crate::registry::LogStart;
 
 /// Limits of every topic.
 #[derive(Clone, Debug)]
@@ -143,14 +144,36 @@ impl Topic {
         Self::create(name, config, epoch, None)
     }
 
+    /// A new, empty log-fed topic whose place the log already gave ([`LogStart`]): anchored
+    /// from the start, its head where this node has read the log to, its history complete
+    /// from the floor, so its opening cursor is one the log honours on any node.
+    pub fn anchored_in(name: TopicName, config: &TopicConfig, start: LogStart) -> Self {
+        let topic = Self::create(name, config, start.at.epoch, None);
+        topic.anchor_at(start);
+        topic
+    }
+
+    fn anchor_at(&self, start: LogStart) {
+        let mut state = self.state.lock();
+        state.anchored = true;
+        state.head = start.at.seq;
+        state.history.reset(start.floor.min(start.at.seq));
+    }
+
     /// A new topic created by a subscription: counted in `unpublished` and given a one-slot
-    /// channel until its first message.
+    /// channel until its first message; in the log's epoch when it is `known`.
     pub(crate) fn for_subscriber(
         name: TopicName,
         config: &TopicConfig,
         unpublished: Arc<AtomicUsize>,
+        known: Option<LogStart>,
     ) -> Self {
-        Self::create(name, config, rand::random::<u64>() | 1, Some(unpublished))
+        let epoch = known.map_or_else(|| rand::random::<u64>() | 1, |k| k.at.epoch);
+        let topic = Self::create(name, config, epoch, Some(unpublished));
+        if let Some(start) = known {
+            topic.anchor_at(start);
+        }
+        topic
     }
 
     fn create(

@@ -323,6 +323,21 @@ impl Ingest {
         });
     }
 
+    /// Tells this node's registry where `epoch_of` starts a topic this log feeds before any
+    /// message of it was read (see [`herald_core::Registry::set_epoch_source`]).
+    pub(crate) fn set_epoch_source(
+        &self,
+        epoch_of: impl Fn(&str) -> Option<herald_core::LogStart> + Send + Sync + 'static,
+    ) {
+        let (logs, bridge) = (self.logs.clone(), self.bridge);
+        self.registry.set_epoch_source(Box::new(move |topic| {
+            match logs.feeder(topic).map(|b| b.name()) == Some(bridge) {
+                true => epoch_of(topic),
+                false => None,
+            }
+        }));
+    }
+
     /// Whether a prefix pattern is subscribed on this node (it may match any topic).
     pub(crate) fn has_patterns(&self) -> bool {
         !self.registry.patterns().is_empty()

@@ -31,8 +31,8 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, RedisResult,
-    TlsCertificates, Value,
+    Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion,
+    RedisFuture, RedisResult, TlsCertificates, Value,
 };
 
 use crate::config::{ClusterConfig, RedisMode};
@@ -46,6 +46,10 @@ const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// read) before anything connects.
 pub struct RedisTarget {
     kind: Kind,
+    /// The same deployment spoken to in RESP3, for the live connection: pub/sub messages
+    /// arrive as pushes beside the replies of ordinary commands on one connection
+    /// ([`RedisTarget::connect_live`]).
+    live: Kind,
     prefix: String,
 }
 
@@ -81,6 +85,14 @@ impl RedisTarget {
     /// Parses `cluster.redis_url` in `cluster.redis_mode` and reads the TLS files. Every
     /// error names the setting at fault and never contains the password.
     pub fn from_config(config: &ClusterConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            kind: Self::kind(config, ProtocolVersion::RESP2)?,
+            live: Self::kind(config, ProtocolVersion::RESP3)?,
+            prefix: config.redis_prefix.clone(),
+        })
+    }
+
+    fn kind(config: &ClusterConfig, protocol: ProtocolVersion) -> anyhow::Result<Kind> {
         let Some(url) = config.redis_url.as_deref() else {
             bail!("cluster.redis_url is not set");
         };
@@ -93,6 +105,8 @@ impl RedisTarget {
                     "cluster.redis_url {shown:?} lists several hosts: set cluster.redis_mode to \"cluster\" (seed nodes) or \"sentinel\" (redis+sentinel://…)"
                 );
                 let info = parse_node(url, "cluster.redis_url")?;
+                let settings = info.redis_settings().clone().set_protocol(protocol);
+                let info = info.set_redis_settings(settings);
                 let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
                 let client = match certs {
                     Some(certs) => {
@@ -124,6 +138,7 @@ impl RedisTarget {
                     builder = builder.set_client_to_redis_password(password);
                 }
                 builder = builder.set_client_to_redis_db(settings.db());
+                builder = builder.set_client_to_redis_protocol(protocol);
                 let client = builder
                     .build()
                     .map_err(|e| anyhow::anyhow!("cluster.redis_url {shown:?}: {e}"))?;
@@ -148,6 +163,7 @@ impl RedisTarget {
                 let mut builder = redis::cluster::ClusterClient::builder(seeds)
                     .connection_timeout(CLUSTER_CONNECT_TIMEOUT)
                     .retries(3)
+                    .use_protocol(protocol)
                     .min_retry_wait(50)
                     .max_retry_wait(1_000);
                 if let Some(user) = settings.username() {
@@ -169,10 +185,7 @@ impl RedisTarget {
                 Kind::Cluster(client)
             }
         };
-        Ok(Self {
-            kind,
-            prefix: config.redis_prefix.clone(),
-        })
+        Ok(kind)
     }
 
     /// Whether Redis runs as a Redis Cluster (keys used together need one hash tag).
@@ -199,10 +212,29 @@ impl RedisTarget {
         }
     }
 
-    /// The stream a node's reader also reads so that it can be woken when the node starts
-    /// following more streams (interest routing): `<prefix>:wake:<node_id>`.
-    pub fn wake_key(&self, node_id: &str) -> String {
-        format!("{}:wake:{node_id}", self.prefix)
+    /// The pub/sub channel that carries shard `shard`'s new entries to the nodes following it
+    /// (the live path): `<prefix>:live:<shard>`, or on a Redis Cluster the shard channel
+    /// `{<prefix>:<shard>}:live`, in its stream's slot (the append script publishes to it).
+    pub fn live_channel(&self, shard: u32) -> String {
+        if self.is_cluster() {
+            format!("{{{}:{shard}}}:live", self.prefix)
+        } else {
+            format!("{}:live:{shard}", self.prefix)
+        }
+    }
+
+    /// The key that remembers, for `cluster.idempotency_window`, the entry a publish with
+    /// idempotency key `key` to `topic` (of shard `shard`) appended (same slot as the stream).
+    pub fn idempotency_key(&self, shard: u32, topic: &str, key: &str) -> String {
+        if self.is_cluster() {
+            format!(
+                "{{{}:{shard}}}:idem:{}:{topic}:{key}",
+                self.prefix,
+                topic.len()
+            )
+        } else {
+            format!("{}:idem:{shard}:{}:{topic}:{key}", self.prefix, topic.len())
+        }
     }
 
     /// The prefix of the presence keys. In a Redis Cluster they share one hash tag,
@@ -217,14 +249,37 @@ impl RedisTarget {
 
     /// Opens a connection (in sentinel mode, to the master the sentinels name now).
     pub async fn connect(&self, purpose: Purpose) -> RedisResult<RedisConn> {
+        Self::open(&self.kind, purpose, None).await
+    }
+
+    /// Opens the live connection: RESP3, its pub/sub messages (and, when it closes, a
+    /// `Disconnection`) handed to `push`, ordinary commands answered within 2 s beside them.
+    /// On a Redis Cluster it is one connection per master (sharded pub/sub is served by the
+    /// master of the channel's slot), whatever the number of channels.
+    pub async fn connect_live(
+        &self,
+        push: impl redis::aio::AsyncPushSender,
+    ) -> RedisResult<RedisConn> {
+        let push: Arc<dyn redis::aio::AsyncPushSender> = Arc::new(push);
+        Self::open(&self.live, Purpose::Commands, Some(push)).await
+    }
+
+    async fn open(
+        kind: &Kind,
+        purpose: Purpose,
+        push: Option<Arc<dyn redis::aio::AsyncPushSender>>,
+    ) -> RedisResult<RedisConn> {
         let response_timeout = match purpose {
             Purpose::Commands => Some(Duration::from_secs(2)),
             Purpose::BlockingReads => None,
         };
-        let config = redis::AsyncConnectionConfig::new()
+        let mut config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(response_timeout);
-        match &self.kind {
+        if let Some(push) = push.clone() {
+            config = config.set_push_sender(push);
+        }
+        match kind {
             Kind::Single(client) => Ok(RedisConn::Single(
                 client
                     .get_multiplexed_async_connection_with_config(&config)
@@ -251,9 +306,12 @@ impl RedisTarget {
             Kind::Cluster(client) => {
                 // Blocking reads wait up to 2 s on the server; leave them room.
                 let timeout = response_timeout.unwrap_or(Duration::from_secs(10));
-                let config = redis::cluster::ClusterConfig::new()
+                let mut config = redis::cluster::ClusterConfig::new()
                     .set_connection_timeout(CLUSTER_CONNECT_TIMEOUT)
                     .set_response_timeout(timeout);
+                if let Some(push) = push {
+                    config = config.set_push_sender(push);
+                }
                 Ok(RedisConn::Cluster(
                     client.get_async_connection_with_config(config).await?,
                 ))

@@ -52,6 +52,10 @@ pub(crate) const BRIDGE_UP: &str = "herald_bridge_up";
 pub(crate) const BRIDGE_GROUPS_FOLLOWED: &str = "herald_bridge_groups_followed";
 /// Bridge reconnection attempts, by `bridge`.
 pub(crate) const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
+/// Gaps the live path found, by `bridge`: a stream whose notices skipped an entry (a notice
+/// lost with a connection, or to a full queue), read again from the stream so that nothing
+/// is delivered out of order.
+pub(crate) const BRIDGE_LIVE_GAPS: &str = "herald_bridge_live_gaps_total";
 /// Age of the last message read from a bridge's log when it was read (gauge, seconds), by
 /// `bridge`: how far behind the log this node is.
 pub(crate) const BRIDGE_LAG: &str = "herald_bridge_lag_seconds";
@@ -204,6 +208,10 @@ fn describe() {
         "Topic groups (streams, partitions) of a bridge's log this node reads."
     );
     describe_counter!(BRIDGE_RECONNECTS, "Bridge reconnection attempts.");
+    describe_counter!(
+        BRIDGE_LIVE_GAPS,
+        "Gaps in a bridge's live notices, filled from the log."
+    );
     describe_gauge!(
         BRIDGE_LAG,
         "Age of the last message read from a bridge's log, in seconds."
@@ -505,6 +513,11 @@ pub(crate) fn bridge_message(bridge: &'static str, direction: &'static str) {
 }
 
 /// Records how old (`age_ms`) the message just read from `bridge`'s log was.
+/// `n` streams whose live notices showed a gap (a lost notice), read again from the stream.
+pub(crate) fn bridge_live_gaps(bridge: &'static str, n: usize) {
+    counter!(BRIDGE_LIVE_GAPS, "bridge" => bridge).increment(n as u64);
+}
+
 pub(crate) fn bridge_lag(bridge: &'static str, age_ms: u64) {
     gauge!(BRIDGE_LAG, "bridge" => bridge).set(age_ms as f64 / 1000.0);
 }

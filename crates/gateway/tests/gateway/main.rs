@@ -20,6 +20,7 @@ mod idempotency;
 mod interest;
 mod join_leave;
 mod kafka;
+mod live_path;
 mod lifecycle;
 mod limits;
 mod msgpack;

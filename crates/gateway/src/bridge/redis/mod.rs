@@ -66,6 +66,8 @@ use crate::telemetry::trace::Carried;
 const NAME: &str = "redis";
 /// Bits of a stream entry's per-millisecond counter kept in a sequence number.
 const SEQ_BITS: u32 = 21;
+/// How long an idempotency key is remembered.
+const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(300);
 
 /// How the streams are capped.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +87,8 @@ pub(crate) struct RedisBridge {
     trim: Trim,
     /// Replicas a publish waits for (`WAIT`), and for how long.
     wait: (u32, Duration),
+    /// How long an idempotency key is remembered (`cluster.idempotency_window`).
+    idempotency_window: Duration,
     node_id: String,
     /// How far back a node reads a stream it starts following (`topics.history_ttl`).
     history: Duration,
@@ -96,7 +100,7 @@ pub(crate) struct RedisBridge {
     epochs: RwLock<Vec<Option<u64>>>,
     /// Per followed stream, the last entry id read and the generation at which the stream was
     /// followed (kept across reconnects; dropped with the stream).
-    last_ids: Mutex<HashMap<u32, (String, u64)>>,
+    last_ids: Mutex<HashMap<u32, reader::Held>>,
     /// The main reader (single and sentinel modes: every stream; cluster mode: the wake
     /// stream only) is connected.
     connected: AtomicBool,
@@ -121,6 +125,7 @@ impl RedisBridge {
                 Trim::MinAge(history)
             },
             wait: (config.redis_wait_replicas, config.redis_wait_timeout),
+            idempotency_window: IDEMPOTENCY_WINDOW,
             node_id: config.node_id.clone(),
             history,
             interest: Arc::new(Interest::new(
@@ -153,58 +158,139 @@ impl RedisBridge {
         }
     }
 
-    /// Wakes the main reader so that it reads the streams followed since its last read (an
-    /// entry in its wake stream; on a Redis Cluster each stream has its own reader, started
-    /// by the followed set's change alone).
-    async fn wake(&self) {
-        if self.target.is_cluster() {
-            return;
+    /// The call of [`APPEND`] that appends one message to `shard`'s stream and publishes it
+    /// on the shard's channel.
+    fn append_invocation(
+        &self,
+        shard: u32,
+        topic: &TopicName,
+        event: Option<&EventName>,
+        data: &Payload,
+        trace: Carried<'_>,
+        idempotency: Option<&str>,
+    ) -> redis::ScriptInvocation<'static> {
+        let mut call = APPEND.prepare_invoke();
+        call.key(self.target.stream_key(shard))
+            .key(self.target.epoch_key(shard));
+        if let Some(key) = idempotency {
+            call.key(self.target.idempotency_key(shard, topic.as_str(), key));
         }
-        let Ok(mut conn) = self.publisher.get().await else {
-            return; // the subscription's wait runs out and says so
+        let (trim, bound) = match self.trim {
+            Trim::MaxLen(n) => ("MAXLEN", n as u64),
+            Trim::MinAge(age) => ("MINID", now_ms().saturating_sub(age.as_millis() as u64)),
         };
-        let key = self.target.wake_key(&self.node_id);
-        let woken: redis::RedisResult<()> = redis::pipe()
-            .cmd("XADD")
-            .arg(&key)
-            .arg("MAXLEN")
-            .arg(1)
-            .arg("*")
-            .arg("w")
-            .arg(1)
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(&key)
-            .arg(3_600_000)
-            .ignore()
-            .query_async(&mut conn)
-            .await;
-        if let Err(e) = woken {
-            self.publisher.failed(&e);
+        let publish = match self.target.is_cluster() {
+            true => "SPUBLISH",
+            false => "PUBLISH",
+        };
+        call.arg(self.target.live_channel(shard))
+            .arg(publish)
+            .arg(trim)
+            .arg(bound)
+            .arg(format!("{:x}", rand::random::<u64>() | 1))
+            .arg(self.idempotency_window.as_millis() as u64)
+            .arg("t")
+            .arg(topic.as_str())
+            .arg("d")
+            .arg(&data.as_bytes()[..])
+            .arg("n")
+            .arg(&self.node_id)
+            .arg("ts")
+            .arg(now_ms());
+        if let Some(event) = event {
+            call.arg("e").arg(event.as_str());
         }
-    }
-
-    /// The trimming arguments of an `XADD`.
-    fn trim_args(&self, cmd: &mut redis::Cmd) {
-        match self.trim {
-            Trim::MaxLen(n) => cmd.arg("MAXLEN").arg("~").arg(n),
-            Trim::MinAge(age) => {
-                let min = now_ms().saturating_sub(age.as_millis() as u64);
-                cmd.arg("MINID").arg("~").arg(min)
-            }
-        };
+        if let Some(msgpack) = data.msgpack() {
+            call.arg("m").arg(&msgpack[..]);
+        }
+        // A traced message's context: every node's ingest continues its trace.
+        if let Some(traceparent) = trace.traceparent {
+            call.arg("tp").arg(traceparent);
+        }
+        if let Some(tracestate) = trace.tracestate {
+            call.arg("tps").arg(tracestate);
+        }
+        call
     }
 }
 
-/// `SET <epoch key> <fresh> NX` then `GET <epoch key>`: the shard's epoch, made if missing.
-fn epoch_commands(pipe: &mut redis::Pipeline, key: &str) {
-    let fresh = format!("{:x}", rand::random::<u64>() | 1);
-    pipe.cmd("SET")
-        .arg(key)
-        .arg(fresh)
-        .arg("NX")
-        .cmd("GET")
-        .arg(key);
+/// The append, in one script so that it is atomic: makes the shard's epoch if it is missing;
+/// with an idempotency key (`KEYS[3]`) seen within the window, returns the entry it appended
+/// then and does nothing more; else appends the entry (`XADD`, trimmed), remembers it under
+/// the idempotency key, and publishes it on the shard's channel (`PUBLISH`, or `SPUBLISH` on
+/// a Redis Cluster: the channel shares the stream's hash tag) with the id of the entry before
+/// it, so that a node that missed a notification knows, and reads the gap from the stream.
+/// Returns `{epoch, id, 1 if it was a retry}`.
+///
+/// The message published is a list of netstrings (`<length>:<bytes>`): the epoch, the
+/// previous entry's id (`0-0` for the first), the entry's id, then the entry's fields and
+/// values as in the stream.
+static APPEND: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  redis.call('SET', KEYS[2], ARGV[5])
+  epoch = ARGV[5]
+end
+if KEYS[3] then
+  local first = redis.call('GET', KEYS[3])
+  if first then return {epoch, first, 1} end
+end
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local prev = '0-0'
+if last[1] then prev = last[1][1] end
+local fields = {}
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+local id = redis.call('XADD', KEYS[1], ARGV[3], '~', ARGV[4], '*', unpack(fields))
+if KEYS[3] then redis.call('SET', KEYS[3], id, 'PX', ARGV[6]) end
+local parts = {#epoch .. ':' .. epoch, #prev .. ':' .. prev, #id .. ':' .. id}
+for i = 7, #ARGV do parts[#parts + 1] = #ARGV[i] .. ':' .. ARGV[i] end
+redis.call(ARGV[2], ARGV[1], table.concat(parts))
+return {epoch, id, 0}
+",
+    )
+});
+
+/// A notification of the live path, as [`APPEND`] publishes it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Notice<'a> {
+    /// The shard's epoch.
+    pub(super) epoch: &'a str,
+    /// The id of the entry before this one in the stream (`0-0` when none).
+    pub(super) prev: &'a str,
+    /// The entry's id.
+    pub(super) id: &'a str,
+    /// The entry's fields and values, in order.
+    pub(super) fields: Vec<(&'a [u8], &'a [u8])>,
+}
+
+impl<'a> Notice<'a> {
+    /// Parses a notification; `None` when it is not one [`APPEND`] wrote.
+    pub(super) fn parse(mut bytes: &'a [u8]) -> Option<Self> {
+        let mut next = || -> Option<&'a [u8]> {
+            let colon = bytes.iter().take(12).position(|&b| b == b':')?;
+            let len: usize = std::str::from_utf8(&bytes[..colon]).ok()?.parse().ok()?;
+            let rest = &bytes[colon + 1..];
+            let (item, tail) = (rest.get(..len)?, &rest[len..]);
+            bytes = tail;
+            Some(item)
+        };
+        let text = |b: &'a [u8]| std::str::from_utf8(b).ok();
+        let epoch = text(next()?)?;
+        let prev = text(next()?)?;
+        let id = text(next()?)?;
+        let mut fields = Vec::new();
+        while let Some(name) = next() {
+            fields.push((name, next()?));
+        }
+        Some(Self {
+            epoch,
+            prev,
+            id,
+            fields,
+        })
+    }
 }
 
 /// An epoch as kept in Redis (hex).
@@ -218,11 +304,10 @@ impl RedisBridge {
     async fn confirm<C: redis::aio::ConnectionLike>(
         &self,
         conn: &mut C,
-        id: Option<String>,
-    ) -> Result<Option<String>, BridgeError> {
+    ) -> Result<(), BridgeError> {
         let (replicas, timeout) = self.wait;
         if replicas == 0 {
-            return Ok(id);
+            return Ok(());
         }
         let acked: redis::RedisResult<i64> = redis::cmd("WAIT")
             .arg(replicas)
@@ -230,7 +315,7 @@ impl RedisBridge {
             .query_async(conn)
             .await;
         match acked {
-            Ok(n) if n >= i64::from(replicas) => Ok(id),
+            Ok(n) if n >= i64::from(replicas) => Ok(()),
             Ok(n) => Err(Self::unavailable(format!(
                 "written, but {n} of {replicas} replicas confirmed it within {timeout:?}"
             ))),
@@ -250,72 +335,38 @@ impl Bridge for RedisBridge {
         event: Option<&'a EventName>,
         data: &'a Payload,
         trace: Carried<'a>,
-        _idempotency: Option<&'a str>,
+        idempotency: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Cursor, BridgeError>> {
         Box::pin(async move {
             if !self.connected.load(Ordering::Relaxed) {
                 return Err(Self::unavailable("not connected"));
             }
             let shard = self.shard_of(topic.as_str());
-            // The reader's epoch when it follows the stream; else read with the write.
-            let known = match self.interest.is_caught_up(shard) {
-                true => self.epochs.read()[shard as usize],
-                false => None,
-            };
-            let ts = now_ms().to_string();
-            let key = self.target.stream_key(shard);
-            let mut xadd = redis::cmd("XADD");
-            xadd.arg(&key);
-            self.trim_args(&mut xadd);
-            xadd.arg("*")
-                .arg("t")
-                .arg(topic.as_str())
-                .arg("d")
-                .arg(&data.as_bytes()[..])
-                .arg("n")
-                .arg(&self.node_id)
-                .arg("ts")
-                .arg(&ts);
-            if let Some(event) = event {
-                xadd.arg("e").arg(event.as_str());
-            }
-            if let Some(msgpack) = data.msgpack() {
-                xadd.arg("m").arg(&msgpack[..]);
-            }
-            // A traced message's context: every node's ingest continues its trace.
-            if let Some(traceparent) = trace.traceparent {
-                xadd.arg("tp").arg(traceparent);
-            }
-            if let Some(tracestate) = trace.tracestate {
-                xadd.arg("tps").arg(tracestate);
-            }
-            let mut pipe = redis::pipe();
-            if known.is_none() {
-                epoch_commands(&mut pipe, &self.target.epoch_key(shard));
-            }
-            pipe.add_command(xadd);
+            let invocation = self.append_invocation(shard, topic, event, data, trace, idempotency);
             // Tried again only when it was certainly not written: no connection could be made
             // (sentinels that have not agreed on the new master yet), or Redis refused it (a
-            // demoted master's READONLY). An XADD that went out on a connection that then
-            // broke or answered too late may have been written, and a second XADD would be a
-            // second entry, which every subscriber receives under another id: it is answered
-            // 503 (the publisher does not know its fate). A connection that broke while idle
-            // (Redis restarted, a failover) is not used again: the reader's new session
-            // forgets it before the node is ready again.
+            // demoted master's READONLY). A script that went out on a connection that then
+            // broke or answered too late may have run, and running it again would be a second
+            // entry unless the publish carries an idempotency key: without one it is answered
+            // 503 (the publisher does not know its fate, and retries with a key to be safe).
+            // A connection that broke while idle (Redis restarted, a failover) is not used
+            // again: the reader's new session forgets it before the node is ready again.
             let mut attempt = 0;
             let (epoch, id) = loop {
                 attempt += 1;
                 let result: Result<(), (bool, redis::RedisError)> = match self.publisher.get().await
                 {
                     Ok(mut conn) => {
-                        let added: redis::RedisResult<Vec<redis::Value>> =
-                            pipe.query_async(&mut conn).await;
+                        let added: redis::RedisResult<(String, String, i64)> =
+                            invocation.invoke_async(&mut conn).await;
                         match added {
                             // Written: from here a retry would publish twice, so a failure to
                             // confirm it is an answer, not a retry.
-                            Ok(values) => {
-                                let (epoch, id) = appended(known, values)?;
-                                break (epoch, self.confirm(&mut conn, id).await?);
+                            Ok((epoch, id, duplicate)) => {
+                                if duplicate == 0 {
+                                    self.confirm(&mut conn).await?;
+                                }
+                                break (parse_epoch(&epoch), id);
                             }
                             Err(e)
                                 if e.kind()
@@ -328,7 +379,7 @@ impl Bridge for RedisBridge {
                             Err(e) => {
                                 self.publisher.failed(&e);
                                 return Err(Self::unavailable(format!(
-                                    "the write may or may not have reached Redis: {e}"
+                                    "the write may or may not have reached Redis (publish again with the same idempotency key to be sure): {e}"
                                 )));
                             }
                         }
@@ -343,7 +394,6 @@ impl Bridge for RedisBridge {
                     Err((_, e)) => return Err(Self::unavailable(e)),
                 }
             };
-            let id = id.ok_or_else(|| Self::unavailable("XADD returned no id"))?;
             let seq = parse_entry_id(&id)
                 .ok_or_else(|| Self::unavailable(format!("unexpected entry id {id}")))?;
             metrics::bridge_message(NAME, "out");
@@ -373,7 +423,6 @@ impl Bridge for RedisBridge {
             if pending.is_empty() {
                 return Ok(());
             }
-            self.wake().await;
             if self.interest.wait(&pending, self.backfill_timeout).await {
                 return Ok(());
             }
@@ -411,32 +460,6 @@ impl Bridge for RedisBridge {
             None => format!("{waiting} of {followed} followed streams not caught up yet"),
         })
     }
-}
-
-/// The epoch (read with the write when not `known`) and the entry id of a pipelined `XADD`.
-fn appended(
-    known: Option<u64>,
-    values: Vec<redis::Value>,
-) -> Result<(u64, Option<String>), BridgeError> {
-    let mut values = values.into_iter();
-    let epoch = match known {
-        Some(epoch) => epoch,
-        None => {
-            let _set = values.next();
-            let epoch: String = redis::from_redis_value(
-                values
-                    .next()
-                    .ok_or_else(|| RedisBridge::unavailable("no epoch"))?,
-            )
-            .map_err(RedisBridge::unavailable)?;
-            parse_epoch(&epoch)
-        }
-    };
-    let id: Option<String> = match values.next() {
-        Some(v) => redis::from_redis_value(v).map_err(RedisBridge::unavailable)?,
-        None => None,
-    };
-    Ok((epoch, id))
 }
 
 /// The shard stream (of `shards`) that carries `topic`: a stable hash of its name, the same

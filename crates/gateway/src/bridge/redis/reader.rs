@@ -1,108 +1,88 @@
-//! The Redis bridge's readers: they follow the streams of [`super::Interest`] and ingest
-//! their entries.
+//! The Redis bridge's reader: the live path (pub/sub) for the streams of
+//! [`super::Interest`], and the streams themselves read only to start following one or to
+//! fill a gap.
 //!
-//! Single and Sentinel modes have one reader: one `XREAD` over every followed stream and the
-//! node's wake stream (an entry there, written when the node follows more, ends a blocking
-//! read at once). A Redis Cluster has a main reader over the wake stream alone (it keeps the
-//! node's connectivity, hence its readiness, known) and one reader per followed stream,
-//! started when the stream is followed and ending once it is not.
+//! One live connection per node (RESP3: pub/sub messages arrive as pushes beside ordinary
+//! replies; on a Redis Cluster one connection per master, through sharded pub/sub) subscribes
+//! to the channel of every followed stream. The append script publishes each new entry on its
+//! stream's channel with the id of the entry before it ([`super::Notice`]), so the reader
+//! knows, per stream, whether it holds everything up to that entry:
 //!
-//! A stream that starts being followed is read from `topics.history_ttl` ago without
-//! blocking until a read comes back short: it is then caught up, and the subscriptions
-//! waiting for it go on ([`super::Interest::wait`]). After a reconnect every stream is read
-//! from where the reader stopped, and the node is not ready until they are caught up.
+//! - a notice whose previous id is the last id the reader holds is ingested as it is;
+//! - one it already holds (its id is not past the last) is dropped;
+//! - one whose previous id is another (a notice lost: the connection dropped, the queue
+//!   overflowed) makes the reader read the stream from its last id (`XRANGE`) before it
+//!   delivers anything more of that stream, so order and positions stay exact.
+//!
+//! A stream that starts being followed is subscribed to first, then read from
+//! `topics.history_ttl` ago until a read comes back short: it is then caught up and the
+//! subscriptions waiting for it go on ([`super::Interest::wait`]); notices that arrived during
+//! the read are dropped or ingested by the rule above. When the live connection closes (Redis
+//! restarted, `CLIENT KILL`, a failover), the session ends; the next one subscribes again and
+//! reads every followed stream from where it stopped, and the node is not ready until that is
+//! done. A lost notice that no later notice reveals (the last one before a quiet spell) is
+//! found the same way: a notice can only be lost with its connection, or to the queue's
+//! overflow, which is treated as a loss of every stream.
+//!
+//! Redis's work per published message is the append and one publish to the nodes that follow
+//! the stream, whatever the number of streams each node follows; a node's reads of the
+//! streams cost only when it starts following one or fills a gap.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use herald_core::{Cursor, EventName, Payload, TopicName};
-use redis::AsyncCommands as _;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use futures_util::future::join_all;
+use herald_core::{Cursor, EventName, LogStart, Payload, TopicName};
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::super::redis_conn::{Purpose, RedisConn};
-use super::{NAME, RedisBridge, SEQ_BITS, epoch_commands, parse_entry_id, parse_epoch};
+use super::super::redis_conn::RedisConn;
+use super::{NAME, Notice, RedisBridge, SEQ_BITS, parse_entry_id, parse_epoch};
 use crate::bridge::{Ingest, now_ms, reconnect_loop};
 use crate::telemetry::metrics;
 use crate::telemetry::trace::Carried;
 
-/// Most entries read per stream per `XREAD`.
+/// Most entries read per stream per `XRANGE`.
 const READ_COUNT: usize = 1_000;
-/// Most entries one `XREAD` asks for over all its streams (a node that follows thousands of
-/// streams reads fewer per stream, not a reply of millions).
-const READ_TOTAL: usize = 100_000;
-/// How long a blocking read waits for an entry.
-const BLOCK_MS: usize = 2_000;
-/// A reader of at least this many streams that read fewer than [`COALESCE_BELOW`] entries
-/// waits [`COALESCE_WAIT`] before its next read, so that entries gather: one `XREAD` over
-/// hundreds of streams costs Redis (and the node) about the same whether it returns one entry
-/// or a hundred. Measured with four nodes following ~1,000 streams each: see BENCHMARKS.md,
-/// *Interest routing*.
-const COALESCE_KEYS: usize = 64;
-/// See [`COALESCE_KEYS`].
-const COALESCE_BELOW: usize = 256;
-/// See [`COALESCE_KEYS`].
-const COALESCE_WAIT: Duration = Duration::from_millis(2);
+/// Most streams read (or subscribed to, on a Redis Cluster) at once.
+const READ_STREAMS: usize = 256;
+/// Channels named in one `SUBSCRIBE` (single and Sentinel modes).
+const SUBSCRIBE_CHUNK: usize = 1_024;
+/// Notices queued between the live connection and the reader. When it is full the next
+/// notices are dropped and every followed stream is read from where the reader stopped (the
+/// same repair as after a lost connection), so a burst costs reads, never memory.
+const LIVE_QUEUE: usize = 16_384;
+/// Notices handled in one go.
+const LIVE_BATCH: usize = 512;
+/// How often the live connection is pinged (a connection that stopped answering ends the
+/// session) while no notice arrives.
+const PING_EVERY: Duration = Duration::from_secs(1);
 /// How often the followed set is swept (dropping streams past their linger).
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// What one reader reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scope {
-    /// Every followed stream, and the wake stream (single and Sentinel modes).
-    Main,
-    /// The wake stream alone (a Redis Cluster's main reader).
-    WakeOnly,
-    /// One followed stream (Redis Cluster).
-    Stream(u32),
-}
-
-/// Runs the bridge's readers and the sweep of its followed set until `stop`.
+/// Runs the bridge's reader and the sweep of its followed set until `stop`.
 pub(super) async fn run(bridge: Arc<RedisBridge>, ingest: Ingest, stop: CancellationToken) {
+    // A topic created while its stream is followed starts in the stream's epoch, at the
+    // position from which this node has read the stream.
+    let source = bridge.clone();
+    ingest.set_epoch_source(move |topic| {
+        let group = source.shard_of(topic);
+        let epoch = source.epochs.read()[group as usize]?;
+        let held = source.last_ids.lock().get(&group).copied()?;
+        let followed = source.interest.reading().follows(group, held.since);
+        followed.then(|| LogStart {
+            at: Cursor::new(epoch, held.last.seq()),
+            floor: held.floor,
+        })
+    });
     let sweep = tokio::spawn(sweep(bridge.clone(), ingest.clone(), stop.clone()));
-    let main = match bridge.target.is_cluster() {
-        true => Scope::WakeOnly,
-        false => Scope::Main,
-    };
-    let main = tokio::spawn(follow(bridge.clone(), ingest.clone(), main, stop.clone()));
-    if bridge.target.is_cluster() {
-        cluster_readers(&bridge, &ingest, &stop).await;
-    }
-    let _ = main.await;
+    follow(&bridge, &ingest, &stop).await;
     let _ = sweep.await;
     bridge.connected.store(false, Ordering::Relaxed);
     metrics::bridge_up(NAME, false);
-}
-
-/// On a Redis Cluster: one reader per followed stream, started as the set grows (a reader
-/// ends by itself once its stream is no longer followed).
-async fn cluster_readers(bridge: &Arc<RedisBridge>, ingest: &Ingest, stop: &CancellationToken) {
-    let mut readers: HashMap<u32, tokio::task::JoinHandle<()>> = HashMap::new();
-    let mut changes = bridge.interest.changes();
-    loop {
-        let (_, followed) = bridge.interest.followed();
-        readers.retain(|_, r| !r.is_finished());
-        for (group, _) in followed {
-            readers.entry(group).or_insert_with(|| {
-                let reader = follow(
-                    bridge.clone(),
-                    ingest.clone(),
-                    Scope::Stream(group),
-                    stop.clone(),
-                );
-                tokio::spawn(reader)
-            });
-        }
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            changed = changes.changed() => if changed.is_err() { break },
-        }
-    }
-    for (_, reader) in readers {
-        let _ = reader.await;
-    }
 }
 
 /// Every second: marks the streams that hold a subscribed topic (every stream while a
@@ -137,305 +117,601 @@ async fn sweep(bridge: Arc<RedisBridge>, ingest: Ingest, stop: CancellationToken
     }
 }
 
-/// One reader: one session after another in [`reconnect_loop`], until `stop` (or, for one
-/// stream's reader, until the stream is no longer followed).
-async fn follow(bridge: Arc<RedisBridge>, ingest: Ingest, scope: Scope, stop: CancellationToken) {
+/// The reader: one session after another in [`reconnect_loop`], until `stop`.
+async fn follow(bridge: &Arc<RedisBridge>, ingest: &Ingest, stop: &CancellationToken) {
     let sessions = std::sync::atomic::AtomicU64::new(0);
-    let done = stop.child_token();
-    let reader = &bridge;
     reconnect_loop(
         NAME,
-        &done.clone(),
+        stop,
         Duration::from_millis(100),
         || async {
             let first = sessions.fetch_add(1, Ordering::Relaxed) == 0;
-            let result = Session::new(reader, &ingest, scope, first).run().await;
-            if matches!(result, Ok(Done::Unfollowed)) {
-                done.cancel();
-            }
-            result.map(|_| ()).map_err(|e| e.to_string())
+            let result = Session::new(bridge, ingest, first).run(stop).await;
+            result.map_err(|e| e.to_string())
         },
         |error| {
-            if !matches!(scope, Scope::Stream(_)) {
-                reader.connected.store(false, Ordering::Relaxed);
-                metrics::bridge_up(NAME, false);
-            }
+            bridge.connected.store(false, Ordering::Relaxed);
+            metrics::bridge_up(NAME, false);
             if let Some(e) = error {
-                *reader.last_error.lock() = Some(e);
+                *bridge.last_error.lock() = Some(e);
             }
         },
     )
     .await;
 }
 
-/// Why a session ended without an error.
-#[derive(Debug, PartialEq, Eq)]
-enum Done {
-    /// Its one stream is no longer followed.
-    Unfollowed,
+/// A stream entry id, ordered as Redis orders them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct EntryId(u64, u64);
+
+impl EntryId {
+    pub(super) fn parse(id: &str) -> Option<Self> {
+        let (ms, n) = id.split_once('-')?;
+        Some(Self(ms.parse().ok()?, n.parse().ok()?))
+    }
+
+    /// The sequence number of a position at this id (`ms << 21 | n`, as [`parse_entry_id`];
+    /// the largest one of its millisecond when `n` does not fit).
+    fn seq(self) -> u64 {
+        let n = self.1.min((1 << SEQ_BITS) - 1);
+        (self.0 << SEQ_BITS) | n
+    }
 }
 
-/// One followed stream, as a reader reads it.
+impl std::fmt::Display for EntryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
+/// What the reader holds of a followed stream, kept across its sessions (dropped with the
+/// stream).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Held {
+    /// The last entry read.
+    last: EntryId,
+    /// The generation at which the stream was followed.
+    since: u64,
+    /// The sequence number from which this node has read every entry of the stream (where
+    /// it started reading it): a topic of the stream created now holds everything from here.
+    floor: u64,
+}
+
+/// One followed stream, as the reader holds it.
 #[derive(Debug)]
 struct Stream {
-    group: u32,
-    key: String,
     /// The generation at which the stream was (last) followed: a stream dropped and followed
     /// again is read again from the history window.
     since: u64,
     epoch: u64,
-    last_id: String,
-    /// Being read up to what the log holds: `Some(ms)`, the time (unix ms) the reader started
-    /// doing so. Caught up once a read comes back short, or reaches an entry written since
-    /// then (a stream written to faster than a read takes may never come back short).
+    /// The last entry ingested (or skipped as not followed).
+    last: EntryId,
+    /// Being read up to what the log holds since the time (unix ms) the reader started doing
+    /// so: caught up once a read comes back short or reaches an entry written since then.
     catching_up: Option<u64>,
 }
 
-/// One connected session of a reader.
+/// Why the live connection's session must end.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    #[error("the live connection closed")]
+    Closed,
+}
+
+/// One connected session of the reader.
 struct Session<'a> {
     bridge: &'a RedisBridge,
     ingest: &'a Ingest,
-    scope: Scope,
     /// The reader's first session: the streams it finds followed were followed for a
     /// subscription (or, under broadcast, at start), not lost by a reconnect.
     first: bool,
-    streams: Vec<Stream>,
+    streams: HashMap<u32, Stream>,
+    /// Each subscribed channel's stream.
+    channels: HashMap<Box<[u8]>, u32>,
     generation: Option<u64>,
-    wake_key: Option<String>,
-    wake_id: String,
-    /// Entries the last read returned.
-    last_read: usize,
 }
 
 impl<'a> Session<'a> {
-    fn new(bridge: &'a RedisBridge, ingest: &'a Ingest, scope: Scope, first: bool) -> Self {
-        let wake_key = match scope {
-            Scope::Main | Scope::WakeOnly => Some(bridge.target.wake_key(&bridge.node_id)),
-            Scope::Stream(_) => None,
-        };
+    fn new(bridge: &'a RedisBridge, ingest: &'a Ingest, first: bool) -> Self {
         Self {
             bridge,
             ingest,
-            scope,
             first,
-            streams: Vec::new(),
+            streams: HashMap::new(),
+            channels: HashMap::new(),
             generation: None,
-            wake_key,
-            wake_id: "0-0".into(),
-            last_read: usize::MAX,
         }
     }
 
-    /// Reads and ingests until an error (or, for one stream's reader, until the stream is no
-    /// longer followed).
-    async fn run(mut self) -> redis::RedisResult<Done> {
-        let mut conn = self.bridge.target.connect(Purpose::BlockingReads).await?;
-        if self.wake_key.is_some() {
-            // Redis is back (or was never away): the publisher's connection, if it broke
-            // while idle, is made again on its next write rather than failing it.
-            self.bridge.publisher.forget();
-        }
-        loop {
-            if self.generation != Some(self.bridge.interest.generation())
-                && !self.reconcile(&mut conn).await?
-            {
-                return Ok(Done::Unfollowed);
-            }
-            self.read(&mut conn).await?;
-        }
-    }
-
-    /// Brings the streams read in line with the followed set: drops those no longer
-    /// followed, learns the epochs of the new ones and where to read them from. False when
-    /// this reader's one stream is no longer followed.
-    async fn reconcile(&mut self, conn: &mut RedisConn) -> redis::RedisResult<bool> {
+    /// Subscribes, reads and ingests until the connection fails or `stop`.
+    async fn run(mut self, stop: &CancellationToken) -> Result<(), SessionError> {
         let bridge = self.bridge;
-        let (generation, followed) = bridge.interest.followed();
-        let mine: Vec<(u32, u64)> = match self.scope {
-            Scope::Main => followed,
-            Scope::WakeOnly => Vec::new(),
-            Scope::Stream(g) => match followed.into_iter().find(|(f, _)| *f == g) {
-                Some(f) => vec![f],
-                None => return Ok(false),
-            },
+        let (tx, mut notices) = mpsc::channel::<PushInfo>(LIVE_QUEUE);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicBool::new(false));
+        let push = {
+            let (overflowed, closed) = (overflowed.clone(), closed.clone());
+            move |info: PushInfo| -> Result<(), ()> {
+                if info.kind == PushKind::Disconnection {
+                    closed.store(true, Ordering::Release);
+                }
+                match tx.try_send(info) {
+                    Ok(()) => Ok(()),
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        overflowed.store(true, Ordering::Release);
+                        Ok(())
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+                }
+            }
         };
-        let wanted: HashMap<u32, u64> = mine.iter().copied().collect();
-        self.streams
-            .retain(|s| wanted.get(&s.group) == Some(&s.since));
-        let new: Vec<(u32, u64)> = (mine.into_iter())
-            .filter(|(g, _)| !self.streams.iter().any(|s| s.group == *g))
-            .collect();
-        if !new.is_empty() {
-            let mut pipe = redis::pipe();
-            for (g, _) in &new {
-                epoch_commands(&mut pipe, &bridge.target.epoch_key(*g));
+        let mut conn = bridge.target.connect_live(push).await?;
+        // Redis is back (or was never away): the publisher's connection, if it broke while
+        // idle, is made again on its next write rather than failing it.
+        bridge.publisher.forget();
+        let mut changes = bridge.interest.changes();
+        let mut ping = tokio::time::interval(PING_EVERY);
+        let mut batch = Vec::with_capacity(LIVE_BATCH);
+        loop {
+            if closed.load(Ordering::Acquire) {
+                return Err(SessionError::Closed);
             }
-            let replies: Vec<(Option<String>, String)> = {
-                let values: Vec<redis::Value> = pipe.query_async(conn).await?;
-                let mut pairs = Vec::with_capacity(new.len());
-                let mut values = values.into_iter();
-                while let (Some(set), Some(get)) = (values.next(), values.next()) {
-                    pairs.push((redis::from_redis_value(set)?, redis::from_redis_value(get)?));
+            changes.borrow_and_update();
+            if self.generation != Some(bridge.interest.generation()) {
+                self.reconcile(&mut conn).await?;
+            }
+            if overflowed.swap(false, Ordering::AcqRel) {
+                tracing::warn!("redis live notices overflowed; reading every followed stream");
+                let all: Vec<u32> = self.streams.keys().copied().collect();
+                self.catch_up(&mut conn, all).await?;
+            }
+            self.connected();
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = changes.changed() => {}
+                n = notices.recv_many(&mut batch, LIVE_BATCH) => {
+                    if n == 0 {
+                        return Err(SessionError::Closed);
+                    }
+                    self.handle(&mut conn, &mut batch).await?;
                 }
-                pairs
-            };
-            let history_start = format!(
-                "{}-0",
-                now_ms().saturating_sub(bridge.history.as_millis() as u64)
-            );
-            let restarted = !self.first || bridge.interest.is_broadcast();
-            let mut last_ids = bridge.last_ids.lock();
-            let mut epochs = bridge.epochs.write();
-            for ((group, since), (_, epoch)) in new.into_iter().zip(replies) {
-                let epoch = parse_epoch(&epoch);
-                let previous = epochs[group as usize].replace(epoch);
-                // Read on from where this node stopped when it never stopped following the
-                // stream; else from the history window.
-                let mut last_id = match last_ids.get(&group) {
-                    Some((id, s)) if *s == since => id.clone(),
-                    _ => history_start.clone(),
-                };
-                if previous.is_some_and(|old| old != epoch) {
-                    // The stream was lost with Redis's data: read the new one from its start.
-                    tracing::warn!(
-                        shard = group,
-                        "redis lost its streams; clients will be told messages may be lost"
-                    );
-                    last_id = "0-0".into();
+                _ = ping.tick() => {
+                    redis::cmd("PING").query_async::<()>(&mut conn).await?;
                 }
-                last_ids.insert(group, (last_id.clone(), since));
-                bridge.interest.started(group, restarted);
-                self.streams.push(Stream {
-                    group,
-                    key: bridge.target.stream_key(group),
-                    since,
-                    epoch,
-                    last_id,
-                    catching_up: Some(now_ms()),
-                });
             }
         }
-        self.generation = Some(generation);
-        if matches!(self.scope, Scope::Main | Scope::WakeOnly) {
-            tracing::debug!(
-                streams = self.streams.len(),
-                "redis bridge following the streams"
-            );
-        }
-        Ok(true)
     }
 
-    /// One `XREAD`: without blocking while a stream is catching up, else blocking; ingests
-    /// what it returns, and marks the streams it found caught up.
-    async fn read(&mut self, conn: &mut RedisConn) -> redis::RedisResult<()> {
+    /// Marks the bridge connected (and ready, once every stream it must read is caught up).
+    fn connected(&self) {
         let bridge = self.bridge;
-        let mut keys: Vec<&str> = self.streams.iter().map(|s| s.key.as_str()).collect();
-        let mut ids: Vec<&str> = self.streams.iter().map(|s| s.last_id.as_str()).collect();
-        if let Some(wake) = &self.wake_key {
-            keys.push(wake);
-            ids.push(&self.wake_id);
-        }
-        let count = (READ_TOTAL / keys.len().max(1)).clamp(10, READ_COUNT);
-        let catching_up = self.streams.iter().any(|s| s.catching_up.is_some());
-        let mut options = StreamReadOptions::default().count(count);
-        if !catching_up {
-            options = options.block(BLOCK_MS);
-            if keys.len() >= COALESCE_KEYS && self.last_read < COALESCE_BELOW {
-                tokio::time::sleep(COALESCE_WAIT).await;
-            }
-        }
-        let reply: Option<StreamReadReply> = conn.xread_options(&keys, &ids, &options).await?;
-        self.last_read = (reply.iter().flat_map(|r| &r.keys))
-            .map(|k| k.ids.len())
-            .sum();
-        let mut read: HashMap<usize, usize> = HashMap::new();
-        if let Some(reply) = reply {
-            let reading = bridge.interest.reading();
-            for stream in reply.keys {
-                if Some(&stream.key) == self.wake_key.as_ref() {
-                    if let Some(last) = stream.ids.last() {
-                        self.wake_id = last.id.clone();
-                    }
-                    continue;
-                }
-                let Some(i) = self.streams.iter().position(|s| s.key == stream.key) else {
-                    continue;
-                };
-                let s = &mut self.streams[i];
-                read.insert(i, stream.ids.len());
-                let follows = reading.follows(s.group, s.since);
-                for entry in &stream.ids {
-                    s.last_id = entry.id.clone();
-                    if follows {
-                        ingest_entry(self.ingest, s.epoch, entry);
-                    }
-                }
-            }
-        }
-        if !self.streams.is_empty() {
-            let mut last_ids = bridge.last_ids.lock();
-            for &i in read.keys() {
-                let s = &self.streams[i];
-                last_ids.insert(s.group, (s.last_id.clone(), s.since));
-            }
-        }
-        for (i, s) in self.streams.iter_mut().enumerate() {
-            let Some(started) = s.catching_up else {
-                continue;
-            };
-            let short = read.get(&i).is_none_or(|&n| n < count);
-            let reached = parse_entry_id(&s.last_id).is_some_and(|seq| seq >> SEQ_BITS >= started);
-            if short || reached {
-                s.catching_up = None;
-                bridge.interest.set_caught_up(s.group, true);
-            }
-        }
-        if matches!(self.scope, Scope::Main | Scope::WakeOnly)
-            && !bridge.connected.swap(true, Ordering::Relaxed)
-        {
+        if !bridge.connected.swap(true, Ordering::Relaxed) {
             tracing::info!(streams = self.streams.len(), "redis bridge connected");
         }
         if crate::bridge::Bridge::is_ready(bridge) {
             bridge.last_error.lock().take();
             metrics::bridge_up(NAME, true);
         }
+    }
+
+    /// Brings the streams followed in line with the followed set: unsubscribes from those no
+    /// longer followed; subscribes to the new ones, learns their epochs and reads them from
+    /// where to start.
+    async fn reconcile(&mut self, conn: &mut RedisConn) -> redis::RedisResult<()> {
+        let bridge = self.bridge;
+        let (generation, followed) = bridge.interest.followed();
+        let wanted: HashMap<u32, u64> = followed.into_iter().collect();
+        let dropped: Vec<u32> = (self.streams.iter())
+            .filter(|(g, s)| wanted.get(g) != Some(&s.since))
+            .map(|(g, _)| *g)
+            .collect();
+        for g in &dropped {
+            self.streams.remove(g);
+        }
+        self.subscription(conn, &dropped, false).await?;
+        let new: Vec<(u32, u64)> = (wanted.into_iter())
+            .filter(|(g, _)| !self.streams.contains_key(g))
+            .collect();
+        if !new.is_empty() {
+            let groups: Vec<u32> = new.iter().map(|(g, _)| *g).collect();
+            // Subscribed before the streams are read: an entry appended in between is in the
+            // read or in a notice, never in neither.
+            self.subscription(conn, &groups, true).await?;
+            let history_start = EntryId(
+                now_ms().saturating_sub(bridge.history.as_millis() as u64),
+                0,
+            );
+            let epochs = self.epochs(conn, &groups, history_start).await?;
+            let restarted = !self.first || bridge.interest.is_broadcast();
+            {
+                let mut last_ids = bridge.last_ids.lock();
+                let mut known = bridge.epochs.write();
+                for ((group, since), (epoch, before)) in new.into_iter().zip(epochs) {
+                    let previous = known[group as usize].replace(epoch);
+                    // Read on from where this node stopped when it never stopped following the
+                    // stream; else from the history window: after the last entry before it,
+                    // from which on this node then holds every entry.
+                    let mut held = match last_ids.get(&group) {
+                        Some(held) if held.since == since => *held,
+                        _ => Held {
+                            last: before,
+                            since,
+                            floor: before.seq(),
+                        },
+                    };
+                    if previous.is_some_and(|old| old != epoch) {
+                        tracing::warn!(
+                            shard = group,
+                            "redis lost its streams; clients will be told messages may be lost"
+                        );
+                        held.last = EntryId::default();
+                        held.floor = 0;
+                    }
+                    let last = held.last;
+                    last_ids.insert(group, held);
+                    bridge.interest.started(group, restarted);
+                    self.streams.insert(
+                        group,
+                        Stream {
+                            since,
+                            epoch,
+                            last,
+                            catching_up: Some(now_ms()),
+                        },
+                    );
+                }
+            }
+            self.catch_up(conn, groups).await?;
+        }
+        self.generation = Some(generation);
+        tracing::debug!(
+            streams = self.streams.len(),
+            "redis bridge following the streams"
+        );
+        Ok(())
+    }
+
+    /// Subscribes to (or, `!subscribe`, unsubscribes from) the channels of `groups`.
+    async fn subscription(
+        &mut self,
+        conn: &mut RedisConn,
+        groups: &[u32],
+        subscribe: bool,
+    ) -> redis::RedisResult<()> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let target = &self.bridge.target;
+        let channels: Vec<String> = groups.iter().map(|&g| target.live_channel(g)).collect();
+        for (channel, &g) in channels.iter().zip(groups) {
+            let key: Box<[u8]> = channel.as_bytes().into();
+            match subscribe {
+                true => self.channels.insert(key, g),
+                false => self.channels.remove(&key),
+            };
+        }
+        if target.is_cluster() {
+            // A shard channel's slot decides its master: one command per channel.
+            let command = if subscribe {
+                "SSUBSCRIBE"
+            } else {
+                "SUNSUBSCRIBE"
+            };
+            for chunk in channels.chunks(READ_STREAMS) {
+                let sent = chunk.iter().map(|channel| {
+                    let mut conn = conn.clone();
+                    async move { redis::cmd(command).arg(channel).exec_async(&mut conn).await }
+                });
+                for result in join_all(sent).await {
+                    result?;
+                }
+            }
+        } else {
+            let command = if subscribe {
+                "SUBSCRIBE"
+            } else {
+                "UNSUBSCRIBE"
+            };
+            for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
+                redis::cmd(command).arg(chunk).exec_async(conn).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The epochs of `groups`, each made if it is missing (`SET NX GET`), and the last entry
+    /// of each stream before `start` (`0-0` when there is none).
+    async fn epochs(
+        &self,
+        conn: &RedisConn,
+        groups: &[u32],
+        start: EntryId,
+    ) -> redis::RedisResult<Vec<(u64, EntryId)>> {
+        let mut epochs = Vec::with_capacity(groups.len());
+        for chunk in groups.chunks(READ_STREAMS) {
+            let asked = chunk.iter().map(|&g| {
+                let mut conn = conn.clone();
+                let target = &self.bridge.target;
+                let (key, stream) = (target.epoch_key(g), target.stream_key(g));
+                let fresh = format!("{:x}", rand::random::<u64>() | 1);
+                async move {
+                    let old: Option<String> = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&fresh)
+                        .arg("NX")
+                        .arg("GET")
+                        .query_async(&mut conn)
+                        .await?;
+                    let before: Value = redis::cmd("XREVRANGE")
+                        .arg(stream)
+                        .arg(format!("({start}"))
+                        .arg("-")
+                        .arg("COUNT")
+                        .arg(1)
+                        .query_async(&mut conn)
+                        .await?;
+                    let before = (range_entries(before).first())
+                        .and_then(|(id, _)| EntryId::parse(id))
+                        .unwrap_or_default();
+                    let epoch = parse_epoch(old.as_deref().unwrap_or(&fresh));
+                    redis::RedisResult::Ok((epoch, before))
+                }
+            });
+            for epoch in join_all(asked).await {
+                epochs.push(epoch?);
+            }
+        }
+        Ok(epochs)
+    }
+
+    /// Handles a batch of pushes: ingests the notices that continue their stream, and reads
+    /// the streams whose notices do not (a gap) from where the reader stopped.
+    async fn handle(
+        &mut self,
+        conn: &mut RedisConn,
+        batch: &mut Vec<PushInfo>,
+    ) -> Result<(), SessionError> {
+        let bridge = self.bridge;
+        let mut gaps: Vec<u32> = Vec::new();
+        {
+            let reading = bridge.interest.reading();
+            for push in batch.drain(..) {
+                match push.kind {
+                    PushKind::Message | PushKind::SMessage => {}
+                    PushKind::Disconnection => return Err(SessionError::Closed),
+                    _ => continue,
+                }
+                let mut data = push.data.into_iter();
+                let (Some(Value::BulkString(channel)), Some(Value::BulkString(payload))) =
+                    (data.next(), data.next())
+                else {
+                    continue;
+                };
+                let Some(&group) = self.channels.get(channel.as_slice()) else {
+                    continue;
+                };
+                if gaps.contains(&group) {
+                    continue; // read from the stream below
+                }
+                let Some(s) = self.streams.get_mut(&group) else {
+                    continue;
+                };
+                let Some(notice) = Notice::parse(&payload) else {
+                    tracing::warn!(
+                        shard = group,
+                        "malformed redis live notice; reading the stream"
+                    );
+                    gaps.push(group);
+                    continue;
+                };
+                let (Some(id), Some(prev)) =
+                    (EntryId::parse(notice.id), EntryId::parse(notice.prev))
+                else {
+                    gaps.push(group);
+                    continue;
+                };
+                let epoch = parse_epoch(notice.epoch);
+                if epoch != s.epoch {
+                    // The stream was lost with Redis's data and made anew: read it from its
+                    // start, in its new epoch.
+                    tracing::warn!(
+                        shard = group,
+                        "redis lost its streams; clients will be told messages may be lost"
+                    );
+                    s.epoch = epoch;
+                    s.last = EntryId::default();
+                    bridge.epochs.write()[group as usize] = Some(epoch);
+                    gaps.push(group);
+                    continue;
+                }
+                if id <= s.last {
+                    continue; // read already
+                }
+                if prev != s.last {
+                    gaps.push(group);
+                    continue;
+                }
+                s.last = id;
+                if reading.follows(group, s.since) {
+                    let fields = |name: &str| {
+                        (notice.fields.iter())
+                            .find(|(n, _)| *n == name.as_bytes())
+                            .map(|(_, v)| *v)
+                    };
+                    ingest_entry(self.ingest, s.epoch, notice.id, fields);
+                }
+            }
+        }
+        self.remember();
+        if !gaps.is_empty() {
+            metrics::bridge_live_gaps(NAME, gaps.len());
+            self.catch_up(conn, gaps).await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps each stream's last id in the bridge (a reconnect reads on from there).
+    fn remember(&self) {
+        let mut last_ids = self.bridge.last_ids.lock();
+        for (g, s) in &self.streams {
+            if let Some(held) = last_ids.get_mut(g).filter(|h| h.since == s.since) {
+                held.last = s.last;
+            }
+        }
+    }
+
+    /// Reads `groups` from their last ids up to what their streams hold now, ingesting every
+    /// entry, and marks them caught up.
+    async fn catch_up(&mut self, conn: &mut RedisConn, groups: Vec<u32>) -> redis::RedisResult<()> {
+        let bridge = self.bridge;
+        let mut pending = groups;
+        let started = now_ms();
+        for g in &pending {
+            if let Some(s) = self.streams.get_mut(g) {
+                s.catching_up.get_or_insert(started);
+            }
+        }
+        while !pending.is_empty() {
+            let mut next = Vec::new();
+            for chunk in pending.chunks(READ_STREAMS) {
+                let reads = chunk.iter().filter_map(|g| {
+                    let s = self.streams.get(g)?;
+                    let mut conn = conn.clone();
+                    let key = bridge.target.stream_key(*g);
+                    let from = format!("({}", s.last);
+                    Some(async move {
+                        let reply: Value = redis::cmd("XRANGE")
+                            .arg(key)
+                            .arg(from)
+                            .arg("+")
+                            .arg("COUNT")
+                            .arg(READ_COUNT)
+                            .query_async(&mut conn)
+                            .await?;
+                        redis::RedisResult::Ok((*g, reply))
+                    })
+                });
+                let replies = join_all(reads).await;
+                let reading = bridge.interest.reading();
+                for reply in replies {
+                    let (g, reply) = reply?;
+                    let Some(s) = self.streams.get_mut(&g) else {
+                        continue;
+                    };
+                    let entries = range_entries(reply);
+                    let follows = reading.follows(g, s.since);
+                    for (id, fields) in &entries {
+                        let Some(entry) = EntryId::parse(id) else {
+                            continue;
+                        };
+                        if entry <= s.last {
+                            continue;
+                        }
+                        s.last = entry;
+                        if follows {
+                            let field = |name: &str| {
+                                (fields.iter())
+                                    .find(|(n, _)| n.as_slice() == name.as_bytes())
+                                    .map(|(_, v)| v.as_slice())
+                            };
+                            ingest_entry(self.ingest, s.epoch, id, field);
+                        }
+                    }
+                    let started = s.catching_up.unwrap_or(started);
+                    let short = entries.len() < READ_COUNT;
+                    let reached = s.last.0 >= started;
+                    if short || reached {
+                        s.catching_up = None;
+                        bridge.interest.set_caught_up(g, true);
+                    } else {
+                        next.push(g);
+                    }
+                }
+            }
+            self.remember();
+            pending = next;
+        }
         Ok(())
     }
 }
 
-/// Delivers one stream entry to this node's subscribers.
-fn ingest_entry(ingest: &Ingest, epoch: u64, entry: &redis::streams::StreamId) {
-    let Some(seq) = parse_entry_id(&entry.id) else {
-        tracing::warn!(id = %entry.id, "redis stream entry with an unexpected id skipped");
+/// The entries of an `XRANGE` reply: each id with its fields and values.
+type Entries = Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)>;
+
+fn range_entries(reply: Value) -> Entries {
+    let Value::Array(entries) = reply else {
+        return Vec::new();
+    };
+    let bytes = |v: Value| match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        _ => None,
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let Value::Array(parts) = entry else {
+                return None;
+            };
+            let mut parts = parts.into_iter();
+            let id = String::from_utf8(bytes(parts.next()?)?).ok()?;
+            let pairs: Vec<(Value, Value)> = match parts.next()? {
+                Value::Array(flat) => {
+                    let mut flat = flat.into_iter();
+                    std::iter::from_fn(|| Some((flat.next()?, flat.next()?))).collect()
+                }
+                Value::Map(map) => map,
+                _ => return None,
+            };
+            let fields = (pairs.into_iter())
+                .filter_map(|(n, v)| Some((bytes(n)?, bytes(v)?)))
+                .collect();
+            Some((id, fields))
+        })
+        .collect()
+}
+
+/// Delivers one stream entry (its id, and its fields through `field`) to this node's
+/// subscribers.
+fn ingest_entry<'f>(
+    ingest: &Ingest,
+    epoch: u64,
+    id: &str,
+    field: impl Fn(&str) -> Option<&'f [u8]>,
+) {
+    let Some(seq) = parse_entry_id(id) else {
+        tracing::warn!(%id, "redis stream entry with an unexpected id skipped");
         return;
     };
-    let field = |name: &str| -> Option<String> { entry.get::<String>(name) };
-    let (Some(topic), Some(data)) = (field("t"), field("d")) else {
-        tracing::warn!(id = %entry.id, "redis stream entry without topic or data skipped");
+    let text = |name: &str| field(name).and_then(|v| std::str::from_utf8(v).ok());
+    let (Some(topic), Some(data)) = (text("t"), field("d")) else {
+        tracing::warn!(%id, "redis stream entry without topic or data skipped");
         return;
     };
-    let Ok(topic) = TopicName::new(&topic) else {
-        tracing::warn!(id = %entry.id, "redis stream entry with an invalid topic skipped");
+    let Ok(topic) = TopicName::new(topic) else {
+        tracing::warn!(%id, "redis stream entry with an invalid topic skipped");
         return;
     };
-    let event = field("e").and_then(|e| EventName::new(&e).ok());
-    let payload = match entry.get::<Vec<u8>>("m") {
-        Some(msgpack) => Payload::from_msgpack(&msgpack).map_err(|e| e.to_string()),
-        None => Payload::from_json(data.as_bytes()).map_err(|e| e.to_string()),
+    let event = text("e").and_then(|e| EventName::new(e).ok());
+    let payload = match field("m") {
+        Some(msgpack) => Payload::from_msgpack(msgpack).map_err(|e| e.to_string()),
+        None => Payload::from_json(data).map_err(|e| e.to_string()),
     };
     let Ok(payload) = payload else {
-        tracing::warn!(id = %entry.id, "redis stream entry with an invalid payload skipped");
+        tracing::warn!(%id, "redis stream entry with an invalid payload skipped");
         return;
     };
     let age_ms = now_ms().saturating_sub(seq >> SEQ_BITS);
     // The trace context of a traced message (fields `tp`, `tps`), read only when tracing is on.
     let (traceparent, tracestate) = match ingest.traces() {
-        true => (field("tp"), field("tps")),
+        true => (text("tp"), text("tps")),
         false => (None, None),
     };
     let trace = Carried {
-        traceparent: traceparent.as_deref(),
-        tracestate: tracestate.as_deref(),
+        traceparent,
+        tracestate,
     };
     ingest.deliver(
         topic,
