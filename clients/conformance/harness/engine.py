@@ -38,7 +38,7 @@ BASE_CONFIG: dict[str, Any] = {
     "shutdown": {"grace": "2s"},
 }
 
-INFRA_STEPS = {"block", "unblock", "cut", "proxy", "toxic", "untoxic", "inject", "kill_node", "start_node", "sleep"}
+INFRA_STEPS = {"pause", "resume", "block", "unblock", "cut", "proxy", "toxic", "untoxic", "inject", "kill_node", "start_node", "sleep"}
 
 
 def jwt(claims: dict[str, Any]) -> str:
@@ -210,6 +210,10 @@ class Scenario:
             self.gates[url].blocked.difference_update(step.get("kinds", ["ws", "sse", "poll", "other"]))
         elif do == "cut":
             self.gates[url].cut(step.get("kinds"))
+        elif do == "pause":
+            self.gates[url].flowing.clear()
+        elif do == "resume":
+            self.gates[url].flowing.set()
         elif do == "proxy":
             await self.toxi.enable(self.proxies[url], bool(step["enabled"]))
         elif do == "toxic":

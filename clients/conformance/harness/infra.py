@@ -266,6 +266,9 @@ class Gate:
         self._server: asyncio.AbstractServer | None = None
         self._links: set[_Link] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Cleared: the gate stops reading from the node (a client that stops reading).
+        self.flowing = asyncio.Event()
+        self.flowing.set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, limit=1 << 20)
@@ -369,6 +372,7 @@ class Gate:
 
     async def _down(self, ureader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, link: _Link) -> None:
         while True:
+            await self.flowing.wait()
             data = await ureader.read(65536)
             if not data:
                 cwriter.transport.abort()

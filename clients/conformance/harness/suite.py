@@ -79,6 +79,7 @@ async def play_all() -> dict[tuple[str, str], LaneResult]:
     await toxi.start()
     jobs = asyncio.Semaphore(int(os.environ.get("HERALD_CONFORMANCE_JOBS", "3")))
     results: dict[tuple[str, str], LaneResult] = {}
+    summary: list[str] = []
 
     async def play(path: Path, data: dict[str, Any]) -> None:
         usable = [r for r in runners() if r.unavailable is None
@@ -92,8 +93,10 @@ async def play_all() -> dict[tuple[str, str], LaneResult]:
             for old in work.glob("*.log"):
                 old.unlink()
             out = await Scenario(path, data, toxi, work).run(usable)
-            print(f"[conformance] {data['name']}: {time.monotonic() - t0:.1f} s "
-                  + " ".join(f"{k}={'ok' if v.ok else 'FAIL'}" for k, v in out.items()), file=sys.stderr)
+            line = (f"{data['name']}: {time.monotonic() - t0:.1f} s "
+                    + " ".join(f"{k}={'ok' if v.ok else 'FAIL'}" for k, v in out.items()))
+            print(f"[conformance] {line}", file=sys.stderr)
+            summary.append(line)
             for name, res in out.items():
                 results[(data["name"], name)] = res
 
@@ -101,4 +104,5 @@ async def play_all() -> dict[tuple[str, str], LaneResult]:
         await asyncio.gather(*(play(p, d) for p, d in scenarios()))
     finally:
         await toxi.stop()
+        (WORK / "summary.txt").write_text("\n".join(summary) + "\n")
     return results

@@ -38,15 +38,22 @@ function start(c) {
     pollTimeout: Math.max(1, Math.round((c.poll_timeout_ms ?? 5000) / 1000)),
     tokenRefreshMargin: c.token_margin_ms ?? 2000,
   });
-  const state = (s) => {
-    const mapped = { open: "connected", reconnecting: "disconnected", connecting: "connecting", closed: "closed" }[s];
-    out({ event: "state", state: mapped, transport: s === "open" ? BACK[herald.transport] ?? null : null });
-  };
-  herald.on("state", state);
+  // `state` fires before `transport` is updated (a fallback opens with the old name still
+  // set): report once both are known, and only what changed.
+  let last = "";
+  const report = () =>
+    queueMicrotask(() => {
+      const s = herald.state;
+      const mapped = { open: "connected", reconnecting: "disconnected", connecting: "connecting", closed: "closed" }[s];
+      const transport = s === "open" ? BACK[herald.transport] ?? null : null;
+      const key = `${mapped}/${transport}`;
+      if (key === last) return;
+      last = key;
+      out({ event: "state", state: mapped, transport });
+    });
+  herald.on("state", report);
   // A transport that takes over while open (a probe back up) is a new "connected".
-  herald.on("transport", () => {
-    if (herald.state === "open") state("open");
-  });
+  herald.on("transport", report);
   herald.on("error", (e) => out({ event: "error", code: e.code ?? null, reason: String(e.message ?? e) }));
   herald.on("lost", (l) => out({ event: "lost", topic: l.topic, reason: l.reason }));
   const message = (m) => out({ event: "message", topic: m.topic, id: m.id, name: m.event ?? null, data: m.data });
