@@ -317,3 +317,99 @@ func TestTokenExpiry(t *testing.T) {
 		t.Fatal("not a JWT")
 	}
 }
+
+func TestSSEBlocks(t *testing.T) {
+	id := func(s string) *string { return &s }
+	ev, err := decodeSSEBlock(sseBlock{ID: id("a=e-1,b=f-2")})
+	if err != nil || ev.kind != ssePositions || !reflect.DeepEqual(ev.positions, []TopicCursor{{"a", "e-1"}, {"b", "f-2"}}) {
+		t.Fatalf("opening: %+v %v", ev, err)
+	}
+	ev, err = decodeSSEBlock(sseBlock{Event: "herald.lost", Data: `{"topic":"a","reason":"expired"}`, ID: id("a=e-9,b=f-2")})
+	if err != nil || ev.kind != sseLostSignal || ev.lost != (sseLost{"a", "expired"}) || ev.lostAt != "e-9" || !reflect.DeepEqual(ev.positions, []TopicCursor{{"b", "f-2"}}) {
+		t.Fatalf("lost: %+v %v", ev, err)
+	}
+	ev, err = decodeSSEBlock(sseBlock{Event: "message", Data: `{"type":"message","topic":"a","id":"e-3","event":"x","data":"s"}`, ID: id("a=e-3")})
+	if err != nil || ev.kind != sseMessage || ev.frame.ID != "e-3" || ev.frame.Event != "x" || string(ev.frame.Data) != `"s"` {
+		t.Fatalf("message: %+v %v", ev, err)
+	}
+	ev, err = decodeSSEBlock(sseBlock{Event: "herald.shutdown", Data: `{"reason":"shutdown","retry_ms":1234}`})
+	if err != nil || ev.kind != sseShutdownSignal || ev.retry != 1234*time.Millisecond {
+		t.Fatalf("shutdown: %+v %v", ev, err)
+	}
+	ev, _ = decodeSSEBlock(sseBlock{Event: "herald.disconnect", Data: `{"reason":"banned","reconnect":false}`})
+	if ev.kind != sseDisconnectSignal || ev.reason != "banned" || ev.reconnect {
+		t.Fatalf("disconnect: %+v", ev)
+	}
+	ev, _ = decodeSSEBlock(sseBlock{Event: "herald.disconnect", Data: `{"reason":"token expired"}`})
+	if ev.reason != "token expired" || !ev.reconnect {
+		t.Fatalf("token expired: %+v", ev)
+	}
+	ev, err = decodeSSEBlock(sseBlock{Event: "herald.join", Data: `{"topic":"room:1","conn":"7","node":"n","transport":"ws","user":"ann","info":{"d":1}}`})
+	if err != nil || ev.kind != sseMember || ev.frame.Type != "join" || *ev.frame.User != "ann" || ev.frame.Conn != "7" {
+		t.Fatalf("join: %+v %v", ev, err)
+	}
+	ev, err = decodeSSEBlock(sseBlock{Event: "herald.subscribed", Data: `{"topics":["news"]}`, ID: id("news=e-0")})
+	if err != nil || ev.kind != sseSubscribed || !reflect.DeepEqual(ev.topics, []string{"news"}) || len(ev.positions) != 1 {
+		t.Fatalf("subscribed: %+v %v", ev, err)
+	}
+	if ev, err := decodeSSEBlock(sseBlock{Event: "something.new", Data: "x"}); err != nil || ev.kind != sseIgnored {
+		t.Fatalf("unknown: %+v %v", ev, err)
+	}
+	for _, bad := range []sseBlock{
+		{Event: "message", Data: `{"type":"message","topic":`},
+		{Event: "message", Data: `{"type":"lost","topic":"a","reason":"x"}`},
+		{Event: "herald.lost", Data: `{"topic":"a"}`},
+		{Event: "herald.subscribed", Data: `[`},
+		{Event: "herald.leave", Data: `{}`},
+	} {
+		if _, err := decodeSSEBlock(bad); !errors.Is(err, errMalformed) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
+func TestPollAnswers(t *testing.T) {
+	r, err := decodePollAnswer([]byte(`{"messages":[{"type":"message","topic":"a","id":"f-1","data":1},{"type":"message","topic":"a","id":"f-2","data":2}],
+		"lost":[{"topic":"a","reason":"epoch"},{"topic":"b","reason":"expired"}],"cursor":"a=f-2,b=c-5","more":false,
+		"presence":[{"type":"join","topic":"a","conn":"1","node":"n","transport":"sse","user":null}],
+		"disconnect":{"reason":"bye","reconnect":false}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a has messages: it goes on from them; b from the cursor.
+	if len(r.lost) != 2 || r.lost[0].at != "" || r.lost[1].at != "c-5" || r.lost[1].reason != "expired" {
+		t.Fatalf("%+v", r.lost)
+	}
+	if len(r.messages) != 2 || len(r.members) != 1 || r.members[0].User != nil || r.disconnect == nil || r.disconnect.reconnect || r.disconnect.reason != "bye" {
+		t.Fatalf("%+v", r)
+	}
+	for _, bad := range []string{`{`, `{"messages":[{"type":"message"}]}`, `{"lost":[{"topic":"a"}]}`, `{"messages":[{"type":"join","topic":"a"}]}`} {
+		if _, err := decodePollAnswer([]byte(bad)); !errors.Is(err, errMalformed) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+// Whatever arrives, decoding answers or errs; it never panics.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"message","topic":"a","id":"9f-42","data":{"n":1}}`,
+		`{"type":"subscribed","topics":["a"],"cursors":{"a":"1-0"},"by":"server"}`,
+		`{"messages":[],"lost":[{"topic":"a","reason":"epoch"}],"cursor":"a=1-2"}`,
+		"id: a=1-1\nevent: herald.lost\ndata: {\"topic\":\"a\",\"reason\":\"expired\"}\n\n",
+		"\x83\xa4type\xa7message\xa5topic\xa1a\xa2id\xa41-42",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = decodeJSONFrame(b)
+		_, _ = decodeMsgpackFrame(b)
+		_, _ = decodePollAnswer(b)
+		p := &sseParser{max: 1 << 12}
+		_ = p.push(b, func(blk sseBlock) error {
+			_, err := decodeSSEBlock(blk)
+			return err
+		})
+		_ = ParseResumeList(string(b))
+	})
+}
