@@ -117,3 +117,21 @@ def test_client_publish_history_and_close(node: tuple[str, str]) -> None:
         assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", ["ws", "sse", "poll"])
+def test_subscribe_on_a_live_connection(node: tuple[str, str], transport: str) -> None:
+    public, admin_url = node
+
+    async def main() -> None:
+        topics = [] if transport == "ws" else [f"first.{transport}"]
+        async with Client(public, topics=topics, transports=[transport]) as client, \
+                AdminClient(admin_url, api_key=KEY) as admin:
+            await _until(client, lambda ev: isinstance(ev, StateChanged) and ev.state is State.CONNECTED)
+            client.subscribe(f"late.{transport}")
+            await asyncio.sleep(0.5)
+            sent = await admin.publish(f"late.{transport}", {"late": True})
+            got = await _until(client, lambda ev: isinstance(ev, Message))
+            assert got[-1] == Message(f"late.{transport}", sent["id"], {"late": True})
+
+    asyncio.run(main())

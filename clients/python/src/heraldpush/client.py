@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 import httpx
 
 from . import wire
-from .backoff import Backoff, Reconnects
+from .backoff import Backoff, Reconnects, full_jitter
 from .errors import HeraldError, RefusedError
 from .transports import Closed, ConnContext, Connection, TransportName, open_connection
 
@@ -142,6 +142,7 @@ class Client:
         self._poll_timeout = poll_timeout
         self._margin = token_refresh_margin
         self._max_topics = max_topics
+        self._backoff = backoff
         self._retry = Reconnects(len(self._urls), len(self._transports), backoff)
         # Subscriptions and cursors.
         self._subs: dict[str, None] = {}
@@ -414,6 +415,7 @@ class Client:
 
     async def _supervise(self) -> None:
         delay = 0.0
+        token_failures = 0
         probe_at: float | None = None
         probe_ti = 0
         while not self._closed:
@@ -424,9 +426,12 @@ class Client:
                     try:
                         await self._refresh_token()
                     except Exception as e:
+                        # Not the transport's fault: the same URL and transport, after a backoff.
                         await self._emit(ErrorEvent("token", f"the token function failed: {e!r}"))
-                        delay = self._retry.closed(self._retry.transport, False, False, None)
+                        token_failures += 1
+                        delay = full_jitter(token_failures, self._backoff)
                         continue
+                    token_failures = 0
                 if self._state is not State.CONNECTING:
                     await self._emit_state(State.CONNECTING, None)
                 self._conn_ti = self._retry.transport

@@ -192,6 +192,8 @@ class WsConnection(Connection):
             if self.ctx.fmt == "msgpack" and ws.subprotocol != wire.WS_SUBPROTOCOL_MSGPACK:
                 return Closed("ws: the server did not accept herald.msgpack", protocol_error=True)
             if not self.ctx.topics():
+                # Nothing to subscribe yet (the application may subscribe it): open as it is.
+                await self._emit(wire.Opened({}))
                 self.opened.set()
             else:
                 await self._subscribe()
