@@ -356,3 +356,60 @@ async fn wait_replicated(seed: &str, ca: &str) {
     .await
     .unwrap();
 }
+
+/// Open files of this process (the test's nodes live in it).
+fn open_files() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_wildcard_subscribers_cost_one_live_connection_per_master() {
+    let Some(url) = engine("HERALD_TEST_REDIS_CLUSTER_URL") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let p = unique("rcw");
+    let ca = engine("HERALD_TEST_TLS_CA").unwrap();
+    let node = |id: &str| {
+        let mut c = redis_node(RedisMode::Cluster, &url, &p, id);
+        // Every group, as a production node has them: a pattern follows all 16,384.
+        c.cluster.redis_shards = herald_gateway::Config::default().cluster.redis_shards;
+        c.cluster.redis_ca_file = Some(ca.clone().into());
+        c.cluster.backfill_timeout = Duration::from_secs(60);
+        c
+    };
+    let (a, b) = (spawn_ready(node("w1")).await, spawn_ready(node("w2")).await);
+    let before = open_files();
+    // One anonymous wildcard subscriber per node.
+    let mut subscribers = Vec::new();
+    for gw in [&a, &b] {
+        let mut sse = SseClient::connect(gw, "topic=wild.*", None).await;
+        sse.next_block().await.unwrap();
+        subscribers.push(sse);
+    }
+    let groups: f64 = metric(&a, r#"herald_bridge_groups_followed{bridge="redis"}"#).await;
+    assert_eq!(groups, 16_384.0, "a pattern follows every group");
+    let grown = open_files().saturating_sub(before);
+    assert!(
+        grown <= 16,
+        "following every group opened {grown} files: a node holds one live connection per master"
+    );
+    // Every message arrives, once, on both nodes.
+    let topics: Vec<String> = (0..20).map(|i| format!("wild.{i}")).collect();
+    for (i, t) in topics.iter().enumerate() {
+        let via = if i % 2 == 0 { &a } else { &b };
+        publish(via, t, json!(t)).await;
+    }
+    for sse in &mut subscribers {
+        let mut got: Vec<String> = Vec::new();
+        while got.len() < topics.len() {
+            got.push(sse.next_event().await.unwrap().data.unwrap());
+        }
+        got.sort();
+        let mut want = topics.clone();
+        want.sort();
+        assert_eq!(got, want, "every message, once");
+    }
+    assert!(open_files().saturating_sub(before) <= 16);
+    stop_all([a, b]).await;
+}
