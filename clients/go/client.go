@@ -49,9 +49,10 @@ type Options struct {
 	MsgPack bool
 	// Token is a JWT for private topics and publishing.
 	Token string
-	// TokenFunc, when set, gives the token: called before the first connection, again
-	// TokenRefreshMargin before the token's `exp`, after the gateway said it expired, and
-	// once when the gateway refuses one as invalid. "" means no token (anonymous).
+	// TokenFunc, when set, gives the token (it must return when ctx is done): called before
+	// the first connection, again TokenRefreshMargin before the token's `exp`, after the
+	// gateway said it expired, and once when the gateway refuses one as invalid. "" means no
+	// token (anonymous).
 	TokenFunc func(ctx context.Context) (string, error)
 	// TokenRefreshMargin (default 30 s).
 	TokenRefreshMargin time.Duration
@@ -167,6 +168,11 @@ func New(opts Options) (*Client, error) {
 	for _, n := range opts.Topics {
 		if err := CheckSubscription(n); err != nil {
 			return nil, err
+		}
+	}
+	for t, cur := range opts.Cursors {
+		if _, ok := ParseCursor(cur); !ok || !ValidTopic(t) {
+			return nil, fmt.Errorf("heraldpush: bad cursor %q for %q: want a topic and `<epoch>-<seq>`", cur, t)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -199,6 +199,10 @@ func (c *Client) loop() {
 				old := main
 				main, probe = probe, nil
 				old.cancel()
+				// What the application subscribed the old connection to ends with it.
+				if gone := c.store.connectionEnded(); len(gone) > 0 {
+					_ = c.emit(c.ctx, &ServerSubscription{Subscribed: false, Topics: gone})
+				}
 				c.retry.upgraded(main.ti)
 				main.openedAt = time.Now()
 				c.mu.Lock()

@@ -413,3 +413,18 @@ func FuzzDecode(f *testing.F) {
 		_ = ParseResumeList(string(b))
 	})
 }
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	for _, o := range []Options{
+		{},
+		{URLs: []string{"ftp://x"}},
+		{URLs: []string{"http://x"}, Topics: []string{"a*"}},
+		{URLs: []string{"http://x"}, Transports: []Transport{"carrier-pigeon"}},
+		{URLs: []string{"http://x"}, Cursors: map[string]string{"a": "nope"}},
+	} {
+		if c, err := New(o); err == nil {
+			_ = c.Close()
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
