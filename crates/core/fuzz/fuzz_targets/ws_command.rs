@@ -91,8 +91,13 @@ fuzz_target!(|data: &[u8]| {
             data,
             traceparent,
             tracestate,
+            idempotency_key,
         } => {
             assert_eq!(kind, Some("publish"));
+            assert_eq!(
+                field("idempotency_key").and_then(Value::as_str),
+                idempotency_key.as_deref()
+            );
             assert_eq!(field("topic").and_then(Value::as_str), Some(topic.as_str()));
             assert_eq!(
                 field("event").and_then(Value::as_str),

@@ -568,6 +568,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_msgpack_publish_carries_its_idempotency_key_as_a_json_one_does() {
+        let (state, _shutdown) = AppState::for_test(Config::default());
+        let message = json!({"topic": "t", "data": 1, "idempotency_key": "k-1"});
+        let mut ids = Vec::new();
+        for (content_type, body) in [
+            ("application/msgpack", msgpack_body(message.clone())),
+            ("application/json", json_body(message.clone())),
+        ] {
+            let (status, answer) = post(&state, "/v1/publish", content_type, body).await;
+            assert_eq!(status, StatusCode::OK, "{content_type}: {answer}");
+            ids.push(answer["id"].clone());
+        }
+        assert_eq!(ids[0], ids[1], "the JSON retry of a MessagePack publish");
+        assert_eq!(held(&state, "t"), 1);
+        for (key, code) in [
+            (json!(5), "bad_msgpack"),
+            (json!(""), "bad_idempotency_key"),
+        ] {
+            let body = msgpack_body(json!({"topic": "t", "data": 1, "idempotency_key": key}));
+            let (status, answer) = post(&state, "/v1/publish", "application/msgpack", body).await;
+            assert_eq!(
+                (status, answer["code"].as_str()),
+                (StatusCode::BAD_REQUEST, Some(code))
+            );
+        }
+        assert_eq!(held(&state, "t"), 1);
+    }
+
+    #[tokio::test]
     async fn a_batch_over_the_limit_is_refused_whole_in_either_format() {
         let mut config = Config::default();
         config.limits.max_batch_publish = 2;

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::common::*;
 
+mod idempotency;
 mod interest;
 
 fn brokers() -> String {
