@@ -1,11 +1,16 @@
-//! The Redis bridge: node-to-node fan-out and shared positions through Redis Streams.
+//! The Redis bridge: node-to-node fan-out and shared positions through Redis Streams, with
+//! Redis pub/sub as the live path.
 //!
-//! Every message is appended (`XADD`) to one of `cluster.redis_shards` streams (topic
-//! groups), chosen by a stable hash of the topic name, so each topic's messages stay in order
-//! in one stream. Each node reads the streams it follows (`XREAD BLOCK`, see [`reader`]) and
-//! ingests each entry into its registry: each node gets each message of those streams exactly
-//! once and there is no echo loop, because publishing never delivers locally — delivery
-//! always comes back through the stream.
+//! Every message is appended to one of `cluster.redis_shards` streams (topic groups), chosen
+//! by a stable hash of the topic name, so each topic's messages stay in order in one stream.
+//! The append is one script ([`APPEND`]): it makes the shard's epoch if it is missing, appends
+//! the entry (`XADD`, trimmed), and publishes it on the shard's channel with its id and the
+//! id of the entry before it ([`Notice`]). Each node subscribes to the channels of the streams
+//! it follows and ingests each notice into its registry, reading a stream only to start
+//! following it or to fill a gap ([`reader`]): each node gets each message of those streams
+//! exactly once, and there is no echo loop, because publishing never delivers locally —
+//! delivery always comes back through the log. Redis's work per message is the append and
+//! one publish to the nodes that follow its group, whatever the number of groups they follow.
 //!
 //! Which streams a node follows ([`super::interest`]): under `cluster.routing = "interest"`
 //! (the default) those holding a topic it has a subscriber for, added when a subscription
@@ -13,11 +18,10 @@
 //! dropped `cluster.interest_linger` after the last one left; under `"broadcast"`, all.
 //!
 //! Positions: a stream entry id `<ms>-<n>` becomes the sequence number `ms << 21 | n`, and the
-//! epoch of a shard is a random value kept in Redis (`<prefix>:epoch:<shard>`, created with
-//! `SET NX`). If Redis loses its data (a restart without persistence), the epoch key is gone
-//! too, a new one is made, and clients resuming from the old epoch are told messages were
-//! lost, as they may have been. A publish to a stream the node does not follow reads the
-//! epoch from Redis with it.
+//! epoch of a shard is a random value kept in Redis (`<prefix>:epoch:<shard>`), made by the
+//! first append or the first node to follow the shard. If Redis loses its data (a restart
+//! without persistence), the epoch key is gone too, a new one is made, and clients resuming
+//! from the old epoch are told messages were lost, as they may have been.
 //!
 //! History: each node keeps its own in-memory history, filled from the streams. A node that
 //! starts following a stream reads it from `topics.history_ttl` ago, so a client that
@@ -26,19 +30,17 @@
 //! (`XADD MINID ~`), which is all a node ever reads back; under broadcast at
 //! `cluster.redis_stream_maxlen` entries each (`MAXLEN ~`).
 //!
-//! Deployments (see [`super::redis_conn`]): one Redis or a Sentinel-watched master is read
-//! with one `XREAD` over every followed stream (and the node's wake stream, written to when
-//! it follows more). On a Redis Cluster one command cannot read streams of different slots,
-//! so each followed stream has its own reader, and each stream shares a hash tag with its
-//! epoch key; the streams spread over the masters. Readiness: a node is ready when its
-//! reader is connected and every stream it followed when that reader (re)connected is
+//! Retries: a publish with an idempotency key seen for its topic within
+//! `cluster.idempotency_window` is answered with the first one's id by the same script, on any
+//! node, and appends nothing.
+//!
+//! Deployments (see [`super::redis_conn`]): one Redis or a Sentinel-watched master is followed
+//! through one live connection (RESP3) with plain pub/sub. On a Redis Cluster the live path is
+//! sharded pub/sub: each stream shares a hash tag with its epoch and its channel, and the
+//! node's live connection is one connection per master. Readiness: a node is ready when its
+//! live connection is up and every stream it followed when that connection was (re)made is
 //! caught up; a stream followed for a new subscription makes that subscription wait, not the
 //! node unready.
-//!
-//! Why not Redis pub/sub per topic (which would let a node receive only the topics it has
-//! subscribers for): pub/sub has no positions and no history, so resume across nodes and
-//! catching up after a reconnect would be impossible. Topic groups give interest routing
-//! with positions and history kept.
 //!
 //! An entry holds the topic (`t`), the payload's JSON form (`d`), the publishing node (`n`),
 //! a timestamp (`ts`), the event name (`e`) when there is one, and, for a payload published
@@ -98,13 +100,12 @@ pub(crate) struct RedisBridge {
     backfill_timeout: Duration,
     /// Each shard's epoch, once known.
     epochs: RwLock<Vec<Option<u64>>>,
-    /// Per followed stream, the last entry id read and the generation at which the stream was
-    /// followed (kept across reconnects; dropped with the stream).
+    /// Per followed stream, what the reader holds of it (kept across reconnects; dropped with
+    /// the stream).
     last_ids: Mutex<HashMap<u32, reader::Held>>,
-    /// The main reader (single and sentinel modes: every stream; cluster mode: the wake
-    /// stream only) is connected.
+    /// The reader's live connection is up.
     connected: AtomicBool,
-    /// Why the last session of a reader ended, for `/readyz`.
+    /// Why the reader's last session ended, for `/readyz`.
     last_error: Mutex<Option<String>>,
 }
 
