@@ -39,6 +39,7 @@ struct Inner {
     pattern_quota: Arc<crate::limits::TopicQuota>,
     /// A lone node's idempotency keys (a log keeps its own).
     retries: crate::bridge::idempotency::Retries,
+    cold_topics: crate::limits::ColdTopics,
     hooks: crate::hooks::Hooks,
 }
 
@@ -105,6 +106,8 @@ impl AppState {
         let topic_quota = crate::limits::TopicQuota::new(config.limits.max_new_topics_per_client);
         let pattern_quota =
             crate::limits::TopicQuota::for_patterns(config.limits.max_new_patterns_per_client);
+        let cold_topics =
+            crate::limits::ColdTopics::new(config.limits.cold_topics_per_minute, 100_000);
         let retries = crate::bridge::idempotency::Retries::new(
             config.cluster.idempotency_window,
             config.cluster.idempotency_max_keys,
@@ -125,6 +128,7 @@ impl AppState {
             topic_quota,
             pattern_quota,
             retries,
+            cold_topics,
             hooks,
         }))
     }
@@ -152,6 +156,28 @@ impl AppState {
     /// New prefix patterns per client (`limits.max_new_patterns_per_client`).
     pub fn pattern_quota(&self) -> &Arc<crate::limits::TopicQuota> {
         &self.0.pattern_quota
+    }
+
+    /// Topics per minute per client that the node held no topic for
+    /// (`limits.cold_topics_per_minute`).
+    pub(crate) fn cold_topics(&self) -> &crate::limits::ColdTopics {
+        &self.0.cold_topics
+    }
+
+    /// Charges `client` for those of `topics` this node holds no topic for, when asking for
+    /// them may make the node read more of the cluster's logs (a node in a cluster under
+    /// interest routing; elsewhere [`Self::prepare`] reads nothing): `429 cold_topics` past
+    /// `limits.cold_topics_per_minute`. Every path a client asks topics through calls this
+    /// after its other refusals and before [`Self::prepare`].
+    pub(crate) fn charge_cold(&self, client: &str, topics: &[&str]) -> Result<(), ApiError> {
+        if self.0.logs.is_empty()
+            || self.config().cluster.routing == crate::config::Routing::Broadcast
+        {
+            return Ok(());
+        }
+        let registry = self.registry();
+        let cold = topics.iter().filter(|t| registry.get(t).is_none()).count();
+        self.0.cold_topics.admit(client, cold)
     }
 
     /// Cancelled when the gateway starts draining.

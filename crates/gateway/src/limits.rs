@@ -270,6 +270,58 @@ impl PublishLimits {
     }
 }
 
+/// The client key of the admin API's own feeds (`/v1/tail`): trusted, never limited by
+/// [`ColdTopics`]. No client's [`publisher_key`] is this (theirs start `sub:` or `addr:`).
+pub(crate) const ADMIN_CLIENT: &str = "admin";
+
+/// Topics per minute each client (its [`publisher_key`]) may ask this node for that the
+/// node holds no topic for (`limits.cold_topics_per_minute`): on a node that reads the
+/// cluster's log by interest, each such topic may make it follow one more group, so this
+/// bounds how fast subscriptions, long-polls and history reads (which hold no
+/// subscription) can walk a node onto every group. Charged after every other refusal, just
+/// before the node is made to read ([`crate::app::AppState::prepare`]).
+#[derive(Debug)]
+pub(crate) struct ColdTopics {
+    per_minute: usize,
+    buckets: PublishLimits,
+}
+
+impl ColdTopics {
+    /// `per_minute` topics per client, in bursts of as many (0: no limit); at most
+    /// `max_entries` clients remembered (past it, new ones are not limited, as
+    /// [`PublishLimits`]).
+    pub(crate) fn new(per_minute: usize, max_entries: usize) -> Self {
+        let rate = Rate::new(per_minute as f64 / 60.0, per_minute as f64);
+        Self {
+            per_minute,
+            buckets: PublishLimits::new(rate, max_entries),
+        }
+    }
+
+    /// Admits `cold` topics asked for by `client`, all or none: `429 cold_topics` with
+    /// `retry-after` past the budget.
+    pub(crate) fn admit(&self, client: &str, cold: usize) -> Result<(), crate::error::ApiError> {
+        if cold == 0 || client == ADMIN_CLIENT {
+            return Ok(());
+        }
+        self.buckets.admit(client, cold).map_err(|wait| {
+            crate::error::ApiError::rate_limited(
+                "cold_topics",
+                format!(
+                    "this client asked for more than {} topics per minute that this node did not hold (limits.cold_topics_per_minute); ask again later",
+                    self.per_minute
+                ),
+                wait,
+            )
+        })
+    }
+
+    /// Forgets clients whose budget is whole again.
+    pub(crate) fn sweep(&self) {
+        self.buckets.sweep();
+    }
+}
+
 /// Topics each client (its token's subject, else its address: the keys of
 /// [`publisher_key`]) holds that its own subscriptions created, counted while those
 /// subscriptions last. Bounds what one client can pin in the registry through subscriptions
@@ -428,6 +480,23 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         limits.sweep();
         assert!(limits.is_empty());
+    }
+
+    #[test]
+    fn cold_topics_are_bounded_per_client_and_never_for_the_admin() {
+        let cold = ColdTopics::new(64, 100);
+        cold.admit("addr:10.0.0.1", 60).unwrap();
+        let refused = cold.admit("addr:10.0.0.1", 5).unwrap_err();
+        assert_eq!(refused.code(), "cold_topics");
+        assert_eq!(refused.status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
+        cold.admit("addr:10.0.0.1", 4).unwrap();
+        cold.admit("addr:10.0.0.2", 64).unwrap();
+        cold.admit("addr:10.0.0.2", 0).unwrap();
+        for _ in 0..10 {
+            cold.admit(ADMIN_CLIENT, 64).unwrap();
+        }
+        let off = ColdTopics::new(0, 100);
+        off.admit("addr:10.0.0.1", 1_000_000).unwrap();
     }
 
     #[test]

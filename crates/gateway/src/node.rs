@@ -326,6 +326,7 @@ async fn housekeeping(
                 metrics.run_upkeep();
                 per_address.iter().for_each(|limits| limits.sweep());
                 state.publish_limits().sweep();
+                state.cold_topics().sweep();
             }
         }
     }

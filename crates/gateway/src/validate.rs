@@ -187,6 +187,12 @@ impl Config {
             l.max_new_patterns_per_client,
             1..=100_000,
         )?;
+        if l.cold_topics_per_minute != 0 && l.cold_topics_per_minute < l.max_subscriptions {
+            bail!(
+                "limits.cold_topics_per_minute must be 0 (off) or at least limits.max_subscriptions ({}): a subscription to that many new topics could never be admitted",
+                l.max_subscriptions
+            );
+        }
         at_least("limits.admin_max_connections", l.admin_max_connections, 1)?;
         at_least(
             "limits.admin_max_connections_per_address",

@@ -80,6 +80,15 @@ pub struct LimitsConfig {
     /// not counted. Keeps a few clients from taking `topics.max_patterns` from everyone.
     /// Bound: 1 to 100000.
     pub max_new_patterns_per_client: usize,
+    /// Topics per minute one client (its token's subject, else its address) may ask this
+    /// node for that the node holds no topic for: subscribing (SSE, WebSocket), long-polling
+    /// or reading history. In a cluster under `cluster.routing = "interest"` each such topic
+    /// may make the node start reading one more group of the cluster's log, so this bounds
+    /// how fast a client, even one holding no subscription, can walk a node onto every
+    /// group. Past it, 429 `cold_topics` with `retry-after`. Charged only on such a node, after
+    /// every other refusal; bursts of a whole minute's worth. 0 turns the limit off.
+    /// Bound: 0 (off), or at least `limits.max_subscriptions`.
+    pub cold_topics_per_minute: usize,
     /// Connections the kernel may hold completed but not yet accepted, per listener (the
     /// `listen(2)` backlog; the kernel caps it at `net.core.somaxconn`). A burst of new
     /// connections larger than this waits on SYN retransmits (1 s, then 3 s).
@@ -114,6 +123,7 @@ impl Default for LimitsConfig {
             body_read_timeout: Duration::from_secs(10),
             max_new_topics_per_client: 1_000,
             max_new_patterns_per_client: 16,
+            cold_topics_per_minute: 1_024,
             listen_backlog: 4096,
             admin_max_connections: 1024,
             admin_max_connections_per_address: 64,

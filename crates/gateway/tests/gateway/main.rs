@@ -13,6 +13,7 @@ mod control;
 mod costs;
 mod deflate;
 mod fanout;
+mod following;
 mod history;
 mod hooks;
 mod hostile;
