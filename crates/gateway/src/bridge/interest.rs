@@ -200,6 +200,7 @@ impl Interest {
     }
 
     /// Whether `group` is followed and caught up.
+    #[cfg(test)]
     pub(crate) fn is_caught_up(&self, group: u32) -> bool {
         self.caught_up[group as usize].load(Ordering::Acquire)
     }
