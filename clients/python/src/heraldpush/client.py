@@ -163,6 +163,7 @@ class Client:
         self._conn_opened_at: float | None = None
         self._probe: Connection | None = None
         self._tasks: dict[Connection, asyncio.Task[None]] = {}
+        self._open_acks: dict[Connection, asyncio.Event] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._token_task: asyncio.Task[None] | None = None
         self._token_retried = False
@@ -363,7 +364,11 @@ class Client:
             for t, c in ev.positions.items():
                 self._position(t, c)
             if isinstance(ev, wire.Opened) and not conn.opened.is_set():
+                # The state event (and a probe's promotion) comes before this connection's
+                # first message.
+                ack = self._open_acks.setdefault(conn, asyncio.Event())
                 self._ctl.put_nowait(("open", conn, None))
+                await ack.wait()
         elif isinstance(ev, wire.Presence):
             await self._events.put(ev)
 
@@ -448,18 +453,13 @@ class Client:
                     self._probe = self._spawn(probe_ti)
                 continue
             if kind == "open":
-                if conn is self._probe:
-                    old, self._conn, self._probe = self._conn, conn, None
-                    self._conn_ti = self._transports.index(conn.transport)
-                    self._retry.upgraded(self._conn_ti)
-                    await self._drop(old)
-                elif conn is not self._conn:
-                    continue
-                self._conn_opened_at = time.monotonic()
-                self._token_retried = False
-                self._start_token_timer()
-                await self._emit_state(State.CONNECTED, conn.transport)
-                if self._conn_ti > 0:
+                ack = self._open_acks.pop(conn, None)
+                try:
+                    await self._opened(conn)
+                finally:
+                    if ack is not None:
+                        ack.set()
+                if self._conn is conn and self._conn_ti > 0:
                     probe_ti, probe_at = 0, time.monotonic() + self._upgrade_interval
                 continue
             assert info is not None
@@ -478,6 +478,20 @@ class Client:
             await self._drop(self._probe)
             self._conn, self._probe, probe_at = None, None, None
             delay = await self._on_closed(conn, info)
+
+    async def _opened(self, conn: Connection) -> None:
+        """A connection opened: the probe takes over, or the connection is connected."""
+        if conn is self._probe:
+            old, self._conn, self._probe = self._conn, conn, None
+            self._conn_ti = self._transports.index(conn.transport)
+            self._retry.upgraded(self._conn_ti)
+            await self._drop(old)
+        elif conn is not self._conn:
+            return
+        self._conn_opened_at = time.monotonic()
+        self._token_retried = False
+        self._start_token_timer()
+        await self._emit_state(State.CONNECTED, conn.transport)
 
     async def _on_closed(self, conn: Connection, info: Closed) -> float:
         opened_at, self._conn_opened_at = self._conn_opened_at, None
