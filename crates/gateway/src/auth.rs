@@ -509,20 +509,22 @@ pub(crate) fn same_origin(origin: &str, host: Option<&str>) -> bool {
 /// the way only a local client would: an IP address, `localhost` or a `*.localhost` name.
 /// A DNS name that resolves here (a rebinding page's) is not one.
 pub(crate) fn is_address_or_localhost(host: &str) -> bool {
+    let is_port = |port: &str| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
     let name = match host.strip_prefix('[') {
+        // `[::1]` or `[::1]:9090`, and nothing else after the `]` (`[::1]evil.example` is
+        // not an address).
         Some(rest) => {
-            return rest
-                .split(']')
-                .next()
-                .is_some_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok());
+            return rest.split_once(']').is_some_and(|(address, after)| {
+                address.parse::<std::net::Ipv6Addr>().is_ok()
+                    && (after.is_empty() || after.strip_prefix(':').is_some_and(is_port))
+            });
         }
-        None => host.rsplit_once(':').map_or(host, |(name, port)| {
-            if port.bytes().all(|b| b.is_ascii_digit()) {
-                name
-            } else {
-                host
-            }
-        }),
+        None => host.rsplit_once(':').map_or(
+            host,
+            |(name, port)| {
+                if is_port(port) { name } else { host }
+            },
+        ),
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     name.parse::<std::net::Ipv4Addr>().is_ok()
@@ -617,6 +619,13 @@ mod tests {
             "",
             "[zz]:1",
             "evil:localhost",
+            "[::1]evil.example",
+            "[::1]evil.example:9090",
+            "[::1]:evil.example",
+            "[::1]:",
+            "[::1]]",
+            "[::1",
+            "127.0.0.1:",
         ] {
             assert!(!is_address_or_localhost(host), "{host}");
         }

@@ -37,6 +37,7 @@ pub fn public_router(state: AppState) -> Router {
     }
     router
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::cors::layer,
@@ -88,6 +89,7 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", get(api::admin::metrics))
         .merge(api::console::router())
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::admin_auth::require,
@@ -133,6 +135,16 @@ async fn publish_not_served(
              (--hooks-publish-url) or, in development only, --dev (HERALD_DEV=true)",
             state.config().admin_listen
         ),
+    )
+}
+
+/// A route asked with a method it does not answer: the documented JSON error, not axum's
+/// empty 405.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} does not answer {method}", uri.path()),
     )
 }
 

@@ -2,13 +2,13 @@
 //! metrics.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use herald_core::TopicStats;
 use serde::Deserialize;
 
-use super::query::{self, ApiQuery};
+use super::query::{self, ApiPath, ApiQuery};
 use crate::app::AppState;
 use crate::cluster::presence::NodeCursor;
 use crate::error::ApiError;
@@ -52,7 +52,7 @@ pub(crate) async fn topics(
 /// `GET /v1/topics/{topic}`: one topic's subscribers, head position and history length.
 pub(crate) async fn topic(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     herald_core::name::validate_topic(&name)?;
     match state.registry().get(&name) {
@@ -133,7 +133,7 @@ pub(crate) const MAX_MEMBERS_PAGE: usize = 1000;
 /// [`crate::cluster::presence::Presence::topic_members`]).
 pub(crate) async fn presence(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<PresenceQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     herald_core::name::validate_topic(&name)?;
@@ -316,7 +316,7 @@ fn unavailable(e: redis::RedisError) -> ApiError {
 /// live node (a node alone: its own).
 pub(crate) async fn user_connections(
     State(state): State<AppState>,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let Some(presence) = state.presence() else {
         let ids: Vec<String> = state

@@ -59,6 +59,14 @@ pub(crate) fn cross_site(
     headers: &HeaderMap,
     config: &AdminConfig,
 ) -> Result<(), ApiError> {
+    // One Host or none (RFC 9112 §3.2: a request with more than one is answered 400): with
+    // two, which one a check reads and which one a proxy routed by could differ.
+    if headers.get_all(header::HOST).iter().nth(1).is_some() {
+        return Err(ApiError::bad_request(
+            "bad_host",
+            "a request carries at most one Host header",
+        ));
+    }
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     // Probes answer any host: they tell nothing, and a prober names the host it likes.
     let probe = matches!(path, "/healthz" | "/readyz");

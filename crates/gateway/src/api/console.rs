@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use herald_core::{ResumeList, TopicName};
 
+use super::query::ApiPath;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::transport::{Delivery, lost_json, open_feed};
@@ -104,7 +105,7 @@ impl Drop for TailSlot {
 /// so it counts in the topic's subscribers.
 pub(crate) async fn tail(
     State(state): State<AppState>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let topic = TopicName::new(&name)?;
     let slot = TailSlot::take().ok_or_else(|| {

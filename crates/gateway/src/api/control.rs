@@ -4,10 +4,11 @@
 //! `POST /v1/connections/{id}/send`.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
 
+use super::query::ApiPath;
 use crate::api::publish::RequestBody;
 use crate::app::AppState;
 use crate::cluster::control::{Action, Command, Disconnect, MAX_REASON, Target};
@@ -69,7 +70,7 @@ async fn command(
 /// user (a token's `sub`) on every node.
 pub(crate) async fn disconnect_user(
     State(state): State<AppState>,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let action = |body: &[u8]| disconnect_of(body).map(Action::Disconnect);
@@ -80,7 +81,7 @@ pub(crate) async fn disconnect_user(
 /// the id its client was given, on whichever node holds it.
 pub(crate) async fn disconnect_connection(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
@@ -156,7 +157,7 @@ fn topics_of(state: &AppState, body: &[u8]) -> Result<Vec<String>, ApiError> {
 /// WebSocket `subscribed` frame with `"by": "server"`, an SSE `herald.subscribed` event).
 pub(crate) async fn subscribe_user(
     State(state): State<AppState>,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let action = |body: &[u8]| topics_of(&state, body).map(Action::Subscribe);
@@ -166,7 +167,7 @@ pub(crate) async fn subscribe_user(
 /// `POST /v1/users/{user}/unsubscribe {"topics": [..]}`: the reverse of [`subscribe_user`].
 pub(crate) async fn unsubscribe_user(
     State(state): State<AppState>,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let action = |body: &[u8]| topics_of(&state, body).map(Action::Unsubscribe);
@@ -198,7 +199,7 @@ pub(crate) fn personal_topic(user: &str) -> Result<herald_core::TopicName, ApiEr
 /// from just before the message, so each gets it once whichever arrives first.
 pub(crate) async fn send_user(
     State(state): State<AppState>,
-    Path(user): Path<String>,
+    ApiPath(user): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;
@@ -213,7 +214,7 @@ pub(crate) async fn send_user(
 /// user.
 pub(crate) async fn send_connection(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let RequestBody(body) = body?;

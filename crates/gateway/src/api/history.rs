@@ -16,13 +16,13 @@
 //! `limits.max_answer_bytes` of messages (at least one), with `more` (see
 //! [`crate::transport::answer`]).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use herald_core::Cursor;
 use serde::Deserialize;
 
-use super::query::{self, ApiQuery};
+use super::query::{self, ApiPath, ApiQuery};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::transport::answer::{Budget, JsonAnswer};
@@ -45,7 +45,7 @@ pub(crate) struct HistoryQuery {
 /// `GET /v1/topics/{topic}/history` on the admin listener: any topic.
 pub(crate) async fn admin(
     State(state): State<AppState>,
-    Path(topic): Path<String>,
+    ApiPath(topic): ApiPath<String>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     page(&state, &topic, &query).await
@@ -58,7 +58,7 @@ pub(crate) async fn public(
     State(state): State<AppState>,
     headers: HeaderMap,
     extensions: axum::http::Extensions,
-    Path(topic): Path<String>,
+    ApiPath(topic): ApiPath<String>,
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     let answer = async {
@@ -66,12 +66,13 @@ pub(crate) async fn public(
         let who = state.auth().identify(&headers, query.token.as_deref())?;
         herald_core::name::validate_topic(&topic)?;
         let forwarded = state.hooks().forwarded(&headers);
+        let remote = extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
         let caller = crate::hooks::Caller {
             transport: "http",
             client: None,
-            remote: extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip()),
+            remote,
             who: &who,
             headers: &forwarded,
         };

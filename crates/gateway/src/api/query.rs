@@ -3,6 +3,8 @@
 //!
 //! - [`ApiQuery`] is the extractor every API handler that reads a query string takes: a query
 //!   that does not deserialize is `400 bad_query` with serde's reason.
+//! - [`ApiPath`] is the extractor every handler that reads path segments takes: a segment
+//!   that is not valid percent-encoded UTF-8 is `400 bad_path`.
 //! - Numbers are read as text and parsed by the handler ([`limit`]), so that a bad `limit`
 //!   (`abc`, `-1`, `1e3`, `2^64`) gets its own code, `bad_limit`, and says what is allowed.
 
@@ -27,6 +29,27 @@ where
         axum::extract::Query::<T>::try_from_uri(&parts.uri)
             .map(|q| Self(q.0))
             .map_err(|e| ApiError::bad_request("bad_query", e.body_text()))
+    }
+}
+
+/// Path segments (`/v1/topics/{topic}/history`) deserialized into `T`; `400 bad_path` (JSON)
+/// when they do not fit `T` or are not valid percent-encoded UTF-8 (`/v1/topics/%FF`), in
+/// place of axum's plain-text 400.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(path) => Ok(Self(path.0)),
+            Err(e) => Err(ApiError::bad_request("bad_path", e.body_text())),
+        }
     }
 }
 
