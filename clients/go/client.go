@@ -81,7 +81,9 @@ type Options struct {
 	// MaxFrameBytes bounds one WebSocket frame, one SSE line or block, and one HTTP answer
 	// read (default 4 MiB).
 	MaxFrameBytes int
-	// HTTPClient for SSE, long-poll, history and publish (default: a client of its own).
+	// HTTPClient for the WebSocket handshake, SSE, long-poll, history and publish (default:
+	// a client of its own). Without a Timeout: streams and polls are long; the client bounds
+	// each itself.
 	HTTPClient *http.Client
 	// Random gives numbers in [0, 1) for the backoff's jitter (tests).
 	Random func() float64

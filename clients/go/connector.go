@@ -57,6 +57,7 @@ type note struct {
 	h      *handle
 	opened bool
 	err    error
+	done   chan struct{} // opened: closed once the loop has acted on it
 }
 
 func stoppedTimer() *time.Timer {
@@ -120,6 +121,8 @@ func (c *Client) loop() {
 		for live > 0 {
 			if n := <-c.notes; !n.opened {
 				live--
+			} else {
+				close(n.done)
 			}
 		}
 		c.setState(context.Background(), StateClosed, "", true)
@@ -238,6 +241,9 @@ func (c *Client) loop() {
 					scheduleProbe()
 				}
 			}
+			if n.done != nil {
+				close(n.done)
+			}
 		}
 	}
 }
@@ -311,10 +317,17 @@ func (l *link) token() string        { return l.c.tokens.peek() }
 func (l *link) base() *url.URL       { return l.h.url }
 func (l *link) transport() Transport { return l.h.transport }
 
-// opened: the connection is subscribed and delivering.
+// opened: the connection is subscribed and delivering. It returns once the client has
+// taken note (the state event is out before the connection's first message).
 func (l *link) opened(ctx context.Context) {
+	done := make(chan struct{})
 	select {
-	case l.c.notes <- note{h: l.h, opened: true}:
+	case l.c.notes <- note{h: l.h, opened: true, done: done}:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-done:
 	case <-ctx.Done():
 	}
 }

@@ -412,3 +412,66 @@ func TestFakeWebSocketPublish(t *testing.T) {
 	}
 	closeClient(t, c, ev)
 }
+
+// An application that stops reading: the connection waits (bounded), the gateway's silence
+// is not declared meanwhile, and Close still ends everything at once.
+func TestFakeUnreadEventsThenClose(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	sent := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		ctx := r.Context()
+		if _, _, err := ws.Read(ctx); err != nil {
+			return
+		}
+		_ = ws.Write(ctx, websocket.MessageText, []byte(`{"type":"subscribed","topics":["t"],"cursors":{"t":"e-0"}}`))
+		for i := 1; i <= 100; i++ {
+			if ws.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"type":"message","topic":"t","id":"e-%d","data":%d}`, i, i))) != nil {
+				return
+			}
+		}
+		close(sent)
+		for {
+			if _, _, err := ws.Read(ctx); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	c, err := heraldpush.New(heraldpush.Options{URLs: []string{srv.URL}, Topics: []string{"t"}, Transports: []heraldpush.Transport{heraldpush.WebSocket}, EventBuffer: 4, HeartbeatTimeout: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sent:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the fake could not send")
+	}
+	time.Sleep(time.Second) // more than the heartbeat timeout, nothing read
+	// The first events are the first messages, in order, on the first connection.
+	want := []string{"state connecting ws", "state connected ws", "message t e-1 1", "message t e-2 2"}
+	for i, w := range want {
+		if got := describe(<-c.Events()); got != w {
+			t.Fatalf("event %d: %s, want %s", i, got, w)
+		}
+	}
+	start := time.Now()
+	_ = c.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	n := 0
+	for e := range c.Events() {
+		if e, ok := e.(*heraldpush.ErrorEvent); ok {
+			t.Fatalf("an error while the application was not reading: %v", e.Err)
+		}
+		n++
+	}
+	if n > 8 {
+		t.Fatalf("%d events buffered, with EventBuffer 4", n)
+	}
+}
