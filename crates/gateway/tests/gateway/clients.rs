@@ -128,6 +128,7 @@ async fn cors_preflight_for_sse_poll_and_public_publish() {
         let allowed = h["access-control-allow-headers"].to_str().unwrap();
         assert!(allowed.contains("authorization") && allowed.contains("x-api-key"));
         assert!(allowed.contains("traceparent") && allowed.contains("tracestate"));
+        assert!(allowed.contains("idempotency-key"), "{allowed}");
         assert!(
             h.get("access-control-allow-credentials").is_none(),
             "not configured"

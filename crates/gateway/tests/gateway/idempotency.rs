@@ -115,6 +115,34 @@ async fn an_http_publish_retried_with_its_key_returns_the_first_id_and_is_delive
 }
 
 #[tokio::test]
+async fn a_page_retries_on_the_public_listener_with_the_idempotency_key_header() {
+    let mut config = test_config();
+    config.auth.api_keys = vec!["0123456789abcdef-public".into()];
+    let gw = spawn_gateway(config).await;
+    let url = format!("http://{}/v1/publish", gw.public_addr);
+    let headers = [
+        ("x-api-key", "0123456789abcdef-public"),
+        ("idempotency-key", "page-7f3a"),
+    ];
+    let body = json!({"topic": "room", "data": "hello"});
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let resp = post_json(&url, &headers, &body).await;
+        assert_eq!(resp.status(), 200);
+        let answer: Value = resp.json().await.unwrap();
+        ids.push(answer["id"].clone());
+    }
+    assert_eq!(ids[0], ids[1]);
+    let history = get_json(format!("http://{}/v1/topics/room/history", gw.admin_addr)).await;
+    assert_eq!(
+        history["messages"].as_array().map(Vec::len),
+        Some(1),
+        "{history}"
+    );
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_batch_carries_a_key_per_message_and_a_retried_batch_publishes_nothing_twice() {
     let gw = spawn_gateway(test_config()).await;
     let batch = json!({"messages": [
