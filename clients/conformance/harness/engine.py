@@ -482,6 +482,10 @@ class Scenario:
         for bad in expect.get("transports_never", []):
             if any(s.get("state") == "connected" and s.get("transport") == bad for s in states):
                 lane.failures.append(f"connected over {bad}, which the scenario forbids")
+        if "max_connects" in expect:
+            n = sum(1 for s in states if s.get("state") == "connected")
+            if n > int(expect["max_connects"]):
+                lane.failures.append(f"connected {n} times, at most {expect['max_connects']} expected")
         if "max_disconnects" in expect:
             n = sum(1 for s in states if s.get("state") == "disconnected")
             if n > int(expect["max_disconnects"]):

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import heraldpush.client as client_mod
-from heraldpush import Backoff, Client, ErrorEvent, Lost, Message, StateChanged, wire
+from heraldpush import Backoff, RefusedError, Client, ErrorEvent, Lost, Message, StateChanged, wire
 from heraldpush.transports import Closed, ConnContext, Connection, Sink, TransportName
 
 
@@ -42,6 +42,8 @@ class Scripted(Connection):
                 await asyncio.sleep(step[1])
             elif kind == "close":
                 return Closed(step[1])
+            elif kind == "fatal":
+                return Closed(step[2], fatal=RefusedError(step[1], step[2]))
             elif kind == "hang":
                 await asyncio.sleep(3600)
         return Closed("script ended")
@@ -127,3 +129,20 @@ def test_bad_names_are_refused_before_connecting() -> None:
         Client("http://x", topics=["orders*"])
     with pytest.raises(ValueError):
         Client("http://x", transports=["carrier-pigeon"])  # type: ignore[list-item]
+
+
+def test_a_final_refusal_closes_the_client_with_a_fatal_error() -> None:
+    Scripted.scripts = {"ws": [[("open", {"a": "e-0"}), ("msg", "a", "e-1"), ("fatal", "disconnected", "banned")]]}
+
+    async def main() -> list[Any]:
+        c = Client("http://x", topics=["a"], transports=["ws"], backoff=Backoff(0.01, 0.02))
+        await c.connect()
+        events = [ev async for ev in c]     # ends once the client closed itself
+        assert c.state.value == "closed"
+        return events
+
+    events = asyncio.run(asyncio.wait_for(main(), 5))
+    assert ErrorEvent("disconnected", "banned", fatal=True) in events
+    states = [e.state.value for e in events if isinstance(e, StateChanged)]
+    assert states == ["connected", "closed"], "no reconnect after a final refusal"
+    assert len(Scripted.seen_resume) == 1

@@ -193,10 +193,10 @@ class Client:
 
     async def next_event(self) -> Event | None:
         """The next event; None once the client is closed and every event was read."""
-        if self._events.empty() and self._closed:
+        assert self._closed_event is not None, "connect() first"
+        if self._events.empty() and self._closed_event.is_set():
             return None
         get = asyncio.ensure_future(self._events.get())
-        assert self._closed_event is not None, "connect() first"
         closed = asyncio.ensure_future(self._closed_event.wait())
         try:
             await asyncio.wait({get, closed}, return_when=asyncio.FIRST_COMPLETED)
