@@ -187,6 +187,7 @@ func (c *Client) loop() {
 		case n := <-c.notes:
 			if !n.opened {
 				live--
+				n.h.cancel() // its context, released
 			}
 			switch {
 			case n.opened && n.h == main:

@@ -414,64 +414,100 @@ func TestFakeWebSocketPublish(t *testing.T) {
 }
 
 // An application that stops reading: the connection waits (bounded), the gateway's silence
-// is not declared meanwhile, and Close still ends everything at once.
+// is not declared meanwhile (on any transport), and Close still ends everything at once.
 func TestFakeUnreadEventsThenClose(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	sent := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer ws.CloseNow()
-		ctx := r.Context()
-		if _, _, err := ws.Read(ctx); err != nil {
-			return
-		}
-		_ = ws.Write(ctx, websocket.MessageText, []byte(`{"type":"subscribed","topics":["t"],"cursors":{"t":"e-0"}}`))
-		for i := 1; i <= 100; i++ {
-			if ws.Write(ctx, websocket.MessageText, []byte(fmt.Sprintf(`{"type":"message","topic":"t","id":"e-%d","data":%d}`, i, i))) != nil {
-				return
+	message := func(i int) string {
+		return fmt.Sprintf(`{"type":"message","topic":"t","id":"e-%d","data":%d}`, i, i)
+	}
+	for _, tr := range []heraldpush.Transport{heraldpush.WebSocket, heraldpush.SSE, heraldpush.LongPoll} {
+		t.Run(string(tr), func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			var sent sync.Once
+			sentCh := make(chan struct{})
+			var polls atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				ctx := r.Context()
+				switch tr {
+				case heraldpush.WebSocket:
+					ws, err := websocket.Accept(w, r, nil)
+					if err != nil {
+						return
+					}
+					defer ws.CloseNow()
+					if _, _, err := ws.Read(ctx); err != nil {
+						return
+					}
+					_ = ws.Write(ctx, websocket.MessageText, []byte(`{"type":"subscribed","topics":["t"],"cursors":{"t":"e-0"}}`))
+					for i := 1; i <= 100; i++ {
+						if ws.Write(ctx, websocket.MessageText, []byte(message(i))) != nil {
+							return
+						}
+					}
+					sent.Do(func() { close(sentCh) })
+					for {
+						if _, _, err := ws.Read(ctx); err != nil {
+							return
+						}
+					}
+				case heraldpush.SSE:
+					w.Header().Set("content-type", "text/event-stream")
+					sseWrite(w, "id: t=e-0\n\n")
+					for i := 1; i <= 100; i++ {
+						sseWrite(w, fmt.Sprintf("id: t=e-%d\ndata: %s\n\n", i, message(i)))
+					}
+					sent.Do(func() { close(sentCh) })
+					<-ctx.Done()
+				default:
+					w.Header().Set("content-type", "application/json")
+					switch polls.Add(1) {
+					case 1:
+						_, _ = w.Write([]byte(`{"messages":[],"lost":[],"cursor":"t=e-0"}`))
+					case 2:
+						var ms []string
+						for i := 1; i <= 100; i++ {
+							ms = append(ms, message(i))
+						}
+						_, _ = w.Write([]byte(`{"messages":[` + strings.Join(ms, ",") + `],"lost":[],"cursor":"t=e-100"}`))
+						sent.Do(func() { close(sentCh) })
+					default:
+						<-ctx.Done()
+					}
+				}
+			}))
+			defer srv.Close()
+			c, err := heraldpush.New(heraldpush.Options{URLs: []string{srv.URL}, Topics: []string{"t"}, Transports: []heraldpush.Transport{tr}, EventBuffer: 4, HeartbeatTimeout: 400 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		close(sent)
-		for {
-			if _, _, err := ws.Read(ctx); err != nil {
-				return
+			select {
+			case <-sentCh:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the fake could not send")
 			}
-		}
-	}))
-	defer srv.Close()
-	c, err := heraldpush.New(heraldpush.Options{URLs: []string{srv.URL}, Topics: []string{"t"}, Transports: []heraldpush.Transport{heraldpush.WebSocket}, EventBuffer: 4, HeartbeatTimeout: 400 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-sent:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the fake could not send")
-	}
-	time.Sleep(time.Second) // more than the heartbeat timeout, nothing read
-	// The first events are the first messages, in order, on the first connection.
-	want := []string{"state connecting ws", "state connected ws", "message t e-1 1", "message t e-2 2"}
-	for i, w := range want {
-		if got := describe(<-c.Events()); got != w {
-			t.Fatalf("event %d: %s, want %s", i, got, w)
-		}
-	}
-	start := time.Now()
-	_ = c.Close()
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("Close took %v", d)
-	}
-	n := 0
-	for e := range c.Events() {
-		if e, ok := e.(*heraldpush.ErrorEvent); ok {
-			t.Fatalf("an error while the application was not reading: %v", e.Err)
-		}
-		n++
-	}
-	if n > 8 {
-		t.Fatalf("%d events buffered, with EventBuffer 4", n)
+			// Longer than any dead-connection timeout here (SSE: 2.25 s), nothing read.
+			time.Sleep(3 * time.Second)
+			// The first events are the first messages, in order, on the first connection.
+			want := []string{"state connecting " + string(tr), "state connected " + string(tr), "message t e-1 1", "message t e-2 2"}
+			for i, w := range want {
+				if got := describe(<-c.Events()); got != w {
+					t.Fatalf("event %d: %s, want %s", i, got, w)
+				}
+			}
+			start := time.Now()
+			_ = c.Close()
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("Close took %v", d)
+			}
+			n := 0
+			for e := range c.Events() {
+				if e, ok := e.(*heraldpush.ErrorEvent); ok {
+					t.Fatalf("an error while the application was not reading: %v", e.Err)
+				}
+				n++
+			}
+			if n > 8 {
+				t.Fatalf("%d events buffered, with EventBuffer 4", n)
+			}
+		})
 	}
 }

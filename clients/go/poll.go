@@ -72,10 +72,11 @@ func (p *pollConn) run(ctx context.Context) error {
 
 // pollTimes are how long a poll is held (whole seconds) and how long past that hold an
 // answer may take before the connection counts as dead: a poll is held at most half the
-// heartbeat timeout, so that a silent connection is noticed within it.
+// heartbeat timeout (and at least a second, not to poll in a loop), so that a silent
+// connection is noticed within it.
 func pollTimes(pollTimeout, heartbeat time.Duration) (hold, grace time.Duration) {
-	hold = min(pollTimeout, heartbeat/2).Truncate(time.Second)
-	return hold, heartbeat - hold
+	hold = max(min(pollTimeout, heartbeat/2).Truncate(time.Second), time.Second)
+	return hold, max(heartbeat-hold, time.Second)
 }
 
 // poll makes one request and delivers its answer.

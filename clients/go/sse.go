@@ -227,8 +227,11 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 	for {
 		n, rerr := res.Body.Read(buf)
 		if n > 0 {
+			// Delivering may wait for the application: not the gateway's silence.
+			dead.Stop()
+			err := parser.push(buf[:n], handle)
 			dead.Reset(deadAfter)
-			if err := parser.push(buf[:n], handle); err != nil {
+			if err != nil {
 				if errors.Is(err, errMalformed) {
 					return &endError{err: err}
 				}

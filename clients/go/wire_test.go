@@ -428,3 +428,16 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestPollTimes(t *testing.T) {
+	for _, tc := range []struct{ poll, hb, hold, grace time.Duration }{
+		{25 * time.Second, 40 * time.Second, 20 * time.Second, 20 * time.Second},
+		{25 * time.Second, 3 * time.Second, time.Second, 2 * time.Second},
+		{25 * time.Second, 400 * time.Millisecond, time.Second, time.Second},
+		{5 * time.Second, time.Minute, 5 * time.Second, 55 * time.Second},
+	} {
+		if hold, grace := pollTimes(tc.poll, tc.hb); hold != tc.hold || grace != tc.grace {
+			t.Errorf("%v %v: %v %v", tc.poll, tc.hb, hold, grace)
+		}
+	}
+}
