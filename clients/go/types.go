@@ -43,7 +43,8 @@ type Message struct {
 	ID string
 	// Event is the event name the publisher gave; "" when it named none.
 	Event string
-	// Data is the payload's JSON form.
+	// Data is the payload's JSON form (on a MessagePack WebSocket the client makes it as the
+	// gateway does for other transports: `bin` as base64; object keys come out sorted).
 	Data json.RawMessage
 	// MsgPack is the payload as MessagePack, exactly as the gateway sent it, on a
 	// MessagePack WebSocket (Options.MsgPack); nil otherwise.
