@@ -56,6 +56,12 @@ type Options struct {
 	TokenFunc func(ctx context.Context) (string, error)
 	// TokenRefreshMargin (default 30 s).
 	TokenRefreshMargin time.Duration
+	// DropPersonalTopic: the personal topic `user:<sub>` (where the application's
+	// POST /v1/users/{user}/send messages arrive) ends with the connection, like any
+	// server-side subscription. By default, once the application subscribed a connection to
+	// it, the client keeps it: every later connection subscribes it again from its cursor, so
+	// that nothing sent meanwhile is missed.
+	DropPersonalTopic bool
 	// APIKey is sent as `x-api-key` by Publish over HTTP (services, not end users).
 	APIKey string
 	// Backoff of reconnects (default 500 ms to 30 s, jittered).
@@ -474,4 +480,23 @@ func tokenExpiry(token string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.Unix(int64(*claims.Exp), 0), true
+}
+
+// personalTopic is `user:<sub>` of a JWT's `sub` claim ("" when it has none).
+func personalTopic(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := decodeSegment(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		Sub string `json:"sub"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Sub == "" || !ValidTopic("user:"+claims.Sub) {
+		return ""
+	}
+	return "user:" + claims.Sub
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -365,7 +366,13 @@ func (l *link) member(ctx context.Context, f *frame) error {
 }
 
 func (l *link) serverSubscribed(ctx context.Context, topics []string) error {
-	if added := l.c.store.serverSubscribed(topics); len(added) > 0 {
+	added := l.c.store.serverSubscribed(topics)
+	if !l.c.opts.DropPersonalTopic {
+		if personal := personalTopic(l.token()); personal != "" && slices.Contains(topics, personal) && l.c.store.keepPersonal(personal) {
+			l.c.topicsChanged()
+		}
+	}
+	if len(added) > 0 {
 		return l.c.emit(ctx, &ServerSubscription{Subscribed: true, Topics: added})
 	}
 	return nil

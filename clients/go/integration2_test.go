@@ -256,3 +256,43 @@ func TestIntegrationSubscribeLive(t *testing.T) {
 		closeClient(t, c, ev)
 	}
 }
+
+// The personal topic: once the application sent to the user, the client keeps `user:<sub>`
+// and subscribes it again itself on the next connection, from its cursor.
+func TestIntegrationPersonalTopicKept(t *testing.T) {
+	h := startHerald(t, "--auth-hs256-secret", testSecret)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	admin, done := newAdmin(t, h, "")
+	defer done()
+	for _, tr := range []heraldpush.Transport{heraldpush.WebSocket, heraldpush.SSE} {
+		user := "bob-" + string(tr)
+		token := jwt(map[string]any{"sub": user, "exp": time.Now().Add(time.Hour).Unix(), "topics": []string{"own"}})
+		c, ev := newClient(t, heraldpush.Options{URLs: []string{h.public}, Topics: []string{"own"}, Transports: []heraldpush.Transport{tr}, Token: token, Backoff: fast})
+		ev.connected(10*time.Second, tr)
+		sent, err := admin.SendUser(ctxT(t, 5*time.Second), user, "", "one")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := ev.message(10 * time.Second); m.ID != sent.ID || !m.Server || m.Topic != "user:"+user {
+			t.Fatalf("%s: %+v", tr, m)
+		}
+		// The application ends the connection (come back): the client reconnects.
+		if _, err := admin.DisconnectUser(ctxT(t, 5*time.Second), user, heraldpush.Disconnect{Reason: "moved"}); err != nil {
+			t.Fatal(err)
+		}
+		ev.next(10*time.Second, "the end of the connection", func(e heraldpush.Event) bool {
+			s, ok := e.(*heraldpush.StateChange)
+			return ok && s.State == heraldpush.StateDisconnected
+		})
+		// Published to the personal topic directly (not sent): it reaches the new connection
+		// only if the client subscribed it again itself.
+		r, err := admin.Publish(ctxT(t, 5*time.Second), "user:"+user, "two")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := ev.message(10 * time.Second); m.ID != r.ID || !m.Server {
+			t.Fatalf("%s: after the reconnect: %+v", tr, m)
+		}
+		closeClient(t, c, ev)
+	}
+}

@@ -40,8 +40,12 @@ func (s *sseConn) update() {
 	// A new stream is a new connection on the gateway: only when the names changed.
 	names := s.l.c.store.namesCopy()
 	s.mu.Lock()
-	same := slices.Equal(names, s.asked)
+	asked := slices.Clone(s.asked)
 	s.mu.Unlock()
+	// A name the application subscribed this stream to is held already (the kept personal
+	// topic).
+	same := !slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(asked, n) && !s.l.c.store.serverHas(n) }) &&
+		!slices.ContainsFunc(asked, func(a string) bool { return !slices.Contains(names, a) })
 	if !same {
 		s.kick()
 	}

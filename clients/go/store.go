@@ -16,6 +16,10 @@ type store struct {
 	recent  []string          // topics a pattern delivered (not named), least recent first
 	hints   map[string]string // positions in another epoch, until the loss signal comes
 	server  map[string]bool   // topics the application subscribed the connection to
+	// personal: the personal topic `user:<sub>`, kept among names once the application
+	// subscribed a connection to it, so that every later connection subscribes it again
+	// (from its cursor): messages sent to the user while the client was away are not missed.
+	personal string
 }
 
 func newStore(names []string, cursors map[string]string) *store {
@@ -172,7 +176,26 @@ func (s *store) accept(topic, id string) (deliver, server bool) {
 	if !s.named(topic) {
 		s.touch(topic)
 	}
-	return true, !own
+	return true, !own || topic == s.personal
+}
+
+// keepPersonal keeps the personal topic across connections; true when it was not yet.
+func (s *store) keepPersonal(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.personal == topic {
+		return false
+	}
+	s.personal = topic
+	s.add(topic)
+	return true
+}
+
+// serverHas reports whether the application subscribed the connection to topic.
+func (s *store) serverHas(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.server[topic]
 }
 
 // position records where a connection says a topic starts (subscribed cursors, an SSE id,
@@ -270,6 +293,11 @@ func (s *store) serverUnsubscribed(topics []string) []string {
 	defer s.mu.Unlock()
 	var gone []string
 	for _, t := range topics {
+		if t == s.personal {
+			// The application dropped it: no longer kept.
+			s.personal = ""
+			s.names = slices.DeleteFunc(s.names, func(n string) bool { return n == t })
+		}
 		if !s.server[t] {
 			continue
 		}
