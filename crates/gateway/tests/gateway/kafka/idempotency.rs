@@ -96,16 +96,23 @@ async fn records_and_publishes_retried_with_a_key_reach_every_node_once() {
     }
     produce_keyed(&p, &kt, "orders", Some("svc-2"), json!({"k": 2})).await;
     produce_keyed(&p, &kt, "audit", Some("svc-1"), json!({"k": "audit"})).await;
+    // A key that is not one (a space) is ignored: both records are delivered.
+    for _ in 0..2 {
+        produce_keyed(&p, &kt, "orders", Some("not a key"), json!("unkeyed")).await;
+    }
     produce_keyed(&p, &kt, "orders", None, json!("end")).await;
     let mut first_ids = Vec::new();
     for ws in [&mut on_a, &mut on_b] {
-        let got = ws_messages(ws, 3).await;
+        let got = ws_messages(ws, 5).await;
         let data: Vec<&Value> = got.iter().map(|(_, d)| d).collect();
+        let unkeyed = json!("unkeyed");
         assert_eq!(
             data,
             [
                 &json!({"k": 1, "attempt": 0}),
                 &json!({"k": 2}),
+                &unkeyed,
+                &unkeyed,
                 &json!("end")
             ],
             "each key once, the first record of it"
