@@ -47,6 +47,10 @@ type Options struct {
 	Transports []Transport
 	// MsgPack speaks MessagePack on the WebSocket (subprotocol `herald.msgpack`).
 	MsgPack bool
+	// Compression offers permessage-deflate on the WebSocket (each message compressed on its
+	// own, as the gateway does; it sends frames under 256 bytes, and MessagePack frames,
+	// uncompressed).
+	Compression bool
 	// Token is a JWT for private topics and publishing.
 	Token string
 	// TokenFunc, when set, gives the token (it must return when ctx is done): called before

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,11 +56,13 @@ func TestIntegrationEachTransportDelivers(t *testing.T) {
 		name      string
 		transport heraldpush.Transport
 		msgpack   bool
+		deflate   bool
 	}{
-		{"ws-json", heraldpush.WebSocket, false},
-		{"ws-msgpack", heraldpush.WebSocket, true},
-		{"sse", heraldpush.SSE, false},
-		{"poll", heraldpush.LongPoll, false},
+		{"ws-json", heraldpush.WebSocket, false, false},
+		{"ws-json-deflate", heraldpush.WebSocket, false, true},
+		{"ws-msgpack", heraldpush.WebSocket, true, false},
+		{"sse", heraldpush.SSE, false, false},
+		{"poll", heraldpush.LongPoll, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,12 +72,13 @@ func TestIntegrationEachTransportDelivers(t *testing.T) {
 			topic := "each." + tc.name
 			c, ev := newClient(t, heraldpush.Options{
 				URLs: []string{h.public}, Topics: []string{topic},
-				Transports: []heraldpush.Transport{tc.transport}, MsgPack: tc.msgpack,
+				Transports: []heraldpush.Transport{tc.transport}, MsgPack: tc.msgpack, Compression: tc.deflate,
 			})
 			ev.connected(10*time.Second, tc.transport)
 			var ids []string
 			for i := 0; i < 3; i++ {
-				r, err := admin.PublishEvent(ctxT(t, 5*time.Second), topic, "ev.n", map[string]any{"n": i, "b": "x"})
+				// Over 256 bytes, so that a compressed connection gets compressed frames.
+				r, err := admin.PublishEvent(ctxT(t, 5*time.Second), topic, "ev.n", map[string]any{"n": i, "b": "x", "pad": strings.Repeat("p", 400)})
 				if err != nil {
 					t.Fatal(err)
 				}

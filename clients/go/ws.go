@@ -87,6 +87,9 @@ func (w *wsConn) run(parent context.Context) error {
 	if o.MsgPack {
 		dopts.Subprotocols = []string{"herald.msgpack"}
 	}
+	if o.Compression {
+		dopts.CompressionMode = websocket.CompressionNoContextTakeover
+	}
 	dialCtx, dialCancel := context.WithTimeout(ctx, o.OpenTimeout)
 	ws, res, err := websocket.Dial(dialCtx, u.String(), dopts)
 	dialCancel()
