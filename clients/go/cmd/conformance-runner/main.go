@@ -3,9 +3,8 @@
 // object per line. It holds no scenario logic: it maps commands to client calls and client
 // events to lines.
 //
-// Environment (optional): HERALD_RUNNER_UPGRADE_MS, how often the client tries the preferred
-// transport again while on a fallback (default 3000); HERALD_RUNNER_STABLE_MS, how long a
-// connection must stay open to count as a success (default the client's).
+// The optional `start` timings take RUNNER.md's defaults when absent. HERALD_RUNNER_DEBUG=1
+// writes every HTTP request and its outcome to stderr (the harness's log).
 package main
 
 import (
@@ -18,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
 
@@ -40,6 +38,20 @@ type command struct {
 	Data        json.RawMessage   `json:"data"`
 	Limit       int               `json:"limit"`
 	Ref         any               `json:"ref"`
+	// Optional start timings (RUNNER.md), in ms.
+	OpenTimeoutMS *int64 `json:"open_timeout_ms"`
+	StableMS      *int64 `json:"stable_ms"`
+	UpgradeMS     *int64 `json:"upgrade_ms"`
+	PollTimeoutMS *int64 `json:"poll_timeout_ms"`
+	TokenMarginMS *int64 `json:"token_margin_ms"`
+}
+
+// ms is a start field in ms, def when absent.
+func ms(v *int64, def time.Duration) time.Duration {
+	if v == nil || *v <= 0 {
+		return def
+	}
+	return time.Duration(*v) * time.Millisecond
 }
 
 // out writes one event line at a time, each at once (os.Stdout is not buffered).
@@ -72,13 +84,6 @@ func (o *out) fail(ref any, err error) {
 		ev["ref"] = ref
 	}
 	o.event(ev)
-}
-
-func envMS(name string, def time.Duration) time.Duration {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return time.Duration(v) * time.Millisecond
-	}
-	return def
 }
 
 func main() { run(os.Stdin, os.Stdout) }
@@ -138,8 +143,13 @@ func run(stdin io.Reader, stdout io.Writer) {
 					defer tokenMu.Unlock()
 					return token, nil
 				},
-				UpgradeInterval: envMS("HERALD_RUNNER_UPGRADE_MS", 3*time.Second),
-				StableAfter:     envMS("HERALD_RUNNER_STABLE_MS", 0),
+				// RUNNER.md's defaults for the optional timings.
+				OpenTimeout:        ms(cmd.OpenTimeoutMS, 3*time.Second),
+				StableAfter:        ms(cmd.StableMS, time.Second),
+				UpgradeInterval:    ms(cmd.UpgradeMS, 2*time.Second),
+				PollTimeout:        ms(cmd.PollTimeoutMS, 5*time.Second),
+				TokenRefreshMargin: ms(cmd.TokenMarginMS, 2*time.Second),
+				Backoff:            heraldpush.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second},
 			}
 			if os.Getenv("HERALD_RUNNER_DEBUG") != "" {
 				opts.HTTPClient = &http.Client{Transport: logged{http.DefaultTransport.(*http.Transport).Clone()}}
