@@ -79,6 +79,8 @@ pub enum Purpose {
     Commands,
     /// Blocking reads (`XREAD BLOCK`): replies may take as long as the block.
     BlockingReads,
+    /// The live connection: pushes, pings and bounded reads, answered within 10 s.
+    Live,
 }
 
 impl RedisTarget {
@@ -253,7 +255,8 @@ impl RedisTarget {
     }
 
     /// Opens the live connection: RESP3, its pub/sub messages (and, when it closes, a
-    /// `Disconnection`) handed to `push`, ordinary commands answered within 2 s beside them.
+    /// `Disconnection`) handed to `push`, ordinary commands (pings, a backfill's reads)
+    /// answered within 10 s beside them.
     /// On a Redis Cluster it is one connection per master (sharded pub/sub is served by the
     /// master of the channel's slot), whatever the number of channels.
     pub async fn connect_live(
@@ -261,7 +264,7 @@ impl RedisTarget {
         push: impl redis::aio::AsyncPushSender,
     ) -> RedisResult<RedisConn> {
         let push: Arc<dyn redis::aio::AsyncPushSender> = Arc::new(push);
-        Self::open(&self.live, Purpose::Commands, Some(push)).await
+        Self::open(&self.live, Purpose::Live, Some(push)).await
     }
 
     async fn open(
@@ -272,6 +275,7 @@ impl RedisTarget {
         let response_timeout = match purpose {
             Purpose::Commands => Some(Duration::from_secs(2)),
             Purpose::BlockingReads => None,
+            Purpose::Live => Some(Duration::from_secs(10)),
         };
         let mut config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))

@@ -495,4 +495,48 @@ mod tests {
         assert_eq!(parse_entry_id("x-1"), None);
         assert_eq!(parse_entry_id("1-9999999999"), None);
     }
+
+    #[test]
+    fn a_notice_reads_back_as_the_append_script_writes_it() {
+        // As APPEND concatenates it: epoch, previous id, id, then fields and values.
+        let parts: [&[u8]; 7] = [
+            b"9f86",
+            b"0-0",
+            b"17-0",
+            b"t",
+            b"a:b",
+            b"d",
+            b"{\"x\":\"1:2\"}",
+        ];
+        let mut wire = Vec::new();
+        for p in parts {
+            wire.extend_from_slice(format!("{}:", p.len()).as_bytes());
+            wire.extend_from_slice(p);
+        }
+        let notice = Notice::parse(&wire).unwrap();
+        assert_eq!(
+            (notice.epoch, notice.prev, notice.id),
+            ("9f86", "0-0", "17-0")
+        );
+        assert_eq!(
+            notice.fields,
+            vec![
+                (&b"t"[..], &b"a:b"[..]),
+                (&b"d"[..], &b"{\"x\":\"1:2\"}"[..])
+            ]
+        );
+        // Cut short, a length that runs past the end, or no length at all: not a notice.
+        assert_eq!(Notice::parse(&wire[..wire.len() - 1]), None);
+        assert_eq!(Notice::parse(b"4:9f86"), None);
+        assert_eq!(Notice::parse(b"99:x"), None);
+        assert_eq!(Notice::parse(b"garbage"), None);
+    }
+
+    #[test]
+    fn entry_ids_order_as_redis_orders_them() {
+        let id = |s| reader::EntryId::parse(s).unwrap();
+        assert!(id("1-9") < id("2-0") && id("2-0") < id("2-1") && id("10-0") > id("9-99"));
+        assert_eq!(id("17-3").to_string(), "17-3");
+        assert_eq!(reader::EntryId::parse("17"), None);
+    }
 }

@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -46,15 +46,20 @@ use crate::telemetry::metrics;
 use crate::telemetry::trace::Carried;
 
 /// Most entries read per stream per `XRANGE`.
-const READ_COUNT: usize = 1_000;
-/// Most streams read (or subscribed to, on a Redis Cluster) at once.
-const READ_STREAMS: usize = 256;
+const READ_COUNT: usize = 500;
+/// Most streams read (or subscribed to, on a Redis Cluster) at once: at most 64,000 entries
+/// in flight per round, so that a round is answered well within the live connection's
+/// timeout even when every stream has a long history.
+const READ_STREAMS: usize = 128;
 /// Channels named in one `SUBSCRIBE` (single and Sentinel modes).
 const SUBSCRIBE_CHUNK: usize = 1_024;
-/// Notices queued between the live connection and the reader. When it is full the next
-/// notices are dropped and every followed stream is read from where the reader stopped (the
-/// same repair as after a lost connection), so a burst costs reads, never memory.
+/// Notices queued between the live connection and the reader, at most, and their bytes at
+/// most. When either is reached the next notices are dropped and every followed stream is
+/// read from where the reader stopped (the same repair as after a lost connection), so a
+/// burst costs reads, never memory.
 const LIVE_QUEUE: usize = 16_384;
+/// See [`LIVE_QUEUE`].
+const LIVE_QUEUE_BYTES: usize = 64 << 20;
 /// Notices handled in one go.
 const LIVE_BATCH: usize = 512;
 /// How often the live connection is pinged (a connection that stopped answering ends the
@@ -231,19 +236,31 @@ impl<'a> Session<'a> {
         let (tx, mut notices) = mpsc::channel::<PushInfo>(LIVE_QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
         let closed = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicUsize::new(0));
         let push = {
-            let (overflowed, closed) = (overflowed.clone(), closed.clone());
+            let (overflowed, closed, queued) = (overflowed.clone(), closed.clone(), queued.clone());
             move |info: PushInfo| -> Result<(), ()> {
                 if info.kind == PushKind::Disconnection {
                     closed.store(true, Ordering::Release);
                 }
+                let size = push_size(&info);
+                if queued.fetch_add(size, Ordering::AcqRel) + size > LIVE_QUEUE_BYTES {
+                    queued.fetch_sub(size, Ordering::AcqRel);
+                    overflowed.store(true, Ordering::Release);
+                    return Ok(());
+                }
                 match tx.try_send(info) {
                     Ok(()) => Ok(()),
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        overflowed.store(true, Ordering::Release);
-                        Ok(())
+                    Err(e) => {
+                        queued.fetch_sub(size, Ordering::AcqRel);
+                        match e {
+                            mpsc::error::TrySendError::Full(_) => {
+                                overflowed.store(true, Ordering::Release);
+                                Ok(())
+                            }
+                            mpsc::error::TrySendError::Closed(_) => Err(()),
+                        }
                     }
-                    Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
                 }
             }
         };
@@ -275,6 +292,8 @@ impl<'a> Session<'a> {
                     if n == 0 {
                         return Err(SessionError::Closed);
                     }
+                    let size: usize = batch.iter().map(push_size).sum();
+                    queued.fetch_sub(size, Ordering::AcqRel);
                     self.handle(&mut conn, &mut batch).await?;
                 }
                 _ = ping.tick() => {
@@ -475,6 +494,7 @@ impl<'a> Session<'a> {
     ) -> Result<(), SessionError> {
         let bridge = self.bridge;
         let mut gaps: Vec<u32> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
         {
             let reading = bridge.interest.reading();
             for push in batch.drain(..) {
@@ -534,6 +554,7 @@ impl<'a> Session<'a> {
                     continue;
                 }
                 s.last = id;
+                touched.push(group);
                 if reading.follows(group, s.since) {
                     let fields = |name: &str| {
                         (notice.fields.iter())
@@ -544,7 +565,9 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        self.remember();
+        touched.sort_unstable();
+        touched.dedup();
+        self.remember(touched);
         if !gaps.is_empty() {
             metrics::bridge_live_gaps(NAME, gaps.len());
             self.catch_up(conn, gaps).await?;
@@ -552,11 +575,14 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Keeps each stream's last id in the bridge (a reconnect reads on from there).
-    fn remember(&self) {
+    /// Keeps the last ids of `groups` in the bridge (a reconnect reads on from there).
+    fn remember(&self, groups: impl IntoIterator<Item = u32>) {
         let mut last_ids = self.bridge.last_ids.lock();
-        for (g, s) in &self.streams {
-            if let Some(held) = last_ids.get_mut(g).filter(|h| h.since == s.since) {
+        for g in groups {
+            let Some(s) = self.streams.get(&g) else {
+                continue;
+            };
+            if let Some(held) = last_ids.get_mut(&g).filter(|h| h.since == s.since) {
                 held.last = s.last;
             }
         }
@@ -630,11 +656,22 @@ impl<'a> Session<'a> {
                     }
                 }
             }
-            self.remember();
+            self.remember(pending.iter().copied());
             pending = next;
         }
         Ok(())
     }
+}
+
+/// The bytes a push holds (its bulk strings), for [`LIVE_QUEUE_BYTES`].
+fn push_size(info: &PushInfo) -> usize {
+    (info.data.iter())
+        .map(|v| match v {
+            Value::BulkString(b) => b.len(),
+            _ => 16,
+        })
+        .sum::<usize>()
+        + 64
 }
 
 /// The entries of an `XRANGE` reply: each id with its fields and values.

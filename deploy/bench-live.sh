@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# deploy/bench-live.sh: what Redis pays per published message as the groups the nodes follow
+# grow (issue 38, the cluster's live path), in one sitting.
+#
+# NODES nodes (3) and one Redis on this machine; TOPICS topics (1,000, named t.0 ... t.999)
+# published at RATE msg/s (2,000) through one node's admin API. Every run has the same
+# measured subscribers: one SSE connection per node on 60 topics (herald-loadgen: delivery,
+# missing, duplicates, publish→receive p50/p99). What changes is what else each node follows:
+#
+#   interest-60      nothing else: each node follows ~60 groups
+#   interest-1000    each node also holds 17 SSE clients on 60 topics each (every topic: ~1,000
+#                    groups per node)
+#   interest-all     each node also holds one SSE client on the pattern `t.*` (every group)
+#   broadcast-16     routing = "broadcast", redis_shards = 16: the layout before interest
+#                    routing, every node reading everything (the reference)
+#
+# For each run: the rate published, delivered, missing and duplicate messages, p50/p99, the
+# groups each node follows, Redis's CPU per published message (its own CPU time, from
+# /proc) and the nodes' CPU per message. The summary is printed and written to
+# $OUT/summary.json.
+#
+#   deploy/bench-live.sh [SHAPES...]   (default: interest-60 interest-1000 interest-all broadcast-16)
+#   env: NODES (3), TOPICS (1000), RATE (2000), DURATION (20s), ROUNDS (1: the shapes are
+#        alternated ROUNDS times), OUT (a temp dir), HERALD_BIN / LOADGEN_BIN (target/release/...)
+#
+# Needs release binaries (cargo build --release -p herald-gateway -p herald-loadgen),
+# redis-server, curl and python3. Everything runs on 127.0.0.1 free ports and is stopped at
+# the end; a fresh Redis and fresh nodes per run.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+herald=${HERALD_BIN:-$target/release/herald}
+loadgen=${LOADGEN_BIN:-$target/release/herald-loadgen}
+SHAPES=("${@:-interest-60 interest-1000 interest-all broadcast-16}")
+read -r -a SHAPES <<<"${SHAPES[*]}"
+NODES=${NODES:-3}
+TOPICS=${TOPICS:-1000}
+RATE=${RATE:-2000}
+DURATION=${DURATION:-20s}
+ROUNDS=${ROUNDS:-1}
+OUT=${OUT:-$(mktemp -d /tmp/herald-bench-live.XXXXXX)}
+mkdir -p "$OUT"
+[[ -x $herald && -x $loadgen ]] || {
+    echo "build first: cargo build --release -p herald-gateway -p herald-loadgen" >&2
+    exit 1
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=()
+cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    pids=()
+}
+trap cleanup EXIT
+ready() { until [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/readyz") == 200 ]]; do sleep 0.05; done; }
+metric() { # ADMIN NAME LABEL-FILTER → sum of the series
+    curl -s "http://127.0.0.1:$1/metrics" |
+        awk -v name="$2" -v filter="$3" 'index($1, name "{") == 1 && index($1, filter) { n += $2 } END { printf "%d\n", n }'
+}
+# An SSE client that only makes its node follow: QUERY, output discarded.
+follower() { # PUBLIC-PORT QUERY
+    curl -sN "http://127.0.0.1:$1/v1/sse?$2" >/dev/null 2>&1 &
+    pids+=("$!")
+}
+
+run() { # SHAPE ROUND
+    local shape=$1 name="$1-r$2" routing=interest groups="" rport i k
+    case $shape in
+        broadcast-*) routing=broadcast groups=${shape#broadcast-} ;;
+    esac
+    rport=$(free_port)
+    mkdir -p "$OUT/$name"
+    {
+        echo "[cluster]"
+        if [[ -n $groups ]]; then echo "redis_shards = $groups"; fi
+        echo "[limits]"
+        echo "max_subscriptions = 100"
+    } >"$OUT/$name/herald.toml"
+    redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
+        --dir "$OUT/$name" --logfile "$OUT/$name/redis.log" &
+    pids+=("$!")
+    local urls=() servers=(--server-pid "$!") admins=() publics=()
+    until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
+    for ((i = 0; i < NODES; i++)); do
+        local public admin
+        public=$(free_port)
+        admin=$(free_port)
+        "$herald" --config "$OUT/$name/herald.toml" --listen "127.0.0.1:$public" \
+            --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
+            --node-id "n$i" --cluster-routing "$routing" --log-filter warn \
+            >"$OUT/$name/node$i.log" 2>&1 &
+        pids+=("$!")
+        servers+=(--server-pid "$!")
+        urls+=(--url "http://127.0.0.1:$public")
+        admins+=("$admin")
+        publics+=("$public")
+    done
+    for admin in "${admins[@]}"; do ready "$admin"; done
+    case $shape in
+        interest-1000)
+            for public in "${publics[@]}"; do
+                for ((k = 0; k < 17; k++)); do
+                    local q="" t
+                    for ((t = k * 60; t < k * 60 + 60 && t < TOPICS; t++)); do q+="topic=t.$t&"; done
+                    follower "$public" "${q%&}"
+                done
+            done
+            ;;
+        interest-all)
+            for public in "${publics[@]}"; do follower "$public" "topic=t.*"; done
+            ;;
+    esac
+    # Wait until every node follows what its clients asked for (the backfills are done).
+    sleep 3
+    echo "== $shape (round $2) at $RATE msg/s" >&2
+    "$loadgen" sse "${urls[@]}" --conns "$NODES" --topics "$TOPICS" --topics-per-conn 60 \
+        --topic-prefix t. --ramp 0 --publish-url "http://127.0.0.1:${admins[0]}" \
+        --publish-mode round-robin --publish-rate "$RATE" --publish-concurrency 32 \
+        --duration "$DURATION" --drain 3s "${servers[@]}" \
+        --json "$OUT/$name/loadgen.json" >"$OUT/$name/loadgen.txt" 2>&1 || true
+    : >"$OUT/$name/nodes.txt"
+    for ((i = 0; i < NODES; i++)); do
+        echo "n$i $(metric "${admins[$i]}" herald_bridge_messages_total 'direction="in"') $(metric "${admins[$i]}" herald_bridge_groups_followed 'bridge="redis"')" \
+            >>"$OUT/$name/nodes.txt"
+    done
+    cleanup
+}
+
+for ((round = 1; round <= ROUNDS; round++)); do
+    for shape in "${SHAPES[@]}"; do
+        run "$shape" "$round"
+    done
+done
+
+python3 - "$OUT" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+rows = []
+for name in sorted(os.listdir(out)):
+    path = os.path.join(out, name, "loadgen.json")
+    if not os.path.exists(path):
+        continue
+    shape, rnd = name.rsplit("-r", 1)
+    r = json.load(open(path))
+    d = r.get("delivery") or {}
+    lat = d.get("latency_ms") or {}
+    measured = r["phases"]["measured_secs"]
+    secs = measured + r["phases"]["drain_secs"]
+    published = d.get("published", 0)
+    nodes = [l.split() for l in open(os.path.join(out, name, "nodes.txt"))]
+    groups = [int(n[2]) for n in nodes]
+    servers = r.get("servers", [])
+    cpu = sum(s["cpu_seconds_measured"] for s in servers if "redis" not in s["name"])
+    redis_cpu = sum(s["cpu_seconds_measured"] for s in servers if "redis" in s["name"])
+    rows.append({
+        "shape": shape, "round": int(rnd), "published": published,
+        "published_per_sec": round(published / measured) if measured else 0,
+        "delivered": d.get("delivered"), "missing": d.get("missing"), "duplicates": d.get("duplicates"),
+        "p50_ms": lat.get("p50_ms"), "p99_ms": lat.get("p99_ms"),
+        "groups_per_node": groups,
+        "redis_cpu_us_per_message": round(redis_cpu * 1e6 / published, 1) if published else None,
+        "redis_cores": round(redis_cpu / secs, 3),
+        "nodes_cpu_us_per_message": round(cpu * 1e6 / published, 1) if published else None,
+    })
+rows.sort(key=lambda x: (x["round"], x["shape"]))
+json.dump(rows, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print("| shape | round | published/s | missing | dups | p50 ms | p99 ms | groups per node | Redis µs per message | Redis cores | nodes' µs per message |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for x in rows:
+    print(f"| {x['shape']} | {x['round']} | {x['published_per_sec']} | {x['missing']} | {x['duplicates']} | {x['p50_ms']} | {x['p99_ms']} | {'/'.join(map(str, x['groups_per_node']))} | {x['redis_cpu_us_per_message']} | {x['redis_cores']} | {x['nodes_cpu_us_per_message']} |")
+print(f"reports in {out}")
+EOF
