@@ -49,9 +49,11 @@ npm test --prefix clients/js
 
 # The Go client (clients/go): its unit tests (httptest fakes) and its integration tests
 # against the debug gateway, built first (cargo test below reuses the build). Skipped, with a
-# message, where there is no Go.
+# message, where there is no Go. Go's own install directory joins PATH when it was not on it,
+# so that the conformance suite below finds `go` for the Go runner too.
 go_bin=$(command -v go || echo /usr/local/go/bin/go)
 if [ -x "$go_bin" ]; then
+  command -v go >/dev/null 2>&1 || export PATH="$PATH:${go_bin%/*}"
   cargo build --bin herald
   (cd clients/go && HERALD_BIN="$repo/target/debug/herald" HERALD_REQUIRE_INTEGRATION=1 "$go_bin" test ./...)
 else
