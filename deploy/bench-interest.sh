@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/bench-interest.sh: interest routing against broadcast, in one sitting (issue 30).
 #
-# Four nodes and one Redis on this machine; 4,000 SSE subscribers on 4,000 topics, spread so
+# NODES nodes (four) and one Redis on this machine; 4,000 SSE subscribers on 4,000 topics, spread so
 # that each node holds the subscribers of a quarter of the topics (herald-loadgen's
 # round-robin: connection i, on topic i, goes to node i % 4); messages published round-robin
 # through the four nodes' admin APIs at each rate of RATES, alternating the routing modes.
@@ -14,7 +14,8 @@
 #   env: MODES ("interest broadcast"; MODE:GROUPS sets redis_shards for that mode, e.g.
 #        "broadcast:16", the layout before interest routing), DURATION (20s), CONNS (4000),
 #        OUT (a temp dir), HERALD_BIN / LOADGEN_BIN (target/release/...), SHARDS (every
-#        mode's redis_shards when not given; default: Herald's, 16,384)
+#        mode's redis_shards when not given; default: Herald's, 16,384), NODES (4: how many
+#        nodes share the subscribers, each holding CONNS / NODES of them)
 #
 # Needs release binaries (cargo build --release -p herald-gateway -p herald-loadgen),
 # redis-server, curl and python3. Everything runs on 127.0.0.1 free ports and is stopped at
@@ -30,7 +31,7 @@ read -r -a RATES <<<"${RATES[*]}"
 MODES=${MODES:-interest broadcast}
 DURATION=${DURATION:-20s}
 CONNS=${CONNS:-4000}
-NODES=4
+NODES=${NODES:-4}
 OUT=${OUT:-$(mktemp -d /tmp/herald-bench-interest.XXXXXX)}
 mkdir -p "$OUT"
 [[ -x $herald && -x $loadgen ]] || {
