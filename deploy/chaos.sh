@@ -3,7 +3,8 @@
 # Herald nodes from a release build, Redis with Sentinel (master, replica, two sentinels),
 # Kafka (deploy/engines.sh), Toxiproxy in front of every link — runs `herald-loadgen chaos`
 # against them, stops what it started, and exits non-zero (3) on any silent gap, duplicate,
-# reorder or client that never recovered.
+# reorder, client that never recovered or publish whose fate is still unknown (the loadgen's
+# publishers retry with idempotency keys until answered).
 #
 #   deploy/chaos.sh 2m                      a 2-minute run (the default), as deploy/test.sh runs it
 #   CHAOS_SEED=42 deploy/chaos.sh 30m       replay a seed (same faults, same reconnect plans)
@@ -202,6 +203,15 @@ control() { # start|stop KIND TARGET PARAM
     redis_start "$n" "$(sentinel_master_port)"
     for _ in $(seq 150); do replica_up "$n" && break; sleep 0.1; done
     ;;
+  pubsub_kill:start)
+    # every pub/sub connection to the master (the nodes' live connections, the sentinels'
+    # hello channel), on its real port: through its proxy the kill would be a client's
+    n=$(redis_of_proxy "$(sentinel_master_port)")
+    [[ -n $n ]] || die "pubsub_kill: sentinel names no master"
+    killed=$(redis-cli -p "$(cat "$DIR/redis-$n/port")" client kill type pubsub) || die "pubsub_kill: CLIENT KILL failed"
+    printf '%s pubsub_kill redis-%s: %s connections\n' "$(date +%T)" "$n" "$killed" >>"$DIR/faults.log"
+    ;;
+  pubsub_kill:stop) ;; # nothing to heal: the nodes resubscribe on their own
   kafka_restart:start) "$repo/deploy/engines.sh" kill-kafka 2>>"$DIR/engines.log" ;;
   kafka_restart:stop) "$repo/deploy/engines.sh" start-kafka 2>>"$DIR/engines.log" ;;
   net_latency:start)

@@ -85,9 +85,18 @@ pub(crate) struct ChaosArgs {
     /// Timeout of connect + handshake (+ subscribe) of one client session.
     #[arg(long, value_parser = duration, default_value = "5s")]
     pub(crate) connect_timeout: Duration,
-    /// Timeout of one publish request (a publish that times out has an unknown fate).
+    /// Timeout of one publish request (a try that times out has an unknown fate and is sent
+    /// again with the same idempotency key).
     #[arg(long, value_parser = duration, default_value = "3s")]
     pub(crate) publish_timeout: Duration,
+    /// How long a publish of unknown fate is retried (with its idempotency key, on the next
+    /// node, 100 ms-2 s apart) before it is left of unknown fate; keep it well inside the
+    /// cluster's `cluster.idempotency_window` (5 min).
+    #[arg(long, value_parser = duration, default_value = "60s")]
+    pub(crate) publish_retry_for: Duration,
+    /// Most tries of one publish, its first included (1: no retry).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) publish_max_tries: u32,
     /// Write the JSON report here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,

@@ -8,8 +8,11 @@
 //! the floor with acknowledged numbers between is a gap like any other. The first message
 //! sets the baseline; from then on, across reconnects, nodes and transports (the client
 //! resumes with its cursors), the next message must be the next sequence number the publisher
-//! got acknowledged. Publishes whose fate is unknown (a timeout,
-//! an error) may arrive late or never: neither counts against the server.
+//! got acknowledged. Publishes whose fate is unknown (every try timed out or failed) may arrive
+//! late or never: neither counts against the server. A publish acknowledged after a retry
+//! (sent again with its idempotency key) is acknowledged like any other: it must arrive
+//! exactly once, so a second copy is a duplicate; findings say how many of their messages
+//! were retried publishes.
 
 use std::collections::BTreeSet;
 
@@ -57,6 +60,9 @@ pub(crate) struct Finding {
     pub(crate) first_missing: u64,
     /// Signalled gaps: the loss signal's reason (`expired`, `epoch`, `lagged`).
     pub(crate) reason: Option<String>,
+    /// How many of its messages were publishes sent more than once (with their idempotency
+    /// key): of a gap, the missing ones; of a duplicate or reorder, 1 or 0.
+    pub(crate) retried: u64,
     /// When it was seen (ms since the run began).
     pub(crate) at_ms: u64,
     /// The fault in force between the last good message and this one.
@@ -77,6 +83,9 @@ struct TopicState {
     /// Set when the client's first session opened: every acknowledged number above it must be
     /// delivered (the one in flight then, `floor` itself, may not be).
     floor: Option<u64>,
+    /// Checked from here: every acknowledged number above it, up to `last_seq`, was
+    /// delivered once or is in a finding (set by the first message).
+    checked_after: Option<u64>,
     last_seq: u64,
     last_id: String,
     last_at_ms: u64,
@@ -125,6 +134,14 @@ impl StreamCheck {
         self.state[slot].last_seq
     }
 
+    /// The sequence numbers of a slot the check covered, `(after, last]`: every acknowledged
+    /// publish among them was delivered exactly once unless a finding says otherwise. `None`
+    /// before the first message.
+    pub(crate) fn checked(&self, slot: usize) -> Option<(u64, u64)> {
+        let st = &self.state[slot];
+        st.checked_after.map(|after| (after, st.last_seq))
+    }
+
     /// A session opened (the client is subscribed to its topics): the first one sets each
     /// topic's floor, one past the last publish answered by now.
     pub(crate) fn on_open(&mut self, fates: &impl Fates) {
@@ -161,8 +178,10 @@ impl StreamCheck {
                 Some(floor) if seq > floor => {
                     st.last_seq = floor;
                     st.last_id = "(subscribed)".to_owned();
+                    st.checked_after = Some(floor);
                 }
                 _ => {
+                    st.checked_after = Some(seq.saturating_sub(1));
                     st.last_seq = seq;
                     st.last_id = id.to_owned();
                     st.last_at_ms = here.now_ms;
@@ -174,9 +193,11 @@ impl StreamCheck {
         if seq > st.last_seq {
             let mut missing = 0;
             let mut first_missing = 0;
+            let mut retried = 0;
             for k in (st.last_seq + 1)..seq.min(st.last_seq.saturating_add(SCAN_CAP)) {
                 if fates.fate(ledger_topic, k) == Fate::Acked {
                     missing += 1;
+                    retried += u64::from(fates.retried(ledger_topic, k));
                     if first_missing == 0 {
                         first_missing = k;
                     }
@@ -199,6 +220,7 @@ impl StreamCheck {
                     missing,
                     first_missing,
                     reason,
+                    retried,
                     ..f
                 });
             }
@@ -218,7 +240,11 @@ impl StreamCheck {
                     id,
                     fault,
                 );
-                self.findings.push(f);
+                let was_retried = fates.retried(ledger_topic, seq);
+                self.findings.push(Finding {
+                    retried: u64::from(was_retried),
+                    ..f
+                });
                 // the gap that counted it missing: it was late, not lost
                 let topic = &self.topics[slot].1;
                 if let Some(g) = self.findings.iter_mut().rev().find(|g| {
@@ -229,6 +255,9 @@ impl StreamCheck {
                         && g.missing > 0
                 }) {
                     g.missing -= 1;
+                    if was_retried {
+                        g.retried = g.retried.saturating_sub(1);
+                    }
                 }
             } else {
                 self.late_uncertain += 1;
@@ -244,7 +273,10 @@ impl StreamCheck {
                 id,
                 fault,
             );
-            self.findings.push(f);
+            self.findings.push(Finding {
+                retried: u64::from(fates.retried(ledger_topic, seq)),
+                ..f
+            });
         }
     }
 
@@ -282,6 +314,7 @@ fn finding(
         missing: 0,
         first_missing: 0,
         reason: None,
+        retried: 0,
         at_ms: here.now_ms,
         fault,
     }
@@ -466,6 +499,60 @@ mod tests {
                 (FindingKind::Duplicate, 2, 0)
             ]
         );
+    }
+
+    /// Every publish acknowledged; those listed were sent more than once.
+    struct Retried(Vec<u64>);
+    impl Fates for Retried {
+        fn fate(&self, _topic: usize, _seq: u64) -> Fate {
+            Fate::Acked
+        }
+        fn answered(&self, _topic: usize) -> u64 {
+            2
+        }
+        fn retried(&self, _topic: usize, seq: u64) -> bool {
+            self.0.contains(&seq)
+        }
+    }
+
+    #[test]
+    fn a_publish_acknowledged_after_a_retry_is_expected_exactly_once() {
+        let tl = Timeline::default();
+        let fates = Retried(vec![3, 5, 6]);
+        let mut c = StreamCheck::new(vec![(0, "t".into())]);
+        c.on_open(&fates);
+        assert_eq!(c.checked(0), None);
+        // 3 arrives twice (both tries written would be a duplicate), 5 and 6 are missing, 4
+        // (sent once) too
+        for (i, s) in [3, 3, 7].iter().enumerate() {
+            c.on_message(0, *s, "x", here(i as u64), &fates, &tl);
+        }
+        // checked from its first message, 3 (the publish in flight at the opening), to 7
+        assert_eq!(c.checked(0), Some((2, 7)));
+        let f: Vec<_> = c
+            .into_findings()
+            .into_iter()
+            .map(|f| (f.kind, f.seq, f.missing, f.retried))
+            .collect();
+        assert_eq!(
+            f,
+            [
+                (FindingKind::Duplicate, 3, 0, 1),
+                (FindingKind::SilentGap, 7, 3, 2)
+            ]
+        );
+        // a retried one arriving late fills the gap's count and is a reorder of its own
+        let mut c = StreamCheck::new(vec![(0, "t".into())]);
+        for (i, s) in [1, 2, 4, 3].iter().enumerate() {
+            c.on_message(0, *s, "x", here(i as u64), &Retried(vec![3]), &tl);
+        }
+        assert_eq!(c.checked(0), Some((0, 4)));
+        let f: Vec<_> = c
+            .into_findings()
+            .into_iter()
+            .map(|f| (f.kind, f.seq, f.missing, f.retried))
+            .collect();
+        assert_eq!(f, [(FindingKind::Reorder, 3, 0, 1)]);
     }
 
     #[test]

@@ -12,6 +12,10 @@ pub(crate) enum FaultKind {
     NodePause,
     /// The Redis master killed (Sentinel promotes the replica); restarted as a replica.
     RedisFailover,
+    /// Every pub/sub connection to the Redis master dropped (`CLIENT KILL TYPE pubsub`): the
+    /// nodes' live connections (and the sentinels' hello channels) are cut at once; the nodes
+    /// resubscribe and repair what they missed from the streams. Nothing to heal.
+    PubsubKill,
     /// The Kafka broker killed, started again when the fault ends.
     KafkaRestart,
     /// Added latency on a link (Toxiproxy `latency`).
@@ -26,10 +30,11 @@ pub(crate) enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [FaultKind; 8] = [
+    pub(crate) const ALL: [FaultKind; 9] = [
         FaultKind::NodeKill,
         FaultKind::NodePause,
         FaultKind::RedisFailover,
+        FaultKind::PubsubKill,
         FaultKind::KafkaRestart,
         FaultKind::NetLatency,
         FaultKind::NetCut,
@@ -43,6 +48,7 @@ impl FaultKind {
             FaultKind::NodeKill => "node_kill",
             FaultKind::NodePause => "node_pause",
             FaultKind::RedisFailover => "redis_failover",
+            FaultKind::PubsubKill => "pubsub_kill",
             FaultKind::KafkaRestart => "kafka_restart",
             FaultKind::NetLatency => "net_latency",
             FaultKind::NetCut => "net_cut",

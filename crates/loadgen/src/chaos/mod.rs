@@ -1,7 +1,9 @@
 //! `herald-loadgen chaos`: proof under faults. Clients over SSE, WebSocket and long-poll
 //! follow shared and single-subscriber topics, reconnect on their own seeded schedule to a
 //! random node with their cursors (sometimes over another transport), while publishers send
-//! per-topic sequence numbers and a control script injects faults on a seeded schedule.
+//! per-topic sequence numbers (retrying a publish of unknown fate with its idempotency key
+//! until it is answered) and a control script injects faults on a seeded schedule (every
+//! kind at least once, then at random).
 //! Every client's stream is checked as it arrives ([`checker`]); the report counts silent
 //! gaps, duplicates, reorders, signalled gaps and clients that never recovered.
 
@@ -225,6 +227,14 @@ async fn run(
     let publish_until = t0 + a.duration.saturating_sub(a.drain);
     let mut publishers = tokio::task::JoinSet::new();
     let pool = publisher::pool(admin.clone(), a.publish_timeout);
+    let retry = publisher::RetryPolicy {
+        max_tries: a.publish_max_tries,
+        retry_for: a.publish_retry_for,
+        // a publish answered after this still reaches the clients before they stop
+        until: publish_until + a.drain / 2,
+        busy: a.publish_timeout,
+        run: crate::clock::unix_micros(),
+    };
     for (index, (name, every)) in topics.iter().enumerate() {
         let p = TopicPublisher {
             index,
@@ -234,7 +244,7 @@ async fn run(
         let (pool, ledger) = (pool.clone(), ledger.clone());
         publishers.spawn(async move {
             tokio::time::sleep(PUBLISH_AFTER).await;
-            publisher::run(p, pool, ledger, seed, publish_until).await
+            publisher::run(p, pool, ledger, seed, publish_until, retry).await
         });
     }
     let memory_stop = CancellationToken::new();
@@ -253,10 +263,14 @@ async fn run(
     let end = t0 + a.duration;
     while Instant::now() < end {
         tokio::time::sleep_until((Instant::now() + Duration::from_secs(10)).min(end)).await;
-        let (acked, uncertain) = ledger.totals();
+        let t = ledger.totals();
         eprintln!(
-            "[chaos] {:>6.0}s published {acked} acked, {uncertain} unknown",
-            t0.elapsed().as_secs_f64()
+            "[chaos] {:>6.0}s published {} acked ({} after a retry), {} unknown, {} retried",
+            t0.elapsed().as_secs_f64(),
+            t.acked,
+            t.acked_after_retry,
+            t.uncertain,
+            t.retried
         );
     }
     fault_stop.cancel();
@@ -283,6 +297,10 @@ async fn run(
     outcomes.sort_by_key(|o| o.id);
     report::build(report::Inputs {
         seed,
+        kinds: match a.control {
+            Some(_) => fault_shape(a).kinds,
+            None => Vec::new(),
+        },
         duration_s: a.duration.as_secs_f64(),
         nodes: admin.len(),
         outcomes,

@@ -46,16 +46,34 @@ pub(crate) struct ChaosReport {
     pub(crate) nodes: usize,
     pub(crate) clients: u64,
     pub(crate) topics: usize,
-    /// Publishes sent (acknowledged + unknown fate).
+    /// Publishes sent (acknowledged + unknown fate), each counted once however many times
+    /// it was tried.
     pub(crate) published: u64,
+    /// Publishes acknowledged, on their first try or a retry.
     pub(crate) published_acked: u64,
+    /// Publishes whose fate is still unknown at the end: no try was answered within the
+    /// retry bounds (target: 0).
     pub(crate) published_uncertain: u64,
-    /// Why publishes failed (their fate is unknown), by kind.
+    /// Publishes sent more than once (with their idempotency key), and the tries beyond
+    /// the first in all.
+    pub(crate) published_retried: u64,
+    pub(crate) publish_retries: u64,
+    /// Retried publishes acknowledged in the end: each must be delivered exactly once.
+    pub(crate) acked_after_retry: u64,
+    /// Deliveries of publishes acknowledged after a retry that the clients' checks covered
+    /// (client × message), and how many of them were missing or came twice (in findings).
+    pub(crate) retried_checked: u64,
+    pub(crate) retried_in_findings: u64,
+    /// Failed tries by what went wrong (each retried unless it was its publish's last).
     pub(crate) publish_errors: BTreeMap<String, u64>,
     /// Messages received by clients (duplicates included).
     pub(crate) delivered: u64,
     /// Faults injected, by kind (every kind listed).
     pub(crate) faults: BTreeMap<&'static str, u64>,
+    /// The kinds the run drew from that were injected, and those that were not (the window
+    /// too short for them, or the run ended first).
+    pub(crate) fault_kinds_injected: Vec<&'static str>,
+    pub(crate) fault_kinds_missed: Vec<&'static str>,
     /// Faults whose control commands failed.
     pub(crate) fault_errors: u64,
     pub(crate) reconnects: BTreeMap<&'static str, u64>,
@@ -111,6 +129,8 @@ fn resume_of(mut v: Vec<u64>) -> Resume {
 /// What the report is built from.
 pub(crate) struct Inputs<'a> {
     pub(crate) seed: u64,
+    /// The kinds the fault schedule drew from (none without a control script).
+    pub(crate) kinds: Vec<FaultKind>,
     pub(crate) duration_s: f64,
     pub(crate) nodes: usize,
     pub(crate) outcomes: Vec<ClientOutcome>,
@@ -122,11 +142,19 @@ pub(crate) struct Inputs<'a> {
 }
 
 pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
-    let (acked, uncertain) = i.ledger.totals();
+    let totals = i.ledger.totals();
     let mut faults: BTreeMap<&'static str, u64> =
         FaultKind::ALL.iter().map(|k| (k.name(), 0)).collect();
     for f in &i.fault_log {
         *faults.entry(f.kind.name()).or_default() += 1;
+    }
+    let (mut fault_kinds_injected, mut fault_kinds_missed) = (Vec::new(), Vec::new());
+    for k in FaultKind::ALL {
+        if i.fault_log.iter().any(|f| f.kind == k) {
+            fault_kinds_injected.push(k.name());
+        } else if i.kinds.contains(&k) {
+            fault_kinds_missed.push(k.name());
+        }
     }
     let mut r = ChaosReport {
         seed: i.seed,
@@ -135,11 +163,18 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
         clients: i.outcomes.len() as u64,
         topics: 0,
         published: i.published,
-        published_acked: acked,
-        published_uncertain: uncertain,
+        published_acked: totals.acked,
+        published_uncertain: totals.uncertain,
+        published_retried: totals.retried,
+        publish_retries: totals.retries,
+        acked_after_retry: totals.acked_after_retry,
+        retried_checked: 0,
+        retried_in_findings: 0,
         publish_errors: i.publish_errors,
         delivered: 0,
         faults,
+        fault_kinds_injected,
+        fault_kinds_missed,
         fault_errors: i.fault_log.iter().filter(|f| f.error.is_some()).count() as u64,
         reconnects: BTreeMap::new(),
         sessions: BTreeMap::new(),
@@ -188,6 +223,11 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
             topics.insert(*ledger_topic);
             let last = i.ledger.last_acked(*ledger_topic);
             let got = o.check.last_seq(slot);
+            if let Some((after, upto)) = o.check.checked(slot) {
+                r.retried_checked += i
+                    .ledger
+                    .acked_after_retry_in(*ledger_topic, after + 1, upto);
+            }
             if got < last {
                 behind.push((name.clone(), got, last));
             }
@@ -201,6 +241,9 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
             });
         }
         for f in o.check.into_findings() {
+            if f.kind != FindingKind::SignalledGap {
+                r.retried_in_findings += f.retried;
+            }
             match f.kind {
                 FindingKind::SilentGap => {
                     r.silent_gaps += 1;
@@ -237,6 +280,12 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
             r.problems.push(format!("{n} {what}"));
         }
     }
+    if r.published_uncertain > 0 {
+        r.problems.push(format!(
+            "{} publishes of unknown fate (no try answered)",
+            r.published_uncertain
+        ));
+    }
     if r.delivered == 0 {
         r.problems.push("nothing was delivered".into());
     }
@@ -257,8 +306,17 @@ pub(crate) fn text(r: &ChaosReport) -> String {
         "published {} ({} acked, {} unknown fate), delivered {}",
         r.published, r.published_acked, r.published_uncertain, r.delivered
     );
+    let _ = writeln!(
+        o,
+        "retried {} publishes ({} tries more), {} acked after a retry: {} deliveries of them checked, {} missing or twice",
+        r.published_retried,
+        r.publish_retries,
+        r.acked_after_retry,
+        r.retried_checked,
+        r.retried_in_findings
+    );
     if !r.publish_errors.is_empty() {
-        let _ = writeln!(o, "publish errors: {:?}", r.publish_errors);
+        let _ = writeln!(o, "failed tries: {:?}", r.publish_errors);
     }
     let faults: Vec<String> = r.faults.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let _ = writeln!(
@@ -266,6 +324,18 @@ pub(crate) fn text(r: &ChaosReport) -> String {
         "faults: {} ({} control errors)",
         faults.join(", "),
         r.fault_errors
+    );
+    let _ = writeln!(
+        o,
+        "fault kinds injected: {} of {} [{}]{}",
+        r.fault_kinds_injected.len(),
+        r.fault_kinds_injected.len() + r.fault_kinds_missed.len(),
+        r.fault_kinds_injected.join(", "),
+        if r.fault_kinds_missed.is_empty() {
+            String::new()
+        } else {
+            format!("; not injected: {}", r.fault_kinds_missed.join(", "))
+        }
     );
     let rc: Vec<String> = r
         .reconnects
@@ -311,7 +381,7 @@ pub(crate) fn text(r: &ChaosReport) -> String {
     {
         let _ = writeln!(
             o,
-            "  {:?} client {} {} node{} topic {} seq {}->{} ids {}->{} missing {} fault {}",
+            "  {:?} client {} {} node{} topic {} seq {}->{} ids {}->{} missing {} retried {} fault {}",
             f.kind,
             f.client,
             f.transport.name(),
@@ -322,6 +392,7 @@ pub(crate) fn text(r: &ChaosReport) -> String {
             f.prev_id,
             f.id,
             f.missing,
+            f.retried,
             f.fault.as_ref().map_or("none".into(), |x| format!(
                 "{} {} @{}ms{}",
                 x.kind.name(),
@@ -385,11 +456,11 @@ th{{background:#f5f5f5}}.ok{{color:#1a7f37;font-weight:bold}}.bad{{color:#c62828
             esc(f.error.as_deref().unwrap_or(""))
         );
     }
-    o.push_str("</table><h2>Findings</h2><table><tr><th>kind</th><th>at s</th><th>client</th><th>transport</th><th>node</th><th>topic</th><th>seq</th><th>ids</th><th>missing</th><th>reason</th><th>fault</th></tr>");
+    o.push_str("</table><h2>Findings</h2><table><tr><th>kind</th><th>at s</th><th>client</th><th>transport</th><th>node</th><th>topic</th><th>seq</th><th>ids</th><th>missing</th><th>retried</th><th>reason</th><th>fault</th></tr>");
     for f in &r.findings {
         let _ = write!(
             o,
-            "<tr><td>{:?}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}→{}</td><td>{}→{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{:?}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}→{}</td><td>{}→{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             f.kind,
             f.at_ms as f64 / 1e3,
             f.client,
@@ -401,6 +472,7 @@ th{{background:#f5f5f5}}.ok{{color:#1a7f37;font-weight:bold}}.bad{{color:#c62828
             esc(&f.prev_id),
             esc(&f.id),
             f.missing,
+            f.retried,
             esc(f.reason.as_deref().unwrap_or("")),
             f.fault.as_ref().map_or("none".into(), |x| esc(&format!(
                 "{} {} @{:.1}s{}",
@@ -429,4 +501,138 @@ pub(crate) fn write(
         std::fs::write(p, html(r)).with_context(|| format!("cannot write {}", p.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::checker::{Here, StreamCheck};
+    use super::super::ledger::Fate;
+    use super::super::schedule::Transport;
+    use super::super::timeline::Timeline;
+    use super::*;
+
+    fn outcome(id: u64, check: StreamCheck) -> ClientOutcome {
+        ClientOutcome {
+            id,
+            check,
+            reconnects: BTreeMap::new(),
+            resumes: Vec::new(),
+            sessions: BTreeMap::new(),
+            open_at_end: true,
+            down_since_ms: None,
+        }
+    }
+
+    fn here(now_ms: u64) -> Here {
+        Here {
+            client: 0,
+            transport: Transport::Sse,
+            node: 0,
+            now_ms,
+        }
+    }
+
+    /// Publishes 1..=6 of one topic: 2 and 4 acknowledged after retries, 5 never answered.
+    fn ledger() -> Ledger {
+        let l = Ledger::new(1);
+        for seq in 1..=6 {
+            l.sending(0, seq, 1);
+        }
+        l.sending(0, 2, 3);
+        l.sending(0, 4, 2);
+        l.sending(0, 5, 30);
+        for seq in [1, 2, 3, 4, 6] {
+            l.record(0, seq, Fate::Acked);
+        }
+        l.record(0, 5, Fate::Uncertain);
+        l
+    }
+
+    fn inputs<'a>(ledger: &'a Ledger, outcomes: Vec<ClientOutcome>) -> Inputs<'a> {
+        let tl = Timeline::default();
+        let f = tl.begin(FaultKind::PubsubKill, "redis", 0, 100);
+        tl.end(f, 200, None);
+        Inputs {
+            seed: 1,
+            kinds: vec![FaultKind::PubsubKill, FaultKind::NodeKill],
+            duration_s: 1.0,
+            nodes: 1,
+            outcomes,
+            ledger,
+            fault_log: tl.snapshot(),
+            published: 6,
+            publish_errors: BTreeMap::new(),
+            memory: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn retried_publishes_are_counted_checked_and_the_unknown_ones_fail_the_run() {
+        let l = ledger();
+        let tl = Timeline::default();
+        // client 0 got everything once (5, of unknown fate, too); client 1 got 2 twice and
+        // missed 4; client 2 started at 3
+        let mut a = StreamCheck::new(vec![(0, "t".into())]);
+        let mut b = StreamCheck::new(vec![(0, "t".into())]);
+        let mut c = StreamCheck::new(vec![(0, "t".into())]);
+        for (check, seqs) in [
+            (&mut a, &[1, 2, 3, 4, 5, 6][..]),
+            (&mut b, &[1, 2, 2, 3, 6]),
+            (&mut c, &[3, 4, 6]),
+        ] {
+            for (i, seq) in seqs.iter().enumerate() {
+                check.on_message(0, *seq, &format!("e-{seq}"), here(i as u64), &l, &tl);
+            }
+        }
+        let r = build(inputs(
+            &l,
+            vec![outcome(0, a), outcome(1, b), outcome(2, c)],
+        ));
+        assert_eq!((r.published_acked, r.published_uncertain), (5, 1), "{r:?}");
+        assert_eq!(
+            (r.published_retried, r.publish_retries, r.acked_after_retry),
+            (3, 2 + 1 + 29, 2)
+        );
+        // a: 2 and 4; b: 2 and 4 (from its first message, 1); c: 4 (from 3)
+        assert_eq!(r.retried_checked, 5);
+        // b's duplicate of 2 and its gap missing 4
+        assert_eq!(r.retried_in_findings, 2);
+        assert_eq!((r.duplicates, r.silent_gaps), (1, 1));
+        assert!(!r.ok);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains("1 publishes of unknown fate")),
+            "{:?}",
+            r.problems
+        );
+        assert_eq!(r.fault_kinds_injected, ["pubsub_kill"]);
+        assert_eq!(r.fault_kinds_missed, ["node_kill"]);
+        let t = text(&r);
+        assert!(
+            t.contains("fault kinds injected: 1 of 2 [pubsub_kill]; not injected: node_kill"),
+            "{t}"
+        );
+        assert!(t.contains("retried 3 publishes (32 tries more), 2 acked after a retry: 5 deliveries of them checked, 2 missing or twice"), "{t}");
+    }
+
+    #[test]
+    fn a_clean_run_with_every_retry_answered_is_ok() {
+        let l = Ledger::new(1);
+        l.sending(0, 1, 2);
+        l.record(0, 1, Fate::Acked);
+        l.record(0, 2, Fate::Acked);
+        let tl = Timeline::default();
+        let mut a = StreamCheck::new(vec![(0, "t".into())]);
+        a.on_open(&l);
+        for seq in [1, 2] {
+            a.on_message(0, seq, "x", here(seq), &l, &tl);
+        }
+        let mut i = inputs(&l, vec![outcome(0, a)]);
+        i.kinds = vec![FaultKind::PubsubKill];
+        let r = build(i);
+        assert!(r.ok, "{:?}", r.problems);
+        assert_eq!((r.acked_after_retry, r.retried_checked), (1, 1));
+        assert!(r.fault_kinds_missed.is_empty());
+    }
 }

@@ -18,6 +18,9 @@ pub(crate) const STREAM_CLIENTS: u64 = 1 << 32;
 /// ...and its backoffs after failures from `STREAM_BACKOFF + i`, so that failures (which
 /// depend on timing) never shift its own schedule.
 pub(crate) const STREAM_BACKOFF: u64 = 2 << 32;
+/// Topic `i`'s publisher draws the pauses between retries from `STREAM_RETRY + i` (its node
+/// choices stay those of the seed, however many retries it makes).
+pub(crate) const STREAM_RETRY: u64 = 3 << 32;
 
 /// The shape of the run that the fault schedule depends on.
 #[derive(Debug, Clone)]
@@ -51,23 +54,32 @@ pub(crate) struct PlannedFault {
     pub(crate) param: u64,
 }
 
-fn hold_ms(kind: FaultKind, r: &mut Rng) -> u64 {
+/// The shortest and longest hold of a kind (ms).
+fn hold_range(kind: FaultKind) -> (u64, u64) {
     match kind {
-        FaultKind::NodeKill => r.range(1_000, 4_000),
-        FaultKind::NodePause => r.range(1_000, 5_000),
+        FaultKind::NodeKill => (1_000, 4_000),
+        FaultKind::NodePause => (1_000, 5_000),
         // long enough for Sentinel to notice (down-after) and promote the replica
-        FaultKind::RedisFailover => r.range(5_000, 8_000),
-        FaultKind::KafkaRestart => r.range(1_000, 3_000),
-        FaultKind::NetLatency | FaultKind::NetBandwidth => r.range(2_000, 6_000),
-        FaultKind::NetCut | FaultKind::NetStall => r.range(1_000, 4_000),
+        FaultKind::RedisFailover => (5_000, 8_000),
+        // the kill is instantaneous: the hold is the time the nodes have to resubscribe and
+        // repair before the next fault
+        FaultKind::PubsubKill => (1_000, 3_000),
+        FaultKind::KafkaRestart => (1_000, 3_000),
+        FaultKind::NetLatency | FaultKind::NetBandwidth => (2_000, 6_000),
+        FaultKind::NetCut | FaultKind::NetStall => (1_000, 4_000),
     }
+}
+
+fn hold_ms(kind: FaultKind, r: &mut Rng) -> u64 {
+    let (lo, hi) = hold_range(kind);
+    r.range(lo, hi)
 }
 
 fn target(kind: FaultKind, shape: &FaultShape, r: &mut Rng) -> String {
     let node = 1 + r.below(shape.nodes.max(1) as u64);
     match kind {
         FaultKind::NodeKill | FaultKind::NodePause => format!("node{node}"),
-        FaultKind::RedisFailover => "redis".into(),
+        FaultKind::RedisFailover | FaultKind::PubsubKill => "redis".into(),
         FaultKind::KafkaRestart => "kafka".into(),
         _ => {
             let links = 2 + u64::from(shape.kafka);
@@ -89,7 +101,12 @@ fn param(kind: FaultKind, r: &mut Rng) -> u64 {
 }
 
 /// The fault schedule of a seed: faults one after another, never overlapping, so that each
-/// gap or reconnect can be attributed to the one fault in force.
+/// gap or reconnect can be attributed to the one fault in force. The first round has every
+/// kind of `shape.kinds` once, in a seeded order, so that a short run tries them all: a
+/// fault of that round whose drawn hold would leave too little time for the kinds still to
+/// come is held for its kind's shortest time (and followed by the shortest gap), and a kind
+/// that does not fit even so is left out only when the window is too short for it. Then
+/// kinds are drawn at random until the window ends.
 pub(crate) fn plan_faults(seed: u64, shape: &FaultShape) -> Vec<PlannedFault> {
     let mut r = Rng::new(seed, STREAM_FAULTS);
     let mut out = Vec::new();
@@ -102,7 +119,44 @@ pub(crate) fn plan_faults(seed: u64, shape: &FaultShape) -> Vec<PlannedFault> {
     );
     let end = shape.end.as_millis() as u64;
     let mut t = shape.start.as_millis() as u64 + r.range(gmin, gmax);
-    // bounded: every fault takes at least a second plus its gap
+    // the first round: each kind once (a kind named twice in --faults is one kind)
+    let mut first: Vec<FaultKind> = Vec::new();
+    for k in &shape.kinds {
+        if !first.contains(k) {
+            first.push(*k);
+        }
+    }
+    for i in (1..first.len()).rev() {
+        first.swap(i, r.below(i as u64 + 1) as usize);
+    }
+    // what the kinds after each one need at the least: the shortest gap before each, and
+    // its shortest hold
+    let least =
+        |kinds: &[FaultKind]| -> u64 { kinds.iter().map(|k| gmin.max(1) + hold_range(*k).0).sum() };
+    for (i, kind) in first.iter().copied().enumerate() {
+        let rest = least(&first[i + 1..]);
+        let mut hold = hold_ms(kind, &mut r);
+        let target = target(kind, shape, &mut r);
+        let param = param(kind, &mut r);
+        let mut gap = r.range(gmin, gmax).max(1);
+        if t + hold + gap + rest > end {
+            hold = hold_range(kind).0;
+            gap = gmin.max(1);
+        }
+        if t + hold > end {
+            // too short a window for this kind (a shorter one may still fit)
+            continue;
+        }
+        out.push(PlannedFault {
+            at_ms: t,
+            hold_ms: hold,
+            kind,
+            target,
+            param,
+        });
+        t += hold + gap;
+    }
+    // then at random; bounded: every fault takes at least a second plus its gap
     while out.len() < 100_000 {
         let kind = shape.kinds[r.below(shape.kinds.len() as u64) as usize];
         let hold = hold_ms(kind, &mut r);
@@ -257,6 +311,89 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    fn kinds_of(plan: &[PlannedFault]) -> std::collections::BTreeSet<FaultKind> {
+        plan.iter().map(|f| f.kind).collect()
+    }
+
+    /// The 2-minute soak's shape (deploy/chaos.sh 2m: warmup 8 s, settle 20 s).
+    fn short_soak() -> FaultShape {
+        FaultShape {
+            start: Duration::from_secs(8),
+            end: Duration::from_secs(100),
+            ..shape()
+        }
+    }
+
+    #[test]
+    fn every_kind_comes_first_once_then_at_random() {
+        for seed in 0..500 {
+            let a = plan_faults(seed, &short_soak());
+            let n = FaultKind::ALL.len();
+            assert_eq!(kinds_of(&a).len(), n, "seed {seed}: {a:?}");
+            assert_eq!(kinds_of(&a[..n]).len(), n, "seed {seed}: the first round");
+            assert!(
+                a.len() > n,
+                "seed {seed}: random faults after the first round"
+            );
+            for w in a.windows(2) {
+                assert!(w[0].at_ms + w[0].hold_ms < w[1].at_ms, "{w:?}");
+            }
+            assert!(a.iter().all(|f| f.at_ms + f.hold_ms <= 100_000));
+        }
+        // the order of the first round is the seed's
+        let order = |seed| plan_faults(seed, &short_soak())[..3].to_vec();
+        assert_ne!(order(1), order(2));
+    }
+
+    #[test]
+    fn a_tight_window_still_gets_every_kind_with_the_shortest_holds() {
+        // the least every kind needs: 9 gaps of 2 s and the shortest holds (15 s in all),
+        // after a first gap of up to 5 s
+        let s = FaultShape {
+            start: Duration::from_secs(8),
+            end: Duration::from_secs(8 + 5 + 33),
+            ..shape()
+        };
+        for seed in 0..300 {
+            let a = plan_faults(seed, &s);
+            assert_eq!(
+                kinds_of(&a).len(),
+                FaultKind::ALL.len(),
+                "seed {seed}: {a:?}"
+            );
+            assert!(
+                a.iter()
+                    .all(|f| f.at_ms + f.hold_ms <= s.end.as_millis() as u64)
+            );
+            for w in a.windows(2) {
+                assert!(w[0].at_ms + w[0].hold_ms < w[1].at_ms, "{w:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_window_too_short_for_every_kind_plans_what_fits() {
+        let s = FaultShape {
+            start: Duration::from_secs(8),
+            end: Duration::from_secs(22),
+            ..shape()
+        };
+        for seed in 0..100 {
+            let a = plan_faults(seed, &s);
+            assert!(!a.is_empty(), "{a:?}");
+            assert!(kinds_of(&a).len() < FaultKind::ALL.len(), "{a:?}");
+            assert!(a.iter().all(|f| f.at_ms + f.hold_ms <= 22_000));
+        }
+        // a kind named twice is still tried once first, and a single kind repeats
+        let s = FaultShape {
+            kinds: vec![FaultKind::PubsubKill, FaultKind::PubsubKill],
+            ..short_soak()
+        };
+        let a = plan_faults(4, &s);
+        assert!(a.len() > 5 && a.iter().all(|f| f.kind == FaultKind::PubsubKill));
+        assert!(a.iter().all(|f| f.target == "redis" && f.param == 0));
     }
 
     #[test]
