@@ -158,6 +158,13 @@ impl AppState {
         &self.0.pattern_quota
     }
 
+    /// The key of a client without an API key for the per-client limits: its token's
+    /// subject, else its address, IPv6 cut to `limits.ipv6_prefix`
+    /// ([`crate::limits::publisher_key`]).
+    pub(crate) fn client_key(&self, sub: Option<&str>, peer: std::net::IpAddr) -> String {
+        crate::limits::publisher_key(sub, peer, self.config().limits.ipv6_prefix)
+    }
+
     /// Topics per minute per client that the node held no topic for
     /// (`limits.cold_topics_per_minute`).
     pub(crate) fn cold_topics(&self) -> &crate::limits::ColdTopics {

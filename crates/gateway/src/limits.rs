@@ -111,6 +111,7 @@ struct Entry {
 #[derive(Debug)]
 pub(crate) struct AddressLimits {
     max_open: u32,
+    v6_prefix: u8,
     rate: Rate,
     max_entries: usize,
     entries: Mutex<HashMap<IpAddr, Entry>>,
@@ -137,10 +138,18 @@ pub(crate) struct AddressPermit {
 
 impl AddressLimits {
     /// At most `max_open` open connections and `rate` new connections per second (bursts of
-    /// `burst`) per address.
-    pub(crate) fn new(max_open: u32, rate: f64, burst: f64, max_entries: usize) -> Arc<Self> {
+    /// `burst`) per address, IPv6 addresses counted per prefix of `v6_prefix` bits
+    /// ([`address_key`]).
+    pub(crate) fn new(
+        max_open: u32,
+        rate: f64,
+        burst: f64,
+        max_entries: usize,
+        v6_prefix: u8,
+    ) -> Arc<Self> {
         Arc::new(Self {
             max_open,
+            v6_prefix,
             rate: Rate::new(rate, burst).unwrap_or(Rate {
                 per_second: f64::MAX,
                 burst: f64::MAX,
@@ -152,6 +161,7 @@ impl AddressLimits {
 
     /// Admits a new connection from `ip`, or says why not.
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<AddressPermit, Refusal> {
+        let ip = address_key(ip, self.v6_prefix);
         let mut entries = self.entries.lock();
         let full = entries.len() >= self.max_entries;
         let entry = match entries.get_mut(&ip) {
@@ -203,13 +213,31 @@ impl AddressLimits {
     }
 }
 
-/// The [`PublishLimits`] key of a publisher without an API key: its token's subject, else its
-/// address (so that opening more connections does not multiply the budget). HTTP and
-/// WebSocket publishes use the same keys.
-pub(crate) fn publisher_key(sub: Option<&str>, peer: std::net::IpAddr) -> String {
-    match sub {
-        Some(sub) => format!("sub:{sub}"),
-        None => format!("addr:{peer}"),
+/// The client a per-address limit counts `ip` against: an IPv4 address (an IPv4-mapped IPv6
+/// one included) as it is; an IPv6 address cut to its first `v6_prefix` bits
+/// (`limits.ipv6_prefix`, 64 by default), because one host commonly holds a whole /64 and
+/// could otherwise take a fresh address, and a fresh budget, for every connection.
+pub(crate) fn address_key(ip: IpAddr, v6_prefix: u8) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => {
+            let bits = u32::from(v6_prefix.min(128));
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & mask))
+        }
+    }
+}
+
+/// The key of a client for the per-client limits ([`PublishLimits`], [`TopicQuota`],
+/// [`ColdTopics`]) when it has no API key: its token's subject, else its address as
+/// [`address_key`] cuts it (`addr:2001:db8:1:2::/64`), so that opening more connections, or
+/// connecting from more addresses of one IPv6 prefix, does not multiply the budget. HTTP and
+/// WebSocket use the same keys.
+pub(crate) fn publisher_key(sub: Option<&str>, peer: IpAddr, v6_prefix: u8) -> String {
+    match (sub, address_key(peer, v6_prefix)) {
+        (Some(sub), _) => format!("sub:{sub}"),
+        (None, IpAddr::V6(prefix)) if v6_prefix < 128 => format!("addr:{prefix}/{v6_prefix}"),
+        (None, address) => format!("addr:{address}"),
     }
 }
 
@@ -438,7 +466,7 @@ mod tests {
 
     #[test]
     fn caps_open_connections_and_rate_per_address() {
-        let limits = AddressLimits::new(2, 0.0001, 3.0, 100);
+        let limits = AddressLimits::new(2, 0.0001, 3.0, 100, 64);
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let p1 = limits.admit(a).unwrap();
@@ -483,6 +511,53 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_neighbours_are_one_client_per_prefix() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // Addresses of one /64 are one client; another /64 is another.
+        let key = |s: &str| publisher_key(None, ip(s), 64);
+        assert_eq!(key("2001:db8:1:2::1"), "addr:2001:db8:1:2::/64");
+        assert_eq!(
+            key("2001:db8:1:2:ffff:ffff:ffff:ffff"),
+            "addr:2001:db8:1:2::/64"
+        );
+        assert_ne!(key("2001:db8:1:3::1"), key("2001:db8:1:2::1"));
+        // IPv4, IPv4-mapped IPv6 and a token's subject as before.
+        assert_eq!(key("10.0.0.1"), "addr:10.0.0.1");
+        assert_eq!(key("::ffff:10.0.0.1"), "addr:10.0.0.1");
+        assert_eq!(publisher_key(Some("ann"), ip("2001:db8::1"), 64), "sub:ann");
+        // Other prefixes, the whole address, and none at all.
+        assert_eq!(
+            publisher_key(None, ip("2001:db8:1:2:3::1"), 48),
+            "addr:2001:db8:1::/48"
+        );
+        assert_eq!(
+            publisher_key(None, ip("2001:db8::1"), 128),
+            "addr:2001:db8::1"
+        );
+        assert_eq!(address_key(ip("2001:db8::1"), 0), ip("::"));
+        assert_eq!(address_key(ip("2001:db8::1:2"), 127), ip("2001:db8::1:2"));
+
+        // Connections: a /64 holds the limit of one address, whatever addresses it uses.
+        let limits = AddressLimits::new(2, 1_000_000.0, 1_000.0, 100, 64);
+        let _a = limits.admit(ip("2001:db8:1:2::1")).unwrap();
+        let b = limits.admit(ip("2001:db8:1:2::2")).unwrap();
+        assert_eq!(
+            limits.admit(ip("2001:db8:1:2::3")).unwrap_err(),
+            Refusal::TooManyFromAddress
+        );
+        assert!(limits.admit(ip("2001:db8:1:3::1")).is_ok(), "another /64");
+        drop(b);
+        assert!(
+            limits.admit(ip("2001:db8:1:2::4")).is_ok(),
+            "the place given back"
+        );
+        // Per address when configured so.
+        let whole = AddressLimits::new(1, 1_000_000.0, 1_000.0, 100, 128);
+        let _c = whole.admit(ip("2001:db8::1")).unwrap();
+        assert!(whole.admit(ip("2001:db8::2")).is_ok());
+    }
+
+    #[test]
     fn cold_topics_are_bounded_per_client_and_never_for_the_admin() {
         let cold = ColdTopics::new(64, 100);
         cold.admit("addr:10.0.0.1", 60).unwrap();
@@ -501,7 +576,7 @@ mod tests {
 
     #[test]
     fn sweep_forgets_idle_addresses() {
-        let limits = AddressLimits::new(10, 1_000_000.0, 1.0, 100);
+        let limits = AddressLimits::new(10, 1_000_000.0, 1.0, 100, 64);
         let p = limits.admit("10.0.0.1".parse().unwrap()).unwrap();
         drop(p);
         std::thread::sleep(std::time::Duration::from_millis(5));

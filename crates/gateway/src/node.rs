@@ -147,6 +147,7 @@ fn listener_options(
             l.connect_rate_per_address,
             l.connect_burst_per_address,
             l.max_connections.saturating_mul(2).max(1024),
+            l.ipv6_prefix,
         );
         (l.max_connections, limits)
     } else {
@@ -155,6 +156,7 @@ fn listener_options(
             0.0,
             0.0,
             l.admin_max_connections.saturating_mul(2).max(64),
+            l.ipv6_prefix,
         );
         (l.admin_max_connections, limits)
     };

@@ -193,6 +193,7 @@ impl Config {
                 l.max_subscriptions
             );
         }
+        within("limits.ipv6_prefix", l.ipv6_prefix, 1..=128)?;
         at_least("limits.admin_max_connections", l.admin_max_connections, 1)?;
         at_least(
             "limits.admin_max_connections_per_address",

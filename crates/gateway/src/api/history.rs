@@ -79,7 +79,7 @@ pub(crate) async fn public(
         crate::transport::may_subscribe(&state, &caller, &[topic.as_str()]).await?;
         // A read of a topic this node does not hold may make it follow one more group of
         // the cluster's log: charged to the client, after every other refusal.
-        let client = crate::limits::publisher_key(who.sub.as_deref(), remote);
+        let client = state.client_key(who.sub.as_deref(), remote);
         state.charge_cold(&client, &[topic.as_str()])?;
         page(&state, &topic, &query).await
     };

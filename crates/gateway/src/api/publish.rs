@@ -15,7 +15,6 @@ use crate::auth::Identity;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Forwarded, Hook};
-use crate::limits::publisher_key;
 use crate::publish::{self, Data, Draft, Publisher, Routed, bad_json, bad_msgpack};
 use crate::telemetry::metrics;
 use crate::telemetry::trace::Carried;
@@ -274,7 +273,7 @@ fn public_publisher(
         return Ok((None, format!("key:{key}")));
     }
     if state.config().dev {
-        return Ok((None, publisher_key(None, peer)));
+        return Ok((None, state.client_key(None, peer)));
     }
     if headers.contains_key("x-api-key") {
         return Err(ApiError::new(
@@ -295,7 +294,7 @@ fn public_publisher(
             || state.hooks().has(Hook::Publish)
             || state.config().clients_publish_somewhere() =>
         {
-            let key = publisher_key(who.sub.as_deref(), peer);
+            let key = state.client_key(who.sub.as_deref(), peer);
             Ok((Some(who), key))
         }
         _ => Err(ApiError::new(

@@ -89,6 +89,13 @@ pub struct LimitsConfig {
     /// every other refusal; bursts of a whole minute's worth. 0 turns the limit off.
     /// Bound: 0 (off), or at least `limits.max_subscriptions`.
     pub cold_topics_per_minute: usize,
+    /// Bits of an IPv6 client address that name the client for every per-address limit
+    /// (connections and connect rate per address, and, for clients without a token subject,
+    /// the publish rate, topic, pattern and cold-topic quotas): 64 counts a whole /64, which one
+    /// host commonly holds, as one client; 128 counts each address. IPv4 addresses count
+    /// whole.
+    /// Bound: 1 to 128.
+    pub ipv6_prefix: u8,
     /// Connections the kernel may hold completed but not yet accepted, per listener (the
     /// `listen(2)` backlog; the kernel caps it at `net.core.somaxconn`). A burst of new
     /// connections larger than this waits on SYN retransmits (1 s, then 3 s).
@@ -124,6 +131,7 @@ impl Default for LimitsConfig {
             max_new_topics_per_client: 1_000,
             max_new_patterns_per_client: 16,
             cold_topics_per_minute: 1_024,
+            ipv6_prefix: 64,
             listen_backlog: 4096,
             admin_max_connections: 1024,
             admin_max_connections_per_address: 64,

@@ -660,7 +660,7 @@ mod tests {
         }
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 
-        let per_address = AddressLimits::new(1, 0.0, 0.0, 64);
+        let per_address = AddressLimits::new(1, 0.0, 0.0, 64, 64);
         let (addr, _) = start(options(None, Some(per_address))).await;
         let _held = TcpStream::connect(addr).await.unwrap();
         let refused = get(addr, "/peer").await;

@@ -66,7 +66,7 @@ async fn poll(
     let who = authorize(state, headers, &mut query, "poll", Some(id), peer)
         .await?
         .who;
-    let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
+    let client = state.client_key(who.sub.as_deref(), peer);
     let (mut feed, _charges) =
         open_feed(state, &query.topics, &resume, query.last, &client).await?;
     let metrics = metrics::transport(Transport::Poll);

@@ -26,6 +26,7 @@ mod limits;
 mod live_path;
 mod msgpack;
 mod namespaces;
+mod neighbours;
 mod poll;
 mod presence;
 mod rejections;

@@ -267,7 +267,7 @@ async fn try_open(
         forwarded,
         heartbeat,
     } = check(state, headers, query, Some(id), peer).await?;
-    let client = crate::limits::publisher_key(who.sub.as_deref(), peer);
+    let client = state.client_key(who.sub.as_deref(), peer);
     let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client).await?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {

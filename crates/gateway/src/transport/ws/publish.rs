@@ -27,7 +27,7 @@ impl<S: PeerStream> Session<S> {
         } else {
             Publisher::Client(self.caller(peer))
         };
-        let key = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
+        let key = self.state.client_key(self.who.sub.as_deref(), peer);
         let rate = Some(key.as_str());
         let prepared = publish::prepare(
             &self.state,

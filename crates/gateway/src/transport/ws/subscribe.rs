@@ -83,7 +83,7 @@ impl<S: PeerStream> Session<S> {
             .collect();
         may_subscribe(&self.state, &self.caller(peer), &names).await?;
         let patterns: Vec<String> = wanted.patterns.iter().map(TopicName::to_string).collect();
-        let client = crate::limits::publisher_key(self.who.sub.as_deref(), peer);
+        let client = self.state.client_key(self.who.sub.as_deref(), peer);
         let added =
             add_topics(&self.state, &mut self.feed, wanted, Asker::Command(&client)).await?;
         self.charges.extend(added.charges);
