@@ -20,10 +20,14 @@
 //! not those added for a new subscription (a node does not leave its load balancer each time
 //! a client subscribes to a new group).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{RwLock, RwLockReadGuard};
+use tokio_util::sync::CancellationToken;
+
+use super::Ingest;
 
 use crate::telemetry::metrics;
 
@@ -277,6 +281,71 @@ impl Interest {
         dropped
     }
 }
+
+impl Interest {
+    /// A subscription's backfill: wants `groups` and waits until every one of them is caught
+    /// up, for at most `timeout`. `Err` with how many are still not caught up when the time
+    /// ran out. Immediate under broadcast routing, or when they are followed and caught up.
+    pub(crate) async fn backfill(
+        &self,
+        groups: impl IntoIterator<Item = u32>,
+        timeout: Duration,
+    ) -> Result<(), usize> {
+        if self.broadcast {
+            return Ok(());
+        }
+        let pending = self.want(groups);
+        if pending.is_empty() || self.wait(&pending, timeout).await {
+            return Ok(());
+        }
+        Err(pending.len())
+    }
+
+    /// The sweep of a log's followed set, every [`SWEEP_EVERY`] until `stop`: marks the
+    /// groups that hold a topic subscribed on this node (`groups_of` names a topic's groups;
+    /// every group while a pattern is subscribed), drops those that held none for the
+    /// linger, makes `ingest` forget their topics under the followed set's lock, and hands
+    /// the dropped groups to `dropped` (the log's own state of them goes too).
+    pub(crate) async fn sweep_until(
+        &self,
+        ingest: &Ingest,
+        groups_of: impl Fn(&str, &mut Vec<u32>),
+        stop: &CancellationToken,
+        mut dropped: impl FnMut(&[u32]),
+    ) {
+        if self.broadcast {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(SWEEP_EVERY) => {}
+            }
+            let mut interested = Vec::new();
+            ingest.each_subscribed(|t| groups_of(t, &mut interested));
+            let gone = self.sweep(interested, ingest.has_patterns(), |gone| {
+                let gone: HashSet<u32> = gone.iter().copied().collect();
+                let forgotten = ingest.forget(|t| {
+                    let mut of = Vec::new();
+                    groups_of(t, &mut of);
+                    of.iter().any(|g| gone.contains(g))
+                });
+                tracing::debug!(
+                    bridge = self.bridge,
+                    groups = gone.len(),
+                    topics = forgotten,
+                    "groups no longer followed"
+                );
+            });
+            if !gone.is_empty() {
+                dropped(&gone);
+            }
+        }
+    }
+}
+
+/// How often a log's followed set is swept ([`Interest::sweep_until`]).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The followed set, held while a batch of records is ingested (see [`Interest::reading`]).
 pub(crate) struct Reading<'a>((RwLockReadGuard<'a, Vec<bool>>, &'a [AtomicU64]));

@@ -413,25 +413,20 @@ impl Bridge for RedisBridge {
         patterns: bool,
     ) -> BoxFuture<'a, Result<(), BridgeError>> {
         Box::pin(async move {
-            if self.interest.is_broadcast() {
-                return Ok(());
-            }
-            let pending = match patterns {
+            let groups: Vec<u32> = match patterns {
                 // A pattern may match a topic of any stream.
-                true => self.interest.want(0..self.shards),
-                false => (self.interest).want(topics.iter().map(|t| self.shard_of(t))),
+                true => (0..self.shards).collect(),
+                false => topics.iter().map(|t| self.shard_of(t)).collect(),
             };
-            if pending.is_empty() {
-                return Ok(());
-            }
-            if self.interest.wait(&pending, self.backfill_timeout).await {
-                return Ok(());
-            }
-            Err(Self::unavailable(format!(
-                "this node could not read the history of {} stream(s) within {:?}",
-                pending.len(),
-                self.backfill_timeout
-            )))
+            (self.interest)
+                .backfill(groups, self.backfill_timeout)
+                .await
+                .map_err(|pending| {
+                    Self::unavailable(format!(
+                        "this node could not read the history of {pending} stream(s) within {:?}",
+                        self.backfill_timeout
+                    ))
+                })
         })
     }
 

@@ -65,8 +65,6 @@ const LIVE_BATCH: usize = 512;
 /// How often the live connection is pinged (a connection that stopped answering ends the
 /// session) while no notice arrives.
 const PING_EVERY: Duration = Duration::from_secs(1);
-/// How often the followed set is swept (dropping streams past their linger).
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the bridge's reader and the sweep of its followed set until `stop`.
 pub(super) async fn run(bridge: Arc<RedisBridge>, ingest: Ingest, stop: CancellationToken) {
@@ -90,36 +88,19 @@ pub(super) async fn run(bridge: Arc<RedisBridge>, ingest: Ingest, stop: Cancella
     metrics::bridge_up(NAME, false);
 }
 
-/// Every second: marks the streams that hold a subscribed topic (every stream while a
-/// pattern is subscribed), and drops those that held none for the linger, forgetting their
-/// topics.
+/// The sweep of the followed streams ([`super::Interest::sweep_until`]); a dropped stream's
+/// position goes with it.
 async fn sweep(bridge: Arc<RedisBridge>, ingest: Ingest, stop: CancellationToken) {
     let shards = bridge.shards;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(SWEEP_EVERY) => {}
-        }
-        let mut interested = Vec::new();
-        ingest.each_subscribed(|t| interested.push(super::shard_of(t, shards)));
-        let dropped = bridge
-            .interest
-            .sweep(interested, ingest.has_patterns(), |dropped| {
-                let dropped: std::collections::HashSet<u32> = dropped.iter().copied().collect();
-                let forgotten = ingest.forget(|t| dropped.contains(&super::shard_of(t, shards)));
-                tracing::debug!(
-                    streams = dropped.len(),
-                    topics = forgotten,
-                    "redis streams no longer followed"
-                );
-            });
-        if !dropped.is_empty() {
+    let of = |topic: &str, groups: &mut Vec<u32>| groups.push(super::shard_of(topic, shards));
+    (bridge.interest)
+        .sweep_until(&ingest, of, &stop, |dropped| {
             let mut last_ids = bridge.last_ids.lock();
             for group in dropped {
-                last_ids.remove(&group);
+                last_ids.remove(group);
             }
-        }
-    }
+        })
+        .await;
 }
 
 /// The reader: one session after another in [`reconnect_loop`], until `stop`.
