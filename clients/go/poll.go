@@ -107,8 +107,13 @@ func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	// No answer within the hold and the heartbeat timeout: the connection is dead.
-	timer := time.AfterFunc(hold+deadAfter, func() { cancel(errDead) })
+	// The first poll (answered at once) must come within the open timeout; later ones within
+	// the hold and the rest of the heartbeat timeout, else the connection is dead.
+	limit, why := hold+deadAfter, errDead
+	if first {
+		limit, why = o.OpenTimeout, errOpenTimeout
+	}
+	timer := time.AfterFunc(limit, func() { cancel(why) })
 	defer timer.Stop()
 	stop := make(chan struct{})
 	done := make(chan struct{})

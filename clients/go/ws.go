@@ -92,10 +92,14 @@ func (w *wsConn) run(parent context.Context) error {
 	}
 	dialCtx, dialCancel := context.WithTimeout(ctx, o.OpenTimeout)
 	ws, res, err := websocket.Dial(dialCtx, u.String(), dopts)
+	timedOut := dialCtx.Err() == context.DeadlineExceeded && ctx.Err() == nil
 	dialCancel()
 	if err != nil {
 		if res != nil && res.StatusCode != http.StatusSwitchingProtocols && res.Body != nil {
 			return refusal(res, "websocket")
+		}
+		if timedOut {
+			return fmt.Errorf("%w: websocket: %v", errOpenTimeout, err)
 		}
 		return fmt.Errorf("heraldpush: websocket: %w", err)
 	}
