@@ -191,3 +191,47 @@ async fn a_topic_nobody_published_to_resumes_from_its_opening_id_on_every_node()
         gw.stop().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_retried_with_its_key_on_another_node_returns_the_first_id_and_arrives_once() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let p = prefix("idem");
+    let (a, b) = (
+        spawn_ready(cluster_config(&p, "a")).await,
+        spawn_ready(cluster_config(&p, "b")).await,
+    );
+    let mut sse = SseClient::connect(&b, "topic=orders&topic=invoices", None).await;
+    sse.next_block().await.unwrap();
+    let keyed = |gw: &herald_gateway::Gateway, topic: &str, key: &str, data: Value| {
+        let url = format!("http://{}/v1/publish", gw.admin_addr);
+        let (topic, key) = (topic.to_string(), key.to_string());
+        async move {
+            let body = json!({"topic": topic, "data": data});
+            let resp = post_json(url, &[("idempotency-key", key.as_str())], &body).await;
+            assert_eq!(resp.status(), 200);
+            let answer: Value = resp.json().await.unwrap();
+            answer["id"].as_str().unwrap().to_string()
+        }
+    };
+    let first = keyed(&a, "orders", "order-1", json!(1)).await;
+    // The publisher did not hear back and tries again, through the other node: same id.
+    assert_eq!(keyed(&b, "orders", "order-1", json!(1)).await, first);
+    assert_eq!(keyed(&a, "orders", "order-1", json!(1)).await, first);
+    // Another key, or the same key on another topic, is another message.
+    let second = keyed(&b, "orders", "order-2", json!(2)).await;
+    assert_ne!(second, first);
+    let other = keyed(&a, "invoices", "order-1", json!(3)).await;
+    assert_ne!(other, first);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(sse.next_event().await.unwrap().data.unwrap());
+    }
+    got.sort();
+    assert_eq!(got, vec!["1", "2", "3"], "each message once");
+    // Nothing else arrives: the next one is the one published now.
+    publish(&a, "orders", json!("end")).await;
+    assert_eq!(sse.next_event().await.unwrap().data.as_deref(), Some("end"));
+    for gw in [a, b] {
+        gw.stop().await.unwrap();
+    }
+}

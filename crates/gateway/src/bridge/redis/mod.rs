@@ -68,8 +68,6 @@ use crate::telemetry::trace::Carried;
 const NAME: &str = "redis";
 /// Bits of a stream entry's per-millisecond counter kept in a sequence number.
 const SEQ_BITS: u32 = 21;
-/// How long an idempotency key is remembered.
-const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(300);
 
 /// How the streams are capped.
 #[derive(Clone, Copy, Debug)]
@@ -126,7 +124,7 @@ impl RedisBridge {
                 Trim::MinAge(history)
             },
             wait: (config.redis_wait_replicas, config.redis_wait_timeout),
-            idempotency_window: IDEMPOTENCY_WINDOW,
+            idempotency_window: config.idempotency_window,
             node_id: config.node_id.clone(),
             history,
             interest: Arc::new(Interest::new(
