@@ -160,8 +160,9 @@ async fn prepare_draft(
 }
 
 /// The pipeline's first step, up to routing: validate the topic and the idempotency key (a
-/// retry is checked as the first publish was: a publisher that may not publish it now is
-/// refused, not answered the first one's id), authorise `publisher` for it,
+/// client's key scoped to the client, [`IdempotencyKey::for_client`]; a retry is checked as
+/// the first publish was: a publisher that may not publish it now is refused, not answered
+/// the first one's id), authorise `publisher` for it,
 /// count it against `rate_key`'s publish rate (when given; a batch is counted whole before
 /// its messages come through here), then validate the event name and the payload. With the
 /// publish hook configured, a client is authorised last, once the message is known valid,
@@ -177,7 +178,18 @@ pub(crate) async fn prepare(
     idempotency: Option<&str>,
 ) -> Result<Prepared, ApiError> {
     let topic = TopicName::new(topic)?;
-    let idempotency = idempotency.map(IdempotencyKey::new).transpose()?;
+    let idempotency = match (idempotency, publisher) {
+        (None, _) => None,
+        (Some(key), Publisher::Trusted) => Some(IdempotencyKey::new(key)?),
+        // A client's keys are its own (its token's user, else its address).
+        (Some(key), Publisher::Client(caller)) => {
+            let who = match caller.who.sub.as_deref() {
+                Some(sub) => format!("sub:{sub}"),
+                None => format!("addr:{}", caller.remote),
+            };
+            Some(IdempotencyKey::for_client(key, &who)?)
+        }
+    };
     let hooked = state.hooks().has(Hook::Publish)
         && state.config().hook_applies(Hook::Publish, topic.as_str());
     if let Publisher::Client(caller) = publisher {

@@ -25,21 +25,51 @@ use crate::error::ApiError;
 /// The longest idempotency key, in bytes.
 pub(crate) const MAX_KEY_LEN: usize = 128;
 
+/// The longest key as stored and carried by a log: a client's key with its publisher's
+/// scope before it ([`IdempotencyKey::for_client`]: 32 hex digits and `~`).
+pub(crate) const MAX_STORED_LEN: usize = MAX_KEY_LEN + 33;
+
 /// The Kafka record header that carries a record's idempotency key.
 pub(crate) const KAFKA_HEADER: &str = "herald-idempotency-key";
 
 /// A publisher's idempotency key, checked: 1 to [`MAX_KEY_LEN`] bytes of visible ASCII (`!`
 /// to `~`: no space, no control character), so that it fits a header, a log record and a
-/// Redis key as it is.
+/// Redis key as it is; as stored, at most [`MAX_STORED_LEN`] bytes of the same.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct IdempotencyKey(Box<str>);
 
 impl IdempotencyKey {
-    /// Checks `key`: `400 bad_idempotency_key` with what is wrong.
+    /// A trusted publisher's key (the admin API, an API key, dev mode), stored as given:
+    /// trusted publishers share one key space per topic, with the records other services
+    /// produce to Kafka. `400 bad_idempotency_key` with what is wrong.
     pub(crate) fn new(key: &str) -> Result<Self, ApiError> {
         Self::check(key)
             .map(|()| Self(key.into()))
             .map_err(|reason| ApiError::bad_request("bad_idempotency_key", reason))
+    }
+
+    /// A client's key, kept apart from every other publisher's: stored as
+    /// `<32 hex digits of SHA-256 of publisher>~<key>`, so that a client cannot make another's
+    /// publish be answered with its own message by sending that client's key first, and two
+    /// clients counting their keys from 1 do not swallow each other's messages.
+    /// `publisher` names the client (its token's `sub`, else its address).
+    pub(crate) fn for_client(key: &str, publisher: &str) -> Result<Self, ApiError> {
+        use sha2::Digest as _;
+        let key = Self::new(key)?;
+        let digest = sha2::Sha256::digest(publisher.as_bytes());
+        let mut stored = String::with_capacity(33 + key.0.len());
+        for b in &digest[..16] {
+            stored.push_str(&format!("{b:02x}"));
+        }
+        stored.push('~');
+        stored.push_str(&key.0);
+        Ok(Self(stored.into()))
+    }
+
+    /// Whether `stored`, a key as a log record carries it, is one: 1 to [`MAX_STORED_LEN`]
+    /// bytes of visible ASCII.
+    pub(crate) fn is_stored(stored: &str) -> bool {
+        (1..=MAX_STORED_LEN).contains(&stored.len()) && stored.bytes().all(|b| b.is_ascii_graphic())
     }
 
     /// Whether `key` is a valid key; else why not.
@@ -267,6 +297,25 @@ mod tests {
                 (axum::http::StatusCode::BAD_REQUEST, "bad_idempotency_key")
             );
         }
+    }
+
+    #[test]
+    fn a_client_s_key_is_its_own() {
+        let alice = IdempotencyKey::for_client("1", "sub:alice").unwrap();
+        let bob = IdempotencyKey::for_client("1", "sub:bob").unwrap();
+        assert_ne!(alice, bob);
+        assert_eq!(alice, IdempotencyKey::for_client("1", "sub:alice").unwrap());
+        assert_ne!(
+            alice,
+            IdempotencyKey::new("1").unwrap(),
+            "nor a trusted publisher's"
+        );
+        let longest = IdempotencyKey::for_client(&"k".repeat(128), "sub:alice").unwrap();
+        assert_eq!(longest.as_str().len(), MAX_STORED_LEN);
+        assert!(IdempotencyKey::is_stored(longest.as_str()) && IdempotencyKey::is_stored("k"));
+        assert!(!IdempotencyKey::is_stored("") && !IdempotencyKey::is_stored("a b"));
+        let e = IdempotencyKey::for_client("", "sub:alice").unwrap_err();
+        assert_eq!(e.code(), "bad_idempotency_key");
     }
 
     fn at(seq: u64) -> Cursor {

@@ -338,3 +338,55 @@ async fn a_key_is_remembered_for_the_window_and_the_keys_remembered_are_bounded(
     assert_eq!(json!(retried), newest);
     gw.stop().await.unwrap();
 }
+
+/// A WebSocket authenticated as `sub`, allowed to publish to `chat.*`.
+async fn ws_as(gw: &herald_gateway::Gateway, sub: &str) -> WsStream {
+    let mut ws = ws_connect(gw).await;
+    let claims = json!({"sub": sub, "exp": unix_now() + 600, "publish": ["chat.*"]});
+    ws_send(&mut ws, json!({"type": "auth", "token": token(claims)})).await;
+    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
+    ws
+}
+
+/// Publishes over `ws` with `key`: the id answered.
+async fn ws_publish_keyed(ws: &mut WsStream, topic: &str, key: &str, data: Value) -> Value {
+    let frame = json!({"type": "publish", "topic": topic, "data": data, "idempotency_key": key});
+    ws_send(ws, frame).await;
+    let answer = ws_next(ws).await;
+    assert_eq!(answer["type"], "published", "{answer}");
+    answer["id"].clone()
+}
+
+#[tokio::test]
+async fn a_client_s_keys_are_its_own_so_no_other_client_can_swallow_its_publishes() {
+    let gw = spawn_gateway(token_config()).await;
+    let mut alice = ws_as(&gw, "alice").await;
+    let mut bob = ws_as(&gw, "bob").await;
+    // Both count their keys from 1 on one topic: two messages, each retry its own id.
+    let from_alice = ws_publish_keyed(&mut alice, "chat.room", "1", json!("alice")).await;
+    let from_bob = ws_publish_keyed(&mut bob, "chat.room", "1", json!("bob")).await;
+    assert_ne!(from_alice, from_bob);
+    assert_eq!(
+        ws_publish_keyed(&mut bob, "chat.room", "1", json!("bob")).await,
+        from_bob
+    );
+    // Alice again, on a new connection (a reconnect): her key, her first id.
+    let mut alice_again = ws_as(&gw, "alice").await;
+    assert_eq!(
+        ws_publish_keyed(&mut alice_again, "chat.room", "1", json!("alice")).await,
+        from_alice
+    );
+    // A trusted publisher's key "1" is another key again.
+    let trusted = publish_keyed(&gw, "chat.room", "1", json!("admin")).await;
+    assert!(json!(trusted) != from_alice && json!(trusted) != from_bob);
+    let history = get_json(format!(
+        "http://{}/v1/topics/chat.room/history",
+        gw.admin_addr
+    ))
+    .await;
+    let data: Vec<&Value> = (history["messages"].as_array().unwrap().iter())
+        .map(|m| &m["data"])
+        .collect();
+    assert_eq!(data, [&json!("alice"), &json!("bob"), &json!("admin")]);
+    gw.stop().await.unwrap();
+}

@@ -429,9 +429,9 @@ fn idempotency_key<'a>(message: &'a rdkafka::message::BorrowedMessage<'_>) -> Op
         .last()?
         .value?;
     let key = std::str::from_utf8(value).ok();
-    match key.map(IdempotencyKey::check) {
-        Some(Ok(())) => key,
-        _ => {
+    match key.filter(|k| IdempotencyKey::is_stored(k)) {
+        Some(key) => Some(key),
+        None => {
             tracing::debug!(
                 partition = message.partition(),
                 offset = message.offset(),
