@@ -56,7 +56,7 @@ mod follow;
 pub(crate) mod keys;
 mod retries;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -260,39 +260,29 @@ impl KafkaBridge {
         }
     }
 
-    /// Interest routing, every second: marks the partitions that can hold a subscribed topic
-    /// (every partition while a pattern is subscribed), and drops those that held none for
-    /// the linger, forgetting their topics.
+    /// Interest routing: the sweep of the followed partitions
+    /// ([`super::interest::Interest::sweep_until`]), once the first metadata gave the layout;
+    /// a dropped partition's position and remembered idempotency keys go with it.
     async fn sweep(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            let (Some(layout), Some(interest)) = (self.layout.get(), self.interest.get()) else {
-                continue;
-            };
-            let mut interested = Vec::new();
-            ingest.each_subscribed(|t| interested.extend(layout.groups_of(t)));
-            let dropped = interest.sweep(interested, ingest.has_patterns(), |dropped| {
-                let dropped: HashSet<u32> = dropped.iter().copied().collect();
-                let forgotten =
-                    ingest.forget(|t| layout.groups_of(t).any(|g| dropped.contains(&g)));
-                tracing::debug!(
-                    partitions = dropped.len(),
-                    topics = forgotten,
-                    "kafka partitions no longer followed"
-                );
-            });
-            if !dropped.is_empty() {
+        let mut known = self.layout_known.subscribe();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = known.wait_for(|known| *known) => {}
+        }
+        let (Some(layout), Some(interest)) = (self.layout.get(), self.interest.get()) else {
+            return;
+        };
+        let of = |topic: &str, groups: &mut Vec<u32>| groups.extend(layout.groups_of(topic));
+        interest
+            .sweep_until(&ingest, of, &stop, |dropped| {
                 let partitions: Vec<_> = dropped.iter().map(|g| layout.partition(*g)).collect();
                 self.retries.forget(&partitions);
                 let mut positions = self.positions.lock();
                 for group in dropped {
-                    positions.remove(&group);
+                    positions.remove(group);
                 }
-            }
-        }
+            })
+            .await;
     }
 
     /// Counts (and logs, once a minute at most) a record whose Herald topic does not hash
@@ -655,24 +645,19 @@ impl Bridge for KafkaBridge {
                     self.backfill_timeout
                 )));
             };
-            let pending = match patterns {
+            let groups: Vec<u32> = match patterns {
                 // A pattern may match a topic of any partition.
-                true => interest.want(0..layout.total()),
-                false => interest.want(topics.iter().flat_map(|t| layout.groups_of(t))),
+                true => (0..layout.total()).collect(),
+                false => topics.iter().flat_map(|t| layout.groups_of(t)).collect(),
             };
-            if pending.is_empty() {
-                return Ok(());
-            }
             // The consumer sees the followed set change ([`Interest::changes`]).
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if interest.wait(&pending, left).await {
-                return Ok(());
-            }
-            Err(unavailable(format!(
-                "this node could not read the history of {} kafka partition(s) within {:?}",
-                pending.len(),
-                self.backfill_timeout
-            )))
+            interest.backfill(groups, left).await.map_err(|pending| {
+                unavailable(format!(
+                    "this node could not read the history of {pending} kafka partition(s) within {:?}",
+                    self.backfill_timeout
+                ))
+            })
         })
     }
 
