@@ -213,3 +213,83 @@ async fn a_history_page_is_bounded_on_both_listeners_over_http1() {
 async fn a_history_page_is_bounded_on_both_listeners_over_http2() {
     a_history_page_is_bounded(Via::TlsH2).await;
 }
+
+/// The process's resident memory, in bytes (Linux).
+fn resident() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// One HTTP/2 connection over TLS whose client never reads past the first flow-control
+/// window (64 KiB for the connection and for each stream).
+async fn stingy_h2(gw: &Gateway) -> hyper::client::conn::http2::SendRequest<Empty<Bytes>> {
+    let tls = crate::tls::tls_connect(gw, &[b"h2"]).await;
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .adaptive_window(false)
+            .handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// Issue 39, item 5: an HTTP/2 connection may hold 100 streams, each owed a ~1 MiB poll
+/// answer or history page; 4 connections × 100 streams whose client never reads past the
+/// first window cost the node what the answers' own fields take, not 400 copies of 1 MiB,
+/// because the answers are the messages' shared frames (`transport::answer`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_owed_large_answers_hold_shared_frames_not_copies() {
+    let mut config = crate::tls::tls_config();
+    config.limits.max_payload_bytes = 256 * 1024;
+    let gw = spawn_gateway(config).await;
+    // ~1.1 MiB of history: every answer below is a whole 1 MiB budget.
+    for i in 0..70 {
+        publish(&gw, "owed", big(i)).await;
+    }
+    let paths = [
+        "/v1/topics/owed/history?limit=1000",
+        "/v1/poll?topic=owed&last=1000&timeout=0",
+    ];
+    // One of each read whole first: the answer is ~1 MiB, and what one costs is warmed up.
+    for path in paths {
+        let (status, body) = fetch(&gw, Via::TlsH2, path).await;
+        assert_eq!(status, 200);
+        assert!(body.len() > 1_000_000, "{path}: {} bytes", body.len());
+    }
+    let before = resident();
+    let (mut held, mut senders) = (Vec::new(), Vec::new());
+    for _ in 0..4 {
+        let sender = stingy_h2(&gw).await;
+        let asked = (0..100).map(|i| {
+            let mut sender = sender.clone();
+            let request = hyper::Request::get(format!("https://localhost{}", paths[i % 2]))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            async move {
+                sender.ready().await.unwrap();
+                sender.send_request(request).await.unwrap()
+            }
+        });
+        for response in futures_util::future::join_all(asked).await {
+            assert_eq!(response.status(), 200);
+            held.push(response); // its body never read
+        }
+        senders.push(sender);
+    }
+    // The answers are all made (the heads came with them); what is left is what they hold.
+    let grown = resident().saturating_sub(before);
+    eprintln!(
+        "400 streams owed ~1 MiB each: the process grew by {:.1} MiB",
+        grown as f64 / f64::from(1 << 20)
+    );
+    assert!(
+        grown < 48 << 20,
+        "400 unread ~1 MiB answers grew the process by {grown} bytes: copies, not shared frames"
+    );
+    drop((held, senders));
+    gw.stop().await.unwrap();
+}
