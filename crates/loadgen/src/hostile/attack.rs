@@ -74,11 +74,14 @@ pub(crate) enum Attack {
     PatternPastHook,
     /// `limit` that is not a small positive number, on the history and topics API.
     BadLimit,
+    /// A path segment that is not percent-encoded UTF-8 (`/v1/topics/%FF/history`), on both
+    /// listeners.
+    BadPath,
 }
 
 impl Attack {
     /// Every attack, in catalogue order.
-    pub(crate) const ALL: [Attack; 35] = [
+    pub(crate) const ALL: [Attack; 36] = [
         Attack::MalformedRequestLine,
         Attack::GarbageBytes,
         Attack::OversizedHead,
@@ -114,6 +117,7 @@ impl Attack {
         Attack::PatternLockout,
         Attack::PatternPastHook,
         Attack::BadLimit,
+        Attack::BadPath,
     ];
 
     /// Stable snake_case name (reports, `--attacks`).
@@ -154,6 +158,7 @@ impl Attack {
             Attack::PatternLockout => "pattern_lockout",
             Attack::PatternPastHook => "pattern_past_hook",
             Attack::BadLimit => "bad_limit",
+            Attack::BadPath => "bad_path",
         }
     }
 

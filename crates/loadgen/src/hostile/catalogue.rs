@@ -483,7 +483,8 @@ pub(crate) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Plan
         | Attack::HookUnavailableAllow
         | Attack::PatternLockout
         | Attack::PatternPastHook
-        | Attack::BadLimit => trust::plan(attack, v, env, rng),
+        | Attack::BadLimit
+        | Attack::BadPath => trust::plan(attack, v, env, rng),
         Attack::JwtExpired | Attack::JwtForged | Attack::JwtAlgNone | Attack::JwtGarbage => {
             let token = match attack {
                 Attack::JwtExpired => jwt::expired(&env.jwt_secret, env.now_secs),

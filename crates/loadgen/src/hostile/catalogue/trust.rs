@@ -65,10 +65,13 @@ const PAST_HOOK_WS: &[Exp] = &[Exp::WsError("pattern_not_allowed")];
 /// A `limit` that is not a number in range: the server's own JSON 400 (a text/plain 400 from
 /// the framework's query parser is unexpected).
 const BAD_LIMIT: &[Exp] = &[Exp::Refused(400, "bad_limit")];
+/// A path segment that is not percent-encoded UTF-8: the server's own JSON 400 (axum's
+/// text/plain 400 is unexpected).
+const BAD_PATH: &[Exp] = &[Exp::Refused(400, "bad_path")];
 
 /// The attacks of this file, in catalogue order.
 #[cfg(test)]
-pub(crate) const TRUST: [Attack; 9] = [
+pub(crate) const TRUST: [Attack; 10] = [
     Attack::HistoryAmplification,
     Attack::WsDeflatePing,
     Attack::WsMsgpackNils,
@@ -78,6 +81,7 @@ pub(crate) const TRUST: [Attack; 9] = [
     Attack::PatternLockout,
     Attack::PatternPastHook,
     Attack::BadLimit,
+    Attack::BadPath,
 ];
 
 /// Topics the soak fills with large messages before the attacks.
@@ -223,6 +227,7 @@ pub(super) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Plan
             }
         }
         Attack::BadLimit => bad_limit(v, env),
+        Attack::BadPath => bad_path(v, env),
         _ => unreachable!("{} is not a trust attack", attack.name()),
     }
 }
@@ -348,6 +353,45 @@ fn bad_limit(v: u64, env: &PlanEnv) -> Planned {
     Planned {
         listener,
         ..Planned::public(names[n % VALUES.len()], BAD_LIMIT, Action::Refusal(req))
+    }
+}
+
+/// Path segments that are not percent-encoded UTF-8 (issue 39, item 3): on the public
+/// history API and, with the admin listener known, on every admin route that reads one.
+fn bad_path(v: u64, env: &PlanEnv) -> Planned {
+    const PLACES: [(Listener, &str, &str); 6] = [
+        (
+            Listener::Public,
+            "/v1/topics/%FF/history",
+            "history_bad_utf8",
+        ),
+        (
+            Listener::Public,
+            "/v1/topics/%C3%28/history",
+            "history_bad_sequence",
+        ),
+        (Listener::Admin, "/v1/topics/%FF", "admin_topic"),
+        (Listener::Admin, "/v1/presence/%FF", "admin_presence"),
+        (Listener::Admin, "/v1/users/%FF/connections", "admin_user"),
+        (Listener::Admin, "/v1/tail/%FF", "admin_tail"),
+    ];
+    let places = if env.admin_host.is_some() {
+        PLACES.len()
+    } else {
+        2
+    };
+    let (listener, path, variant) = PLACES[v as usize % places];
+    let host = match listener {
+        Listener::Admin => env.admin_host.as_deref().unwrap_or(&env.host),
+        Listener::Public => &env.host,
+    };
+    Planned {
+        listener,
+        ..Planned::public(
+            variant,
+            BAD_PATH,
+            Action::Refusal(raw::get(path, host, &[])),
+        )
     }
 }
 
@@ -495,6 +539,30 @@ mod tests {
             (hold, want),
             (test_env().attack_timeout.mul_f64(0.7), &["subscribed"][..])
         );
+    }
+
+    #[test]
+    fn bad_paths_cover_both_listeners_and_expect_the_json_code() {
+        let mut variants = std::collections::BTreeSet::new();
+        for v in 0..6 {
+            let (p, s) = plan_str(Attack::BadPath, v);
+            variants.insert(p.variant);
+            assert_eq!(p.expect, BAD_PATH);
+            assert_eq!(
+                p.listener == Listener::Admin,
+                p.variant.starts_with("admin_")
+            );
+            assert!(s.starts_with("GET /v1/") && s.contains('%'), "{s}");
+        }
+        assert_eq!(variants.len(), 6);
+        let env = PlanEnv {
+            admin_host: None,
+            ..test_env()
+        };
+        for v in 0..6 {
+            let p = plan(Attack::BadPath, v, &env, &mut Rng::new(1));
+            assert_eq!(p.listener, Listener::Public);
+        }
     }
 
     #[test]
