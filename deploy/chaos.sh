@@ -205,11 +205,18 @@ control() { # start|stop KIND TARGET PARAM
     ;;
   pubsub_kill:start)
     # every pub/sub connection to the master (the nodes' live connections, the sentinels'
-    # hello channel), on its real port: through its proxy the kill would be a client's
+    # hello channel), on its real port. A fault just before may have cut them already: wait
+    # (10 s at most) until every node has its live connection again, so the kill drops them
     n=$(redis_of_proxy "$(sentinel_master_port)")
     [[ -n $n ]] || die "pubsub_kill: sentinel names no master"
-    killed=$(redis-cli -p "$(cat "$DIR/redis-$n/port")" client kill type pubsub) || die "pubsub_kill: CLIENT KILL failed"
-    printf '%s pubsub_kill redis-%s: %s connections\n' "$(date +%T)" "$n" "$killed" >>"$DIR/faults.log"
+    port=$(cat "$DIR/redis-$n/port")
+    for _ in $(seq 100); do
+      [[ $(redis-cli -p "$port" client list type pubsub 2>/dev/null | grep -vc 'name=sentinel-') -ge 3 ]] && break
+      sleep 0.1
+    done
+    p=$(redis-cli -p "$port" client list type pubsub 2>/dev/null | grep -vc 'name=sentinel-' || true)
+    killed=$(redis-cli -p "$port" client kill type pubsub) || die "pubsub_kill: CLIENT KILL failed"
+    printf '%s pubsub_kill redis-%s: %s pub/sub connections killed, %s of them not sentinels\n' "$(date +%T)" "$n" "$killed" "$p" >>"$DIR/faults.log"
     ;;
   pubsub_kill:stop) ;; # nothing to heal: the nodes resubscribe on their own
   kafka_restart:start) "$repo/deploy/engines.sh" kill-kafka 2>>"$DIR/engines.log" ;;

@@ -256,6 +256,7 @@ async fn run(
             script,
             timeline.clone(),
             t0,
+            fault_shape(a).end,
             fault_stop.clone(),
         ))
     });
@@ -274,8 +275,9 @@ async fn run(
         );
     }
     fault_stop.cancel();
+    let mut faults_skipped = 0;
     if let Some(j) = injector {
-        let _ = j.await;
+        faults_skipped = j.await.unwrap_or(0);
     }
     memory_stop.cancel();
     let memory = memory.await.unwrap_or_default();
@@ -297,6 +299,7 @@ async fn run(
     outcomes.sort_by_key(|o| o.id);
     report::build(report::Inputs {
         seed,
+        faults_skipped,
         kinds: match a.control {
             Some(_) => fault_shape(a).kinds,
             None => Vec::new(),

@@ -74,6 +74,9 @@ pub(crate) struct ChaosReport {
     /// too short for them, or the run ended first).
     pub(crate) fault_kinds_injected: Vec<&'static str>,
     pub(crate) fault_kinds_missed: Vec<&'static str>,
+    /// Planned faults skipped because earlier ones took longer to heal than planned and
+    /// they would have run into `--settle`.
+    pub(crate) faults_skipped: usize,
     /// Faults whose control commands failed.
     pub(crate) fault_errors: u64,
     pub(crate) reconnects: BTreeMap<&'static str, u64>,
@@ -131,6 +134,8 @@ pub(crate) struct Inputs<'a> {
     pub(crate) seed: u64,
     /// The kinds the fault schedule drew from (none without a control script).
     pub(crate) kinds: Vec<FaultKind>,
+    /// Planned faults skipped: they slipped past the fault window.
+    pub(crate) faults_skipped: usize,
     pub(crate) duration_s: f64,
     pub(crate) nodes: usize,
     pub(crate) outcomes: Vec<ClientOutcome>,
@@ -175,6 +180,7 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
         faults,
         fault_kinds_injected,
         fault_kinds_missed,
+        faults_skipped: i.faults_skipped,
         fault_errors: i.fault_log.iter().filter(|f| f.error.is_some()).count() as u64,
         reconnects: BTreeMap::new(),
         sessions: BTreeMap::new(),
@@ -327,7 +333,7 @@ pub(crate) fn text(r: &ChaosReport) -> String {
     );
     let _ = writeln!(
         o,
-        "fault kinds injected: {} of {} [{}]{}",
+        "fault kinds injected: {} of {} [{}]{}{}",
         r.fault_kinds_injected.len(),
         r.fault_kinds_injected.len() + r.fault_kinds_missed.len(),
         r.fault_kinds_injected.join(", "),
@@ -335,6 +341,14 @@ pub(crate) fn text(r: &ChaosReport) -> String {
             String::new()
         } else {
             format!("; not injected: {}", r.fault_kinds_missed.join(", "))
+        },
+        if r.faults_skipped == 0 {
+            String::new()
+        } else {
+            format!(
+                "; {} planned faults skipped (slipped past the fault window)",
+                r.faults_skipped
+            )
         }
     );
     let rc: Vec<String> = r
@@ -555,6 +569,7 @@ mod tests {
         Inputs {
             seed: 1,
             kinds: vec![FaultKind::PubsubKill, FaultKind::NodeKill],
+            faults_skipped: 0,
             duration_s: 1.0,
             nodes: 1,
             outcomes,
