@@ -239,7 +239,7 @@ func TestIntegrationNextURL(t *testing.T) {
 	h := startHerald(t, "--dev")
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	c, ev := newClient(t, heraldpush.Options{
-		URLs: []string{"http://127.0.0.1:1", h.public}, Topics: []string{"nexturl"},
+		URLs: []string{"http://127.0.0.1:1", h.public + "/"}, Topics: []string{"nexturl"},
 		Backoff: heraldpush.Backoff{Min: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 	})
 	ev.connected(10*time.Second, heraldpush.WebSocket)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,7 +74,8 @@ func (w *wsConn) run(parent context.Context) error {
 	} else {
 		u.Scheme = "ws"
 	}
-	u.Path = u.Path + "/v1/ws"
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/ws"
+	u.RawPath, u.RawQuery = "", ""
 	header := http.Header{}
 	if t := w.l.token(); t != "" {
 		header.Set("authorization", "Bearer "+t)
