@@ -46,6 +46,8 @@ const ADMIN_ORIGIN: &[Exp] = &[
 const ADMIN_NOT_JSON: &[Exp] = &[Exp::Refused(415, "unsupported_media_type")];
 /// A `Host` that is not the admin listener's (DNS rebinding).
 const ADMIN_HOST: &[Exp] = &[Exp::Refused(403, "host_not_allowed")];
+/// A request with two `Host` headers.
+const ADMIN_TWO_HOSTS: &[Exp] = &[Exp::Refused(400, "bad_host")];
 /// A cross-site WebSocket upgrade carrying a cookie to a server whose hook reads cookies.
 const COOKIE_ORIGIN: &[Exp] = &[Exp::Refused(403, "origin_not_allowed")];
 /// A topic whose subscribe hook is unavailable: never opened by `on_unavailable = "allow"`.
@@ -254,7 +256,7 @@ fn admin_cross_site(v: u64, env: &PlanEnv) -> Planned {
         raw::request("POST", target, host, &h, Some(body))
     };
     let origin = format!("Origin: {EVIL}");
-    let (variant, expect, req) = match v % 6 {
+    let (variant, expect, req) = match v % 8 {
         0 => (
             "publish_foreign_origin_text_plain",
             ADMIN_ORIGIN,
@@ -286,7 +288,7 @@ fn admin_cross_site(v: u64, env: &PlanEnv) -> Planned {
                 &[&origin, "Content-Type: text/plain"],
             ),
         ),
-        _ => {
+        5 => {
             let port = host.rsplit_once(':').map_or("9090", |(_, p)| p);
             let rebound = format!("rebind.evil.example:{port}");
             (
@@ -295,6 +297,22 @@ fn admin_cross_site(v: u64, env: &PlanEnv) -> Planned {
                 raw::get("/v1/topics", &rebound, &[]),
             )
         }
+        // An address in brackets with a name after it (issue 39, item 4).
+        6 => (
+            "bracketed_address_then_name",
+            ADMIN_HOST,
+            raw::get("/v1/topics", "[::1]evil.example", &[]),
+        ),
+        // A second Host after an address one.
+        _ => (
+            "two_hosts",
+            ADMIN_TWO_HOSTS,
+            raw::get(
+                "/v1/topics",
+                host,
+                &["Host: rebind.evil.example".to_owned()],
+            ),
+        ),
     };
     Planned {
         listener: Listener::Admin,
@@ -486,7 +504,7 @@ mod tests {
     #[test]
     fn admin_attacks_go_to_the_admin_listener() {
         let mut seen = Vec::new();
-        for v in 0..6 {
+        for v in 0..8 {
             let (p, s) = plan_str(Attack::AdminCrossSite, v);
             assert_eq!(p.listener, Listener::Admin);
             assert!(!p.expect.contains(&Exp::Status(200)));
@@ -500,6 +518,9 @@ mod tests {
         assert!(!find("publish_no_content_type").contains("Content-Type"));
         assert!(find("dns_rebinding_host").contains("Host: rebind.evil.example:9090\r\n"));
         assert!(find("disconnect_foreign_origin").starts_with("POST /v1/users/hostile-nobody/"));
+        assert!(find("bracketed_address_then_name").contains("Host: [::1]evil.example\r\n"));
+        let two = find("two_hosts");
+        assert!(two.contains("Host: 127.0.0.1:9090\r\n") && two.contains("Host: rebind.evil."));
     }
 
     #[test]
