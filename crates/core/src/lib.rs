@@ -30,5 +30,5 @@ pub use history::{History, LossReason};
 pub use message::{Message, Payload};
 pub use name::{EventName, TopicName};
 pub use pattern::PatternIndex;
-pub use registry::{LogStart, Registry, RegistryConfig};
-pub use topic::{HistoryPage, Subscription, Topic, TopicConfig, TopicStats};
+pub use registry::{Registry, RegistryConfig};
+pub use topic::{HistoryPage, LogStart, Subscription, Topic, TopicConfig, TopicStats};

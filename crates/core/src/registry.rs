@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 
-use crate::cursor::Cursor;
 use crate::error::RegistryError;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
 use crate::pattern::PatternIndex;
-use crate::topic::{Topic, TopicConfig, TopicStats};
+use crate::topic::{LogStart, Topic, TopicConfig, TopicStats};
 
 /// Limits of the registry.
 #[derive(Clone, Debug)]
@@ -105,18 +104,6 @@ impl std::fmt::Debug for Epochs {
 
 /// Where a log-fed topic starts before any message of it was read (`None`: not known).
 pub type EpochSource = Box<dyn Fn(&str) -> Option<LogStart> + Send + Sync>;
-
-/// Where the log places a topic nobody published to yet, as this node reads the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LogStart {
-    /// The log's epoch and how far this node has read the topic's part of the log: the
-    /// topic's head, hence the opening cursor its subscribers get.
-    pub at: Cursor,
-    /// The sequence number from which this node has read every entry of that part of the log
-    /// (so it holds every message of the topic after it): a resume from a cursor at or after
-    /// it is exact.
-    pub floor: u64,
-}
 
 impl Registry {
     /// An empty registry.

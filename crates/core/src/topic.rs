@@ -14,7 +14,6 @@ use crate::lag::LagPolicy;
 use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
 use crate::pattern::PatternIndex;
-use crate::registry::LogStart;
 
 /// Limits of every topic.
 #[derive(Clone, Debug)]
@@ -88,6 +87,18 @@ pub struct TopicStats {
     /// Messages this node has delivered on the topic since it created it (the admin console
     /// derives message rates from it).
     pub messages: u64,
+}
+
+/// Where the log places a topic nobody published to yet, as this node reads the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogStart {
+    /// The log's epoch and how far this node has read the topic's part of the log: the
+    /// topic's head, hence the opening cursor its subscribers get.
+    pub at: Cursor,
+    /// The sequence number from which this node has read every entry of that part of the log
+    /// (so it holds every message of the topic after it): a resume from a cursor at or after
+    /// it is exact.
+    pub floor: u64,
 }
 
 #[derive(Debug)]
