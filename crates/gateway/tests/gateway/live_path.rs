@@ -206,11 +206,20 @@ async fn a_publish_retried_with_its_key_on_another_node_returns_the_first_id_and
         let url = format!("http://{}/v1/publish", gw.admin_addr);
         let (topic, key) = (topic.to_string(), key.to_string());
         async move {
+            // As a publisher would: a 503 (its fate unknown) is tried again with the key.
             let body = json!({"topic": topic, "data": data});
-            let resp = post_json(url, &[("idempotency-key", key.as_str())], &body).await;
-            assert_eq!(resp.status(), 200);
-            let answer: Value = resp.json().await.unwrap();
-            answer["id"].as_str().unwrap().to_string()
+            for _ in 0..50 {
+                let headers = [("idempotency-key", key.as_str())];
+                let resp = post_json(url.clone(), &headers, &body).await;
+                if resp.status() == 503 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                assert_eq!(resp.status(), 200);
+                let answer: Value = resp.json().await.unwrap();
+                return answer["id"].as_str().unwrap().to_string();
+            }
+            panic!("{topic}: no answer but 503 in 50 tries");
         }
     };
     let first = keyed(&a, "orders", "order-1", json!(1)).await;
