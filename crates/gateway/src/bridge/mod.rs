@@ -387,8 +387,9 @@ pub(crate) type SessionResult = Result<(), String>;
 
 /// The reconnect-with-backoff loop of every bridge: runs `session` until `stop`, and after
 /// each end marks the bridge down (`ended`, with the error), counts a reconnect and waits,
-/// doubling the wait from `first_backoff` up to 5 s. A session that ran for a minute or more
-/// starts the backoff over.
+/// doubling the wait from `first_backoff` up to 5 s. A session that ran for 5 s or more (it
+/// connected and worked: a connection killed under it, not an engine that refuses) starts the
+/// backoff over.
 pub(crate) async fn reconnect_loop<S, F>(
     bridge: &'static str,
     stop: &CancellationToken,
@@ -406,7 +407,7 @@ pub(crate) async fn reconnect_loop<S, F>(
             _ = stop.cancelled() => break,
             result = session() => result,
         };
-        if started.elapsed() >= Duration::from_secs(60) {
+        if started.elapsed() >= Duration::from_secs(5) {
             backoff = first_backoff;
         }
         if let Err(e) = &result {

@@ -215,7 +215,8 @@ impl RedisBridge {
 
 /// The append, in one script so that it is atomic: makes the shard's epoch if it is missing;
 /// with an idempotency key (`KEYS[3]`) seen within the window, returns the entry it appended
-/// then and does nothing more; else appends the entry (`XADD`, trimmed), remembers it under
+/// then and only rewrites the key as it is (a write, so that `WAIT` after it confirms the
+/// first append on the replicas too); else appends the entry (`XADD`, trimmed), remembers it under
 /// the idempotency key, and publishes it on the shard's channel (`PUBLISH`, or `SPUBLISH` on
 /// a Redis Cluster: the channel shares the stream's hash tag) with the id of the entry before
 /// it, so that a node that missed a notification knows, and reads the gap from the stream.
@@ -234,7 +235,10 @@ if not epoch then
 end
 if KEYS[3] then
   local first = redis.call('GET', KEYS[3])
-  if first then return {epoch, first, 1} end
+  if first then
+    redis.call('SET', KEYS[3], first, 'KEEPTTL')
+    return {epoch, first, 1}
+  end
 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local prev = '0-0'
@@ -361,10 +365,12 @@ impl Bridge for RedisBridge {
                         match added {
                             // Written: from here a retry would publish twice, so a failure to
                             // confirm it is an answer, not a retry.
-                            Ok((epoch, id, duplicate)) => {
-                                if duplicate == 0 {
-                                    self.confirm(&mut conn).await?;
-                                }
+                            // A retry is confirmed too: the script rewrote its key, and a
+                            // replica that holds that write holds the first append, which
+                            // came before it (the first publisher may have been answered
+                            // 503 because no replica had confirmed it yet).
+                            Ok((epoch, id, _retried)) => {
+                                self.confirm(&mut conn).await?;
                                 break (parse_epoch(&epoch), id);
                             }
                             Err(e)

@@ -51,8 +51,8 @@ const READ_COUNT: usize = 500;
 /// in flight per round, so that a round is answered well within the live connection's
 /// timeout even when every stream has a long history.
 const READ_STREAMS: usize = 128;
-/// Channels named in one `SUBSCRIBE` (single and Sentinel modes).
-const SUBSCRIBE_CHUNK: usize = 1_024;
+/// Subscriptions (one channel each) in flight at once.
+const SUBSCRIBE_CHUNK: usize = 512;
 /// Notices queued between the live connection and the reader, at most, and their bytes at
 /// most. When either is reached the next notices are dropped and every followed stream is
 /// read from where the reader stopped (the same repair as after a lost connection), so a
@@ -392,30 +392,23 @@ impl<'a> Session<'a> {
                 false => self.channels.remove(&key),
             };
         }
-        if target.is_cluster() {
-            // A shard channel's slot decides its master: one command per channel.
-            let command = if subscribe {
-                "SSUBSCRIBE"
-            } else {
-                "SUNSUBSCRIBE"
-            };
-            for chunk in channels.chunks(READ_STREAMS) {
-                let sent = chunk.iter().map(|channel| {
-                    let mut conn = conn.clone();
-                    async move { redis::cmd(command).arg(channel).exec_async(&mut conn).await }
-                });
-                for result in join_all(sent).await {
-                    result?;
-                }
-            }
-        } else {
-            let command = if subscribe {
-                "SUBSCRIBE"
-            } else {
-                "UNSUBSCRIBE"
-            };
-            for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
-                redis::cmd(command).arg(chunk).exec_async(conn).await?;
+        // One channel per command: the client library takes each subscription confirmation
+        // for the reply to one command, so a command naming several channels would hand its
+        // later confirmations to the commands sent after it. (On a Redis Cluster a shard
+        // channel's slot decides its master anyway.)
+        let command = match (target.is_cluster(), subscribe) {
+            (true, true) => "SSUBSCRIBE",
+            (true, false) => "SUNSUBSCRIBE",
+            (false, true) => "SUBSCRIBE",
+            (false, false) => "UNSUBSCRIBE",
+        };
+        for chunk in channels.chunks(SUBSCRIBE_CHUNK) {
+            let sent = chunk.iter().map(|channel| {
+                let mut conn = conn.clone();
+                async move { redis::cmd(command).arg(channel).exec_async(&mut conn).await }
+            });
+            for result in join_all(sent).await {
+                result?;
             }
         }
         Ok(())
