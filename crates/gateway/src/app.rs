@@ -173,9 +173,9 @@ impl AppState {
 
     /// Charges `client` for those of `topics` this node holds no topic for, when asking for
     /// them may make the node read more of the cluster's logs (a node in a cluster under
-    /// interest routing; elsewhere [`Self::prepare`] reads nothing): `429 cold_topics` past
+    /// interest routing; elsewhere [`Self::backfill`] reads nothing): `429 cold_topics` past
     /// `limits.cold_topics_per_minute`. Every path a client asks topics through calls this
-    /// after its other refusals and before [`Self::prepare`].
+    /// after its other refusals and before [`Self::backfill`].
     pub(crate) fn charge_cold(&self, client: &str, topics: &[&str]) -> Result<(), ApiError> {
         if self.0.logs.is_empty()
             || self.config().cluster.routing == crate::config::Routing::Broadcast
@@ -360,10 +360,10 @@ impl AppState {
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
     /// topic) need from the cluster's logs, waiting until it has
-    /// ([`crate::bridge::Logs::prepare`]; immediate on a node alone or under broadcast
+    /// ([`crate::bridge::Logs::backfill`]; immediate on a node alone or under broadcast
     /// routing): `503 bridge_unavailable` when it could not within `cluster.backfill_timeout`.
-    pub async fn prepare(&self, topics: &[&str], patterns: bool) -> Result<(), ApiError> {
-        self.0.logs.prepare(topics, patterns).await.map_err(|e| {
+    pub async fn backfill(&self, topics: &[&str], patterns: bool) -> Result<(), ApiError> {
+        self.0.logs.backfill(topics, patterns).await.map_err(|e| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "bridge_unavailable",

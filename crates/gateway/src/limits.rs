@@ -307,7 +307,7 @@ pub(crate) const ADMIN_CLIENT: &str = "admin";
 /// cluster's log by interest, each such topic may make it follow one more group, so this
 /// bounds how fast subscriptions, long-polls and history reads (which hold no
 /// subscription) can walk a node onto every group. Charged after every other refusal, just
-/// before the node is made to read ([`crate::app::AppState::prepare`]).
+/// before the node is made to read ([`crate::app::AppState::backfill`]).
 #[derive(Debug)]
 pub(crate) struct ColdTopics {
     per_minute: usize,

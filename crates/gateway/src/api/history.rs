@@ -89,7 +89,7 @@ pub(crate) async fn public(
 }
 
 /// One page of `name`'s history. On a node that did not follow the topic's group of the
-/// cluster's log until now, it first reads the group's history ([`AppState::prepare`]).
+/// cluster's log until now, it first reads the group's history ([`AppState::backfill`]).
 async fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
     herald_core::name::validate_topic(name)?;
     let limit = query::limit(query.limit.as_deref(), 100, 1..=MAX_LIMIT)?;
@@ -99,7 +99,7 @@ async fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Resp
         })?),
         None => None,
     };
-    state.prepare(&[name], false).await?;
+    state.backfill(&[name], false).await?;
     let Some(topic) = state.registry().get(name) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

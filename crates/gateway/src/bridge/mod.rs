@@ -73,7 +73,7 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
     /// topic this log feeds) need, and waits until it has read their history from the log,
     /// for at most `cluster.backfill_timeout` (then `Err`). Immediate when the node reads the
     /// whole log (`cluster.routing = "broadcast"`) or follows their groups already.
-    fn prepare<'a>(
+    fn backfill<'a>(
         &'a self,
         topics: &'a [&'a str],
         patterns: bool,
@@ -180,10 +180,10 @@ impl Logs {
     }
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
-    /// topic) need from every log that feeds them, waiting until it has ([`Bridge::prepare`]):
+    /// topic) need from every log that feeds them, waiting until it has ([`Bridge::backfill`]):
     /// the first step of every subscription, so that it resumes, replays and answers history
     /// on a node that did not follow these topics until now as on one that did.
-    pub async fn prepare(&self, topics: &[&str], patterns: bool) -> Result<(), BridgeError> {
+    pub async fn backfill(&self, topics: &[&str], patterns: bool) -> Result<(), BridgeError> {
         if self.logs.is_empty() {
             return Ok(());
         }
@@ -194,7 +194,7 @@ impl Logs {
             if own.is_empty() && !patterns {
                 continue;
             }
-            log.prepare(&own, patterns).await?;
+            log.backfill(&own, patterns).await?;
         }
         Ok(())
     }

@@ -156,7 +156,7 @@ pub(crate) struct Added {
 /// Adds `wanted` to `feed` for `asker`: within the per-connection limit; every refusal
 /// first (the topics and patterns charged to the client, the node's room for patterns, the
 /// client's `limits.cold_topics_per_minute`), then the node made to read what the topics
-/// need from the cluster's logs ([`AppState::prepare`]: on a node that did not follow their
+/// need from the cluster's logs ([`AppState::backfill`]: on a node that did not follow their
 /// groups until now, this waits for their history), so that a refused subscription makes
 /// the node read nothing; then every topic found or created before any is subscribed, so
 /// that a refusal part-way (the node's topic limit) leaves the feed as it was; patterns
@@ -197,7 +197,7 @@ pub(crate) async fn add_topics(
     }
     let patterns = wanted.patterns.iter().any(|p| !feed.holds(p.as_str()));
     if !names.is_empty() || patterns {
-        state.prepare(&names, patterns).await?;
+        state.backfill(&names, patterns).await?;
     }
     let mut added = Added::default();
     let mut found = Vec::with_capacity(wanted.topics.len());
@@ -364,10 +364,10 @@ mod tests {
     use crate::config::Config;
     use crate::telemetry::trace::Carried;
 
-    /// A log that records what the node was made to read (each `prepare`).
+    /// A log that records what the node was made to read (each `backfill`).
     #[derive(Debug, Default)]
     struct Watched {
-        prepared: parking_lot::Mutex<Vec<(Vec<String>, bool)>>,
+        backfilled: parking_lot::Mutex<Vec<(Vec<String>, bool)>>,
     }
 
     impl Bridge for Watched {
@@ -387,13 +387,13 @@ mod tests {
         fn run(self: Arc<Self>, _: Ingest, _: CancellationToken) -> BoxFuture<'static, ()> {
             Box::pin(async {})
         }
-        fn prepare<'a>(
+        fn backfill<'a>(
             &'a self,
             topics: &'a [&'a str],
             patterns: bool,
         ) -> BoxFuture<'a, Result<(), BridgeError>> {
             let topics = topics.iter().map(|t| t.to_string()).collect();
-            self.prepared.lock().push((topics, patterns));
+            self.backfilled.lock().push((topics, patterns));
             Box::pin(async { Ok(()) })
         }
         fn is_ready(&self) -> bool {
@@ -447,10 +447,14 @@ mod tests {
             open(&state, &["t1", "t2", "t3"], "addr:a").await,
             Err("topic_quota")
         );
-        assert!(log.prepared.lock().is_empty(), "{:?}", log.prepared.lock());
+        assert!(
+            log.backfilled.lock().is_empty(),
+            "{:?}",
+            log.backfilled.lock()
+        );
         // Nothing was charged by the refusals: the whole quota is still there.
         open(&state, &["t1", "t2"], "addr:a").await.unwrap();
-        assert_eq!(log.prepared.lock().len(), 1);
+        assert_eq!(log.backfilled.lock().len(), 1);
     }
 
     #[tokio::test]
@@ -462,16 +466,16 @@ mod tests {
             open_feed(&state, &names(&["a.*"]), &ResumeList::new(), None, "addr:a")
                 .await
                 .unwrap();
-        assert_eq!(*log.prepared.lock(), vec![(vec![], true)]);
+        assert_eq!(*log.backfilled.lock(), vec![(vec![], true)]);
         assert_eq!(open(&state, &["b.*"], "addr:a").await, Err("pattern_quota"));
         assert_eq!(
-            log.prepared.lock().len(),
+            log.backfilled.lock().len(),
             1,
             "the refused pattern read nothing"
         );
         // Another client may.
         open(&state, &["b.*"], "addr:b").await.unwrap();
-        assert_eq!(log.prepared.lock().len(), 2);
+        assert_eq!(log.backfilled.lock().len(), 2);
     }
 
     #[tokio::test]
@@ -490,7 +494,7 @@ mod tests {
         let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
         assert_eq!(open(&state, &topics, "addr:a").await, Err("cold_topics"));
         assert_eq!(
-            log.prepared.lock().len(),
+            log.backfilled.lock().len(),
             4,
             "the refused poll read nothing"
         );

@@ -623,7 +623,7 @@ impl Bridge for KafkaBridge {
     /// until the consumer has read their history, for at most `cluster.backfill_timeout`
     /// (which also bounds the wait for the first connection, when the partition counts are
     /// not known yet).
-    fn prepare<'a>(
+    fn backfill<'a>(
         &'a self,
         topics: &'a [&'a str],
         patterns: bool,

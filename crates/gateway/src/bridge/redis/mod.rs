@@ -411,7 +411,7 @@ impl Bridge for RedisBridge {
         Box::pin(reader::run(self, ingest, stop))
     }
 
-    fn prepare<'a>(
+    fn backfill<'a>(
         &'a self,
         topics: &'a [&'a str],
         patterns: bool,
