@@ -184,6 +184,19 @@ enum SessionError {
     Redis(#[from] redis::RedisError),
     #[error("the live connection closed")]
     Closed,
+    /// Redis refused the credentials (a RESP3 `HELLO … AUTH` answers `WRONGPASS`).
+    #[error("authentication failed: {0}")]
+    Auth(redis::RedisError),
+}
+
+/// The error of making the live connection, saying plainly when it is the credentials.
+fn connect_error(e: redis::RedisError) -> SessionError {
+    let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"));
+    match refused {
+        true => SessionError::Auth(e),
+        false => SessionError::Redis(e),
+    }
 }
 
 /// One connected session of the reader.
@@ -245,7 +258,11 @@ impl<'a> Session<'a> {
                 }
             }
         };
-        let mut conn = bridge.target.connect_live(push).await?;
+        let mut conn = bridge
+            .target
+            .connect_live(push)
+            .await
+            .map_err(connect_error)?;
         // Redis is back (or was never away): the publisher's connection, if it broke while
         // idle, is made again on its next write rather than failing it.
         bridge.publisher.forget();
