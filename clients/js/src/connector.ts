@@ -234,11 +234,11 @@ export class Connector {
     this.everOpen = true;
     this.p.tokens.accepted();
     this.connTransport = ti;
+    // The transport first: a `state` listener reads the transport that opened.
+    const changed = this._transport !== transport;
+    this._transport = transport;
     this.setState("open");
-    if (this._transport !== transport) {
-      this._transport = transport;
-      this.p.events.emit("transport", transport);
-    }
+    if (changed) this.p.events.emit("transport", transport);
     this.scheduleProbe();
   }
 
@@ -262,7 +262,7 @@ export class Connector {
       this.close();
       return;
     }
-    this.p.events.emit("error", new Error(info.reason));
+    this.p.events.emit("error", info.error ?? new Error(info.reason));
     if (info.tokenExpired) this.p.tokens.expired();
     const stable = openedAt !== undefined && Date.now() - openedAt >= this.p.stableAfter;
     const delay = this.p.retry.closed(info, ti, stable);

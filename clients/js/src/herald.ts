@@ -19,7 +19,10 @@
 //   token.ts          the token: read, fetched, refreshed
 //   events.ts         the listeners of `on`
 //   transports.ts     makes a transport's connection: websocket.ts, sse.ts, poll.ts (the
-//                     last two on http.ts; frames.ts what they read alike)
+//                     last two on http.ts), each with its dead-connection timer (watchdog.ts)
+//   wire.ts           what the frames, events and answers say, read and checked, and the
+//                     commands written (JSON, or MessagePack: msgpack.ts); a malformed one
+//                     is a ProtocolError, which ends the connection (error event, reconnect)
 //   cursor.ts, pattern.ts  cursors and resume lists; prefix patterns
 // Keep src/ flat, with file names of a-z only: the gateway's browser tests serve dist/ as
 // `/__client/<name>.js` (crates/gateway/tests/browser/harness.mjs) and serve nothing else.
@@ -43,6 +46,8 @@ import type {
   SubscribeOptions,
   Subscription,
   TokenSource,
+  WebSocketConstructor,
+  WebSocketLike,
 } from "./options.js";
 import { isTopicName } from "./cursor.js";
 import { isPattern, subscriptionError } from "./pattern.js";
@@ -53,11 +58,15 @@ import { Subscriptions, type Sub } from "./subscriptions.js";
 import { ServerSubscriptions } from "./server.js";
 import { Connector } from "./connector.js";
 import { TRANSPORTS, openConnection } from "./transports.js";
-import { publishOverHttp } from "./http.js";
+import { historyOverHttp, publishOverHttp } from "./http.js";
+import type { HistoryPage } from "./wire.js";
 
 export type { HeraldMessage, LostInfo, State, TransportName, CloseInfo, Connection, ConnectionContext, ConnectionHandlers };
 export { HeraldError };
 export type { TokenSource, HeraldOptions, SubscribeOptions, ServerTopics, ServerUnsubscribed, Subscription, HeraldEvents };
+export type { WebSocketConstructor, WebSocketLike, HistoryPage };
+export { ProtocolError } from "./wire.js";
+export { MsgpackError, encode as encodeMsgpack, decode as decodeMsgpack } from "./msgpack.js";
 export { parseCursor, parseResumeList, formatResumeList, isAfter, isTopicName } from "./cursor.js";
 export { MAX_PATTERN_TOPICS, isPattern, matchesPattern, subscriptionError } from "./pattern.js";
 export { fullJitter } from "./backoff.js";
@@ -68,7 +77,9 @@ export { tokenExpiry, personalTopic } from "./token.js";
 type Events = HeraldEvents;
 
 export class Herald {
-  private readonly opts: Required<Pick<HeraldOptions, "openTimeout" | "pollTimeout" | "maxTopics" | "credentials">>;
+  private readonly opts: Required<
+    Pick<HeraldOptions, "openTimeout" | "pollTimeout" | "maxTopics" | "credentials" | "format" | "deadTimeout">
+  >;
   private readonly events = new Emitter<Events>({
     state: new Set(),
     transport: new Set(),
@@ -93,11 +104,19 @@ export class Herald {
     const hasWs = !!(options.WebSocket ?? globalThis.WebSocket) || !!options.connect;
     const transports = wanted.filter((t) => t !== "websocket" || hasWs);
     if (transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
+    const format = options.format ?? "json";
+    if (format !== "json" && format !== "msgpack") throw new TypeError(`Herald: unknown format ${JSON.stringify(format)}`);
+    const deadTimeout = options.deadTimeout ?? 45000;
+    if (!(typeof deadTimeout === "number" && deadTimeout >= 0)) {
+      throw new RangeError(`Herald: deadTimeout must be a number of ms >= 0, not ${String(deadTimeout)}`);
+    }
     this.opts = {
       openTimeout: options.openTimeout ?? 10000,
       pollTimeout: options.pollTimeout ?? 25,
       maxTopics: options.maxTopics ?? 64,
       credentials: options.credentials ?? "same-origin",
+      format,
+      deadTimeout,
     };
     // The parts call each other through these closures: each part is made before any runs.
     this.tokens = new TokenKeeper(
@@ -107,6 +126,7 @@ export class Herald {
       (e) => this.events.emit("error", e),
     );
     this.subs = new Subscriptions((topic) => this.server.held(topic), this.events);
+    if (options.cursors) this.subs.seed(Object.entries(options.cursors));
     this.server = new ServerSubscriptions(options.personalTopic, this.subs, this.tokens, this.events, () =>
       this.link.topicsChanged(),
     );
@@ -123,6 +143,18 @@ export class Herald {
       open: (transport, url, handlers) => this.open(transport, url, handlers),
     });
     if (options.personalTopic === "always") this.link.topicsChanged();
+    if (transports.length < wanted.length) {
+      // Not in silence: Node 20 has no WebSocket unless run with --experimental-websocket.
+      queueMicrotask(() =>
+        this.events.emit(
+          "error",
+          new Error(
+            "Herald: no WebSocket here, so the websocket transport is skipped: pass options.WebSocket " +
+              "(in Node 20, `WebSocket` of the `ws` package, or run node with --experimental-websocket)",
+          ),
+        ),
+      );
+    }
   }
 
   /** The connection's state. */
@@ -139,6 +171,26 @@ export class Herald {
    *  topic a pattern delivered included). */
   cursor(topic: string): string | undefined {
     return this.subs.cursor(topic);
+  }
+
+  /** Every cursor the client holds, `{ topic: "<epoch>-<seq>" }`: the topics subscribed by
+   *  name, those the application subscribed the connection to, those the patterns delivered
+   *  (the most recent `MAX_PATTERN_TOPICS`). Kept by an application, it is `options.cursors`
+   *  of a later client that resumes where this one stopped. */
+  cursors(): Record<string, string> {
+    return this.subs.all();
+  }
+
+  /** A page of a topic's history (`GET /v1/topics/{topic}/history` on the gateway, with the
+   *  token): the newest `limit` messages (1..1000, default 100), or those after `since`,
+   *  oldest first. The token must allow the topic (or the topic is public). */
+  async history(topic: string, options: { limit?: number; since?: string } = {}): Promise<HistoryPage> {
+    if (!isTopicName(topic)) throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}`);
+    if (options.limit !== undefined && !(Number.isInteger(options.limit) && options.limit >= 1 && options.limit <= 1000)) {
+      throw new RangeError(`Herald: history limit must be a whole number from 1 to 1000, not ${String(options.limit)}`);
+    }
+    if (this.tokens.missing) await this.tokens.refresh();
+    return historyOverHttp(this.link.url, topic, options, this.tokens.current, this.fetch(), this.opts.credentials);
   }
 
   /** The topics whose messages go to `serverMessage` listeners: those the application
@@ -218,7 +270,10 @@ export class Herald {
       last: (topic) => this.subs.last(topic),
       token: () => this.tokens.current,
       fetch: this.fetch(),
-      WebSocket: this.options.WebSocket ?? globalThis.WebSocket,
+      // A constructor like the WHATWG one (Node's `ws`) is used as one.
+      WebSocket: (this.options.WebSocket ?? globalThis.WebSocket) as typeof WebSocket | undefined,
+      format: this.opts.format,
+      deadTimeout: this.opts.deadTimeout,
       credentials: this.opts.credentials,
       openTimeout: this.opts.openTimeout,
       pollTimeout: this.opts.pollTimeout,

@@ -5,6 +5,29 @@
 
 import type { Connection, ConnectionContext, ConnectionHandlers, CloseInfo } from "./types.js";
 import { HeraldError, asError } from "./types.js";
+import { ProtocolError, decodeHistory, type HistoryPage } from "./wire.js";
+
+/** Longest poll answer or history page read, in characters (the gateway's own bound,
+ *  `limits.max_answer_bytes`, is 1 MiB by default). */
+export const MAX_ANSWER = 1 << 22;
+
+/** A response's body as text, at most `max` characters (a `ProtocolError` past it). */
+export async function readText(res: Response, max: number, what: string): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+    if (text.length > max) {
+      await reader.cancel().catch(() => {});
+      throw new ProtocolError(`${what}: longer than ${max} characters`);
+    }
+  }
+  return text + decoder.decode();
+}
 
 /** A refusal read from an error response: fatal for 4xx other than 408 and 429. */
 export async function refusal(res: Response, what: string): Promise<CloseInfo> {
@@ -71,6 +94,29 @@ export async function publishOverHttp(
     throw info.fatal ?? new HeraldError(res.status, `http_${res.status}`, info.reason);
   }
   return (await res.json()) as { id: string; topic: string };
+}
+
+/** A page of `topic`'s history (`GET /v1/topics/{topic}/history` on the gateway at `base`):
+ *  the newest `limit` messages, or those after `since`. */
+export async function historyOverHttp(
+  base: string,
+  topic: string,
+  query: { limit?: number; since?: string },
+  token: string | undefined,
+  f: typeof fetch,
+  credentials: RequestCredentials,
+): Promise<HistoryPage> {
+  const url = new URL(`/v1/topics/${encodeURIComponent(topic)}/history`, base);
+  if (query.limit !== undefined) url.searchParams.set("limit", String(query.limit));
+  if (query.since !== undefined) url.searchParams.set("since", query.since);
+  const h: Record<string, string> = { accept: "application/json" };
+  if (token) h.authorization = `Bearer ${token}`;
+  const res = await f(url, { headers: h, cache: "no-store", credentials });
+  if (!res.ok) {
+    const info = await refusal(res, "history");
+    throw info.fatal ?? new HeraldError(res.status, `http_${res.status}`, info.reason);
+  }
+  return decodeHistory(await readText(res, MAX_ANSWER, "history"));
 }
 
 /** Base of SSE and long-poll: one request at a time, restarted when the topics change. */

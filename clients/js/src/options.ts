@@ -7,6 +7,23 @@ import type { BackoffOptions } from "./backoff.js";
 /** A token, or a function giving a fresh one (called again before the last one expires). */
 export type TokenSource = string | (() => string | Promise<string>);
 
+/** What `options.WebSocket` must be: the WHATWG `WebSocket`, or one like it (Node's `ws`). */
+export interface WebSocketLike {
+  readonly readyState: number;
+  /** The subprotocol the server chose. */
+  readonly protocol: string;
+  binaryType: string;
+  onopen: ((ev: any) => unknown) | null; // eslint-disable-line @typescript-eslint/no-explicit-any
+  onmessage: ((ev: any) => unknown) | null; // eslint-disable-line @typescript-eslint/no-explicit-any
+  onclose: ((ev: any) => unknown) | null; // eslint-disable-line @typescript-eslint/no-explicit-any
+  onerror: ((ev: any) => unknown) | null; // eslint-disable-line @typescript-eslint/no-explicit-any
+  send(data: string | ArrayBufferView | ArrayBuffer): void;
+  close(code?: number, reason?: string): void;
+}
+
+/** A `WebSocket` constructor: the global one, or one like it. */
+export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike;
+
 export interface HeraldOptions {
   /** The transports to try, in order (default: `["websocket", "sse", "poll"]`). */
   transports?: TransportName[];
@@ -36,9 +53,23 @@ export interface HeraldOptions {
   credentials?: RequestCredentials;
   /** An API key sent as `x-api-key` by `publish` over HTTP (services, not browsers). */
   apiKey?: string;
-  /** A `WebSocket` constructor (default: the global one; Node 20 needs one passed, e.g.
-   *  from the `ws` package, or the `websocket` transport is skipped). */
-  WebSocket?: typeof WebSocket;
+  /** A `WebSocket` constructor (default: the global one). Node 20 has none unless run with
+   *  `--experimental-websocket`: pass one, e.g. `WebSocket` of the `ws` package; without
+   *  any, the `websocket` transport is skipped and an `error` event says so. */
+  WebSocket?: WebSocketConstructor;
+  /** The WebSocket's format: `"json"` (default) or `"msgpack"`, the `herald.msgpack`
+   *  subprotocol (binary frames; a payload published as MessagePack arrives as sent: `bin`
+   *  as a `Uint8Array`, integers past 2^53 as `bigint`). SSE and long-poll read JSON. */
+  format?: "json" | "msgpack";
+  /** A connection that receives nothing (messages, replies, heartbeats) this long, in ms, is
+   *  dead: it is given up and the client reconnects from its cursors (default 45000; 0:
+   *  never). SSE asks the gateway for a heartbeat every half of it; a silent WebSocket is
+   *  sent a `ping` halfway. */
+  deadTimeout?: number;
+  /** Cursors to start from, `{ topic: "<epoch>-<seq>" }` (e.g. `herald.cursors()` of an
+   *  earlier client, kept by the application): a topic subscribed by name, or delivered by a
+   *  pattern subscribed, resumes right after its cursor. */
+  cursors?: Record<string, string>;
   /** A `fetch` (default: the global one). */
   fetch?: typeof fetch;
   /** For tests: makes connections instead of the built-in transports. */

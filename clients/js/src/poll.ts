@@ -1,12 +1,12 @@
 // The long-poll transport: `GET /v1/poll` again and again, each from the cursors the last
 // answer gave.
 
-import type { CloseInfo, HeraldMessage } from "./types.js";
+import type { CloseInfo } from "./types.js";
 import { HeraldError } from "./types.js";
 import { formatResumeList, parseResumeList } from "./cursor.js";
 import { matchedBy } from "./pattern.js";
-import { toMessage } from "./frames.js";
-import { HttpConnection, headers, refusal, topicQuery } from "./http.js";
+import { ProtocolError, decodePollAnswer, type PollAnswer } from "./wire.js";
+import { HttpConnection, MAX_ANSWER, headers, readText, refusal, topicQuery } from "./http.js";
 
 export class PollConnection extends HttpConnection {
   readonly transport = "poll" as const;
@@ -43,12 +43,7 @@ export class PollConnection extends HttpConnection {
         if (this.current(gen)) this.fail({ reason: `poll: no answer within ${limit} ms` });
       }, limit);
       let res: Response;
-      let body: {
-        messages?: unknown[];
-        lost?: { topic: string; reason: string }[];
-        cursor?: string;
-        disconnect?: { reason?: unknown; reconnect?: unknown };
-      };
+      let body: PollAnswer;
       try {
         res = await this.ctx.fetch(url, {
           headers: headers(this.ctx, { accept: "application/json" }),
@@ -61,12 +56,21 @@ export class PollConnection extends HttpConnection {
           this.fail(await refusal(res, "poll"));
           return;
         }
-        body = (await res.json()) as typeof body;
+        const text = await readText(res, MAX_ANSWER, "poll answer");
+        if (!this.current(gen)) return;
+        try {
+          body = decodePollAnswer(text);
+        } catch (e) {
+          if (!(e instanceof ProtocolError)) throw e;
+          // Not an answer the gateway gives: poll again from the cursors, and say so.
+          this.fail({ reason: `poll: malformed answer: ${e.message}`, error: e });
+          return;
+        }
       } finally {
         clearTimeout(timer);
       }
       if (!this.current(gen)) return;
-      const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : new Map<string, string>();
+      const positions = body.cursor !== undefined ? parseResumeList(body.cursor) : new Map<string, string>();
       // Topics of the answer the poll did not ask for, nor its patterns deliver: a connect
       // hook's (they come and go with it).
       const own = (t: string) => topics.has(t) || matchedBy(topics.keys(), t);
@@ -85,10 +89,10 @@ export class PollConnection extends HttpConnection {
       if (gone.length > 0) this.handlers.serverUnsubscribed(gone, false);
       if (added.length > 0) this.handlers.serverSubscribed(added);
       if (!this.current(gen)) return;
-      const messages = (body.messages ?? []).map(toMessage).filter((m): m is HeraldMessage => m !== undefined);
+      const messages = body.messages;
       const withMessages = new Set(messages.map((m) => m.topic));
       // After a loss, delivery goes on from the batch's end, or from its first message.
-      for (const l of body.lost ?? []) {
+      for (const l of body.lost) {
         this.handlers.lost({ topic: l.topic, reason: l.reason }, withMessages.has(l.topic) ? undefined : positions.get(l.topic));
       }
       for (const m of messages) {
@@ -99,12 +103,12 @@ export class PollConnection extends HttpConnection {
       for (const [t, c] of positions) this.handlers.position(t, c);
       first = false;
       this.markOpen();
-      if (body.disconnect && typeof body.disconnect === "object") {
+      if (body.disconnect) {
         // The application ended this client's connection (admin API): as SSE
         // `herald.disconnect`; `reconnect: false` (logged out, banned) stops polling.
-        const reason = typeof body.disconnect.reason === "string" ? body.disconnect.reason : "disconnected";
+        const reason = body.disconnect.reason;
         const info: CloseInfo = { reason: `poll: disconnected: ${reason}` };
-        if (body.disconnect.reconnect === false) info.fatal = new HeraldError(0, "disconnected", reason);
+        if (!body.disconnect.reconnect) info.fatal = new HeraldError(0, "disconnected", reason);
         this.fail(info);
         return;
       }

@@ -1,14 +1,34 @@
 // The Server-Sent Events transport: one `GET /v1/sse` stream for every topic, restarted
 // (from the cursors) when the topics change or the token is refreshed; and its incremental
 // parser of the text/event-stream format (the WHATWG HTML "server-sent events"
-// interpretation), fed with decoded text chunks of any size.
+// interpretation), fed with decoded text chunks of any size. The stream asks the gateway for a
+// heartbeat every half of the dead-connection timeout and is given up after a whole one
+// without a byte (watchdog.ts); an event that does not read as the protocol says (wire.ts)
+// ends it, to reconnect from the cursors.
 
 import type { CloseInfo } from "./types.js";
-import { HeraldError } from "./types.js";
+import { HeraldError, asError } from "./types.js";
 import { formatResumeList, parseResumeList } from "./cursor.js";
 import { matchedBy } from "./pattern.js";
-import { topicsOf, toMessage } from "./frames.js";
+import {
+  ProtocolError,
+  decodeSseDisconnect,
+  decodeSseLost,
+  decodeSseMessage,
+  decodeSseShutdown,
+  topicsOf,
+} from "./wire.js";
 import { HttpConnection, headers, refusal, topicQuery } from "./http.js";
+import { Watchdog } from "./watchdog.js";
+
+/** The gateway's SSE heartbeat when a stream asks for none (`sse.heartbeat`), in seconds. */
+export const SSE_DEFAULT_HEARTBEAT = 15;
+
+/** The `heartbeat` (seconds) a stream asks for, given the dead-connection timeout (ms): two
+ *  heartbeats within it. */
+export function sseHeartbeat(deadTimeout: number): number {
+  return Math.max(1, Math.floor(deadTimeout / 2000));
+}
 
 /** One dispatched block. `event` is "message" when the block named none. */
 export interface SseEvent {
@@ -131,6 +151,9 @@ export class SseConnection extends HttpConnection {
   /** Topics the application subscribed the current stream to (`herald.subscribed`, a
    *  connect hook's topics in the opening id). */
   private byServer = new Set<string>();
+  /** Whether to ask for a heartbeat: false once the gateway refused the one asked for
+   *  (`bad_heartbeat`: outside its bounds); then its default is waited for. */
+  private askHeartbeat = true;
 
   override refreshToken(_token: string): void {
     // The stream's token was checked when it opened: reconnect with the new one (exactly,
@@ -164,7 +187,11 @@ export class SseConnection extends HttpConnection {
     this.asked = new Set(topics.keys());
     if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
     if (!this.current(gen)) return;
-    const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
+    const query = topicQuery(this.ctx, topics);
+    const deadTimeout = this.ctx.deadTimeout;
+    const ask = deadTimeout > 0 && this.askHeartbeat;
+    if (ask) query.set("heartbeat", String(sseHeartbeat(deadTimeout)));
+    const url = new URL(`/v1/sse?${query}`, this.ctx.url);
     // The topics' cursors, and those of the topics the patterns delivered.
     const resume = formatResumeList([...topics, ...this.ctx.patternCursors()]);
     let openTimer: ReturnType<typeof setTimeout> | undefined = setTimeout(() => {
@@ -174,6 +201,7 @@ export class SseConnection extends HttpConnection {
       clearTimeout(openTimer);
       openTimer = undefined;
     };
+    let watchdog: Watchdog | undefined;
     try {
       const res = await this.ctx.fetch(url, {
         headers: headers(this.ctx, resume ? { accept: "text/event-stream", "last-event-id": resume } : { accept: "text/event-stream" }),
@@ -183,10 +211,24 @@ export class SseConnection extends HttpConnection {
       });
       if (!this.current(gen)) return;
       if (!res.ok || !res.body) {
+        const info = await refusal(res, "sse");
+        if (!this.current(gen)) return;
+        if (ask && info.fatal?.code === "bad_heartbeat") {
+          // The gateway's bounds do not allow the heartbeat asked for: take its default (and
+          // wait long enough for it).
+          stopTimer();
+          this.askHeartbeat = false;
+          this.restart();
+          return;
+        }
         stopTimer();
-        this.fail(await refusal(res, "sse"));
+        this.fail(info);
         return;
       }
+      const dead = ask || deadTimeout <= 0 ? deadTimeout : Math.max(deadTimeout, 2 * SSE_DEFAULT_HEARTBEAT * 1000 + 5000);
+      watchdog = new Watchdog(dead, (ms) => {
+        if (this.current(gen)) this.fail({ reason: `sse: nothing received for ${ms} ms (no heartbeat): the connection is dead` });
+      });
       let retryMs: number | undefined;
       let sawOpening = false;
       let ending: CloseInfo | undefined;
@@ -211,33 +253,25 @@ export class SseConnection extends HttpConnection {
         event: (e) => {
           if (!this.current(gen)) return;
           switch (e.event) {
-            case "message": {
-              let f: unknown;
-              try {
-                f = JSON.parse(e.data);
-              } catch {
-                return;
-              }
-              const m = toMessage(f);
-              if (m) this.handlers.message(m);
+            case "message":
+              this.handlers.message(decodeSseMessage(e.data));
               break;
-            }
             case "herald.lost": {
-              const lost = JSON.parse(e.data) as { topic: string; reason: string };
+              const lost = decodeSseLost(e.data);
               const positions = e.id !== undefined ? parseResumeList(e.id) : new Map<string, string>();
               this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
               for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
               break;
             }
             case "herald.subscribed": {
-              const added = this.serverNew(topicsOf(e.data));
+              const added = this.serverNew(topicsOf(e.data, "sse herald.subscribed"));
               if (added.length > 0) this.handlers.serverSubscribed(added);
               // The id names every topic's position, the new ones' included.
               if (e.id !== undefined) for (const [t, c] of parseResumeList(e.id)) this.handlers.position(t, c);
               break;
             }
             case "herald.unsubscribed": {
-              const removed = topicsOf(e.data);
+              const removed = topicsOf(e.data, "sse herald.unsubscribed");
               for (const t of removed) {
                 this.byServer.delete(t);
                 this.asked.delete(t);
@@ -247,13 +281,13 @@ export class SseConnection extends HttpConnection {
               break;
             }
             case "herald.shutdown": {
-              const s = JSON.parse(e.data) as { retry_ms?: number };
+              const s = decodeSseShutdown(e.data);
               ending = { reason: "sse: the node is draining", shutdown: true };
-              if (typeof s.retry_ms === "number") ending.retryMs = s.retry_ms;
+              if (s.retryMs !== undefined) ending.retryMs = s.retryMs;
               break;
             }
             case "herald.disconnect": {
-              const d = JSON.parse(e.data) as { reason?: string; reconnect?: boolean };
+              const d = decodeSseDisconnect(e.data);
               ending = { reason: `sse: disconnected: ${d.reason ?? "unknown"}` };
               if (d.reason === "token expired") ending.tokenExpired = true;
               // Ended by the application with "stay away" (logged out, banned): no reconnect.
@@ -274,7 +308,18 @@ export class SseConnection extends HttpConnection {
           return;
         }
         if (done) break;
-        parser.push(decoder.decode(value, { stream: true }));
+        watchdog.feed();
+        try {
+          parser.push(decoder.decode(value, { stream: true }));
+        } catch (e) {
+          // An event that does not read as the protocol says (or a line past the bound): the
+          // stream cannot be trusted past it. Reconnect from the cursors, and say so.
+          if (!this.current(gen)) return;
+          const error = e instanceof ProtocolError ? e : new ProtocolError(`sse: ${asError(e).message}`);
+          this.fail({ reason: `sse: malformed event: ${error.message}`, error });
+          await reader.cancel().catch(() => {});
+          return;
+        }
       }
       stopTimer();
       if (!this.current(gen)) return;
@@ -283,6 +328,7 @@ export class SseConnection extends HttpConnection {
       this.fail(info);
     } finally {
       stopTimer();
+      watchdog?.stop();
     }
   }
 }

@@ -7,7 +7,7 @@ import type { HeraldMessage, LostInfo } from "./types.js";
 import { asError } from "./types.js";
 import type { HeraldEvents } from "./options.js";
 import type { Emitter } from "./events.js";
-import { isAfter, parseCursor } from "./cursor.js";
+import { isAfter, isTopicName, parseCursor } from "./cursor.js";
 import { MAX_PATTERN_TOPICS, isPattern, matchesPattern } from "./pattern.js";
 
 /** One `subscribe` call. */
@@ -33,6 +33,9 @@ export class Subscriptions {
   /** Starting positions a connection reported in another epoch than the cursor's: where
    *  delivery goes on once that connection's loss signal arrives. */
   private readonly hints = new Map<string, string>();
+  /** Topics whose cursor was given to start from and that no subscription has taken yet
+   *  (a pattern subscribed later takes those it matches as its topics). */
+  private readonly seeded = new Set<string>();
 
   constructor(
     /** Whether the application holds `topic` (a server-side subscription, the kept personal
@@ -51,6 +54,25 @@ export class Subscriptions {
     return this.cursors.get(topic);
   }
 
+  /** Every cursor held: topics subscribed by name, held by the application, delivered by a
+   *  pattern, or given to start from and not subscribed yet. */
+  all(): Record<string, string> {
+    return Object.fromEntries(this.cursors);
+  }
+
+  /** Cursors to start from (saved from an earlier client's `cursors()`): a topic subscribed
+   *  later, by name or through a pattern, resumes after it. Entries that are not a topic
+   *  name and a cursor are refused with a `TypeError`. */
+  seed(cursors: Iterable<[string, string]>): void {
+    for (const [topic, cursor] of cursors) {
+      if (!isTopicName(topic) || isPattern(topic) || !parseCursor(cursor)) {
+        throw new TypeError(`Herald: bad start cursor ${JSON.stringify(topic)}: ${JSON.stringify(cursor)}`);
+      }
+      this.cursors.set(topic, cursor);
+      this.seeded.add(topic);
+    }
+  }
+
   /** Adds a subscription; true when its topic or pattern is new (the connection changes).
    *  Past `maxTopics` topics and patterns, a new one is refused. */
   add(sub: Sub, maxTopics: number): boolean {
@@ -63,9 +85,20 @@ export class Subscriptions {
       }
       set = new Set();
       this.subs.set(topic, set);
-      if (isPattern(topic)) this.patterns.add(topic);
-      // Subscribed by name now: its cursor (a pattern's until now) goes with the topic.
-      else this.recent.delete(topic);
+      if (isPattern(topic)) {
+        this.patterns.add(topic);
+        // Topics given to start from that it matches resume under it.
+        for (const t of [...this.seeded]) {
+          if (matchesPattern(topic, t)) {
+            this.seeded.delete(t);
+            if (!this.named(t)) this.touch(t);
+          }
+        }
+      } else {
+        // Subscribed by name now: its cursor (a pattern's until now) goes with the topic.
+        this.recent.delete(topic);
+        this.seeded.delete(topic);
+      }
     }
     set.add(sub);
     return fresh;
@@ -254,6 +287,7 @@ export class Subscriptions {
 
   /** Drops a topic's cursor. */
   forget(topic: string): void {
+    this.seeded.delete(topic);
     this.cursors.delete(topic);
     this.hints.delete(topic);
   }

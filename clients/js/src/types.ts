@@ -61,6 +61,9 @@ export interface CloseInfo {
   tokenExpired?: boolean;
   /** A refusal not to retry. */
   fatal?: HeraldError;
+  /** The error the `error` event reports (default: an `Error` with `reason`), e.g. a
+   *  `ProtocolError` for a malformed frame. */
+  error?: Error;
 }
 
 /** What a transport reports to the client. Nothing is called after `close` or after the
@@ -105,6 +108,11 @@ export interface ConnectionContext {
   fetch: typeof fetch;
   /** `WebSocket` constructor to use. */
   WebSocket: typeof WebSocket | undefined;
+  /** The WebSocket's format: JSON, or MessagePack (`herald.msgpack`). SSE and long-poll
+   *  always read JSON. */
+  format: "json" | "msgpack";
+  /** A connection that receives nothing for this long, in ms, is dead (0: never). */
+  deadTimeout: number;
   /** Credentials mode of fetches (cookies). */
   credentials: RequestCredentials;
   /** Longest wait for a connection to open, in ms. */

@@ -1,14 +1,18 @@
-// The WebSocket transport: JSON frames on `/v1/ws`, subscriptions changed in place.
+// The WebSocket transport: frames on `/v1/ws` (JSON text, or MessagePack binary with the
+// `herald.msgpack` subprotocol; wire.ts reads and writes them), subscriptions changed in
+// place, and a `ping` when the connection has been silent for half the dead-connection
+// timeout (watchdog.ts).
 
 import type { Connection, ConnectionContext, ConnectionHandlers, CloseInfo } from "./types.js";
-import { HeraldError } from "./types.js";
+import { HeraldError, asError } from "./types.js";
 import { isPattern, matchedBy, matchesPattern } from "./pattern.js";
-import { strings } from "./frames.js";
+import { ProtocolError, WS_MSGPACK, decodeWsFrame, encodeWsFrame, type ServerFrame } from "./wire.js";
+import { Watchdog } from "./watchdog.js";
 
 /** Replies awaited, in the order the commands were sent (the gateway answers every command,
  *  in order, with its reply or an error frame). */
 interface Pending {
-  kind: "subscribe" | "unsubscribe" | "publish" | "auth";
+  kind: "subscribe" | "unsubscribe" | "publish" | "auth" | "ping";
   topics?: string[];
   resolve?: (v: { id: string; topic: string }) => void;
   reject?: (e: Error) => void;
@@ -38,17 +42,37 @@ export class WsConnection implements Connection {
   private byServer = new Set<string>();
   private pending: Pending[] = [];
   private openTimer: ReturnType<typeof setTimeout> | undefined;
+  private watchdog: Watchdog | undefined;
 
   constructor(private readonly ctx: ConnectionContext, private readonly handlers: ConnectionHandlers) {
     const WS = ctx.WebSocket;
     if (!WS) throw new Error("no WebSocket implementation");
-    this.socket = new WS(wsUrl(ctx.url, ctx.token()));
+    const url = wsUrl(ctx.url, ctx.token());
+    this.socket = ctx.format === "msgpack" ? new WS(url, [WS_MSGPACK]) : new WS(url);
+    try {
+      // Binary frames as ArrayBuffer (a browser's default is Blob, Node's `ws` a Buffer).
+      this.socket.binaryType = "arraybuffer";
+    } catch {
+      /* an implementation without it gives views, which are read too */
+    }
     this.openTimer = setTimeout(
       () => this.fail({ reason: `WebSocket not open after ${ctx.openTimeout} ms` }),
       ctx.openTimeout,
     );
     this.socket.onopen = () => {
       if (this.closed) return;
+      if (ctx.format === "msgpack" && this.socket.protocol !== WS_MSGPACK) {
+        this.fail({
+          reason: "ws: the gateway did not accept the herald.msgpack subprotocol",
+          error: new ProtocolError("ws: the gateway did not accept the herald.msgpack subprotocol"),
+        });
+        return;
+      }
+      this.watchdog = new Watchdog(
+        ctx.deadTimeout,
+        (ms) => this.fail({ reason: `ws: nothing received for ${ms} ms (no heartbeat): the connection is dead` }),
+        () => this.ping(),
+      );
       if (this.ctx.topics().size === 0) this.markOpen();
       else this.update();
     };
@@ -117,7 +141,11 @@ export class WsConnection implements Connection {
       }
       const frame: Record<string, unknown> = { type: "publish", topic, data };
       if (event !== undefined) frame.event = event;
-      this.send(frame, { kind: "publish", resolve, reject });
+      try {
+        this.send(frame, { kind: "publish", resolve, reject });
+      } catch (e) {
+        reject(asError(e));
+      }
     });
   }
 
@@ -132,9 +160,20 @@ export class WsConnection implements Connection {
     }
   }
 
-  private send(frame: unknown, pending: Pending): void {
+  private send(frame: Record<string, unknown>, pending: Pending): void {
+    const data = encodeWsFrame(frame, this.ctx.format);
     this.pending.push(pending);
-    this.socket.send(JSON.stringify(frame));
+    this.socket.send(data);
+  }
+
+  /** Asks for a sign of life (the `pong`) on a silent connection. */
+  private ping(): void {
+    if (this.closed || this.socket.readyState !== 1 || this.pending.length >= MAX_PENDING) return;
+    try {
+      this.send({ type: "ping" }, { kind: "ping" });
+    } catch {
+      /* the watchdog ends it if nothing comes */
+    }
   }
 
   private markOpen(): void {
@@ -145,69 +184,64 @@ export class WsConnection implements Connection {
   }
 
   private onFrame(raw: unknown): void {
-    if (this.closed || typeof raw !== "string") return;
-    let f: Record<string, unknown>;
+    if (this.closed) return;
+    this.watchdog?.feed();
+    let f: ServerFrame;
     try {
-      f = JSON.parse(raw) as Record<string, unknown>;
-    } catch {
+      f = decodeWsFrame(raw, this.ctx.format);
+    } catch (e) {
+      // Not what the gateway sends: the stream cannot be trusted past it. Reconnect from the
+      // cursors (what it held is asked for again), and say so.
+      const error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
+      this.fail({ reason: `ws: malformed frame: ${error.message}`, error });
       return;
     }
     switch (f.type) {
-      case "message": {
-        const m: { topic: string; id: string; event?: string; data: unknown } = {
-          topic: String(f.topic),
-          id: String(f.id),
-          data: f.data,
-        };
-        if (typeof f.event === "string") m.event = f.event;
-        this.handlers.message(m);
+      case "message":
+        this.handlers.message(f.message);
         break;
-      }
       case "lost":
-        this.handlers.lost({ topic: String(f.topic), reason: String(f.reason) });
+        this.handlers.lost({ topic: f.topic, reason: f.reason });
         break;
       case "subscribed": {
-        const cursors = (f.cursors ?? {}) as Record<string, string>;
-        if (f.by === "server") {
+        if (f.byServer) {
           // Not a reply: the application subscribed this connection (admin API, a send, a
           // connect hook). Nothing awaited is answered by it.
-          const topics = strings(f.topics).filter((t) => !this.requested.has(t));
+          const topics = f.topics.filter((t) => !this.requested.has(t));
           for (const t of topics) this.byServer.add(t);
           if (topics.length > 0) this.handlers.serverSubscribed(topics);
-          for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+          for (const [t, c] of Object.entries(f.cursors)) this.handlers.position(t, c);
           break;
         }
         this.pending.shift();
-        for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+        for (const [t, c] of Object.entries(f.cursors)) this.handlers.position(t, c);
         this.markOpen();
         break;
       }
       case "published": {
         const p = this.pending.shift();
-        p?.resolve?.({ id: String(f.id), topic: String(f.topic) });
+        p?.resolve?.({ id: f.id, topic: f.topic });
         break;
       }
       case "unsubscribed":
-        if (f.by === "server") {
+        if (f.byServer) {
           // The application dropped these topics, its own or the client's: the client asks
           // again for those it still wants (the next update()).
-          const topics = strings(f.topics);
-          for (const t of topics) {
+          for (const t of f.topics) {
             this.byServer.delete(t);
             this.requested.delete(t);
           }
-          if (topics.length > 0) this.handlers.serverUnsubscribed(topics, false);
+          if (f.topics.length > 0) this.handlers.serverUnsubscribed(f.topics, false);
           break;
         }
         this.pending.shift();
         break;
-      case "authenticated":
-      case "pong":
+      case "reply":
         this.pending.shift();
         break;
       case "error": {
         const p = this.pending.shift();
-        const err = new HeraldError(0, String(f.code), String(f.reason));
+        const err = new HeraldError(0, f.code, f.reason);
         if (p?.kind === "publish") {
           p.reject?.(err);
         } else if (p?.kind === "subscribe" || p?.kind === "auth") {
@@ -216,7 +250,7 @@ export class WsConnection implements Connection {
         }
         break;
       }
-      default:
+      case "other":
         break;
     }
   }
@@ -245,6 +279,7 @@ export class WsConnection implements Connection {
 
   private cleanup(reason: string): void {
     clearTimeout(this.openTimer);
+    this.watchdog?.stop();
     const pending = this.pending;
     this.pending = [];
     for (const p of pending) p.reject?.(new Error(reason));

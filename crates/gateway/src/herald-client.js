@@ -294,6 +294,9 @@ var Subscriptions = class {
   /** Starting positions a connection reported in another epoch than the cursor's: where
    *  delivery goes on once that connection's loss signal arrives. */
   hints = /* @__PURE__ */ new Map();
+  /** Topics whose cursor was given to start from and that no subscription has taken yet
+   *  (a pattern subscribed later takes those it matches as its topics). */
+  seeded = /* @__PURE__ */ new Set();
   /** The topics and patterns subscribed. */
   names() {
     return this.subs.keys();
@@ -301,6 +304,23 @@ var Subscriptions = class {
   /** A topic's cursor, if any. */
   cursor(topic) {
     return this.cursors.get(topic);
+  }
+  /** Every cursor held: topics subscribed by name, held by the application, delivered by a
+   *  pattern, or given to start from and not subscribed yet. */
+  all() {
+    return Object.fromEntries(this.cursors);
+  }
+  /** Cursors to start from (saved from an earlier client's `cursors()`): a topic subscribed
+   *  later, by name or through a pattern, resumes after it. Entries that are not a topic
+   *  name and a cursor are refused with a `TypeError`. */
+  seed(cursors) {
+    for (const [topic, cursor] of cursors) {
+      if (!isTopicName(topic) || isPattern(topic) || !parseCursor(cursor)) {
+        throw new TypeError(`Herald: bad start cursor ${JSON.stringify(topic)}: ${JSON.stringify(cursor)}`);
+      }
+      this.cursors.set(topic, cursor);
+      this.seeded.add(topic);
+    }
   }
   /** Adds a subscription; true when its topic or pattern is new (the connection changes).
    *  Past `maxTopics` topics and patterns, a new one is refused. */
@@ -314,8 +334,18 @@ var Subscriptions = class {
       }
       set = /* @__PURE__ */ new Set();
       this.subs.set(topic, set);
-      if (isPattern(topic)) this.patterns.add(topic);
-      else this.recent.delete(topic);
+      if (isPattern(topic)) {
+        this.patterns.add(topic);
+        for (const t of [...this.seeded]) {
+          if (matchesPattern(topic, t)) {
+            this.seeded.delete(t);
+            if (!this.named(t)) this.touch(t);
+          }
+        }
+      } else {
+        this.recent.delete(topic);
+        this.seeded.delete(topic);
+      }
     }
     set.add(sub);
     return fresh;
@@ -480,6 +510,7 @@ var Subscriptions = class {
   }
   /** Drops a topic's cursor. */
   forget(topic) {
+    this.seeded.delete(topic);
     this.cursors.delete(topic);
     this.hints.delete(topic);
   }
@@ -795,11 +826,10 @@ var Connector = class {
     this.everOpen = true;
     this.p.tokens.accepted();
     this.connTransport = ti;
+    const changed = this._transport !== transport;
+    this._transport = transport;
     this.setState("open");
-    if (this._transport !== transport) {
-      this._transport = transport;
-      this.p.events.emit("transport", transport);
-    }
+    if (changed) this.p.events.emit("transport", transport);
     this.scheduleProbe();
   }
   onClose(info, ti) {
@@ -821,7 +851,7 @@ var Connector = class {
       this.close();
       return;
     }
-    this.p.events.emit("error", new Error(info.reason));
+    this.p.events.emit("error", info.error ?? new Error(info.reason));
     if (info.tokenExpired) this.p.tokens.expired();
     const stable = openedAt !== void 0 && Date.now() - openedAt >= this.p.stableAfter;
     const delay = this.p.retry.closed(info, ti, stable);
@@ -856,25 +886,484 @@ var Connector = class {
   }
 };
 
-// src/frames.ts
+// src/msgpack.ts
+var MsgpackError = class extends Error {
+  name = "MsgpackError";
+};
+var MAX_DEPTH = 100;
+var utf8Decoder = new TextDecoder("utf-8", { fatal: true });
+var utf8Encoder = new TextEncoder();
+function decode(bytes) {
+  const d = new Decoder(bytes);
+  const v = d.value(0);
+  if (d.pos !== bytes.length) throw new MsgpackError(`${bytes.length - d.pos} bytes after the value`);
+  return v;
+}
+var Decoder = class {
+  constructor(bytes) {
+    this.bytes = bytes;
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+  bytes;
+  pos = 0;
+  view;
+  need(n) {
+    const at = this.pos;
+    if (at + n > this.bytes.length) throw new MsgpackError("truncated value");
+    this.pos = at + n;
+    return at;
+  }
+  u8() {
+    return this.view.getUint8(this.need(1));
+  }
+  u16() {
+    return this.view.getUint16(this.need(2));
+  }
+  u32() {
+    return this.view.getUint32(this.need(4));
+  }
+  big(v) {
+    return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v;
+  }
+  value(depth) {
+    const b = this.u8();
+    if (b <= 127) return b;
+    if (b >= 224) return b - 256;
+    if (b >= 128 && b <= 143) return this.map(b & 15, depth);
+    if (b >= 144 && b <= 159) return this.array(b & 15, depth);
+    if (b >= 160 && b <= 191) return this.str(b & 31);
+    switch (b) {
+      case 192:
+        return null;
+      case 194:
+        return false;
+      case 195:
+        return true;
+      case 196:
+        return this.bin(this.u8());
+      case 197:
+        return this.bin(this.u16());
+      case 198:
+        return this.bin(this.u32());
+      case 202:
+        return this.view.getFloat32(this.need(4));
+      case 203:
+        return this.view.getFloat64(this.need(8));
+      case 204:
+        return this.u8();
+      case 205:
+        return this.u16();
+      case 206:
+        return this.u32();
+      case 207:
+        return this.big(this.view.getBigUint64(this.need(8)));
+      case 208:
+        return this.view.getInt8(this.need(1));
+      case 209:
+        return this.view.getInt16(this.need(2));
+      case 210:
+        return this.view.getInt32(this.need(4));
+      case 211:
+        return this.big(this.view.getBigInt64(this.need(8)));
+      case 217:
+        return this.str(this.u8());
+      case 218:
+        return this.str(this.u16());
+      case 219:
+        return this.str(this.u32());
+      case 220:
+        return this.array(this.u16(), depth);
+      case 221:
+        return this.array(this.u32(), depth);
+      case 222:
+        return this.map(this.u16(), depth);
+      case 223:
+        return this.map(this.u32(), depth);
+      case 199:
+      case 200:
+      case 201:
+      case 212:
+      case 213:
+      case 214:
+      case 215:
+      case 216:
+        throw new MsgpackError(`extension type 0x${b.toString(16)}: not read by this client`);
+      default:
+        throw new MsgpackError(`0x${b.toString(16)} is not a MessagePack type`);
+    }
+  }
+  str(n) {
+    const at = this.need(n);
+    try {
+      return utf8Decoder.decode(this.bytes.subarray(at, at + n));
+    } catch {
+      throw new MsgpackError("a string that is not UTF-8");
+    }
+  }
+  bin(n) {
+    const at = this.need(n);
+    return this.bytes.slice(at, at + n);
+  }
+  array(n, depth) {
+    if (depth >= MAX_DEPTH) throw new MsgpackError(`nested deeper than ${MAX_DEPTH}`);
+    if (n > this.bytes.length - this.pos) throw new MsgpackError("truncated array");
+    const out = new Array(n);
+    for (let i = 0; i < n; i++) out[i] = this.value(depth + 1);
+    return out;
+  }
+  map(n, depth) {
+    if (depth >= MAX_DEPTH) throw new MsgpackError(`nested deeper than ${MAX_DEPTH}`);
+    if (2 * n > this.bytes.length - this.pos) throw new MsgpackError("truncated map");
+    const out = {};
+    for (let i = 0; i < n; i++) {
+      const k = this.value(depth + 1);
+      if (typeof k !== "string") throw new MsgpackError("a map key that is not a string");
+      const v = this.value(depth + 1);
+      if (k === "__proto__") Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+      else out[k] = v;
+    }
+    return out;
+  }
+};
+function encode(value) {
+  const e = new Encoder();
+  e.value(value, 0);
+  return e.result();
+}
+var Encoder = class {
+  buf = new Uint8Array(256);
+  view = new DataView(this.buf.buffer);
+  pos = 0;
+  result() {
+    return this.buf.slice(0, this.pos);
+  }
+  room(n) {
+    if (this.pos + n > this.buf.length) {
+      let size = this.buf.length * 2;
+      while (size < this.pos + n) size *= 2;
+      const next = new Uint8Array(size);
+      next.set(this.buf.subarray(0, this.pos));
+      this.buf = next;
+      this.view = new DataView(next.buffer);
+    }
+    const at = this.pos;
+    this.pos += n;
+    return at;
+  }
+  // `room` may replace `buf` and `view`: each write takes its offset first, then the buffer.
+  byte(b) {
+    const at = this.room(1);
+    this.buf[at] = b;
+  }
+  head(n, fix, fixMax, c8, c16, c32) {
+    if (fix !== void 0 && n <= fixMax) this.byte(fix | n);
+    else if (c8 !== void 0 && n <= 255) {
+      this.byte(c8);
+      this.byte(n);
+    } else if (n <= 65535) {
+      this.tagged(c16, 2, (v, at) => v.setUint16(at, n));
+    } else {
+      this.tagged(c32, 4, (v, at) => v.setUint32(at, n));
+    }
+  }
+  /** A tag byte, then `size` bytes that `write` writes (into the view of after `room`). */
+  tagged(tag, size, write) {
+    this.byte(tag);
+    const at = this.room(size);
+    write(this.view, at);
+  }
+  bytes(b) {
+    const at = this.room(b.length);
+    this.buf.set(b, at);
+  }
+  value(v, depth) {
+    if (depth > 512) throw new TypeError("MessagePack: a cyclic or too deeply nested value");
+    if (v !== null && typeof v === "object" && typeof v.toJSON === "function") {
+      v = v.toJSON();
+    }
+    switch (typeof v) {
+      case "boolean":
+        this.byte(v ? 195 : 194);
+        return;
+      case "number":
+        this.number(v);
+        return;
+      case "bigint":
+        this.bigint(v);
+        return;
+      case "string": {
+        const b = utf8Encoder.encode(v);
+        this.head(b.length, 160, 31, 217, 218, 219);
+        this.bytes(b);
+        return;
+      }
+      case "object":
+        if (v === null) break;
+        if (v instanceof Uint8Array || v instanceof ArrayBuffer || ArrayBuffer.isView(v)) {
+          const b = v instanceof Uint8Array ? v : v instanceof ArrayBuffer ? new Uint8Array(v) : new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+          this.head(b.length, void 0, 0, 196, 197, 198);
+          this.bytes(b);
+          return;
+        }
+        if (Array.isArray(v)) {
+          this.head(v.length, 144, 15, void 0, 220, 221);
+          for (const x of v) this.value(x, depth + 1);
+          return;
+        }
+        this.object(v, depth);
+        return;
+      default:
+        break;
+    }
+    this.byte(192);
+  }
+  object(o, depth) {
+    const entries = Object.keys(o).map((k) => [k, o[k]]).filter(([, x]) => x !== void 0 && typeof x !== "function" && typeof x !== "symbol");
+    this.head(entries.length, 128, 15, void 0, 222, 223);
+    for (const [k, x] of entries) {
+      this.value(k, depth + 1);
+      this.value(x, depth + 1);
+    }
+  }
+  number(n) {
+    if (!Number.isFinite(n)) {
+      this.byte(192);
+      return;
+    }
+    if (!Number.isSafeInteger(n)) {
+      this.tagged(203, 8, (v, at) => v.setFloat64(at, n));
+      return;
+    }
+    if (n >= 0) {
+      if (n <= 127) this.byte(n);
+      else if (n <= 255) {
+        this.byte(204);
+        this.byte(n);
+      } else if (n <= 65535) {
+        this.tagged(205, 2, (v, at) => v.setUint16(at, n));
+      } else if (n <= 4294967295) {
+        this.tagged(206, 4, (v, at) => v.setUint32(at, n));
+      } else {
+        this.tagged(207, 8, (v, at) => v.setBigUint64(at, BigInt(n)));
+      }
+    } else if (n >= -32) {
+      this.byte(n & 255);
+    } else if (n >= -128) {
+      this.tagged(208, 1, (v, at) => v.setInt8(at, n));
+    } else if (n >= -32768) {
+      this.tagged(209, 2, (v, at) => v.setInt16(at, n));
+    } else if (n >= -2147483648) {
+      this.tagged(210, 4, (v, at) => v.setInt32(at, n));
+    } else {
+      this.tagged(211, 8, (v, at) => v.setBigInt64(at, BigInt(n)));
+    }
+  }
+  bigint(n) {
+    if (n >= 0n && n < 1n << 64n) {
+      if (n <= BigInt(Number.MAX_SAFE_INTEGER)) return this.number(Number(n));
+      this.tagged(207, 8, (v, at) => v.setBigUint64(at, n));
+    } else if (n < 0n && n >= -(1n << 63n)) {
+      if (n >= BigInt(Number.MIN_SAFE_INTEGER)) return this.number(Number(n));
+      this.tagged(211, 8, (v, at) => v.setBigInt64(at, n));
+    } else {
+      throw new TypeError("MessagePack: a bigint out of 64 bits");
+    }
+  }
+};
+
+// src/wire.ts
+var WS_MSGPACK = "herald.msgpack";
+var ProtocolError = class extends Error {
+  /** For `error` listeners: always `protocol_error`. */
+  code = "protocol_error";
+  name = "ProtocolError";
+};
+function isObj(v) {
+  return typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array);
+}
+function str(o, k, what) {
+  const v = o[k];
+  if (typeof v !== "string") throw new ProtocolError(`${what}: "${k}" is not a string`);
+  return v;
+}
 function strings(v) {
   return Array.isArray(v) ? v.filter((x) => typeof x === "string") : [];
 }
-function toMessage(f) {
-  if (typeof f !== "object" || f === null) return void 0;
-  const o = f;
-  if (o.type !== "message" || typeof o.topic !== "string" || typeof o.id !== "string") return void 0;
-  const m = { topic: o.topic, id: o.id, data: o.data };
-  if (typeof o.event === "string") m.event = o.event;
-  return m;
+function stringMap(v) {
+  const out = {};
+  if (!isObj(v)) return out;
+  for (const [k, c] of Object.entries(v)) if (typeof c === "string") out[k] = c;
+  return out;
 }
-function topicsOf(data) {
+function parseJson(text, what) {
   try {
-    return strings(JSON.parse(data).topics);
-  } catch {
-    return [];
+    return JSON.parse(text);
+  } catch (e) {
+    const head = text.length > 60 ? `${text.slice(0, 60)}\u2026` : text;
+    throw new ProtocolError(`${what}: not JSON (${e.message}): ${head}`);
   }
 }
+function parseObject(text, what) {
+  const v = parseJson(text, what);
+  if (!isObj(v)) throw new ProtocolError(`${what}: not a JSON object`);
+  return v;
+}
+function toMessage(f, what = "message") {
+  if (!isObj(f) || f.type !== "message") throw new ProtocolError(`${what}: not a message object`);
+  const m = { topic: str(f, "topic", what), id: str(f, "id", what), data: f.data };
+  if (f.event !== void 0 && f.event !== null) m.event = str(f, "event", what);
+  return m;
+}
+function topicsOf(data, what) {
+  return strings(parseObject(data, what).topics);
+}
+function decodeWsFrame(raw, format) {
+  let f;
+  if (format === "json") {
+    if (typeof raw !== "string") throw new ProtocolError("ws: a binary frame on a JSON connection");
+    f = parseJson(raw, "ws frame");
+  } else {
+    const bytes = raw instanceof ArrayBuffer ? new Uint8Array(raw) : ArrayBuffer.isView(raw) ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) : void 0;
+    if (!bytes) throw new ProtocolError("ws: a text frame on a herald.msgpack connection");
+    try {
+      f = decode(bytes);
+    } catch (e) {
+      if (e instanceof MsgpackError) throw new ProtocolError(`ws frame: not MessagePack: ${e.message}`);
+      throw e;
+    }
+  }
+  if (!isObj(f)) throw new ProtocolError("ws frame: not an object");
+  const what = `ws ${typeof f.type === "string" ? f.type : "frame"}`;
+  switch (f.type) {
+    case "message":
+      return { type: "message", message: toMessage(f, what) };
+    case "lost":
+      return { type: "lost", topic: str(f, "topic", what), reason: str(f, "reason", what) };
+    case "subscribed":
+      return { type: "subscribed", topics: strings(f.topics), cursors: stringMap(f.cursors), byServer: f.by === "server" };
+    case "unsubscribed":
+      return { type: "unsubscribed", topics: strings(f.topics), byServer: f.by === "server" };
+    case "published":
+      return { type: "published", id: str(f, "id", what), topic: str(f, "topic", what) };
+    case "authenticated":
+    case "pong":
+    case "heartbeat":
+      return { type: "reply" };
+    case "error":
+      return { type: "error", code: String(f.code), reason: String(f.reason) };
+    default:
+      if (typeof f.type !== "string") throw new ProtocolError("ws frame: no type");
+      return { type: "other" };
+  }
+}
+function encodeWsFrame(frame, format) {
+  return format === "msgpack" ? encode(frame) : JSON.stringify(frame);
+}
+function decodeSseMessage(data) {
+  return toMessage(parseJson(data, "sse message"), "sse message");
+}
+function decodeSseLost(data) {
+  const o = parseObject(data, "sse herald.lost");
+  return { topic: str(o, "topic", "sse herald.lost"), reason: str(o, "reason", "sse herald.lost") };
+}
+function decodeSseShutdown(data) {
+  const o = parseObject(data, "sse herald.shutdown");
+  return typeof o.retry_ms === "number" ? { retryMs: o.retry_ms } : {};
+}
+function decodeSseDisconnect(data) {
+  const o = parseObject(data, "sse herald.disconnect");
+  const out = {};
+  if (typeof o.reason === "string") out.reason = o.reason;
+  if (typeof o.reconnect === "boolean") out.reconnect = o.reconnect;
+  return out;
+}
+function decodePollAnswer(text) {
+  const o = parseObject(text, "poll answer");
+  const messages = o.messages ?? [];
+  if (!Array.isArray(messages)) throw new ProtocolError("poll answer: messages is not an array");
+  const lostIn = o.lost ?? [];
+  if (!Array.isArray(lostIn)) throw new ProtocolError("poll answer: lost is not an array");
+  const lost = lostIn.map((l) => {
+    if (!isObj(l)) throw new ProtocolError("poll answer: a loss that is not an object");
+    return { topic: str(l, "topic", "poll loss"), reason: str(l, "reason", "poll loss") };
+  });
+  let disconnect;
+  if (isObj(o.disconnect)) {
+    disconnect = {
+      reason: typeof o.disconnect.reason === "string" ? o.disconnect.reason : "disconnected",
+      reconnect: o.disconnect.reconnect !== false
+    };
+  }
+  if (o.cursor !== void 0 && o.cursor !== null && typeof o.cursor !== "string") {
+    throw new ProtocolError("poll answer: cursor is not a string");
+  }
+  return {
+    messages: messages.map((m) => toMessage(m, "poll message")),
+    lost,
+    cursor: typeof o.cursor === "string" ? o.cursor : void 0,
+    disconnect
+  };
+}
+function decodeHistory(text) {
+  const o = parseObject(text, "history");
+  if (!Array.isArray(o.messages)) throw new ProtocolError("history: messages is not an array");
+  return {
+    topic: str(o, "topic", "history"),
+    messages: o.messages.map((m) => toMessage(m, "history message")),
+    lost: typeof o.lost === "string" ? o.lost : void 0,
+    more: o.more === true,
+    next: typeof o.next === "string" ? o.next : void 0
+  };
+}
+
+// src/watchdog.ts
+var Watchdog = class {
+  /** `timeout` 0 (or less): never. */
+  constructor(timeout, dead, idle) {
+    this.timeout = timeout;
+    this.dead = dead;
+    this.idle = idle;
+    if (timeout > 0) this.arm(timeout / 2);
+    else this.stopped = true;
+  }
+  timeout;
+  dead;
+  idle;
+  last = Date.now();
+  pinged = false;
+  timer;
+  stopped = false;
+  /** Something arrived. Cheap: called for every chunk and frame. */
+  feed() {
+    this.last = Date.now();
+    this.pinged = false;
+  }
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    this.timer = void 0;
+  }
+  arm(ms) {
+    this.timer = setTimeout(() => this.check(), Math.max(1, ms));
+  }
+  check() {
+    this.timer = void 0;
+    if (this.stopped) return;
+    const silent = Date.now() - this.last;
+    if (silent >= this.timeout) {
+      this.stop();
+      this.dead(silent);
+      return;
+    }
+    const half = this.timeout / 2;
+    if (silent >= half && !this.pinged) {
+      this.pinged = true;
+      this.idle?.();
+      if (this.stopped) return;
+    }
+    this.arm(silent >= half ? this.timeout - silent : half - silent);
+  }
+};
 
 // src/websocket.ts
 var MAX_PENDING = 1024;
@@ -891,13 +1380,30 @@ var WsConnection = class {
     this.handlers = handlers;
     const WS = ctx.WebSocket;
     if (!WS) throw new Error("no WebSocket implementation");
-    this.socket = new WS(wsUrl(ctx.url, ctx.token()));
+    const url = wsUrl(ctx.url, ctx.token());
+    this.socket = ctx.format === "msgpack" ? new WS(url, [WS_MSGPACK]) : new WS(url);
+    try {
+      this.socket.binaryType = "arraybuffer";
+    } catch {
+    }
     this.openTimer = setTimeout(
       () => this.fail({ reason: `WebSocket not open after ${ctx.openTimeout} ms` }),
       ctx.openTimeout
     );
     this.socket.onopen = () => {
       if (this.closed) return;
+      if (ctx.format === "msgpack" && this.socket.protocol !== WS_MSGPACK) {
+        this.fail({
+          reason: "ws: the gateway did not accept the herald.msgpack subprotocol",
+          error: new ProtocolError("ws: the gateway did not accept the herald.msgpack subprotocol")
+        });
+        return;
+      }
+      this.watchdog = new Watchdog(
+        ctx.deadTimeout,
+        (ms) => this.fail({ reason: `ws: nothing received for ${ms} ms (no heartbeat): the connection is dead` }),
+        () => this.ping()
+      );
       if (this.ctx.topics().size === 0) this.markOpen();
       else this.update();
     };
@@ -918,6 +1424,7 @@ var WsConnection = class {
   byServer = /* @__PURE__ */ new Set();
   pending = [];
   openTimer;
+  watchdog;
   update() {
     if (this.closed || this.socket.readyState !== 1) return;
     const wanted = this.ctx.topics();
@@ -969,7 +1476,11 @@ var WsConnection = class {
       }
       const frame = { type: "publish", topic, data };
       if (event !== void 0) frame.event = event;
-      this.send(frame, { kind: "publish", resolve, reject });
+      try {
+        this.send(frame, { kind: "publish", resolve, reject });
+      } catch (e) {
+        reject(asError(e));
+      }
     });
   }
   close() {
@@ -982,8 +1493,17 @@ var WsConnection = class {
     }
   }
   send(frame, pending) {
+    const data = encodeWsFrame(frame, this.ctx.format);
     this.pending.push(pending);
-    this.socket.send(JSON.stringify(frame));
+    this.socket.send(data);
+  }
+  /** Asks for a sign of life (the `pong`) on a silent connection. */
+  ping() {
+    if (this.closed || this.socket.readyState !== 1 || this.pending.length >= MAX_PENDING) return;
+    try {
+      this.send({ type: "ping" }, { kind: "ping" });
+    } catch {
+    }
   }
   markOpen() {
     if (this.opened) return;
@@ -992,65 +1512,58 @@ var WsConnection = class {
     this.handlers.open();
   }
   onFrame(raw) {
-    if (this.closed || typeof raw !== "string") return;
+    if (this.closed) return;
+    this.watchdog?.feed();
     let f;
     try {
-      f = JSON.parse(raw);
-    } catch {
+      f = decodeWsFrame(raw, this.ctx.format);
+    } catch (e) {
+      const error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
+      this.fail({ reason: `ws: malformed frame: ${error.message}`, error });
       return;
     }
     switch (f.type) {
-      case "message": {
-        const m = {
-          topic: String(f.topic),
-          id: String(f.id),
-          data: f.data
-        };
-        if (typeof f.event === "string") m.event = f.event;
-        this.handlers.message(m);
+      case "message":
+        this.handlers.message(f.message);
         break;
-      }
       case "lost":
-        this.handlers.lost({ topic: String(f.topic), reason: String(f.reason) });
+        this.handlers.lost({ topic: f.topic, reason: f.reason });
         break;
       case "subscribed": {
-        const cursors = f.cursors ?? {};
-        if (f.by === "server") {
-          const topics = strings(f.topics).filter((t) => !this.requested.has(t));
+        if (f.byServer) {
+          const topics = f.topics.filter((t) => !this.requested.has(t));
           for (const t of topics) this.byServer.add(t);
           if (topics.length > 0) this.handlers.serverSubscribed(topics);
-          for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+          for (const [t, c] of Object.entries(f.cursors)) this.handlers.position(t, c);
           break;
         }
         this.pending.shift();
-        for (const [t, c] of Object.entries(cursors)) this.handlers.position(t, c);
+        for (const [t, c] of Object.entries(f.cursors)) this.handlers.position(t, c);
         this.markOpen();
         break;
       }
       case "published": {
         const p = this.pending.shift();
-        p?.resolve?.({ id: String(f.id), topic: String(f.topic) });
+        p?.resolve?.({ id: f.id, topic: f.topic });
         break;
       }
       case "unsubscribed":
-        if (f.by === "server") {
-          const topics = strings(f.topics);
-          for (const t of topics) {
+        if (f.byServer) {
+          for (const t of f.topics) {
             this.byServer.delete(t);
             this.requested.delete(t);
           }
-          if (topics.length > 0) this.handlers.serverUnsubscribed(topics, false);
+          if (f.topics.length > 0) this.handlers.serverUnsubscribed(f.topics, false);
           break;
         }
         this.pending.shift();
         break;
-      case "authenticated":
-      case "pong":
+      case "reply":
         this.pending.shift();
         break;
       case "error": {
         const p = this.pending.shift();
-        const err = new HeraldError(0, String(f.code), String(f.reason));
+        const err = new HeraldError(0, f.code, f.reason);
         if (p?.kind === "publish") {
           p.reject?.(err);
         } else if (p?.kind === "subscribe" || p?.kind === "auth") {
@@ -1059,7 +1572,7 @@ var WsConnection = class {
         }
         break;
       }
-      default:
+      case "other":
         break;
     }
   }
@@ -1083,6 +1596,7 @@ var WsConnection = class {
   }
   cleanup(reason) {
     clearTimeout(this.openTimer);
+    this.watchdog?.stop();
     const pending = this.pending;
     this.pending = [];
     for (const p of pending) p.reject?.(new Error(reason));
@@ -1090,6 +1604,24 @@ var WsConnection = class {
 };
 
 // src/http.ts
+var MAX_ANSWER = 1 << 22;
+async function readText(res, max, what) {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  for (; ; ) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+    if (text.length > max) {
+      await reader.cancel().catch(() => {
+      });
+      throw new ProtocolError(`${what}: longer than ${max} characters`);
+    }
+  }
+  return text + decoder.decode();
+}
 async function refusal(res, what) {
   let code = `http_${res.status}`;
   let reason = `${what} answered ${res.status}`;
@@ -1143,6 +1675,19 @@ async function publishOverHttp(base, message, auth, f, credentials) {
   }
   return await res.json();
 }
+async function historyOverHttp(base, topic, query, token, f, credentials) {
+  const url = new URL(`/v1/topics/${encodeURIComponent(topic)}/history`, base);
+  if (query.limit !== void 0) url.searchParams.set("limit", String(query.limit));
+  if (query.since !== void 0) url.searchParams.set("since", query.since);
+  const h = { accept: "application/json" };
+  if (token) h.authorization = `Bearer ${token}`;
+  const res = await f(url, { headers: h, cache: "no-store", credentials });
+  if (!res.ok) {
+    const info = await refusal(res, "history");
+    throw info.fatal ?? new HeraldError(res.status, `http_${res.status}`, info.reason);
+  }
+  return decodeHistory(await readText(res, MAX_ANSWER, "history"));
+}
 var HttpConnection = class {
   constructor(ctx, handlers) {
     this.ctx = ctx;
@@ -1192,6 +1737,10 @@ var HttpConnection = class {
 };
 
 // src/sse.ts
+var SSE_DEFAULT_HEARTBEAT = 15;
+function sseHeartbeat(deadTimeout) {
+  return Math.max(1, Math.floor(deadTimeout / 2e3));
+}
 var SseLineTooLong = class extends Error {
 };
 var SseParser = class {
@@ -1292,6 +1841,9 @@ var SseConnection = class extends HttpConnection {
   /** Topics the application subscribed the current stream to (`herald.subscribed`, a
    *  connect hook's topics in the opening id). */
   byServer = /* @__PURE__ */ new Set();
+  /** Whether to ask for a heartbeat: false once the gateway refused the one asked for
+   *  (`bad_heartbeat`: outside its bounds); then its default is waited for. */
+  askHeartbeat = true;
   refreshToken(_token) {
     this.restart();
   }
@@ -1316,7 +1868,11 @@ var SseConnection = class extends HttpConnection {
     this.asked = new Set(topics.keys());
     if (ended.length > 0) this.handlers.serverUnsubscribed(ended, true);
     if (!this.current(gen)) return;
-    const url = new URL(`/v1/sse?${topicQuery(this.ctx, topics)}`, this.ctx.url);
+    const query = topicQuery(this.ctx, topics);
+    const deadTimeout = this.ctx.deadTimeout;
+    const ask = deadTimeout > 0 && this.askHeartbeat;
+    if (ask) query.set("heartbeat", String(sseHeartbeat(deadTimeout)));
+    const url = new URL(`/v1/sse?${query}`, this.ctx.url);
     const resume = formatResumeList([...topics, ...this.ctx.patternCursors()]);
     let openTimer = setTimeout(() => {
       if (this.current(gen)) this.fail({ reason: `sse: no opening block within ${this.ctx.openTimeout} ms (buffered by a proxy?)` });
@@ -1325,6 +1881,7 @@ var SseConnection = class extends HttpConnection {
       clearTimeout(openTimer);
       openTimer = void 0;
     };
+    let watchdog;
     try {
       const res = await this.ctx.fetch(url, {
         headers: headers(this.ctx, resume ? { accept: "text/event-stream", "last-event-id": resume } : { accept: "text/event-stream" }),
@@ -1334,10 +1891,22 @@ var SseConnection = class extends HttpConnection {
       });
       if (!this.current(gen)) return;
       if (!res.ok || !res.body) {
+        const info2 = await refusal(res, "sse");
+        if (!this.current(gen)) return;
+        if (ask && info2.fatal?.code === "bad_heartbeat") {
+          stopTimer();
+          this.askHeartbeat = false;
+          this.restart();
+          return;
+        }
         stopTimer();
-        this.fail(await refusal(res, "sse"));
+        this.fail(info2);
         return;
       }
+      const dead = ask || deadTimeout <= 0 ? deadTimeout : Math.max(deadTimeout, 2 * SSE_DEFAULT_HEARTBEAT * 1e3 + 5e3);
+      watchdog = new Watchdog(dead, (ms) => {
+        if (this.current(gen)) this.fail({ reason: `sse: nothing received for ${ms} ms (no heartbeat): the connection is dead` });
+      });
       let retryMs;
       let sawOpening = false;
       let ending;
@@ -1360,32 +1929,24 @@ var SseConnection = class extends HttpConnection {
         event: (e) => {
           if (!this.current(gen)) return;
           switch (e.event) {
-            case "message": {
-              let f;
-              try {
-                f = JSON.parse(e.data);
-              } catch {
-                return;
-              }
-              const m = toMessage(f);
-              if (m) this.handlers.message(m);
+            case "message":
+              this.handlers.message(decodeSseMessage(e.data));
               break;
-            }
             case "herald.lost": {
-              const lost = JSON.parse(e.data);
+              const lost = decodeSseLost(e.data);
               const positions = e.id !== void 0 ? parseResumeList(e.id) : /* @__PURE__ */ new Map();
               this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
               for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
               break;
             }
             case "herald.subscribed": {
-              const added = this.serverNew(topicsOf(e.data));
+              const added = this.serverNew(topicsOf(e.data, "sse herald.subscribed"));
               if (added.length > 0) this.handlers.serverSubscribed(added);
               if (e.id !== void 0) for (const [t, c] of parseResumeList(e.id)) this.handlers.position(t, c);
               break;
             }
             case "herald.unsubscribed": {
-              const removed = topicsOf(e.data);
+              const removed = topicsOf(e.data, "sse herald.unsubscribed");
               for (const t of removed) {
                 this.byServer.delete(t);
                 this.asked.delete(t);
@@ -1394,13 +1955,13 @@ var SseConnection = class extends HttpConnection {
               break;
             }
             case "herald.shutdown": {
-              const s = JSON.parse(e.data);
+              const s = decodeSseShutdown(e.data);
               ending = { reason: "sse: the node is draining", shutdown: true };
-              if (typeof s.retry_ms === "number") ending.retryMs = s.retry_ms;
+              if (s.retryMs !== void 0) ending.retryMs = s.retryMs;
               break;
             }
             case "herald.disconnect": {
-              const d = JSON.parse(e.data);
+              const d = decodeSseDisconnect(e.data);
               ending = { reason: `sse: disconnected: ${d.reason ?? "unknown"}` };
               if (d.reason === "token expired") ending.tokenExpired = true;
               if (d.reconnect === false) ending.fatal = new HeraldError(0, "disconnected", d.reason ?? "disconnected");
@@ -1421,7 +1982,17 @@ var SseConnection = class extends HttpConnection {
           return;
         }
         if (done) break;
-        parser.push(decoder.decode(value, { stream: true }));
+        watchdog.feed();
+        try {
+          parser.push(decoder.decode(value, { stream: true }));
+        } catch (e) {
+          if (!this.current(gen)) return;
+          const error = e instanceof ProtocolError ? e : new ProtocolError(`sse: ${asError(e).message}`);
+          this.fail({ reason: `sse: malformed event: ${error.message}`, error });
+          await reader.cancel().catch(() => {
+          });
+          return;
+        }
       }
       stopTimer();
       if (!this.current(gen)) return;
@@ -1430,6 +2001,7 @@ var SseConnection = class extends HttpConnection {
       this.fail(info);
     } finally {
       stopTimer();
+      watchdog?.stop();
     }
   }
 };
@@ -1478,12 +2050,20 @@ var PollConnection = class extends HttpConnection {
           this.fail(await refusal(res, "poll"));
           return;
         }
-        body = await res.json();
+        const text = await readText(res, MAX_ANSWER, "poll answer");
+        if (!this.current(gen)) return;
+        try {
+          body = decodePollAnswer(text);
+        } catch (e) {
+          if (!(e instanceof ProtocolError)) throw e;
+          this.fail({ reason: `poll: malformed answer: ${e.message}`, error: e });
+          return;
+        }
       } finally {
         clearTimeout(timer);
       }
       if (!this.current(gen)) return;
-      const positions = typeof body.cursor === "string" ? parseResumeList(body.cursor) : /* @__PURE__ */ new Map();
+      const positions = body.cursor !== void 0 ? parseResumeList(body.cursor) : /* @__PURE__ */ new Map();
       const own = (t) => topics.has(t) || matchedBy(topics.keys(), t);
       const added = [];
       const gone = [];
@@ -1500,9 +2080,9 @@ var PollConnection = class extends HttpConnection {
       if (gone.length > 0) this.handlers.serverUnsubscribed(gone, false);
       if (added.length > 0) this.handlers.serverSubscribed(added);
       if (!this.current(gen)) return;
-      const messages = (body.messages ?? []).map(toMessage).filter((m) => m !== void 0);
+      const messages = body.messages;
       const withMessages = new Set(messages.map((m) => m.topic));
-      for (const l of body.lost ?? []) {
+      for (const l of body.lost) {
         this.handlers.lost({ topic: l.topic, reason: l.reason }, withMessages.has(l.topic) ? void 0 : positions.get(l.topic));
       }
       for (const m of messages) {
@@ -1512,10 +2092,10 @@ var PollConnection = class extends HttpConnection {
       for (const [t, c] of positions) this.handlers.position(t, c);
       first = false;
       this.markOpen();
-      if (body.disconnect && typeof body.disconnect === "object") {
-        const reason = typeof body.disconnect.reason === "string" ? body.disconnect.reason : "disconnected";
+      if (body.disconnect) {
+        const reason = body.disconnect.reason;
         const info = { reason: `poll: disconnected: ${reason}` };
-        if (body.disconnect.reconnect === false) info.fatal = new HeraldError(0, "disconnected", reason);
+        if (!body.disconnect.reconnect) info.fatal = new HeraldError(0, "disconnected", reason);
         this.fail(info);
         return;
       }
@@ -1549,11 +2129,19 @@ var Herald = class {
     const hasWs = !!(options.WebSocket ?? globalThis.WebSocket) || !!options.connect;
     const transports = wanted.filter((t) => t !== "websocket" || hasWs);
     if (transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
+    const format = options.format ?? "json";
+    if (format !== "json" && format !== "msgpack") throw new TypeError(`Herald: unknown format ${JSON.stringify(format)}`);
+    const deadTimeout = options.deadTimeout ?? 45e3;
+    if (!(typeof deadTimeout === "number" && deadTimeout >= 0)) {
+      throw new RangeError(`Herald: deadTimeout must be a number of ms >= 0, not ${String(deadTimeout)}`);
+    }
     this.opts = {
       openTimeout: options.openTimeout ?? 1e4,
       pollTimeout: options.pollTimeout ?? 25,
       maxTopics: options.maxTopics ?? 64,
-      credentials: options.credentials ?? "same-origin"
+      credentials: options.credentials ?? "same-origin",
+      format,
+      deadTimeout
     };
     this.tokens = new TokenKeeper(
       options.token,
@@ -1562,6 +2150,7 @@ var Herald = class {
       (e) => this.events.emit("error", e)
     );
     this.subs = new Subscriptions((topic) => this.server.held(topic), this.events);
+    if (options.cursors) this.subs.seed(Object.entries(options.cursors));
     this.server = new ServerSubscriptions(
       options.personalTopic,
       this.subs,
@@ -1582,6 +2171,16 @@ var Herald = class {
       open: (transport, url2, handlers) => this.open(transport, url2, handlers)
     });
     if (options.personalTopic === "always") this.link.topicsChanged();
+    if (transports.length < wanted.length) {
+      queueMicrotask(
+        () => this.events.emit(
+          "error",
+          new Error(
+            "Herald: no WebSocket here, so the websocket transport is skipped: pass options.WebSocket (in Node 20, `WebSocket` of the `ws` package, or run node with --experimental-websocket)"
+          )
+        )
+      );
+    }
   }
   options;
   opts;
@@ -1610,6 +2209,24 @@ var Herald = class {
    *  topic a pattern delivered included). */
   cursor(topic) {
     return this.subs.cursor(topic);
+  }
+  /** Every cursor the client holds, `{ topic: "<epoch>-<seq>" }`: the topics subscribed by
+   *  name, those the application subscribed the connection to, those the patterns delivered
+   *  (the most recent `MAX_PATTERN_TOPICS`). Kept by an application, it is `options.cursors`
+   *  of a later client that resumes where this one stopped. */
+  cursors() {
+    return this.subs.all();
+  }
+  /** A page of a topic's history (`GET /v1/topics/{topic}/history` on the gateway, with the
+   *  token): the newest `limit` messages (1..1000, default 100), or those after `since`,
+   *  oldest first. The token must allow the topic (or the topic is public). */
+  async history(topic, options = {}) {
+    if (!isTopicName(topic)) throw new TypeError(`Herald: bad topic name ${JSON.stringify(topic)}`);
+    if (options.limit !== void 0 && !(Number.isInteger(options.limit) && options.limit >= 1 && options.limit <= 1e3)) {
+      throw new RangeError(`Herald: history limit must be a whole number from 1 to 1000, not ${String(options.limit)}`);
+    }
+    if (this.tokens.missing) await this.tokens.refresh();
+    return historyOverHttp(this.link.url, topic, options, this.tokens.current, this.fetch(), this.opts.credentials);
   }
   /** The topics whose messages go to `serverMessage` listeners: those the application
    *  subscribed the connection to (and the kept personal topic), less those the client
@@ -1682,7 +2299,10 @@ var Herald = class {
       last: (topic) => this.subs.last(topic),
       token: () => this.tokens.current,
       fetch: this.fetch(),
+      // A constructor like the WHATWG one (Node's `ws`) is used as one.
       WebSocket: this.options.WebSocket ?? globalThis.WebSocket,
+      format: this.opts.format,
+      deadTimeout: this.opts.deadTimeout,
       credentials: this.opts.credentials,
       openTimeout: this.opts.openTimeout,
       pollTimeout: this.opts.pollTimeout
@@ -1699,8 +2319,12 @@ export {
   Herald,
   HeraldError,
   MAX_PATTERN_TOPICS,
+  MsgpackError,
+  ProtocolError,
   SseParser,
+  decode as decodeMsgpack,
   herald_default as default,
+  encode as encodeMsgpack,
   formatResumeList,
   fullJitter,
   isAfter,

@@ -1,66 +1,82 @@
-// The conformance runner of herald-client (clients/js), per clients/conformance/RUNNER.md:
+// The conformance runner of heraldpush (clients/js), per clients/conformance/RUNNER.md:
 // JSON commands on stdin, JSON events on stdout, one per line. It drives the built client
 // (clients/js/dist: `npm ci --prefix clients/js && npm run build --prefix clients/js`) and
-// holds no scenario logic. Node 20 needs --experimental-websocket for the WebSocket
-// transport (runners.json passes it); Node 22 has WebSocket built in.
+// holds no scenario logic.
 //
-// Not in herald-client today, so answered as errors: `history` (no history call), start
-// `cursors` (no way to seed a cursor), `format: "msgpack"`, `heartbeat_ms` (no dead-connection
-// timeout of its own: openTimeout bounds opening only).
+// The WebSocket is given to the client as its `WebSocket` option, as a Node application
+// gives it: Node's own where it has one (Node ≥ 22, or Node 20 run with
+// --experimental-websocket, as runners.json runs it), else the `ws` package when it can be
+// imported.
 
 import { createInterface } from "node:readline";
 import { Herald } from "../../../js/dist/herald.js";
 
 const TRANSPORT = { ws: "websocket", sse: "sse", poll: "poll" };
 const BACK = { websocket: "ws", sse: "sse", poll: "poll" };
+const STATE = { open: "connected", reconnecting: "disconnected", connecting: "connecting", closed: "closed" };
 
 function out(obj) {
-  process.stdout.write(JSON.stringify(obj) + "\n");
+  process.stdout.write(JSON.stringify(obj, json) + "\n");
+}
+
+/** A MessagePack payload in its JSON form (docs/protocol.md): `bin` as base64, a 64-bit
+ *  integer as a number. */
+function json(_key, v) {
+  if (v instanceof Uint8Array) return Buffer.from(v).toString("base64");
+  if (typeof v === "bigint") return Number(v);
+  return v;
+}
+
+async function webSocketImpl() {
+  if (globalThis.WebSocket) return globalThis.WebSocket;
+  try {
+    return (await import("ws")).WebSocket;
+  } catch {
+    process.stderr.write("[js-runner] no WebSocket: run node with --experimental-websocket, or install `ws`\n");
+    return undefined;
+  }
 }
 
 let herald;
 let token = null;
 
-function start(c) {
+async function start(c) {
   token = c.token ?? null;
   const backoff = c.backoff_ms ?? [100, 2000];
-  if (c.format && c.format !== "json") out({ event: "error", code: "unsupported", reason: `format ${c.format}` });
-  if (c.cursors && Object.keys(c.cursors).length > 0) {
-    out({ event: "error", code: "unsupported", reason: "herald-client cannot start from given cursors" });
-  }
-  herald = new Herald(c.urls, {
+  const options = {
     transports: (c.transports ?? ["ws", "sse", "poll"]).map((t) => TRANSPORT[t]),
+    format: c.format ?? "json",
     token: token !== null ? () => token : undefined,
+    cursors: c.cursors ?? {},
     backoff: { base: backoff[0], max: backoff[1] },
     openTimeout: c.open_timeout_ms ?? 3000,
     stableAfter: c.stable_ms ?? 1000,
     upgradeInterval: c.upgrade_ms ?? 2000,
     pollTimeout: Math.max(1, Math.round((c.poll_timeout_ms ?? 5000) / 1000)),
     tokenRefreshMargin: c.token_margin_ms ?? 2000,
-  });
-  // `state` fires before `transport` is updated (a fallback opens with the old name still
-  // set): report once both are known, and only what changed.
+    WebSocket: await webSocketImpl(),
+  };
+  if (c.heartbeat_ms !== null && c.heartbeat_ms !== undefined) options.deadTimeout = c.heartbeat_ms;
+  herald = new Herald(c.urls, options);
+  // `state` listeners read the transport that opened; a transport that takes over while open
+  // (a probe back up) is a new "connected" with no other state between.
   let last = "";
-  const report = () =>
-    queueMicrotask(() => {
-      const s = herald.state;
-      const mapped = { open: "connected", reconnecting: "disconnected", connecting: "connecting", closed: "closed" }[s];
-      const transport = s === "open" ? BACK[herald.transport] ?? null : null;
-      const key = `${mapped}/${transport}`;
-      if (key === last) return;
-      last = key;
-      out({ event: "state", state: mapped, transport });
-    });
+  const report = () => {
+    const state = STATE[herald.state];
+    const transport = herald.state === "open" ? BACK[herald.transport] ?? null : null;
+    const key = `${state}/${transport}`;
+    if (key === last) return;
+    last = key;
+    out({ event: "state", state, transport });
+  };
   herald.on("state", report);
-  // A transport that takes over while open (a probe back up) is a new "connected".
   herald.on("transport", report);
   herald.on("error", (e) => out({ event: "error", code: e.code ?? null, reason: String(e.message ?? e) }));
-  herald.on("lost", (l) => out({ event: "lost", topic: l.topic, reason: l.reason }));
+  const lost = (l) => out({ event: "lost", topic: l.topic, reason: l.reason });
+  herald.on("lost", lost);
   const message = (m) => out({ event: "message", topic: m.topic, id: m.id, name: m.event ?? null, data: m.data });
   herald.on("serverMessage", message);
-  for (const t of [...(c.topics ?? []), ...(c.patterns ?? [])]) {
-    herald.subscribe(t, message, { onLost: (l) => out({ event: "lost", topic: l.topic, reason: l.reason }) });
-  }
+  for (const t of [...(c.topics ?? []), ...(c.patterns ?? [])]) herald.subscribe(t, message, { onLost: lost });
 }
 
 async function command(c) {
@@ -74,14 +90,10 @@ async function command(c) {
       const p = await herald.publish(c.topic, c.data);
       out({ event: "published", ref, id: p.id });
     } else if (c.cmd === "cursors") {
-      const cursors = {};
-      for (const t of c.topics ?? herald._conformanceTopics ?? []) {
-        const v = herald.cursor(t);
-        if (v !== undefined) cursors[t] = v;
-      }
-      out({ event: "cursors", ref, cursors });
+      out({ event: "cursors", ref, cursors: herald.cursors() });
     } else if (c.cmd === "history") {
-      out({ event: "error", ref, code: "unsupported", reason: "herald-client has no history call" });
+      const page = await herald.history(c.topic, { limit: c.limit });
+      out({ event: "history", ref, messages: page.messages.map((m) => ({ id: m.id, data: m.data })) });
     } else {
       throw new Error(`unknown command ${c.cmd}`);
     }
@@ -91,7 +103,8 @@ async function command(c) {
 }
 
 const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
-let topics = [];
+// Commands run in order: `start` awaits the WebSocket implementation before the next.
+let queue = Promise.resolve();
 rl.on("line", (line) => {
   let c;
   try {
@@ -100,25 +113,30 @@ rl.on("line", (line) => {
     out({ event: "error", code: "bad_command", reason: `not JSON: ${line.slice(0, 80)}` });
     return;
   }
-  if (c.cmd === "start") {
-    topics = [...(c.topics ?? [])];
-    start(c);
-    herald._conformanceTopics = topics;
-  } else if (c.cmd === "stop") {
-    herald?.close();
-    out({ event: "closed" });
-    rl.close();
-    process.stdin.destroy();
-    // Nothing may keep the process alive after close(): exiting here would hide a leak, so
-    // wait for the event loop to drain, with a bound.
-    setTimeout(() => {
-      const std = [process.stdin, process.stdout, process.stderr];
-      const handles = process._getActiveHandles().filter((h) => !std.includes(h)).map((h) => h.constructor?.name);
-      process.stderr.write(`[js-runner] still alive 5 s after close(): something leaked: ${handles.join(", ")}\n`);
-      process.exit(3);
-    }, 5000).unref();
-  } else {
-    void command(c);
-  }
+  queue = queue.then(async () => {
+    if (c.cmd === "start") {
+      try {
+        await start(c);
+      } catch (e) {
+        out({ event: "error", code: e.code ?? null, reason: `start: ${e.message ?? e}` });
+      }
+    } else if (c.cmd === "stop") {
+      herald?.close();
+      out({ event: "closed" });
+      rl.close();
+      process.stdin.destroy();
+      // Nothing may keep the process alive after close(): exiting here would hide a leak, so
+      // wait for the event loop to drain, with a bound.
+      setTimeout(() => {
+        const std = [process.stdin, process.stdout, process.stderr];
+        const handles = process._getActiveHandles().filter((h) => !std.includes(h)).map((h) => h.constructor?.name);
+        process.stderr.write(`[js-runner] still alive 5 s after close(): something leaked: ${handles.join(", ")}\n`);
+        process.exit(3);
+      }, 5000).unref();
+    } else {
+      // Not awaited: a publish waits for its answer while later commands go on.
+      void command(c);
+    }
+  });
 });
-rl.on("close", () => herald?.close());
+rl.on("close", () => queue.then(() => herald?.close()));
