@@ -19,6 +19,9 @@ export interface WebSocketLike {
   onerror: ((ev: any) => unknown) | null; // eslint-disable-line @typescript-eslint/no-explicit-any
   send(data: string | ArrayBufferView | ArrayBuffer): void;
   close(code?: number, reason?: string): void;
+  /** Drops the connection without a closing handshake (Node's `ws` has it), used for a
+   *  connection given up as dead or malformed. */
+  terminate?(): void;
 }
 
 /** A `WebSocket` constructor: the global one, or one like it. */

@@ -70,7 +70,7 @@ export class WsConnection implements Connection {
       }
       this.watchdog = new Watchdog(
         ctx.deadTimeout,
-        (ms) => this.fail({ reason: `ws: nothing received for ${ms} ms (no heartbeat): the connection is dead` }),
+        (ms) => this.fail({ reason: `ws: nothing received for ${ms} ms (no heartbeat): the connection is dead` }, true),
         () => this.ping(),
       );
       if (this.ctx.topics().size === 0) this.markOpen();
@@ -193,7 +193,7 @@ export class WsConnection implements Connection {
       // Not what the gateway sends: the stream cannot be trusted past it. Reconnect from the
       // cursors (what it held is asked for again), and say so.
       const error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
-      this.fail({ reason: `ws: malformed frame: ${error.message}`, error });
+      this.fail({ reason: `ws: malformed frame: ${error.message}`, error }, true);
       return;
     }
     switch (f.type) {
@@ -265,12 +265,18 @@ export class WsConnection implements Connection {
     this.fail(info);
   }
 
-  private fail(info: CloseInfo): void {
+  /** Ends the connection with `info`. `abandon`: the peer went silent or sent what the
+   *  gateway never sends, so no answer to a close is to be waited for: the socket is dropped
+   *  at once where the implementation can (`terminate()`, as Node's `ws` has; undici's
+   *  WebSocket would wait for the closing handshake for ever, a browser's times it out). */
+  private fail(info: CloseInfo, abandon = false): void {
     if (this.closed) return;
     this.closed = true;
     this.cleanup(info.reason);
+    const socket = this.socket as WebSocket & { terminate?: () => void };
     try {
-      this.socket.close(1000);
+      if (abandon && typeof socket.terminate === "function") socket.terminate();
+      else socket.close(1000);
     } catch {
       /* already closed */
     }

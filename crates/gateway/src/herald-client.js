@@ -1401,7 +1401,7 @@ var WsConnection = class {
       }
       this.watchdog = new Watchdog(
         ctx.deadTimeout,
-        (ms) => this.fail({ reason: `ws: nothing received for ${ms} ms (no heartbeat): the connection is dead` }),
+        (ms) => this.fail({ reason: `ws: nothing received for ${ms} ms (no heartbeat): the connection is dead` }, true),
         () => this.ping()
       );
       if (this.ctx.topics().size === 0) this.markOpen();
@@ -1519,7 +1519,7 @@ var WsConnection = class {
       f = decodeWsFrame(raw, this.ctx.format);
     } catch (e) {
       const error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
-      this.fail({ reason: `ws: malformed frame: ${error.message}`, error });
+      this.fail({ reason: `ws: malformed frame: ${error.message}`, error }, true);
       return;
     }
     switch (f.type) {
@@ -1584,12 +1584,18 @@ var WsConnection = class {
     if (code === 4001) info.fatal = new HeraldError(0, "disconnected", reason || "disconnected");
     this.fail(info);
   }
-  fail(info) {
+  /** Ends the connection with `info`. `abandon`: the peer went silent or sent what the
+   *  gateway never sends, so no answer to a close is to be waited for: the socket is dropped
+   *  at once where the implementation can (`terminate()`, as Node's `ws` has; undici's
+   *  WebSocket would wait for the closing handshake for ever, a browser's times it out). */
+  fail(info, abandon = false) {
     if (this.closed) return;
     this.closed = true;
     this.cleanup(info.reason);
+    const socket = this.socket;
     try {
-      this.socket.close(1e3);
+      if (abandon && typeof socket.terminate === "function") socket.terminate();
+      else socket.close(1e3);
     } catch {
     }
     this.handlers.close(info);

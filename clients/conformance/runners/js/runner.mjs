@@ -3,12 +3,14 @@
 // (clients/js/dist: `npm ci --prefix clients/js && npm run build --prefix clients/js`) and
 // holds no scenario logic.
 //
-// The WebSocket is given to the client as its `WebSocket` option, as a Node application
-// gives it: Node's own where it has one (Node ≥ 22, or Node 20 run with
-// --experimental-websocket, as runners.json runs it), else the `ws` package when it can be
-// imported.
+// The WebSocket is given to the client as its `WebSocket` option, as a Node application gives
+// it: the `ws` package (a dev dependency of clients/js, installed by `npm ci` there), which
+// can drop a connection given up as dead at once (undici's, Node's own, waits for a closing
+// handshake that a silent peer never answers, and keeps the process alive); Node's own where
+// `ws` is not installed (Node >= 22, or Node 20 with --experimental-websocket).
 
 import { createInterface } from "node:readline";
+import { createRequire } from "node:module";
 import { Herald } from "../../../js/dist/herald.js";
 
 const TRANSPORT = { ws: "websocket", sse: "sse", poll: "poll" };
@@ -27,12 +29,12 @@ function json(_key, v) {
   return v;
 }
 
-async function webSocketImpl() {
-  if (globalThis.WebSocket) return globalThis.WebSocket;
+function webSocketImpl() {
   try {
-    return (await import("ws")).WebSocket;
+    return createRequire(new URL("../../../js/package.json", import.meta.url))("ws").WebSocket;
   } catch {
-    process.stderr.write("[js-runner] no WebSocket: run node with --experimental-websocket, or install `ws`\n");
+    if (globalThis.WebSocket) return globalThis.WebSocket;
+    process.stderr.write("[js-runner] no WebSocket: `npm ci --prefix clients/js` (ws), or Node with one\n");
     return undefined;
   }
 }
@@ -54,7 +56,7 @@ async function start(c) {
     upgradeInterval: c.upgrade_ms ?? 2000,
     pollTimeout: Math.max(1, Math.round((c.poll_timeout_ms ?? 5000) / 1000)),
     tokenRefreshMargin: c.token_margin_ms ?? 2000,
-    WebSocket: await webSocketImpl(),
+    WebSocket: webSocketImpl(),
   };
   if (c.heartbeat_ms !== null && c.heartbeat_ms !== undefined) options.deadTimeout = c.heartbeat_ms;
   herald = new Herald(c.urls, options);
