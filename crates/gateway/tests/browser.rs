@@ -1,4 +1,5 @@
-//! Headless Chromium against a real gateway: the demo page as a person uses it, the native
+//! Headless Chromium against a real gateway: the demo page as a person uses it (connected as
+//! it opens, moved to another topic, Disconnect and Connect), the native
 //! WebSocket with permessage-deflate, the browser's native `EventSource` reconnecting and
 //! resuming by itself, and `EventSource` over HTTP/2 with TLS.
 //!
@@ -29,9 +30,10 @@ async fn demo_page_and_native_eventsource_reconnect() {
         ..Config::default()
     };
     config.sse.max_lifetime = Duration::from_secs(3);
-    // The page's own topics are open to all; `browser-user`'s token is checked.
+    // The page's own topics are open to all (`demo`, which the demo page connects to as it
+    // opens, and `demo-page`, by prefix); `browser-user`'s token is checked.
     config.auth.hs256_secret = Some(USER_SECRET.into());
-    config.auth.public_prefixes = vec!["demo-page".into(), "browser".into()];
+    config.auth.public_prefixes = vec!["demo".into(), "browser".into()];
     let user_token = jsonwebtoken::encode(
         &jsonwebtoken::Header::default(),
         &serde_json::json!({"sub": "browser-user", "topics": ["private-room"], "exp": 4_000_000_000u64}),

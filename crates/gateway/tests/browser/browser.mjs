@@ -1,8 +1,10 @@
 // Drives headless Chromium (Debian's package) against a running Herald gateway:
-//  1. the demo page: a person clicks Connect for heraldpush (the client library, served by the
-//     gateway at /herald-client.js), SSE and WebSocket and sees a published message arrive in
-//     all three lists; then the browser's native WebSocket negotiates permessage-deflate and a
-//     large message and a large ping go through it compressed;
+//  1. the demo page as a person uses it: it opens with heraldpush (the client library, served by
+//     the gateway at /herald-client.js), SSE and WebSocket connected to the topic in its field,
+//     nothing clicked, and a published message arrives in all three lists; a new topic and
+//     Enter move every pane to it (nothing more arrives from the first); Disconnect and Connect
+//     work pane by pane; then the browser's native WebSocket negotiates permessage-deflate and
+//     a large message and a large ping go through it compressed;
 //  2. the browser's native EventSource: messages arrive; when the stream ends (sse.max_lifetime)
 //     the browser reconnects by itself with Last-Event-ID and gets exactly the messages published
 //     while it was away, then live ones.
@@ -39,25 +41,63 @@ const browser = await chromium.launch({
   ],
 });
 try {
-  // 1. The demo page, as a person uses it.
+  // 1. The demo page, as a person uses it: opened, nothing clicked, every pane connects to the
+  // topic in the field.
   const demo = await browser.newPage();
+  const panes = ["client", "sse", "ws"];
+  const status = () => demo.evaluate((ids) => ids.map((p) => document.getElementById(`${p}-status`).textContent), panes);
+  // Every pane open on `topic` (the raw WebSocket's only once the gateway said "subscribed").
+  const open = async (topic) => {
+    try {
+      await demo.waitForFunction((t) =>
+        document.getElementById("client-status").textContent === `open (websocket) · ${t}` &&
+        document.getElementById("sse-status").textContent === `open · ${t}` &&
+        document.getElementById("ws-status").textContent === `open · ${t}`, topic, { timeout: 10000 });
+    } catch (e) {
+      throw new Error(`panes not open on ${topic}: ${JSON.stringify(await status())}: ${e.message}`);
+    }
+  };
+  // `text` shown in every pane's list.
+  const arrived = async (text) => {
+    try {
+      await demo.waitForFunction((x) =>
+        ["client-log", "sse-log", "ws-log"].every((id) => document.getElementById(id).textContent.includes(x)),
+        text, { timeout: 10000 });
+    } catch (e) {
+      throw new Error(`"${text}" not in every pane: ${JSON.stringify(await status())}: ${e.message}`);
+    }
+  };
   await demo.goto(`${base}/`);
+  const first = await demo.inputValue("#topic");
+  assert(first === "demo", `the page opens on topic ${first}`);
+  await open("demo");
+  await publish("demo", { text: "hello on load" });
+  await arrived("hello on load");
+  console.log("demo page: heraldpush, SSE and WebSocket connect as the page opens and show a published message");
+
+  // Another topic, then Enter: every pane moves to it and hears nothing more of the first.
   await demo.fill("#topic", "demo-page");
-  await demo.click("#client-open");
-  await demo.click("#sse-open");
-  await demo.click("#ws-open");
-  await demo.waitForFunction(() =>
-    document.getElementById("client-status").textContent === "open (websocket)" &&
-    document.getElementById("sse-status").textContent === "open" &&
-    document.getElementById("ws-status").textContent === "open" &&
-    document.getElementById("ws-log").textContent.includes("subscribed"));
+  await demo.press("#topic", "Enter");
+  await open("demo-page");
+  await publish("demo", { text: "left behind" });
   await publish("demo-page", { text: "hello from the test" });
-  await demo.waitForFunction(() =>
-    document.getElementById("client-log").textContent.includes("hello from the test") &&
-    document.getElementById("sse-log").textContent.includes("hello from the test") &&
-    document.getElementById("ws-log").textContent.includes("hello from the test"), null, { timeout: 10000 });
+  await arrived("hello from the test");
+  await new Promise((r) => setTimeout(r, 300));
+  const stale = await demo.evaluate(() => ["client-log", "sse-log", "ws-log"]
+    .filter((id) => document.getElementById(id).textContent.includes("left behind")));
+  assert(stale.length === 0, `still on the first topic: ${stale}`);
+
+  // Disconnect and Connect, pane by pane.
+  for (const p of panes) await demo.click(`#${p}-close`);
+  await new Promise((r) => setTimeout(r, 200));
+  const closed = await status();
+  assert(closed.every((s) => s === "closed"), `after Disconnect: ${JSON.stringify(closed)}`);
+  for (const p of panes) await demo.click(`#${p}-open`);
+  await open("demo-page");
+  await publish("demo-page", { text: "after Connect" });
+  await arrived("after Connect");
   await demo.screenshot({ path: process.env.HERALD_SCREENSHOT || "/tmp/herald-demo.png" });
-  console.log("demo page: heraldpush, SSE and WebSocket panes show the published message");
+  console.log("demo page: Enter on a new topic moves every pane to it; Disconnect and Connect work pane by pane");
 
   // 1b. Chromium's own WebSocket negotiates permessage-deflate: a large message arrives
   // whole, and a large ping the browser compresses is inflated and echoed.
