@@ -45,20 +45,8 @@ mkdir -p "$OUT"
     exit 1
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pids=()
-cleanup() {
-    local pid
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    pids=()
-}
-trap cleanup EXIT
-ready() { until [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/readyz") == 200 ]]; do sleep 0.05; done; }
-metric() { # ADMIN NAME LABEL-FILTER → sum of the series
-    curl -s "http://127.0.0.1:$1/metrics" |
-        awk -v name="$2" -v filter="$3" 'index($1, name "{") == 1 && index($1, filter) { n += $2 } END { printf "%d\n", n }'
-}
+# shellcheck source=deploy/bench/cluster-lib.sh
+source "$repo/deploy/bench/cluster-lib.sh"
 # An SSE client that only makes its node follow: QUERY, output discarded.
 follower() { # PUBLIC-PORT QUERY
     curl -sN "http://127.0.0.1:$1/v1/sse?$2" >/dev/null 2>&1 &
