@@ -43,34 +43,14 @@ mkdir -p "$OUT"
 source "$repo/deploy/bench/cluster-lib.sh"
 
 run() { # MODE[:GROUPS] RATE
-    local mode=${1%%:*} groups=${SHARDS:-} rate=$2 name="${1/:/-}-$2" rport i
+    local mode=${1%%:*} groups=${SHARDS:-} rate=$2 name="${1/:/-}-$2" i
     [[ $1 == *:* ]] && groups=${1#*:}
-    rport=$(free_port)
     mkdir -p "$OUT/$name"
     {
         echo "[cluster]"
         if [[ -n $groups ]]; then echo "redis_shards = $groups"; fi
     } >"$OUT/$name/herald.toml"
-    redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
-        --dir "$OUT/$name" --logfile "$OUT/$name/redis.log" &
-    pids+=("$!")
-    local urls=() publish=() servers=(--server-pid "$!") admins=()
-    until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
-    for ((i = 0; i < NODES; i++)); do
-        local public admin
-        public=$(free_port)
-        admin=$(free_port)
-        "$herald" --config "$OUT/$name/herald.toml" --listen "127.0.0.1:$public" \
-            --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
-            --node-id "n$i" --cluster-routing "$mode" --log-filter warn \
-            >"$OUT/$name/node$i.log" 2>&1 &
-        pids+=("$!")
-        servers+=(--server-pid "$!")
-        urls+=(--url "http://127.0.0.1:$public")
-        publish+=(--publish-url "http://127.0.0.1:$admin")
-        admins+=("$admin")
-    done
-    for admin in "${admins[@]}"; do ready "$admin"; done
+    start_cluster "$OUT/$name" "$mode" "$NODES"
     echo "== $mode at $rate msg/s" >&2
     "$loadgen" sse "${urls[@]}" --conns "$CONNS" --topics "$CONNS" --ramp 0 \
         "${publish[@]}" --publish-mode round-robin --publish-rate "$rate" \

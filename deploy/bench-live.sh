@@ -54,11 +54,10 @@ follower() { # PUBLIC-PORT QUERY
 }
 
 run() { # SHAPE ROUND
-    local shape=$1 name="$1-r$2" routing=interest groups="" rport i k
+    local shape=$1 name="$1-r$2" routing=interest groups="" i k
     case $shape in
         broadcast-*) routing=broadcast groups=${shape#broadcast-} ;;
     esac
-    rport=$(free_port)
     mkdir -p "$OUT/$name"
     {
         echo "[cluster]"
@@ -66,26 +65,7 @@ run() { # SHAPE ROUND
         echo "[limits]"
         echo "max_subscriptions = 100"
     } >"$OUT/$name/herald.toml"
-    redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
-        --dir "$OUT/$name" --logfile "$OUT/$name/redis.log" &
-    pids+=("$!")
-    local urls=() servers=(--server-pid "$!") admins=() publics=()
-    until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
-    for ((i = 0; i < NODES; i++)); do
-        local public admin
-        public=$(free_port)
-        admin=$(free_port)
-        "$herald" --config "$OUT/$name/herald.toml" --listen "127.0.0.1:$public" \
-            --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
-            --node-id "n$i" --cluster-routing "$routing" --log-filter warn \
-            >"$OUT/$name/node$i.log" 2>&1 &
-        pids+=("$!")
-        servers+=(--server-pid "$!")
-        urls+=(--url "http://127.0.0.1:$public")
-        admins+=("$admin")
-        publics+=("$public")
-    done
-    for admin in "${admins[@]}"; do ready "$admin"; done
+    start_cluster "$OUT/$name" "$routing" "$NODES"
     case $shape in
         interest-1000)
             for public in "${publics[@]}"; do

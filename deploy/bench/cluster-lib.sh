@@ -24,3 +24,33 @@ metric() {
     curl -s "http://127.0.0.1:$1/metrics" |
         awk -v name="$2" -v filter="$3" 'index($1, name "{") == 1 && index($1, filter) { n += $2 } END { printf "%d\n", n }'
 }
+
+# start_cluster DIR ROUTING NODES: a fresh Redis and NODES Herald nodes ("$herald") bridged
+# by it, each with DIR/herald.toml and the routing mode ROUTING, logs in DIR; returns once
+# every node is ready. Sets, for the loadgen: urls (--url per node's public listener),
+# publish (--publish-url per node's admin listener), servers (--server-pid for Redis and each
+# node); and admins and publics (the nodes' ports).
+start_cluster() {
+    local dir=$1 routing=$2 count=$3 rport i public admin
+    rport=$(free_port)
+    redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
+        --dir "$dir" --logfile "$dir/redis.log" &
+    pids+=("$!")
+    urls=() publish=() servers=(--server-pid "$!") admins=() publics=()
+    until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
+    for ((i = 0; i < count; i++)); do
+        public=$(free_port)
+        admin=$(free_port)
+        "$herald" --config "$dir/herald.toml" --listen "127.0.0.1:$public" \
+            --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
+            --node-id "n$i" --cluster-routing "$routing" --log-filter warn \
+            >"$dir/node$i.log" 2>&1 &
+        pids+=("$!")
+        servers+=(--server-pid "$!")
+        urls+=(--url "http://127.0.0.1:$public")
+        publish+=(--publish-url "http://127.0.0.1:$admin")
+        admins+=("$admin")
+        publics+=("$public")
+    done
+    for admin in "${admins[@]}"; do ready "$admin"; done
+}
