@@ -69,7 +69,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use self::keys::Layout;
-use super::idempotency::{IdempotencyKey, KAFKA_HEADER};
+use super::idempotency::KAFKA_HEADER;
 use super::interest::Interest;
 use super::kafka_props::{self, KafkaContext};
 use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
@@ -375,7 +375,7 @@ impl KafkaBridge {
         let now = now_ms() as i64;
         let written = message.timestamp().to_millis();
         let age_ms = written.map_or(0, |ts| now.saturating_sub(ts).max(0) as u64);
-        if let Some(key) = idempotency_key(message)
+        if let Some(key) = retries::record_key(message)
             && let retries::Verdict::Repeat(first) = self.retries.ingested(
                 (message.topic(), message.partition()),
                 topic.as_str(),
@@ -408,27 +408,6 @@ impl KafkaBridge {
             }
         }
         ingest.deliver(topic, position, event, payload, age_ms, trace);
-    }
-}
-
-/// A record's idempotency key (the last `herald-idempotency-key` header), when it has a valid
-/// one; an invalid one is ignored (the record is delivered as if it had none).
-fn idempotency_key<'a>(message: &'a rdkafka::message::BorrowedMessage<'_>) -> Option<&'a str> {
-    let value = (message.headers()?.iter())
-        .filter(|h| h.key == KAFKA_HEADER)
-        .last()?
-        .value?;
-    let key = std::str::from_utf8(value).ok();
-    match key.filter(|k| IdempotencyKey::is_stored(k)) {
-        Some(key) => Some(key),
-        None => {
-            tracing::debug!(
-                partition = message.partition(),
-                offset = message.offset(),
-                "kafka record with an invalid herald-idempotency-key: delivered without one"
-            );
-            None
-        }
     }
 }
 

@@ -22,7 +22,10 @@ use std::time::Duration;
 
 use herald_core::Cursor;
 
-use crate::bridge::idempotency::Seen;
+use rdkafka::Message as _;
+use rdkafka::message::Headers as _;
+
+use crate::bridge::idempotency::{IdempotencyKey, KAFKA_HEADER, Seen};
 
 /// A partition's keys hold at least this many entries, however many partitions there are.
 const MIN_PER_PARTITION: usize = 1024;
@@ -139,6 +142,29 @@ impl Retries {
         let mut seen = self.seen.lock();
         for (topic, partition) in partitions {
             seen.remove(&(topic.to_string(), *partition));
+        }
+    }
+}
+
+/// A record's idempotency key (the last `herald-idempotency-key` header), when it has a valid
+/// one; an invalid one is ignored (the record is delivered as if it had none).
+pub(super) fn record_key<'a>(
+    message: &'a rdkafka::message::BorrowedMessage<'_>,
+) -> Option<&'a str> {
+    let value = (message.headers()?.iter())
+        .filter(|h| h.key == KAFKA_HEADER)
+        .last()?
+        .value?;
+    let key = std::str::from_utf8(value).ok();
+    match key.filter(|k| IdempotencyKey::is_stored(k)) {
+        Some(key) => Some(key),
+        None => {
+            tracing::debug!(
+                partition = message.partition(),
+                offset = message.offset(),
+                "kafka record with an invalid herald-idempotency-key: delivered without one"
+            );
+            None
         }
     }
 }

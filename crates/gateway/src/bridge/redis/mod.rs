@@ -47,6 +47,7 @@
 //! as MessagePack, its bytes as sent (`m`): a node that reads `m` delivers it as sent to its
 //! `herald.msgpack` subscribers (the JSON form stays, for nodes that do not read `m`).
 
+mod entries;
 mod reader;
 
 use std::collections::HashMap;
@@ -533,9 +534,9 @@ mod tests {
 
     #[test]
     fn entry_ids_order_as_redis_orders_them() {
-        let id = |s| reader::EntryId::parse(s).unwrap();
+        let id = |s| entries::EntryId::parse(s).unwrap();
         assert!(id("1-9") < id("2-0") && id("2-0") < id("2-1") && id("10-0") > id("9-99"));
         assert_eq!(id("17-3").to_string(), "17-3");
-        assert_eq!(reader::EntryId::parse("17"), None);
+        assert_eq!(entries::EntryId::parse("17"), None);
     }
 }
