@@ -186,6 +186,9 @@ struct Session<'a> {
     /// Each subscribed channel's stream.
     channels: HashMap<Box<[u8]>, u32>,
     generation: Option<u64>,
+    /// The bridge was found ready since the streams read last changed (readiness is not
+    /// looked at again until they do: it walks every group).
+    ready: bool,
 }
 
 impl<'a> Session<'a> {
@@ -197,6 +200,7 @@ impl<'a> Session<'a> {
             streams: HashMap::new(),
             channels: HashMap::new(),
             generation: None,
+            ready: false,
         }
     }
 
@@ -258,7 +262,9 @@ impl<'a> Session<'a> {
                 let all: Vec<u32> = self.streams.keys().copied().collect();
                 self.catch_up(&mut conn, all).await?;
             }
-            self.connected();
+            if !self.ready {
+                self.connected();
+            }
             tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
                 _ = changes.changed() => {}
@@ -278,7 +284,7 @@ impl<'a> Session<'a> {
     }
 
     /// Marks the bridge connected (and ready, once every stream it must read is caught up).
-    fn connected(&self) {
+    fn connected(&mut self) {
         let bridge = self.bridge;
         if !bridge.connected.swap(true, Ordering::Relaxed) {
             tracing::info!(streams = self.streams.len(), "redis bridge connected");
@@ -286,6 +292,7 @@ impl<'a> Session<'a> {
         if crate::bridge::Bridge::is_ready(bridge) {
             bridge.last_error.lock().take();
             metrics::bridge_up(NAME, true);
+            self.ready = true;
         }
     }
 
@@ -359,6 +366,7 @@ impl<'a> Session<'a> {
             self.catch_up(conn, groups).await?;
         }
         self.generation = Some(generation);
+        self.ready = false;
         tracing::debug!(
             streams = self.streams.len(),
             "redis bridge following the streams"
