@@ -389,9 +389,12 @@ async fn redis_cluster_wildcard_subscribers_cost_one_live_connection_per_master(
     }
     let groups: f64 = metric(&a, r#"herald_bridge_groups_followed{bridge="redis"}"#).await;
     assert_eq!(groups, 16_384.0, "a pattern follows every group");
+    // Per node, one live connection per master (3 here), not one per group (16,384): what
+    // else the process opens meanwhile (the test's HTTP connections, other tasks) stays well
+    // under the bound.
     let grown = open_files().saturating_sub(before);
     assert!(
-        grown <= 16,
+        grown <= 64,
         "following every group opened {grown} files: a node holds one live connection per master"
     );
     // Every message arrives, once, on both nodes.
@@ -410,6 +413,8 @@ async fn redis_cluster_wildcard_subscribers_cost_one_live_connection_per_master(
         want.sort();
         assert_eq!(got, want, "every message, once");
     }
-    assert!(open_files().saturating_sub(before) <= 16);
+    // Publishing adds each node's publishing connection per master and the HTTP ones.
+    let grown = open_files().saturating_sub(before);
+    assert!(grown <= 64, "{grown} files more after publishing");
     stop_all([a, b]).await;
 }
