@@ -83,7 +83,7 @@ impl AppState {
     }
 
     /// Like [`Self::new`], with the token rules and hooks (`access`) as validation loaded
-    /// them ([`crate::validate::Loaded`]), in a cluster: `logs` carry and position every publish
+    /// them (`crate::validate::Loaded`), in a cluster: `logs` carry and position every publish
     /// (each topic through the one log that feeds it), and must all be connected for the node
     /// to be ready; `cluster` observes the client connections.
     pub fn clustered(
@@ -266,7 +266,7 @@ impl AppState {
     }
 
     /// Like [`Self::open_connection`], with an id taken before the connection opened
-    /// ([`crate::cluster::Cluster::next_id`], named to the hooks).
+    /// (`crate::cluster::Cluster::next_id`, named to the hooks).
     pub fn open_connection_as(
         &self,
         id: u64,
@@ -360,7 +360,7 @@ impl AppState {
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
     /// topic) need from the cluster's logs, waiting until it has
-    /// ([`crate::bridge::Logs::backfill`]; immediate on a node alone or under broadcast
+    /// (`crate::bridge::Logs::backfill`; immediate on a node alone or under broadcast
     /// routing): `503 bridge_unavailable` when it could not within `cluster.backfill_timeout`.
     pub async fn backfill(&self, topics: &[&str], patterns: bool) -> Result<(), ApiError> {
         self.0.logs.backfill(topics, patterns).await.map_err(|e| {

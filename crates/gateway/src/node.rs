@@ -335,7 +335,7 @@ async fn housekeeping(
 }
 
 /// A gateway running on a runtime of its own: what tests and embedders start. Its threads
-/// record metrics into a recorder of its own ([`telemetry::metrics::Scope`]), so several
+/// record metrics into a recorder of its own (`telemetry::metrics::Scope`), so several
 /// gateways in one process each count only their own (a `herald` process has one, global).
 #[derive(Debug)]
 pub struct Gateway {

@@ -5,7 +5,7 @@
 //! encoded once per message) keeps its socket, as a [`DirectWriter`], in a [`DirectSub`] link
 //! and attaches the link to its topic through its [`crate::Feed`]. While its feed is idle (nothing to replay, nothing on its live receiver)
 //! it is *direct*: the feed drops its live receiver, so a publish does not wake its task, and
-//! the topic's fan-out ([`DirectSet::fan_out`]) writes the message's frame straight to the
+//! the topic's fan-out (`DirectSet::fan_out`) writes the message's frame straight to the
 //! socket when it is the subscriber's next one.
 //!
 //! A subscriber that cannot take a frame at once (the socket would block, or took only part
@@ -147,7 +147,7 @@ struct Attachment {
     direct_now: Arc<AtomicUsize>,
 }
 
-/// What a parked subscriber's task takes over ([`DirectSub::take`]).
+/// What a parked subscriber's task takes over (`DirectSub::take`).
 #[derive(Debug)]
 pub struct Handover {
     /// The position reached: subscribe again after it.

@@ -25,7 +25,7 @@ pub struct ConnectionIds {
 }
 
 impl ConnectionIds {
-    /// Ids of node number `node` (taken modulo [`NODES`]).
+    /// Ids of node number `node` (taken modulo `NODES`).
     pub fn new(node: u16) -> Self {
         Self {
             node: AtomicU64::new(u64::from(node % NODES)),

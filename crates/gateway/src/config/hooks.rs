@@ -1,5 +1,5 @@
 //! HTTP hooks: the application's backend decides who may connect, subscribe, publish and stay
-//! connected ([`crate::hooks`] calls them; README "HTTP hooks" and docs/protocol.md say what
+//! connected (`crate::hooks` calls them; README "HTTP hooks" and docs/protocol.md say what
 //! the backend and the clients see).
 
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! Messages between the coordinator and its workers.
 //!
-//! Child processes speak this as JSON lines: the coordinator writes the [`WorkerSpec`] as the
+//! Child processes speak this as JSON lines: the coordinator writes the [`crate::spec::WorkerSpec`] as the
 //! first line of the child's stdin, then [`Control`] lines; the child writes [`WorkerMsg`]
 //! lines on stdout. Histograms travel as base64 of their HDR V2 serialization.
 

@@ -98,7 +98,7 @@ const DEFLATE_PINGS: usize = 8;
 /// New patterns per `pattern_lockout` connection (Herald's `limits.max_subscriptions`).
 const LOCK_PATTERNS: usize = 64;
 
-/// Plans variant `v` of one of the [`TRUST`] attacks.
+/// Plans variant `v` of one of this file's attacks (`TRUST` lists them).
 pub(super) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
     let p = Planned::public;
     let host = env.host.as_str();
