@@ -10,6 +10,7 @@ import type { Reconnects } from "./backoff.js";
 import type { Subscriptions } from "./subscriptions.js";
 import type { ServerSubscriptions } from "./server.js";
 import type { TokenKeeper } from "./token.js";
+import { DeltaError } from "./delta.js";
 
 /** What the connector works with. */
 export interface ConnectorParts {
@@ -45,6 +46,8 @@ export class Connector {
   private updateQueued = false;
   /** A connection attempt waits for its token. */
   private starting = false;
+  /** Deltas applied, and those that could not be. */
+  readonly stats = { deltas: 0, deltaFailures: 0 };
 
   constructor(private readonly p: ConnectorParts) {}
 
@@ -176,6 +179,16 @@ export class Connector {
       },
       serverSubscribed: (topics) => {
         if (main() || probing()) server.subscribed(conn!, topics, main());
+      },
+      delta: (topic, error) => {
+        if (!main() && !probing()) return;
+        if (error === undefined) {
+          this.stats.deltas++;
+          return;
+        }
+        this.stats.deltaFailures++;
+        const e = new DeltaError(`${transport}: a delta of ${topic} did not apply (${error.message}): subscribed again from its cursor`);
+        this.p.events.emit("error", e);
       },
       serverUnsubscribed: (topics, ended) => {
         if (main() || probing()) server.unsubscribed(conn!, topics, ended, main());

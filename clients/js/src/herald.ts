@@ -66,6 +66,7 @@ export { HeraldError };
 export type { TokenSource, HeraldOptions, SubscribeOptions, ServerTopics, ServerUnsubscribed, Subscription, HeraldEvents };
 export type { WebSocketConstructor, WebSocketLike, HistoryPage };
 export { ProtocolError } from "./wire.js";
+export { DeltaError, applyFossil, MAX_DELTA_TARGET } from "./delta.js";
 export { MsgpackError, encode as encodeMsgpack, decode as decodeMsgpack } from "./msgpack.js";
 export { parseCursor, parseResumeList, formatResumeList, isAfter, isTopicName } from "./cursor.js";
 export { MAX_PATTERN_TOPICS, isPattern, matchesPattern, subscriptionError } from "./pattern.js";
@@ -230,7 +231,17 @@ export class Herald {
     if (options.last !== undefined && pattern) {
       throw new TypeError(`Herald: last does not apply to a pattern (${JSON.stringify(topic)}): it starts its topics live`);
     }
-    const sub: Sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
+    if (options.delta !== undefined && options.delta !== "fossil") {
+      throw new TypeError(`Herald: unknown delta ${JSON.stringify(options.delta)} (only "fossil")`);
+    }
+    const sub: Sub = {
+      topic,
+      onMessage,
+      onLost: options.onLost,
+      last: options.last,
+      delta: options.delta === "fossil",
+      active: true,
+    };
     if (this.subs.add(sub, this.opts.maxTopics)) this.link.topicsChanged();
     return {
       topic,
@@ -256,6 +267,12 @@ export class Herald {
     );
   }
 
+  /** Counters: `deltas`, the deltas applied; `deltaFailures`, those that could not be (each
+   *  also an `error` event), whose topics were subscribed again from their cursors. */
+  stats(): { deltas: number; deltaFailures: number } {
+    return { ...this.link.stats };
+  }
+
   /** Closes the connection for good. */
   close(): void {
     this.link.close();
@@ -268,6 +285,7 @@ export class Herald {
       topics: () => this.subs.resume(this.server.wanted()),
       patternCursors: () => this.subs.patternCursors(this.server.wanted()),
       last: (topic) => this.subs.last(topic),
+      delta: (topic) => this.subs.delta(topic),
       token: () => this.tokens.current,
       fetch: this.fetch(),
       // A constructor like the WHATWG one (Node's `ws`) is used as one.

@@ -68,6 +68,9 @@ export function topicQuery(ctx: ConnectionContext, topics: Map<string, string | 
   }
   if (last !== undefined) q.set("last", String(last));
   q.set("format", "json");
+  // Deltas are asked for per request: only while every topic and pattern asks for them (a
+  // topic that did not ask may be in a namespace that refuses them).
+  if (topics.size > 0 && [...topics.keys()].every((t) => ctx.delta(t))) q.set("delta", "fossil");
   return q;
 }
 /** Publishes with `POST /v1/publish` on the gateway at `base` (a token or an API key). */

@@ -99,6 +99,14 @@ export interface SubscribeOptions {
    *  fewer), then live. Used only while the client holds no cursor for the topic (its first
    *  subscription); every later connection resumes from the cursor. Not for a pattern. */
   last?: number;
+  /** `"fossil"`: ask for Fossil deltas on this topic (docs/protocol.md "Delta compression";
+   *  its namespace must allow them, else the gateway refuses the subscription with
+   *  `delta_not_allowed`). The client applies them: `onMessage` always gets the full data.
+   *  WebSocket asks per topic; SSE and long-poll ask per connection, so only while every
+   *  topic and pattern subscribed asks for them. A delta that does not apply is counted
+   *  (`stats().deltaFailures`, an `error` event) and its topic is subscribed again from its
+   *  cursor, so the message comes again in full. */
+  delta?: "fossil";
 }
 
 /** Topics the application subscribed this connection to, or unsubscribed it from. */

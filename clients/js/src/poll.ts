@@ -7,6 +7,7 @@ import { formatResumeList, parseResumeList } from "./cursor.js";
 import { matchedBy } from "./pattern.js";
 import { ProtocolError, decodePollAnswer, type PollAnswer } from "./wire.js";
 import { HttpConnection, MAX_ANSWER, headers, readText, refusal, topicQuery } from "./http.js";
+import { Bases, DeltaError, pollMessageTexts } from "./delta.js";
 
 export class PollConnection extends HttpConnection {
   readonly transport = "poll" as const;
@@ -44,6 +45,7 @@ export class PollConnection extends HttpConnection {
       }, limit);
       let res: Response;
       let body: PollAnswer;
+      let text: string;
       try {
         res = await this.ctx.fetch(url, {
           headers: headers(this.ctx, { accept: "application/json" }),
@@ -56,7 +58,7 @@ export class PollConnection extends HttpConnection {
           this.fail(await refusal(res, "poll"));
           return;
         }
-        const text = await readText(res, MAX_ANSWER, "poll answer");
+        text = await readText(res, MAX_ANSWER, "poll answer");
         if (!this.current(gen)) return;
         try {
           body = decodePollAnswer(text);
@@ -95,12 +97,29 @@ export class PollConnection extends HttpConnection {
       for (const l of body.lost) {
         this.handlers.lost({ topic: l.topic, reason: l.reason }, withMessages.has(l.topic) ? undefined : positions.get(l.topic));
       }
-      for (const m of messages) {
+      // Deltas apply within an answer (every poll is a resume: its first message of each topic
+      // is full). A topic whose delta does not apply gets nothing more from this answer, and
+      // its cursor stays at the last message delivered: the next poll resumes it from there.
+      const bases = new Bases((t) => this.ctx.delta(t));
+      const failed = new Set<string>();
+      let texts: string[] | undefined;
+      for (let k = 0; k < messages.length; k++) {
+        const m = messages[k]!;
+        if (failed.has(m.topic)) continue;
+        try {
+          if (bases.json(m, () => (texts ??= pollMessageTexts(text))[k] ?? "")) this.handlers.delta(m.topic);
+        } catch (e) {
+          if (!(e instanceof DeltaError)) throw e;
+          failed.add(m.topic);
+          this.handlers.delta(m.topic, e);
+          if (!this.current(gen)) return;
+          continue;
+        }
         this.handlers.message(m);
         if (!this.current(gen)) return;
       }
       // The cursor is where the next poll goes on from (after the loss, after the batch).
-      for (const [t, c] of positions) this.handlers.position(t, c);
+      for (const [t, c] of positions) if (!failed.has(t)) this.handlers.position(t, c);
       first = false;
       this.markOpen();
       if (body.disconnect) {

@@ -20,6 +20,7 @@ import {
 } from "./wire.js";
 import { HttpConnection, headers, refusal, topicQuery } from "./http.js";
 import { Watchdog } from "./watchdog.js";
+import { Bases, DeltaError } from "./delta.js";
 
 /** The gateway's SSE heartbeat when a stream asks for none (`sse.heartbeat`), in seconds. */
 export const SSE_DEFAULT_HEARTBEAT = 15;
@@ -231,6 +232,8 @@ export class SseConnection extends HttpConnection {
       });
       let retryMs: number | undefined;
       let sawOpening = false;
+      // The delta bases of this stream (a new stream starts every topic with full data).
+      const bases = new Bases((t) => this.ctx.delta(t));
       let ending: CloseInfo | undefined;
       const parser = new SseParser({
         id: (id) => {
@@ -253,11 +256,26 @@ export class SseConnection extends HttpConnection {
         event: (e) => {
           if (!this.current(gen)) return;
           switch (e.event) {
-            case "message":
-              this.handlers.message(decodeSseMessage(e.data));
+            case "message": {
+              const m = decodeSseMessage(e.data);
+              let delta: boolean;
+              try {
+                delta = bases.json(m, () => e.data);
+              } catch (err) {
+                if (!(err instanceof DeltaError)) throw err;
+                // Nothing of it is delivered: a new stream resumes every topic from its cursor
+                // (the last message delivered), so the message comes again in full.
+                this.handlers.delta(m.topic, err);
+                this.restart();
+                return;
+              }
+              if (delta) this.handlers.delta(m.topic);
+              this.handlers.message(m);
               break;
+            }
             case "herald.lost": {
               const lost = decodeSseLost(e.data);
+              bases.drop(lost.topic);
               const positions = e.id !== undefined ? parseResumeList(e.id) : new Map<string, string>();
               this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
               for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);

@@ -17,6 +17,8 @@ export interface Sub {
   onMessage: (m: HeraldMessage) => void;
   onLost: ((info: LostInfo) => void) | undefined;
   last: number | undefined;
+  /** Asked for deltas (`delta: "fossil"`). */
+  delta: boolean;
   active: boolean;
 }
 
@@ -158,6 +160,12 @@ export class Subscriptions {
       if (sub.active && sub.last !== undefined && (last === undefined || sub.last > last)) last = sub.last;
     }
     return last;
+  }
+
+  /** Whether a subscription of `topic` (a topic or a pattern) asked for deltas. */
+  delta(topic: string): boolean {
+    for (const sub of this.subs.get(topic) ?? []) if (sub.active && sub.delta) return true;
+    return false;
   }
 
   // ---- delivery ----

@@ -86,6 +86,9 @@ export interface ConnectionHandlers {
    *  (an SSE stream restarted for a topic change), which the server does not carry them to
    *  (`ended` true). */
   serverUnsubscribed(topics: string[], ended: boolean): void;
+  /** A delta was applied (`error` undefined), or one could not be (its topic is subscribed
+   *  again from its cursor by the transport: nothing of it was delivered). */
+  delta(topic: string, error?: Error): void;
   close(info: CloseInfo): void;
 }
 
@@ -102,6 +105,8 @@ export interface ConnectionContext {
   patternCursors(): Map<string, string>;
   /** For a topic without a cursor: start with its newest `last` messages (undefined: live). */
   last(topic: string): number | undefined;
+  /** Whether a subscription of `topic` (or pattern) asked for deltas (`delta: "fossil"`). */
+  delta(topic: string): boolean;
   /** The current token, if any. */
   token(): string | undefined;
   /** `fetch` to use. */

@@ -8,6 +8,8 @@ import { HeraldError, asError } from "./types.js";
 import { isPattern, matchedBy, matchesPattern } from "./pattern.js";
 import { ProtocolError, WS_MSGPACK, decodeWsFrame, encodeWsFrame, type ServerFrame } from "./wire.js";
 import { Watchdog } from "./watchdog.js";
+import { Bases, DeltaError } from "./delta.js";
+import { decode as decodeMsgpack } from "./msgpack.js";
 
 /** Replies awaited, in the order the commands were sent (the gateway answers every command,
  *  in order, with its reply or an error frame). */
@@ -16,13 +18,30 @@ interface Pending {
   topics?: string[];
   resolve?: (v: { id: string; topic: string }) => void;
   reject?: (e: Error) => void;
+  /** Called with the reply. */
+  done?: () => void;
 }
 
 /** Most commands awaiting a reply at once; past it `publish` is refused at once. */
 export const MAX_PENDING = 1024;
 
 /** Error codes of a refused subscription that retrying cannot fix. */
-const FATAL_SUBSCRIBE = new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
+const FATAL_SUBSCRIBE = new Set([
+  "forbidden",
+  "bad_topic",
+  "too_many_topics",
+  "bad_cursor",
+  "invalid_token",
+  "bad_delta",
+  "delta_not_allowed",
+]);
+
+/** The bytes of a binary frame (an `ArrayBuffer`, a typed array or a Node `Buffer`). */
+function frameBytes(raw: unknown): Uint8Array {
+  if (raw instanceof ArrayBuffer) return new Uint8Array(raw);
+  if (ArrayBuffer.isView(raw)) return new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength);
+  throw new ProtocolError("ws: not a binary frame");
+}
 
 export function wsUrl(base: string, token: string | undefined): string {
   const u = new URL("/v1/ws", base);
@@ -43,8 +62,14 @@ export class WsConnection implements Connection {
   private pending: Pending[] = [];
   private openTimer: ReturnType<typeof setTimeout> | undefined;
   private watchdog: Watchdog | undefined;
+  /** The base of each topic that asked for deltas: its last message's data on this connection. */
+  private readonly bases: Bases;
+  /** Topics whose delta did not apply, unsubscribed and subscribed again from their cursors:
+   *  what comes for them before the `unsubscribed` reply is of the old subscription, dropped. */
+  private readonly resyncing = new Set<string>();
 
   constructor(private readonly ctx: ConnectionContext, private readonly handlers: ConnectionHandlers) {
+    this.bases = new Bases((t) => ctx.delta(t), decodeMsgpack);
     const WS = ctx.WebSocket;
     if (!WS) throw new Error("no WebSocket implementation");
     const url = wsUrl(ctx.url, ctx.token());
@@ -95,31 +120,40 @@ export class WsConnection implements Connection {
     const held = [...this.requested].filter((t) => wanted.has(t));
     const resume = [...this.ctx.patternCursors()].filter(([t]) => !matchedBy(held, t));
     // One `subscribe` frame per `last` value (it applies to the frame's topics without a
-    // cursor); topics with a cursor, and patterns (`last` does not apply to them), go with the
-    // first.
-    const frames = new Map<number | undefined, { topics: string[]; cursors: Record<string, string> }>();
+    // cursor) and per `delta` (it applies to the frame's topics); topics with a cursor, and
+    // patterns (`last` does not apply to them), go with the first of their `delta`.
+    type Frame = { last: number | undefined; delta: boolean; topics: string[]; cursors: Record<string, string> };
+    const frames: Frame[] = [];
     for (const t of subscribe) {
       const c = wanted.get(t);
       const pattern = isPattern(t);
       const last = c === undefined && !pattern ? this.ctx.last(t) : undefined;
-      const key = c === undefined && !pattern ? last : frames.keys().next().value;
-      let frame = frames.get(key);
+      const delta = this.ctx.delta(t);
+      let frame =
+        c === undefined && !pattern
+          ? frames.find((f) => f.last === last && f.delta === delta)
+          : frames.find((f) => f.delta === delta);
       if (!frame) {
-        frame = { topics: [], cursors: {} };
-        frames.set(key, frame);
+        frame = { last, delta, topics: [], cursors: {} };
+        frames.push(frame);
       }
       frame.topics.push(t);
       if (c !== undefined) frame.cursors[t] = c;
       if (pattern) for (const [rt, rc] of resume) if (matchesPattern(t, rt)) frame.cursors[rt] = rc;
       this.requested.add(t);
+      this.bases.drop(t);
     }
-    for (const [last, { topics, cursors }] of frames) {
+    for (const { last, delta, topics, cursors } of frames) {
       const f: Record<string, unknown> = { type: "subscribe", topics, cursors };
       if (last !== undefined) f.last = last;
+      if (delta) f.delta = "fossil";
       this.send(f, { kind: "subscribe", topics });
     }
     if (unsubscribe.length > 0) {
-      for (const t of unsubscribe) this.requested.delete(t);
+      for (const t of unsubscribe) {
+        this.requested.delete(t);
+        this.bases.drop(t);
+      }
       this.send({ type: "unsubscribe", topics: unsubscribe }, { kind: "unsubscribe", topics: unsubscribe });
     }
   }
@@ -197,10 +231,23 @@ export class WsConnection implements Connection {
       return;
     }
     switch (f.type) {
-      case "message":
-        this.handlers.message(f.message);
+      case "message": {
+        const m = f.message;
+        if (this.resyncing.has(m.topic)) break;
+        let delta: boolean;
+        try {
+          delta = this.ctx.format === "json" ? this.bases.json(m, () => raw as string) : this.bases.msgpack(m, frameBytes(raw));
+        } catch (e) {
+          if (!(e instanceof DeltaError)) throw e;
+          this.resubscribe(m.topic, e);
+          break;
+        }
+        if (delta) this.handlers.delta(m.topic);
+        this.handlers.message(m);
         break;
+      }
       case "lost":
+        this.bases.drop(f.topic);
         this.handlers.lost({ topic: f.topic, reason: f.reason });
         break;
       case "subscribed": {
@@ -230,11 +277,12 @@ export class WsConnection implements Connection {
           for (const t of f.topics) {
             this.byServer.delete(t);
             this.requested.delete(t);
+            this.bases.drop(t);
           }
           if (f.topics.length > 0) this.handlers.serverUnsubscribed(f.topics, false);
           break;
         }
-        this.pending.shift();
+        this.pending.shift()?.done?.();
         break;
       case "reply":
         this.pending.shift();
@@ -252,6 +300,31 @@ export class WsConnection implements Connection {
       }
       case "other":
         break;
+    }
+  }
+
+  /** A delta of `topic` did not apply: nothing of it is delivered; the topic is unsubscribed
+   *  and subscribed again from its cursor (the last message delivered), so the message comes
+   *  again in full (docs/protocol.md "When a delta does not apply"). */
+  private resubscribe(topic: string, error: DeltaError): void {
+    this.handlers.delta(topic, error);
+    this.bases.drop(topic);
+    const cursor = this.ctx.topics().get(topic);
+    if (!this.requested.has(topic) || cursor === undefined || this.pending.length + 2 > MAX_PENDING) {
+      // Not a topic this connection asked for by name, or no cursor to resume it from:
+      // reconnect from the cursors.
+      this.fail({ reason: `ws: a delta of ${topic} did not apply: ${error.message}`, error }, true);
+      return;
+    }
+    this.resyncing.add(topic);
+    try {
+      this.send({ type: "unsubscribe", topics: [topic] }, { kind: "unsubscribe", topics: [topic], done: () => this.resyncing.delete(topic) });
+      this.send(
+        { type: "subscribe", topics: [topic], cursors: { [topic]: cursor }, delta: "fossil" },
+        { kind: "subscribe", topics: [topic] },
+      );
+    } catch (e) {
+      this.fail({ reason: `ws: ${asError(e).message}` }, true);
     }
   }
 

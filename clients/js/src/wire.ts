@@ -6,6 +6,7 @@
 // reconnect from the cursors), never skipping it in silence.
 
 import type { HeraldMessage } from "./types.js";
+import { deltaMessages } from "./delta.js";
 import { MsgpackError, decode as decodeMsgpack, encode as encodeMsgpack } from "./msgpack.js";
 
 /** The WebSocket's format: JSON text frames, or the `herald.msgpack` subprotocol. */
@@ -68,6 +69,8 @@ export function toMessage(f: unknown, what = "message"): HeraldMessage {
   if (!isObj(f) || f.type !== "message") throw new ProtocolError(`${what}: not a message object`);
   const m: HeraldMessage = { topic: str(f, "topic", what), id: str(f, "id", what), data: f.data };
   if (f.event !== undefined && f.event !== null) m.event = str(f, "event", what);
+  // A delta (docs/protocol.md "Delta compression"): the transport applies it (delta.ts).
+  if (f.delta === true) deltaMessages.add(m);
   return m;
 }
 
