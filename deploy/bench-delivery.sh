@@ -67,28 +67,19 @@ if [ -z "${GO_ECHO_BIN:-}" ]; then
   esac
 fi
 
-# A free port for a server: the kernel's pick, or with PORT_BASE one in PORT_BASE..+9999 (for
-# a machine whose ephemeral range is set to start above the servers' ports, so that tens of
-# thousands of client sockets never take a port a server is about to bind).
-free_port() {
-  python3 - "${PORT_BASE:-0}" <<'PY'
-import random, socket, sys
-base = int(sys.argv[1])
-for _ in range(1000):
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randrange(base, base + 10000) if base else 0))
-    except OSError:
-        continue
-    print(s.getsockname()[1]); break
-else:
-    sys.exit("no free port")
-PY
+# Free ports for the servers (deploy/lib.sh): below the ephemeral range, or with PORT_BASE
+# in PORT_BASE..+9999 (for a machine whose ephemeral range is set to start above the
+# servers' ports, so that tens of thousands of client sockets never take a port a server is
+# about to bind).
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$repo/deploy/lib.sh"
+server_port() { # VAR
+  if [ -n "${PORT_BASE:-}" ]; then take_port "$1" "$PORT_BASE" $((PORT_BASE + 9999)); else take_port "$1"; fi
 }
 
 run() { # run <name> <server: herald|herald-alt|herald-traced|floor|go|go-inline> <workload: sse|ws|echo> [echo rate]
   local name=$1 server=$2 workload=$3 rate=${4:-} port admin pid
-  port=$(free_port); admin=$(free_port)
+  server_port port; server_port admin
   case $server in
     herald) "$HERALD_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn & ;;
     herald-alt) "$HERALD_ALT_BIN" --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$admin" --log-filter warn "${alt_args[@]}" & ;;

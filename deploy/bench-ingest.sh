@@ -29,16 +29,12 @@ OUT=${OUT:-$(mktemp -d /tmp/herald-bench-ingest.XXXXXX)}
     exit 1
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-pids=()
-cleanup() {
-    local pid
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
+# take_port, pids and cleanup (on exit), ready.
+# shellcheck source-path=SCRIPTDIR source=bench/cluster-lib.sh
+source "$repo/deploy/bench/cluster-lib.sh"
 
-rport=$(free_port)
+rport="" node_pid="" node_admin="" # set by take_port and node
+take_port rport
 mkdir -p "$OUT/redis"
 redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no --dir "$OUT/redis" \
     --logfile "$OUT/redis/redis.log" &
@@ -48,16 +44,16 @@ until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; do
 
 # Broadcast routing: node I, with no subscribers, reads every message (what this measures).
 printf '[cluster]\nrouting = "broadcast"\nredis_shards = %s\nredis_prefix = "bench"\n' "$SHARDS" >"$OUT/herald.toml"
-node() { # ID → starts a node, prints "PID PUBLIC ADMIN"
-    local public admin
-    public=$(free_port)
-    admin=$(free_port)
+node() { # ID → starts a node; sets node_pid and node_admin (in this shell, so that the next
+    # node's ports are picked knowing this one's)
+    local public
+    take_port public
+    take_port node_admin
     "$herald" --config "$OUT/herald.toml" --listen "127.0.0.1:$public" \
-        --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
+        --admin-listen "127.0.0.1:$node_admin" --redis-url "redis://127.0.0.1:$rport" \
         --node-id "$1" --log-filter warn >"$OUT/$1.log" 2>&1 &
-    echo "$! $public $admin"
+    node_pid=$!
 }
-ready() { until [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/readyz") == 200 ]]; do sleep 0.05; done; }
 ingested() { # ADMIN → messages the node read from Redis
     curl -s "http://127.0.0.1:$1/metrics" |
         awk '/^herald_bridge_messages_total\{/ && /bridge="redis"/ && /direction="in"/ { n += $2 } END { printf "%d\n", n }'
@@ -67,9 +63,11 @@ cpu_seconds() { # PID → user+system CPU seconds
 }
 
 # ---- 1. steady
-read -r ppid _ padmin < <(node publisher)
+node publisher
+ppid=$node_pid padmin=$node_admin
 pids+=("$ppid")
-read -r ipid _ iadmin < <(node ingest)
+node ingest
+ipid=$node_pid iadmin=$node_admin
 pids+=("$ipid")
 ready "$padmin"
 ready "$iadmin"
@@ -95,7 +93,8 @@ total=0
 for ((s = 0; s < SHARDS; s++)); do
     total=$((total + $(redis-cli -p "$rport" xlen "bench:stream:$s")))
 done
-read -r ipid _ iadmin < <(node catchup)
+node catchup
+ipid=$node_pid iadmin=$node_admin
 pids+=("$ipid")
 until curl -s -o /dev/null "http://127.0.0.1:$iadmin/healthz"; do sleep 0.01; done
 start_cpu=$(cpu_seconds "$ipid")

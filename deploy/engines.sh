@@ -60,43 +60,21 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=engines/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/engines/common.sh"
-engines_load_all
 
-# start [--PART...]: the parts that start something (all of them by default).
-cmd_start() {
-    local arg p selectable=() picked=()
-    for p in "${ENGINE_PARTS[@]}"; do
-        declare -F "${p//-/_}_start" >/dev/null && selectable+=("$p")
-    done
-    for arg in "$@"; do
-        p=${arg#--}
-        [[ $arg == --* && " ${selectable[*]} " == *" $p "* ]] ||
-            die "start: unknown option '$arg' (expected $(printf -- '--%s, ' "${selectable[@]}" | sed 's/, $//'))"
-        picked+=("$p")
-    done
-    [[ ${#picked[@]} -gt 0 ]] || picked=("${selectable[@]}")
-    start_parts all "${picked[@]}"
+# The commands of the whole set beyond start, stop, status and env (common.sh's
+# engines_main): engines_knows CMD says whether CMD is one, engines_cmd runs it.
+engines_knows() { # CMD
+    case $1 in
+    kill-node | start-node | cluster-master-of | kafka-run) ;;
+    kill-* | start-* | restart-*) launchable "${1#*-}" ;; # kill-redis, start-kafka, ...
+    *) return 1 ;;
+    esac
 }
 
-main() {
-    local cmd=${1:-} name
-    [[ $# -gt 0 ]] && shift
+engines_cmd() { # CMD [ARGS...]
+    local cmd=$1 name
+    shift
     case $cmd in
-    -h | --help | help | "")
-        usage_of "${BASH_SOURCE[0]}"
-        [[ -n $cmd ]] || exit 2
-        return 0
-        ;;
-    esac
-    init_state_dir
-    case $cmd in
-    start) lock_state && cmd_start "$@" ;;
-    stop) lock_state && stop_all ;;
-    status) status_all ;;
-    env)
-        [[ -f $STATE_DIR/env ]] || die "no $STATE_DIR/env; run '$0 start' first"
-        cat "$STATE_DIR/env"
-        ;;
     kill-node | start-node)
         [[ $# -ge 1 ]] || die "$cmd: name a node, e.g. s-master or c1"
         lock_state
@@ -104,21 +82,13 @@ main() {
         ;;
     cluster-master-of) redis_cluster_cmd_master_of "$@" ;;
     kafka-run) kafka_cmd_run "$@" ;;
-    kill-* | start-* | restart-*) # kill-redis, start-kafka, restart-redis, ...
+    *) # kill-NAME, start-NAME, restart-NAME
         name=${cmd#*-}
-        launchable "$name" || {
-            usage_of "${BASH_SOURCE[0]}"
-            die "unknown command '$cmd'"
-        }
         lock_state
         [[ $cmd == start-* ]] || cmd_kill "$name" "$@"
         [[ $cmd == kill-* ]] || hook "$name" launch
         ;;
-    *)
-        usage_of "${BASH_SOURCE[0]}"
-        die "unknown command '$cmd'"
-        ;;
     esac
 }
 
-main "$@"
+engines_main "" "${BASH_SOURCE[0]}" "$@"

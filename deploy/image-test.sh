@@ -139,7 +139,10 @@ podman image inspect -f '{{json .Config.Healthcheck}}' "$tag" | grep -q 'herald'
 ok "image metadata: user 10001:10001, HEALTHCHECK herald health, STOPSIGNAL SIGTERM"
 
 # ------------------------------------------------------------------ run it
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Ports, set by take_port (deploy/lib.sh).
+public="" admin="" refused_admin="" unready_public="" unready_admin="" no_redis=""
 cleanup() {
   [ -n "${sse_pid:-}" ] && kill "$sse_pid" 2>/dev/null || true
   if [ "${HERALD_IMAGE_KEEP:-}" != 1 ]; then podman rm -f --ignore "$container" "$container-refused" "$container-unready" >/dev/null 2>&1 || true; fi
@@ -149,11 +152,12 @@ trap cleanup EXIT
 run=(podman run --runtime runc "${ulimits[@]}" --network host)
 
 # 1. The image's own defaults: admin on 0.0.0.0 without credentials is refused (exit 64).
-public=$(free_port)
+take_port public
+take_port refused_admin
 log "check: the image's defaults refuse an unauthenticated admin listener"
 set +e
 refused=$("${run[@]}" --name "$container-refused" -e HERALD_LISTEN="127.0.0.1:$public" \
-  -e HERALD_ADMIN_LISTEN="0.0.0.0:$(free_port)" "$tag" 2>&1)
+  -e HERALD_ADMIN_LISTEN="0.0.0.0:$refused_admin" "$tag" 2>&1)
 code=$?
 set -e
 [ "$code" = 64 ] || die "expected exit 64 without admin credentials, got $code: $refused"
@@ -162,8 +166,8 @@ podman rm -f "$container-refused" >/dev/null
 ok "without admin credentials the image exits 64 and names HERALD_ADMIN_API_KEYS"
 
 # 2-5. A configured container.
-public=$(free_port)
-admin=$(free_port)
+take_port public
+take_port admin
 key=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
 log "run: public 127.0.0.1:$public, admin 127.0.0.1:$admin"
 "${run[@]}" -d --name "$container" -e HERALD_LISTEN="127.0.0.1:$public" \
@@ -208,10 +212,12 @@ done
 ok "the admin API wants the key; an SSE client received the published message"
 
 # The health check fails when the node is alive but not ready (its Redis is not there).
-unready_admin=$(free_port)
-"${run[@]}" -d --name "$container-unready" -e HERALD_LISTEN="127.0.0.1:$(free_port)" \
+take_port unready_admin
+take_port unready_public
+take_port no_redis
+"${run[@]}" -d --name "$container-unready" -e HERALD_LISTEN="127.0.0.1:$unready_public" \
   -e HERALD_ADMIN_LISTEN="127.0.0.1:$unready_admin" -e HERALD_ADMIN_API_KEYS="$key" \
-  -e HERALD_REDIS_URL="redis://127.0.0.1:$(free_port)" "$tag" >/dev/null
+  -e HERALD_REDIS_URL="redis://127.0.0.1:$no_redis" "$tag" >/dev/null
 deadline=$(($(seconds) + 30))
 until curl -fsS "http://127.0.0.1:$unready_admin/healthz" >/dev/null 2>&1; do
   [ "$(seconds)" -lt "$deadline" ] || { podman logs "$container-unready" >&2; die "the unready container never came up"; }

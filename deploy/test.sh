@@ -65,7 +65,10 @@ export HERALD_ENGINES_DIR="${HERALD_ENGINES_DIR:-$repo/target/engines}"
 trap '"$repo/deploy/engines.sh" stop >&2 || true' EXIT
 eval "$("$repo/deploy/engines.sh" start)"
 
-cargo test --workspace "$@"
+# Every engine test runs here: under HERALD_REQUIRE_ENGINES=1 a test whose engine variable is
+# missing fails instead of skipping, as it does in a plain `cargo test`
+# (crates/gateway/tests/gateway/common/mod.rs, `engine`).
+HERALD_REQUIRE_ENGINES=1 cargo test --workspace "$@"
 
 # The clients' conformance suite (clients/conformance/README.md): every scenario against every
 # client's runner (Python, JavaScript on clients/js/dist built above, Go where `go` and

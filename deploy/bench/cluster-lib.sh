@@ -1,10 +1,11 @@
 # deploy/bench/cluster-lib.sh: what the cluster benchmarks (bench-live.sh, bench-interest.sh)
-# share, sourced by them: free ports, the processes they start and stop, readiness and
-# metrics. Not run on its own.
+# and bench-ingest.sh share, sourced by them: free ports (deploy/lib.sh), the processes they
+# start and stop, readiness and metrics. Not run on its own.
 # shellcheck shell=bash
 
-# A free TCP port on 127.0.0.1.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Free ports: take_port (deploy/lib.sh).
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 # Processes started by the run; `cleanup` stops them (and runs on exit).
 pids=()
@@ -32,15 +33,15 @@ metric() {
 # node); and admins and publics (the nodes' ports).
 start_cluster() {
     local dir=$1 routing=$2 count=$3 rport i public admin
-    rport=$(free_port)
+    take_port rport
     redis-server --bind 127.0.0.1 --port "$rport" --save "" --appendonly no \
         --dir "$dir" --logfile "$dir/redis.log" &
     pids+=("$!")
     urls=() publish=() servers=(--server-pid "$!") admins=() publics=()
     until [[ $(redis-cli -p "$rport" ping 2>/dev/null) == PONG ]]; do sleep 0.05; done
     for ((i = 0; i < count; i++)); do
-        public=$(free_port)
-        admin=$(free_port)
+        take_port public
+        take_port admin
         "$herald" --config "$dir/herald.toml" --listen "127.0.0.1:$public" \
             --admin-listen "127.0.0.1:$admin" --redis-url "redis://127.0.0.1:$rport" \
             --node-id "n$i" --cluster-routing "$routing" --log-filter warn \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2034 # the settings, credentials and dirs set here are used by the parts
 # deploy/engines/common.sh: what every engine part shares (sourced, not run): settings,
-# logging, apt-get, our own processes (ownership checks, stop), free ports, the state dir,
-# its lock and env file, and the start/stop/status logic over the parts.
+# logging, apt-get, our own processes (ownership checks, stop), free ports (deploy/lib.sh),
+# the state dir, its lock and env file, the start/stop/status logic over the parts, and the
+# command line of engines.sh and of each part.
 #
 # A part is deploy/engines/NAME.sh, listed in ENGINE_PARTS below (in start and env order).
 # It defines some of these functions, where P is NAME with '-' turned into '_':
@@ -30,6 +31,8 @@ set -euo pipefail
 
 ENGINES_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$ENGINES_LIB/../.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+source "$ENGINES_LIB/../lib.sh"
 STATE_DIR_RAW=${HERALD_ENGINES_DIR:-$REPO/target/engines}
 CACHE_DIR_RAW=${HERALD_ENGINES_CACHE:-${HOME:-/tmp}/.cache/herald-engines}
 STOP_GRACE_SECONDS=10
@@ -246,29 +249,7 @@ stop_engines() {
 
 # ----------------------------------------------------------------------------- ports
 
-# True if something accepts TCP connections on 127.0.0.1:PORT.
-port_listening() {
-    # shellcheck disable=SC2016 # $1 is expanded by the inner bash
-    timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null
-}
-
-# True if a server could bind 127.0.0.1:PORT now (with SO_REUSEADDR, as Redis and Kafka do).
-port_bindable() {
-    local port=$1
-    if command -v python3 >/dev/null 2>&1; then
-        python3 -c '
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    s.bind(("127.0.0.1", int(sys.argv[1])))
-except OSError:
-    sys.exit(1)
-' "$port" 2>/dev/null
-    elif port_listening "$port"; then
-        return 1
-    fi
-}
+# port_listening, port_bindable and pick_port are deploy/lib.sh's (sourced above).
 
 # Wait up to SECONDS for PORT to be bindable (e.g. right after killing its previous owner).
 wait_port_free() {
@@ -278,33 +259,6 @@ wait_port_free() {
         [[ $(now) -lt $deadline ]] || return 1
         sleep 0.2
     done
-}
-
-PICKED_PORTS=()
-# Print a free port. Ports are drawn at random BELOW the kernel's ephemeral range, so that
-# while an engine is down (fault injection) no client connection can take its port as a
-# local port and block the restart on the same port.
-pick_port() {
-    local lo=20000 hi=32767 eph_lo span port tries taken p
-    if read -r eph_lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [[ $eph_lo -gt 21000 ]]; then
-        hi=$((eph_lo - 1))
-    else
-        hi=60999
-    fi
-    span=$((hi - lo + 1))
-    for ((tries = 0; tries < 200; tries++)); do
-        port=$((lo + (RANDOM * 32768 + RANDOM) % span))
-        taken=0
-        for p in "${PICKED_PORTS[@]}"; do
-            [[ $p -eq $port ]] && taken=1
-        done
-        if [[ $taken -eq 0 ]] && port_bindable "$port"; then
-            PICKED_PORTS+=("$port")
-            printf '%s\n' "$port"
-            return 0
-        fi
-    done
-    die "could not find a free port in $lo-$hi"
 }
 
 # ----------------------------------------------------------------------------- state
@@ -532,8 +486,26 @@ cmd_kill() { # NAME [--graceful]
     stop_engines "$mode" 0 "$name"
 }
 
-# The command line of a part run alone: deploy/engines/PART.sh CMD [ARGS...].
-part_main() { # PART FILE [CMD [ARGS...]]
+# start [--PART...]: the parts that start something (all of them by default).
+start_all() {
+    local arg p selectable=() picked=()
+    for p in "${ENGINE_PARTS[@]}"; do
+        declare -F "${p//-/_}_start" >/dev/null && selectable+=("$p")
+    done
+    for arg in "$@"; do
+        p=${arg#--}
+        [[ $arg == --* && " ${selectable[*]} " == *" $p "* ]] ||
+            die "start: unknown option '$arg' (expected $(printf -- '--%s, ' "${selectable[@]}" | sed 's/, $//'))"
+        picked+=("$p")
+    done
+    [[ ${#picked[@]} -gt 0 ]] || picked=("${selectable[@]}")
+    start_parts all "${picked[@]}"
+}
+
+# The command line of engines.sh (PART empty: every part; its other commands are
+# engines_knows / engines_cmd, in engines.sh) and of a part run alone (deploy/engines/PART.sh CMD [ARGS...];
+# its other commands are its P_cmd_CMD functions).
+engines_main() { # PART FILE [CMD [ARGS...]]
     local part=$1 file=$2 cmd=${3:-} own
     shift 2
     [[ $# -gt 0 ]] && shift
@@ -546,17 +518,26 @@ part_main() { # PART FILE [CMD [ARGS...]]
         ;;
     esac
     init_state_dir
-    case $cmd in
-    start)
+    case $cmd:${part:+part} in
+    start:)
+        lock_state
+        start_all "$@"
+        ;;
+    start:part)
         [[ $# -eq 0 ]] || die "start: no options expected, got '$*'"
         lock_state
         start_parts own "$part"
         ;;
-    stop)
+    stop:)
+        lock_state
+        stop_all
+        ;;
+    stop:part)
         lock_state
         stop_part "$part"
         ;;
-    status)
+    status:) status_all ;;
+    status:part)
         if declare -F "${part//-/_}_status" >/dev/null; then
             hook "$part" status
         else
@@ -565,14 +546,25 @@ part_main() { # PART FILE [CMD [ARGS...]]
             status_of "${names[@]}"
         fi
         ;;
-    env)
+    env:)
+        [[ -f $STATE_DIR/env ]] || die "no $STATE_DIR/env; run '$file start' first"
+        cat "$STATE_DIR/env"
+        ;;
+    env:part)
         own=$(hook "$part" env)
         [[ -n $own ]] || die "$part is not started in $STATE_DIR; run '$file start' first"
         local wanted=()
         mapfile -t wanted < <(with_needs "$part")
         env_lines "${wanted[@]}"
         ;;
-    *)
+    *:)
+        engines_knows "$cmd" || {
+            usage_of "$file"
+            die "unknown command '$cmd'"
+        }
+        engines_cmd "$cmd" "$@"
+        ;;
+    *:part)
         declare -F "${part//-/_}_cmd_${cmd//-/_}" >/dev/null || {
             usage_of "$file"
             die "unknown command '$cmd'"

@@ -201,5 +201,5 @@ jaeger_forget() {
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main jaeger "${BASH_SOURCE[0]}" "$@"
+    engines_main jaeger "${BASH_SOURCE[0]}" "$@"
 fi

@@ -344,5 +344,5 @@ kafka_cmd_run() {
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main kafka "${BASH_SOURCE[0]}" "$@"
+    engines_main kafka "${BASH_SOURCE[0]}" "$@"
 fi

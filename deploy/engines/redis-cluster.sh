@@ -103,5 +103,5 @@ redis_cluster_reset() { redis_cluster_clean; }
 redis_cluster_forget() { redis_cluster_clean; }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main redis-cluster "${BASH_SOURCE[0]}" "$@"
+    engines_main redis-cluster "${BASH_SOURCE[0]}" "$@"
 fi

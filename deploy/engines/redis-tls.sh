@@ -43,5 +43,5 @@ redis_tls_reset() { rx_remove tls; }
 redis_tls_forget() { rx_remove tls; }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main redis-tls "${BASH_SOURCE[0]}" "$@"
+    engines_main redis-tls "${BASH_SOURCE[0]}" "$@"
 fi

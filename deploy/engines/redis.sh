@@ -191,5 +191,5 @@ rx_remove() {
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main redis "${BASH_SOURCE[0]}" "$@"
+    engines_main redis "${BASH_SOURCE[0]}" "$@"
 fi

@@ -85,5 +85,5 @@ sentinel_reset() { sentinel_clean; }
 sentinel_forget() { sentinel_clean; }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main sentinel "${BASH_SOURCE[0]}" "$@"
+    engines_main sentinel "${BASH_SOURCE[0]}" "$@"
 fi

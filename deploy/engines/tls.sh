@@ -90,5 +90,5 @@ tls_status() {
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
-    part_main tls "${BASH_SOURCE[0]}" "$@"
+    engines_main tls "${BASH_SOURCE[0]}" "$@"
 fi
