@@ -8,7 +8,8 @@ event with the gateway's reason.
 
 from .admin import AdminClient
 from .backoff import Backoff, full_jitter
-from .client import MAX_BUFFERED_EVENTS, Client, ErrorEvent, Event, HistoryPage, State, StateChanged, TokenSource
+from .client import MAX_BUFFERED_EVENTS, Client, ErrorEvent, Event, HistoryPage, State, StateChanged, Stats, TokenSource
+from .delta import MAX_DELTA_TARGET, DeltaError, apply_fossil
 from .errors import HeraldError, RefusedError, TransportError
 from .transports import MAX_PENDING, TransportName
 from .wire import Lost, Message, Presence, Published
@@ -17,6 +18,10 @@ __all__ = [
     "AdminClient",
     "Backoff",
     "Client",
+    "DeltaError",
+    "MAX_DELTA_TARGET",
+    "apply_fossil",
+    "Stats",
     "ErrorEvent",
     "Event",
     "HeraldError",

@@ -64,6 +64,25 @@ class ErrorEvent:
 Event = Union[wire.Message, wire.Lost, wire.Presence, StateChanged, ErrorEvent]
 
 
+@dataclass
+class Stats:
+    """The client's counters (:attr:`Client.stats`)."""
+
+    #: Deltas applied.
+    deltas: int = 0
+    #: Deltas that could not be applied (each also an :class:`ErrorEvent` ``bad_delta``):
+    #: never delivered; their topics were subscribed again from their cursors.
+    delta_failures: int = 0
+
+
+def _delta_flag(delta: str | None) -> bool:
+    if delta is None:
+        return False
+    if delta != "fossil":
+        raise ValueError(f"unknown delta {delta!r} (only 'fossil')")
+    return True
+
+
 @dataclass(frozen=True)
 class HistoryPage:
     topic: str
@@ -98,6 +117,9 @@ class Client:
     one. ``cursors``: where to resume topics from (``{topic: "<epoch>-<seq>"}``).
     ``dead_timeout``: a connection that receives nothing (heartbeats included) this long is
     dead. ``max_buffered``: events held for the application (:data:`MAX_BUFFERED_EVENTS`).
+    ``delta``: ``"fossil"`` asks for Fossil deltas (docs/protocol.md "Delta compression") on the
+    ``topics`` given here; :meth:`subscribe` takes its own. The client applies them: a
+    :class:`Message` always holds the full data. :attr:`stats` counts them.
     """
 
     def __init__(
@@ -119,6 +141,7 @@ class Client:
         token_refresh_margin: float = 30.0,
         max_topics: int = 64,
         max_buffered: int = MAX_BUFFERED_EVENTS,
+        delta: Literal["fossil"] | None = None,
     ) -> None:
         self._urls = [urls] if isinstance(urls, str) else list(urls)
         if not self._urls:
@@ -145,11 +168,13 @@ class Client:
         self._backoff = backoff
         self._retry = Reconnects(len(self._urls), len(self._transports), backoff)
         # Subscriptions and cursors.
-        self._subs: dict[str, None] = {}
+        #: Topics and patterns subscribed -> whether they asked for deltas.
+        self._subs: dict[str, bool] = {}
+        self._stats = Stats()
         self._cursors: dict[str, str] = dict(cursors or {})
         self._recent: collections.OrderedDict[str, None] = collections.OrderedDict()
         for name in list(topics):
-            self._add_topic(name)
+            self._add_topic(name, _delta_flag(delta))
         for name in self._cursors:
             if name not in self._subs and self._pattern_of(name) is not None:
                 self._recent[name] = None
@@ -234,9 +259,16 @@ class Client:
         await self._emit_state(State.CONNECTING, None)
         self._supervisor = asyncio.ensure_future(self._supervise())
 
-    def subscribe(self, topic: str) -> None:
-        """Subscribes to a topic or a prefix pattern (``orders.*``) on the live connection."""
-        if self._add_topic(topic):
+    def subscribe(self, topic: str, *, delta: Literal["fossil"] | None = None) -> None:
+        """Subscribes to a topic or a prefix pattern (``orders.*``) on the live connection.
+
+        ``delta="fossil"`` asks for Fossil deltas on it (its namespace must allow them, else the
+        gateway refuses it: ``delta_not_allowed``). A WebSocket asks per topic; SSE and
+        long-poll ask per connection, so only while every topic and pattern subscribed asks.
+        A delta that does not apply is counted (:attr:`stats`, an :class:`ErrorEvent` with
+        code ``bad_delta``), never delivered, and its topic is subscribed again from its
+        cursor, so the message comes again in full."""
+        if self._add_topic(topic, _delta_flag(delta)):
             self._changed()
 
     def unsubscribe(self, topic: str) -> None:
@@ -299,7 +331,12 @@ class Client:
 
     # ------------------------------------------------------------------ subscriptions
 
-    def _add_topic(self, topic: str) -> bool:
+    @property
+    def stats(self) -> Stats:
+        """Counters: deltas applied, and deltas that could not be."""
+        return Stats(self._stats.deltas, self._stats.delta_failures)
+
+    def _add_topic(self, topic: str, delta: bool = False) -> bool:
         err = wire.pattern_error(topic)
         if err is not None:
             raise ValueError(f"bad topic or pattern {topic!r}: {err}")
@@ -307,7 +344,7 @@ class Client:
             return False
         if len(self._subs) >= self._max_topics:
             raise ValueError(f"at most {self._max_topics} topics per connection")
-        self._subs[topic] = None
+        self._subs[topic] = delta
         self._recent.pop(topic, None)
         return True
 
@@ -346,7 +383,15 @@ class Client:
     async def _sink(self, conn: Connection, ev: wire.WireEvent) -> None:
         if conn is not self._conn and conn is not self._probe:
             return
-        if isinstance(ev, wire.Message):
+        if isinstance(ev, wire.DeltaResult):
+            if ev.error is None:
+                self._stats.deltas += 1
+            else:
+                self._stats.delta_failures += 1
+                await self._events.put(ErrorEvent(
+                    "bad_delta", f"{conn.transport}: a delta of {ev.topic} did not apply ({ev.error}): "
+                    "subscribed again from its cursor"))
+        elif isinstance(ev, wire.Message):
             # Cursors only move forward: the overlap of two connections never shows twice.
             if not wire.is_after(ev.id, self._cursors.get(ev.topic)):
                 return
@@ -392,7 +437,7 @@ class Client:
         return ConnContext(url=url, fmt=self._fmt, topics=self._resume, pattern_cursors=self._pattern_cursors,
                            token=lambda: self._token, http=self._http_client(),
                            open_timeout=self._open_timeout, dead_timeout=self._dead_timeout,
-                           poll_timeout=self._poll_timeout)
+                           poll_timeout=self._poll_timeout, delta=lambda t: self._subs.get(t, False))
 
     def _spawn(self, ti: int) -> Connection:
         conn = open_connection(self._transports[ti], self._ctx(self._urls[self._retry.url]), self._sink)

@@ -24,6 +24,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from . import wire
+from .delta import Bases, DeltaError, poll_message_texts
 from .errors import HeraldError, RefusedError
 
 __all__ = ["Closed", "ConnContext", "Connection", "open_connection", "TransportName", "MAX_PENDING"]
@@ -42,7 +43,7 @@ SSE_DEFAULT_HEARTBEAT = 15
 MAX_EVENT = 4 << 20
 
 _FATAL_CODES = {"forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token",
-                "pattern_not_allowed"}
+                "pattern_not_allowed", "bad_delta", "delta_not_allowed"}
 
 
 @dataclass
@@ -59,6 +60,8 @@ class Closed:
     fatal: HeraldError | None = None
     #: The server sent something unreadable.
     protocol_error: bool = False
+    #: Not an end: SSE starts a new stream from the cursors (a delta that did not apply).
+    restart: bool = False
 
 
 @dataclass
@@ -76,6 +79,8 @@ class ConnContext:
     open_timeout: float
     dead_timeout: float
     poll_timeout: float
+    #: Whether the subscription of a topic (or pattern) asked for deltas.
+    delta: Callable[[str], bool] = lambda _t: False
 
 
 Sink = Callable[["Connection", wire.WireEvent], Awaitable[None]]
@@ -164,6 +169,11 @@ class WsConnection(Connection):
         self._requested: set[str] = set()
         self._pending: collections.deque[tuple[str, asyncio.Future[Any] | None]] = collections.deque()
         self._failure: Closed | None = None
+        #: The base of each topic that asked for deltas: its last message's data here.
+        self._bases = Bases(ctx.delta)
+        #: Topics whose delta did not apply, unsubscribed and subscribed again from their
+        #: cursors: what comes for them before the ``unsubscribed`` reply is dropped.
+        self._resyncing: set[str] = set()
 
     def _url(self) -> str:
         base = _with_path(self.ctx.url, "/v1/ws", "wss" if self.ctx.url.startswith("https") else "ws")
@@ -202,6 +212,11 @@ class WsConnection(Connection):
                     ev = wire.decode_ws_frame(raw, self.ctx.fmt)
                 except wire.ProtocolError as e:
                     return Closed(f"ws: malformed frame: {e}", protocol_error=True)
+                if isinstance(ev, wire.Message):
+                    done = await self._message(ev, raw)
+                    if done is not None:
+                        return done
+                    continue
                 done = await self._frame(ev)
                 if done is not None:
                     return done
@@ -229,6 +244,42 @@ class WsConnection(Connection):
             info.fatal = RefusedError("disconnected", reason or "disconnected")
         return info
 
+    async def _message(self, m: wire.Message, raw: str | bytes) -> Closed | None:
+        """A message: a delta applied (docs/protocol.md "Delta compression"), the base kept."""
+        if m.topic in self._resyncing:
+            return None
+        try:
+            if isinstance(m, wire.DeltaMessage):
+                if isinstance(raw, str):
+                    data = self._bases.delta_json(m.topic, m.data)
+                else:
+                    data = self._bases.delta_msgpack(m.topic, m.data)
+                m = wire.Message(m.topic, m.id, data, m.event)
+                await self._emit(wire.DeltaResult(m.topic))
+            elif isinstance(raw, str):
+                self._bases.full_json(m.topic, lambda: raw)
+            else:
+                self._bases.full_msgpack(m.topic, raw)
+        except DeltaError as e:
+            return await self._resubscribe(m.topic, e)
+        await self._emit(m)
+        return None
+
+    async def _resubscribe(self, topic: str, error: DeltaError) -> Closed | None:
+        """A delta of ``topic`` did not apply: nothing of it is delivered; the topic is
+        unsubscribed and subscribed again from its cursor (the last message delivered), so the
+        message comes again in full."""
+        await self._emit(wire.DeltaResult(topic, str(error)))
+        self._bases.drop(topic)
+        cursor = self.ctx.topics().get(topic)
+        if topic not in self._requested or cursor is None or len(self._pending) + 2 > MAX_PENDING:
+            # Not a topic asked for by name here, or no cursor: reconnect from the cursors.
+            return Closed(f"ws: a delta of {topic} did not apply: {error}", protocol_error=True)
+        self._resyncing.add(topic)
+        await self._send({"type": "unsubscribe", "topics": [topic]}, "resync:" + topic)
+        await self._send(wire.subscribe_frame([topic], {topic: cursor}, delta=True), "subscribe")
+        return None
+
     async def _frame(self, ev: wire.WireEvent) -> Closed | None:
         if isinstance(ev, wire.Opened):
             self._pop()
@@ -247,11 +298,17 @@ class WsConnection(Connection):
                     return Closed(f"ws: {ev.code}: {ev.reason}", fatal=RefusedError(ev.code, ev.reason))
                 return Closed(f"ws: {ev.code}: {ev.reason}", retry_after=1.0)
         elif isinstance(ev, wire.Ignored):
-            if ev.kind in ("unsubscribed", "authenticated", "pong", "heartbeat"):
-                self._pop()
+            if ev.kind in ("unsubscribed", "authenticated", "pong", "heartbeat") and self._pending:
+                kind, _ = self._pending.popleft()
+                if kind.startswith("resync:"):
+                    self._resyncing.discard(kind[len("resync:"):])
+        elif isinstance(ev, wire.Lost):
+            self._bases.drop(ev.topic)
+            await self._emit(ev)
         elif isinstance(ev, wire.ServerUnsubscribed):
             for t in ev.topics:
                 self._requested.discard(t)
+                self._bases.drop(t)
             await self._emit(ev)
             self.update()
         else:
@@ -278,18 +335,26 @@ class WsConnection(Connection):
         wanted = self.ctx.topics()
         new = [t for t in wanted if t not in self._requested]
         gone = [t for t in self._requested if t not in wanted]
-        if new:
-            cursors = {t: c for t in new if (c := wanted[t]) is not None}
+        # One frame for the topics that ask for deltas, one for the others.
+        for delta in (False, True):
+            group = [t for t in new if self.ctx.delta(t) == delta]
+            if not group:
+                continue
+            cursors = {t: c for t in group if (c := wanted[t]) is not None}
             # Topics the patterns delivered resume under them (a cursor no topic or pattern of
             # the frame names is refused as bad_cursor).
-            patterns = [p for p in new if wire.is_pattern(p)]
+            patterns = [p for p in group if wire.is_pattern(p)]
             for t, c in self.ctx.pattern_cursors().items():
                 if any(wire.matches_pattern(p, t) for p in patterns):
                     cursors[t] = c
-            self._requested.update(new)
-            await self._send(wire.subscribe_frame(new, cursors), "subscribe")
+            self._requested.update(group)
+            for t in group:
+                self._bases.drop(t)
+            await self._send(wire.subscribe_frame(group, cursors, delta), "subscribe")
         if gone:
             self._requested.difference_update(gone)
+            for t in gone:
+                self._bases.drop(t)
             await self._send({"type": "unsubscribe", "topics": gone}, "unsubscribe")
 
     def update(self) -> None:
@@ -332,8 +397,13 @@ def _headers(ctx: ConnContext, extra: dict[str, str]) -> dict[str, str]:
 Params = list[tuple[str, Union[str, int, float, bool, None]]]
 
 
-def _topic_params(topics: Mapping[str, str | None]) -> Params:
-    return [("topic", t) for t in topics]
+def _topic_params(ctx: ConnContext, topics: Mapping[str, str | None]) -> Params:
+    params: Params = [("topic", t) for t in topics]
+    # Deltas are asked for per request: only while every topic and pattern asks for them (a
+    # topic that did not ask may be in a namespace that refuses them).
+    if topics and all(ctx.delta(t) for t in topics):
+        params.append(("delta", "fossil"))
+    return params
 
 
 class _Restartable(Connection):
@@ -367,7 +437,10 @@ class _Restartable(Connection):
                 if self._restart:
                     continue
                 return Closed(f"{self.transport}: cancelled")
-            return self._task.result()
+            info = self._task.result()
+            if info.restart:
+                continue
+            return info
 
     def update(self) -> None:
         self._restart_now()
@@ -407,7 +480,7 @@ class SseConnection(_Restartable):
         topics = self.ctx.topics()
         self._asked = set(topics)
         heartbeat = max(1, int(self.ctx.dead_timeout / 2))
-        params = _topic_params(topics) + [("format", "json")]
+        params = _topic_params(self.ctx, topics) + [("format", "json")]
         if ask_heartbeat:
             params.append(("heartbeat", str(heartbeat)))
         resume = wire.format_resume_list([*topics.items(), *self.ctx.pattern_cursors().items()])
@@ -426,6 +499,8 @@ class SseConnection(_Restartable):
                     return _http_refusal(res.status_code, body, res.headers, "sse")
                 parser = wire.SseParser(MAX_EVENT)
                 decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                # The delta bases of this stream (a new stream starts every topic full).
+                bases = Bases(self.ctx.delta)
                 async for chunk in res.aiter_raw():
                     for block in parser.feed(decoder.decode(chunk)):
                         if block.retry is not None and self.opened.is_set():
@@ -434,6 +509,21 @@ class SseConnection(_Restartable):
                             if isinstance(ev, wire.Ended):
                                 ending = ev
                                 continue
+                            if isinstance(ev, wire.Message):
+                                text = block.data or ""
+                                try:
+                                    if isinstance(ev, wire.DeltaMessage):
+                                        ev = wire.Message(ev.topic, ev.id, bases.delta_json(ev.topic, ev.data), ev.event)
+                                        await self._emit(wire.DeltaResult(ev.topic))
+                                    else:
+                                        bases.full_json(ev.topic, lambda: text)
+                                except DeltaError as e:
+                                    # Nothing of it is delivered: a new stream resumes every
+                                    # topic from its cursor, so the message comes again in full.
+                                    await self._emit(wire.DeltaResult(ev.topic, str(e)))
+                                    return Closed(f"sse: a delta of {ev.topic} did not apply: {e}", restart=True)
+                            elif isinstance(ev, wire.Lost):
+                                bases.drop(ev.topic)
                             await self._emit(ev)
                             if isinstance(ev, wire.Opened):
                                 self.opened.set()
@@ -472,7 +562,7 @@ class PollConnection(_Restartable):
             for t, c in self.ctx.pattern_cursors().items():
                 cursors.setdefault(t, c)
             hold = 0 if first else max(0, int(self.ctx.poll_timeout))
-            params = _topic_params(topics) + [("timeout", str(hold))]
+            params = _topic_params(self.ctx, topics) + [("timeout", str(hold))]
             resume = wire.format_resume_list(cursors.items())
             if resume:
                 params.append(("cursor", resume))
@@ -495,9 +585,36 @@ class PollConnection(_Restartable):
                 return Closed(f"poll: malformed answer: {e}", protocol_error=True)
             for lost in answer.lost:
                 await self._emit(lost)
-            for m in answer.messages:
+            # Deltas apply within an answer (every poll is a resume: the first message of each
+            # topic is full). A topic whose delta does not apply gets nothing more from this
+            # answer, and its cursor stays at the last message delivered: the next poll resumes
+            # it from there.
+            bases = Bases(self.ctx.delta)
+            failed: set[str] = set()
+            texts: list[str] | None = None
+
+            def text_of(k: int) -> str:
+                nonlocal texts
+                if texts is None:
+                    texts = poll_message_texts(res.content.decode("utf-8", "replace"))
+                return texts[k] if k < len(texts) else ""
+
+            for k, m in enumerate(answer.messages):
+                if m.topic in failed:
+                    continue
+                try:
+                    if isinstance(m, wire.DeltaMessage):
+                        m = wire.Message(m.topic, m.id, bases.delta_json(m.topic, m.data), m.event)
+                        await self._emit(wire.DeltaResult(m.topic))
+                    else:
+                        bases.full_json(m.topic, lambda k=k: text_of(k))  # type: ignore[misc]
+                except DeltaError as e:
+                    failed.add(m.topic)
+                    await self._emit(wire.DeltaResult(m.topic, str(e)))
+                    continue
                 await self._emit(m)
-            await self._emit(wire.Opened(answer.cursor))
+            positions = {t: c for t, c in answer.cursor.items() if t not in failed}
+            await self._emit(wire.Opened(positions))
             self.opened.set()
             first = False
             if answer.ended is not None:

@@ -179,6 +179,22 @@ class Message:
 
 
 @dataclass(frozen=True)
+class DeltaMessage(Message):
+    """A message that came as a delta (``"delta": true``): ``data`` is the delta (a ``str`` in
+    JSON, ``bytes`` in MessagePack). The transport applies it and delivers a :class:`Message`;
+    the application never sees one."""
+
+
+@dataclass(frozen=True)
+class DeltaResult:
+    """A transport applied a delta of ``topic`` (``error`` None), or could not (``error``):
+    then nothing of it was delivered, and the topic is subscribed again from its cursor."""
+
+    topic: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Lost:
     """The loss signal: messages of ``topic`` (a topic or a pattern) could not be delivered.
 
@@ -259,7 +275,7 @@ class Ignored:
 
 WireEvent = Union[
     Message, Lost, Opened, ServerSubscribed, ServerUnsubscribed, Published, CommandError, Ended,
-    Presence, Ignored,
+    Presence, Ignored, DeltaResult,
 ]
 
 
@@ -301,6 +317,8 @@ def _message(o: Mapping[str, Any]) -> Message:
         raise ProtocolError(f"message id is not a cursor: {mid!r:.80}")
     if "data" not in o:
         raise ProtocolError("message without data")
+    if o.get("delta") is True:
+        return DeltaMessage(topic=_str(o, "topic"), id=mid, data=o["data"], event=event)
     return Message(topic=_str(o, "topic"), id=mid, data=o["data"], event=event)
 
 
@@ -369,8 +387,11 @@ def encode_ws_frame(frame: Mapping[str, Any], fmt: Literal["json", "msgpack"]) -
     return packed
 
 
-def subscribe_frame(topics: list[str], cursors: Mapping[str, str]) -> dict[str, Any]:
-    return {"type": "subscribe", "topics": topics, "cursors": dict(cursors)}
+def subscribe_frame(topics: list[str], cursors: Mapping[str, str], delta: bool = False) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "subscribe", "topics": topics, "cursors": dict(cursors)}
+    if delta:
+        frame["delta"] = "fossil"
+    return frame
 
 
 def publish_frame(topic: str, data: Any, event: str | None) -> dict[str, Any]:
