@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/chaos.sh [DURATION]: proof under faults. Starts everything a chaos soak needs — three
-# Herald nodes from a release build, Redis with Sentinel (master, replica, two sentinels),
-# Kafka (deploy/engines.sh), Toxiproxy in front of every link — runs `herald-loadgen chaos`
+# Herald nodes from a release build, Redis with Sentinel (master, replica, two sentinels:
+# deploy/engines/sentinel.sh) and Kafka (deploy/engines.sh), Toxiproxy in front of every link —
+# runs `herald-loadgen chaos`
 # against them, stops what it started, and exits non-zero (3) on any silent gap, duplicate,
 # reorder, client that never recovered or publish whose fate is still unknown (the loadgen's
 # publishers retry with idempotency keys until answered).
@@ -18,7 +19,7 @@
 #
 # Links and what sits on them (Toxiproxy, one proxy each):
 #   clients -> node N    proxy clients-nodeN (the loadgen's --url)
-#   Herald  -> Redis     proxies redis-a, redis-b: each Redis announces its proxy's port
+#   Herald  -> Redis     proxies s-master, s-replica: each Redis announces its proxy's port
 #                        (replica-announce-port, and Sentinel monitors the master through it), so
 #                        Sentinel hands Herald the proxy; replication goes through it too
 #   Herald  -> Kafka     proxy kafka: the broker advertises the proxy's port
@@ -38,24 +39,13 @@ SENTINEL_MASTER=herald-chaos
 KAFKA_TOPIC=herald-chaos
 export HERALD_ENGINES_DIR=$DIR/engines HERALD_ENGINES_CACHE=$CACHE
 
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$repo/deploy/lib.sh" # pick_port
+
 log() { printf '[chaos.sh] %s\n' "$*" >&2; }
 die() {
   printf '[chaos.sh] ERROR: %s\n' "$*" >&2
   exit 1
-}
-
-free_port() { # a port nothing listens on, not handed out before in this run
-  local p
-  for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 12000))
-    grep -qx "$p" "$DIR/ports" 2>/dev/null && continue
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p" >>"$DIR/ports"
-      echo "$p"
-      return 0
-    fi
-  done
-  die "no free port"
 }
 
 # ------------------------------------------------------------------ Toxiproxy
@@ -79,76 +69,34 @@ proxy() { # NAME LISTEN_PORT UPSTREAM_PORT
 
 # ------------------------------------------------------------------ Redis + Sentinel
 
-redis_start() { # NAME [REPLICAOF_PORT]: redis-server NAME (a or b) on its port, announcing its proxy
-  local n=$1 d=$DIR/redis-$1
-  mkdir -p "$d"
-  local args=(--bind 127.0.0.1 --port "$(cat "$d/port")" --save "" --appendonly no
-    --replica-announce-ip 127.0.0.1 --replica-announce-port "$(cat "$d/proxy")"
-    --min-replicas-to-write 1 --min-replicas-max-lag 1
-    --daemonize yes --pidfile "$d/pid" --dir "$d" --logfile "$d/log")
-  [[ -n ${2:-} ]] && args+=(--replicaof 127.0.0.1 "$2")
-  rm -f "$d/pid"
-  redis-server "${args[@]}" >/dev/null
-  for _ in $(seq 100); do
-    [[ $(redis-cli -p "$(cat "$d/port")" ping 2>/dev/null) == PONG ]] && return 0
-    sleep 0.1
-  done
-  die "redis $n did not start"
-}
-
-sentinel_master_port() { # the proxy port Sentinel names as master
-  redis-cli -p "$(cat "$DIR/sentinel-1/port")" sentinel get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null | sed -n 2p
-}
-
-redis_of_proxy() { # PROXY_PORT -> a|b
-  local n
-  for n in a b; do
-    if [[ $(cat "$DIR/redis-$n/proxy") == "$1" ]]; then echo "$n"; fi
-  done
-  return 0
-}
+# The Sentinel set is deploy/engines/sentinel.sh's: master s-master and replica s-replica
+# behind their proxies, two sentinels.
+sentinel() { "$repo/deploy/engines/sentinel.sh" "$@" 2>>"$DIR/engines.log"; }
 
 replica_up() { # NAME
-  redis-cli -p "$(cat "$DIR/redis-$1/port")" info replication 2>/dev/null | tr -d '\r' | grep -qx 'master_link_status:up'
+  sentinel cli "$1" info replication | tr -d '\r' | grep -qx 'master_link_status:up'
 }
 
 start_redis_set() {
-  local n s
-  for n in a b; do
-    mkdir -p "$DIR/redis-$n"
-    free_port >"$DIR/redis-$n/port"
-    free_port >"$DIR/redis-$n/proxy"
-    proxy "redis-$n" "$(cat "$DIR/redis-$n/proxy")" "$(cat "$DIR/redis-$n/port")"
+  local n ports=() proxies=()
+  for n in s-master s-replica; do
+    pick_port >"$DIR/$n.port"
+    pick_port >"$DIR/$n.proxy"
+    proxy "$n" "$(cat "$DIR/$n.proxy")" "$(cat "$DIR/$n.port")"
+    ports+=("$(cat "$DIR/$n.port")")
+    proxies+=("$(cat "$DIR/$n.proxy")")
   done
-  redis_start a
-  redis_start b "$(cat "$DIR/redis-a/proxy")"
-  for _ in $(seq 100); do replica_up b && break; sleep 0.2; done
-  replica_up b || die "the Redis replica did not sync"
-  for s in 1 2; do
-    mkdir -p "$DIR/sentinel-$s"
-    free_port >"$DIR/sentinel-$s/port"
-    cat >"$DIR/sentinel-$s/sentinel.conf" <<EOF
-port $(cat "$DIR/sentinel-$s/port")
-bind 127.0.0.1
-daemonize yes
-pidfile $DIR/sentinel-$s/pid
-logfile $DIR/sentinel-$s/log
-dir $DIR/sentinel-$s
-sentinel monitor $SENTINEL_MASTER 127.0.0.1 $(cat "$DIR/redis-a/proxy") 1
-sentinel down-after-milliseconds $SENTINEL_MASTER 2000
-sentinel failover-timeout $SENTINEL_MASTER 3000
-EOF
-    redis-sentinel "$DIR/sentinel-$s/sentinel.conf" >/dev/null
-  done
-  for _ in $(seq 100); do [[ -n $(sentinel_master_port) ]] && return 0; sleep 0.1; done
-  die "sentinel did not start"
+  HERALD_SENTINEL_MASTER=$SENTINEL_MASTER HERALD_SENTINEL_DOWN_AFTER_MS=2000 \
+    HERALD_SENTINEL_FAILOVER_TIMEOUT_MS=3000 HERALD_SENTINEL_MIN_REPLICAS=1 \
+    HERALD_SENTINEL_PORTS="${ports[*]}" HERALD_SENTINEL_ANNOUNCE="${proxies[*]}" \
+    sentinel start >"$DIR/sentinel.env" || { tail -20 "$DIR/engines.log" >&2; die "Redis with Sentinel did not start"; }
 }
 
 # ------------------------------------------------------------------ Herald nodes
 
 node_start() { # N
   local n=$1
-  HERALD_REDIS_URL="redis+sentinel://127.0.0.1:$(cat "$DIR/sentinel-1/port"),127.0.0.1:$(cat "$DIR/sentinel-2/port")/$SENTINEL_MASTER" \
+  HERALD_REDIS_URL=$(sed -n 's/^export HERALD_TEST_REDIS_SENTINEL_URL=//p' "$DIR/sentinel.env") \
     HERALD_LOG_FILTER=${HERALD_CHAOS_LOG:-warn} \
     nohup "$(cat "$DIR/herald.bin")" --config "$DIR/herald.toml" --redis-mode sentinel --node-id "chaos-$n" \
     --listen "127.0.0.1:$(cat "$DIR/node$n.port")" --admin-listen "127.0.0.1:$(cat "$DIR/node$n.admin")" \
@@ -171,13 +119,13 @@ node_wait_ready() { # N [SECONDS]
 
 links() { # TARGET -> proxy names
   case $1 in
-  redis) echo redis-a redis-b ;;
+  redis) echo s-master s-replica ;;
   *) echo "$1" ;;
   esac
 }
 
 control() { # start|stop KIND TARGET PARAM
-  local verb=$1 kind=$2 target=$3 param=$4 p n port
+  local verb=$1 kind=$2 target=$3 param=$4 p n master killed
   case $kind:$verb in
   node_kill:start) kill -KILL "$(cat "$DIR/${target}.pid")" ;;
   node_kill:stop)
@@ -188,35 +136,35 @@ control() { # start|stop KIND TARGET PARAM
   node_pause:start) kill -STOP "$(cat "$DIR/${target}.pid")" ;;
   node_pause:stop) kill -CONT "$(cat "$DIR/${target}.pid")" ;;
   redis_failover:start)
-    n=$(redis_of_proxy "$(sentinel_master_port)")
+    n=$(sentinel master)
+    [[ -n $n ]] || die "redis_failover: sentinel names no master"
     echo "$n" >"$DIR/redis.killed"
-    kill -KILL "$(cat "$DIR/redis-$n/pid")"
+    "$repo/deploy/engines.sh" kill-node "$n" 2>>"$DIR/engines.log"
     ;;
   redis_failover:stop)
     n=$(cat "$DIR/redis.killed")
     for _ in $(seq 150); do
-      port=$(sentinel_master_port)
-      [[ -n $port && $(redis_of_proxy "$port") != "$n" ]] && break
+      master=$(sentinel master || true)
+      [[ -n $master && $master != "$n" ]] && break
       sleep 0.1
     done
-    [[ $(redis_of_proxy "$(sentinel_master_port)") != "$n" ]] || die "sentinel did not promote the replica within 15 s"
-    redis_start "$n" "$(sentinel_master_port)"
+    [[ -n $master && $master != "$n" ]] || die "sentinel did not promote the replica within 15 s"
+    sentinel rejoin "$n" # again, as the new master's replica
     for _ in $(seq 150); do replica_up "$n" && break; sleep 0.1; done
     ;;
   pubsub_kill:start)
     # every pub/sub connection to the master (the nodes' live connections, the sentinels'
     # hello channel), on its real port. A fault just before may have cut them already: wait
     # (10 s at most) until every node has its live connection again, so the kill drops them
-    n=$(redis_of_proxy "$(sentinel_master_port)")
+    n=$(sentinel master)
     [[ -n $n ]] || die "pubsub_kill: sentinel names no master"
-    port=$(cat "$DIR/redis-$n/port")
     for _ in $(seq 100); do
-      [[ $(redis-cli -p "$port" client list type pubsub 2>/dev/null | grep -vc 'name=sentinel-') -ge 3 ]] && break
+      [[ $(sentinel cli "$n" client list type pubsub | grep -vc 'name=sentinel-') -ge 3 ]] && break
       sleep 0.1
     done
-    p=$(redis-cli -p "$port" client list type pubsub 2>/dev/null | grep -vc 'name=sentinel-' || true)
-    killed=$(redis-cli -p "$port" client kill type pubsub) || die "pubsub_kill: CLIENT KILL failed"
-    printf '%s pubsub_kill redis-%s: %s pub/sub connections killed, %s of them not sentinels\n' "$(date +%T)" "$n" "$killed" "$p" >>"$DIR/faults.log"
+    p=$(sentinel cli "$n" client list type pubsub | grep -vc 'name=sentinel-' || true)
+    killed=$(sentinel cli "$n" client kill type pubsub) || die "pubsub_kill: CLIENT KILL failed"
+    printf '%s pubsub_kill %s: %s pub/sub connections killed, %s of them not sentinels\n' "$(date +%T)" "$n" "$killed" "$p" >>"$DIR/faults.log"
     ;;
   pubsub_kill:stop) ;; # nothing to heal: the nodes resubscribe on their own
   kafka_restart:start) "$repo/deploy/engines.sh" kill-kafka 2>>"$DIR/engines.log" ;;
@@ -260,27 +208,27 @@ fi
 DURATION=${1:-120s}
 [[ $DURATION =~ ^[0-9]+$ ]] && DURATION=${DURATION}s
 
-stop_all() {
+# shellcheck disable=SC2317 # run by the EXIT trap
+stop_run() {
   local f
   for f in "$DIR"/node*.pid; do
     [[ -f $f ]] || continue
     kill -CONT "$(cat "$f")" 2>/dev/null || true
     kill -TERM "$(cat "$f")" 2>/dev/null || true
   done
-  for f in "$DIR"/redis-*/pid "$DIR"/sentinel-*/pid; do
-    [[ -f $f ]] && kill -TERM "$(cat "$f")" 2>/dev/null || true
-  done
-  [[ -f $DIR/toxi.pid ]] && kill -TERM "$(cat "$DIR/toxi.pid")" 2>/dev/null || true
+  if [[ -f $DIR/toxi.pid ]]; then kill -TERM "$(cat "$DIR/toxi.pid")" 2>/dev/null || true; fi
   "$repo/deploy/engines.sh" stop 2>>"$DIR/engines.log" || true
   sleep 1
   for f in "$DIR"/node*.pid; do
-    [[ -f $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
+    if [[ -f $f ]]; then kill -KILL "$(cat "$f")" 2>/dev/null || true; fi
   done
 }
 
+# What a run that did not end left behind (its engines) first, then a fresh dir.
+if [[ -d $DIR/engines ]]; then "$repo/deploy/engines.sh" stop >/dev/null 2>&1 || true; fi
 rm -rf "$DIR"
 mkdir -p "$DIR"
-trap stop_all EXIT
+trap stop_run EXIT
 
 if [[ ${CHAOS_NO_BUILD:-} != 1 && -z ${CHAOS_BIN_DIR:-} ]]; then
   log "building herald and herald-loadgen (release)"
@@ -290,18 +238,16 @@ target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$repo/
 bin_dir=${CHAOS_BIN_DIR:-$target_dir/release}
 echo "$bin_dir/herald" >"$DIR/herald.bin"
 loadgen=$bin_dir/herald-loadgen
-command -v redis-sentinel >/dev/null || "$repo/deploy/engines.sh" start --redis --sentinel >/dev/null 2>>"$DIR/engines.log"
-"$repo/deploy/engines.sh" stop 2>>"$DIR/engines.log" || true
 ensure_toxiproxy
 
-free_port >"$DIR/toxi.port"
+pick_port >"$DIR/toxi.port"
 nohup "$TOXI_BIN/server" -host 127.0.0.1 -port "$(cat "$DIR/toxi.port")" </dev/null >"$DIR/toxiproxy.log" 2>&1 &
 echo $! >"$DIR/toxi.pid"
 for _ in $(seq 100); do toxi GET /version && break; sleep 0.1; done
 toxi GET /version || die "toxiproxy did not start"
 
 log "starting Kafka (deploy/engines.sh), advertised through Toxiproxy"
-free_port >"$DIR/kafka.proxy"
+pick_port >"$DIR/kafka.proxy"
 HERALD_KAFKA_ADVERTISED_PORT=$(cat "$DIR/kafka.proxy") "$repo/deploy/engines.sh" start --kafka >"$DIR/engines.env" 2>>"$DIR/engines.log" ||
   { tail -20 "$DIR/engines.log" >&2; die "Kafka did not start"; }
 proxy kafka "$(cat "$DIR/kafka.proxy")" "$(cat "$HERALD_ENGINES_DIR/kafka/port")"
@@ -316,9 +262,9 @@ cat >"$DIR/herald.toml" <<EOF
 redis_wait_replicas = 1
 EOF
 for n in 1 2 3; do
-  free_port >"$DIR/node$n.port"
-  free_port >"$DIR/node$n.admin"
-  free_port >"$DIR/node$n.clients"
+  pick_port >"$DIR/node$n.port"
+  pick_port >"$DIR/node$n.admin"
+  pick_port >"$DIR/node$n.clients"
   proxy "clients-node$n" "$(cat "$DIR/node$n.clients")" "$(cat "$DIR/node$n.port")"
   node_start "$n"
 done

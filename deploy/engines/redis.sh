@@ -127,11 +127,16 @@ rx_owns_pid() { # rx/NAME PID
 
 rx_port() { recorded_port "rx/$1"; }
 
-rx_prepare() { # NAME: a fresh dir and a free port
+rx_prepare() { # NAME [PORT]: a fresh dir and a free port (PORT when given)
     local dir=$RX_DIR/$1
     rm -rf "$dir"
     mkdir -p "$dir/data"
-    pick_port >"$dir/port"
+    if [[ -n ${2:-} ]]; then
+        PICKED_PORTS+=("$2")
+        printf '%s\n' "$2" >"$dir/port"
+    else
+        pick_port >"$dir/port"
+    fi
     : >"$dir/cli"
 }
 
