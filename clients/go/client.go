@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,21 @@ type Options struct {
 	HTTPClient *http.Client
 	// Random gives numbers in [0, 1) for the backoff's jitter (tests).
 	Random func() float64
+	// Delta: DeltaFossil asks for Fossil deltas (docs/protocol.md "Delta compression") on
+	// Topics; SubscribeWith asks for later ones. See SubscribeOptions.Delta.
+	Delta string
+}
+
+// SubscribeOptions are the options of SubscribeWith.
+type SubscribeOptions struct {
+	// Delta: DeltaFossil asks for Fossil deltas on these topics (their namespace must allow
+	// them, else the gateway refuses the subscription: delta_not_allowed). The client
+	// applies them: a Message always holds the full data. A WebSocket asks per topic; SSE
+	// and long-poll ask per connection, so only while every topic and pattern subscribed
+	// asks. A delta that does not apply is counted (Stats), reported (an ErrorEvent with a
+	// *DeltaError), never delivered, and its topic is subscribed again from its cursor, so
+	// the message comes again in full.
+	Delta string
 }
 
 func (o *Options) defaults() {
@@ -148,6 +164,8 @@ type Client struct {
 	notes     chan note
 	changed   chan struct{}
 
+	stats stats
+
 	mu        sync.Mutex
 	state     State
 	transport Transport
@@ -182,6 +200,9 @@ func New(opts Options) (*Client, error) {
 			return nil, err
 		}
 	}
+	if opts.Delta != "" && opts.Delta != DeltaFossil {
+		return nil, fmt.Errorf("heraldpush: unknown delta %q (only %q)", opts.Delta, DeltaFossil)
+	}
 	for t, cur := range opts.Cursors {
 		if _, ok := ParseCursor(cur); !ok || !ValidTopic(t) {
 			return nil, fmt.Errorf("heraldpush: bad cursor %q for %q: want a topic and `<epoch>-<seq>`", cur, t)
@@ -201,6 +222,11 @@ func New(opts Options) (*Client, error) {
 		notes:   make(chan note),
 		changed: make(chan struct{}, 1),
 		state:   StateConnecting,
+	}
+	if opts.Delta == DeltaFossil {
+		for _, n := range opts.Topics {
+			c.store.delta[n] = true
+		}
 	}
 	c.wg.Add(1)
 	go c.loop()
@@ -239,6 +265,39 @@ func (c *Client) Subscribe(names ...string) error {
 		c.topicsChanged()
 	}
 	return nil
+}
+
+// SubscribeWith is Subscribe with options (Fossil deltas). The options apply to the names
+// not subscribed yet.
+func (c *Client) SubscribeWith(o SubscribeOptions, names ...string) error {
+	if o.Delta != "" && o.Delta != DeltaFossil {
+		return fmt.Errorf("heraldpush: unknown delta %q (only %q)", o.Delta, DeltaFossil)
+	}
+	for _, n := range names {
+		if err := CheckSubscription(n); err != nil {
+			return err
+		}
+	}
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	c.store.mu.Lock()
+	for _, n := range names {
+		if o.Delta == DeltaFossil && !slices.Contains(c.store.names, n) {
+			c.store.delta[n] = true
+		}
+	}
+	changed := c.store.add(names...)
+	c.store.mu.Unlock()
+	if changed {
+		c.topicsChanged()
+	}
+	return nil
+}
+
+// Stats are the client's counters: deltas applied, and those that could not be.
+func (c *Client) Stats() Stats {
+	return Stats{Deltas: c.stats.deltas.Load(), DeltaFailures: c.stats.deltaFailures.Load()}
 }
 
 // Unsubscribe drops topics or patterns (and the cursors only they held).

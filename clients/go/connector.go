@@ -355,6 +355,33 @@ func (l *link) lost(ctx context.Context, topic, reason, cursor string) error {
 	return l.c.emit(ctx, &Lost{Topic: topic, Reason: reason})
 }
 
+// wantsDelta: whether the subscription of name (topic or pattern) asked for deltas.
+func (l *link) wantsDelta(name string) bool { return l.c.store.wantsDelta(name) }
+
+// allDelta: whether every name of a snapshot asked for deltas (SSE and long-poll ask per
+// request: a topic that did not ask may be in a namespace that refuses them).
+func (l *link) allDelta(sn snapshot) bool {
+	if len(sn.topics) == 0 {
+		return false
+	}
+	for _, tc := range sn.topics {
+		if !l.wantsDelta(tc.Topic) {
+			return false
+		}
+	}
+	return true
+}
+
+// delta counts a delta applied (err nil), or one that could not be (reported).
+func (l *link) delta(ctx context.Context, err error) error {
+	if err == nil {
+		l.c.stats.deltas.Add(1)
+		return nil
+	}
+	l.c.stats.deltaFailures.Add(1)
+	return l.c.emit(ctx, &ErrorEvent{Err: err})
+}
+
 // position: where a topic starts on this connection.
 func (l *link) position(topic, cursor string) { l.c.store.position(topic, cursor) }
 

@@ -89,6 +89,9 @@ func (p *pollConn) poll(parent context.Context, sn snapshot, first bool) error {
 		names = append(names, tc.Topic)
 	}
 	q.Set("format", "json")
+	if p.l.allDelta(sn) {
+		q.Set("delta", DeltaFossil)
+	}
 	hold, deadAfter := pollTimes(o.PollTimeout, o.HeartbeatTimeout)
 	if first {
 		hold = 0
@@ -190,8 +193,30 @@ func (p *pollConn) deliver(ctx context.Context, names []string, body []byte) err
 			return err
 		}
 	}
+	// Deltas apply within an answer (every poll is a resume: the first message of each topic
+	// is full). A topic whose delta does not apply gets nothing more from this answer, and its
+	// cursor stays at the last message delivered: the next poll resumes it from there.
+	bs := newBases(p.l.wantsDelta)
+	failed := map[string]bool{}
 	for i := range a.messages {
-		if err := p.l.message(ctx, &a.messages[i]); err != nil {
+		m := &a.messages[i]
+		if failed[m.Topic] {
+			continue
+		}
+		wasDelta := m.Delta
+		if err := bs.apply(m, false); err != nil {
+			failed[m.Topic] = true
+			if err := p.l.delta(ctx, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if wasDelta {
+			if err := p.l.delta(ctx, nil); err != nil {
+				return err
+			}
+		}
+		if err := p.l.message(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -202,7 +227,9 @@ func (p *pollConn) deliver(ctx context.Context, names []string, body []byte) err
 	}
 	// The cursor is where the next poll goes on from (after the loss, after the batch).
 	for _, tc := range a.positions {
-		p.l.position(tc.Topic, tc.Cursor)
+		if !failed[tc.Topic] {
+			p.l.position(tc.Topic, tc.Cursor)
+		}
 	}
 	if a.disconnect != nil {
 		// The application ended this client's connection (admin API); reconnect: false

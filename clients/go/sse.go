@@ -125,6 +125,9 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 	ask, deadAfter := sseHeartbeat(o.HeartbeatTimeout, s.serverHeartbeat)
 	q := url.Values{"topic": names}
 	q.Set("format", "json")
+	if s.l.allDelta(sn) {
+		q.Set("delta", DeltaFossil)
+	}
 	if ask > 0 {
 		q.Set("heartbeat", strconv.Itoa(ask))
 	}
@@ -197,6 +200,8 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 		retryHint time.Duration
 		ending    *endError
 	)
+	// The delta bases of this stream (a new stream starts every topic with full data).
+	bs := newBases(s.l.wantsDelta)
 	parser := &sseParser{max: o.MaxFrameBytes, retry: func(ms int64) {
 		if sawOpening {
 			retryHint = time.Duration(ms) * time.Millisecond
@@ -225,7 +230,7 @@ func (s *sseConn) stream(parent context.Context, opened *bool) error {
 			}
 			return nil
 		}
-		return s.block(ctx, names, b, &ending)
+		return s.block(ctx, names, b, &ending, bs)
 	}
 	buf := make([]byte, 32<<10)
 	for {
@@ -274,15 +279,30 @@ func (s *sseConn) serverNew(ctx context.Context, names, topics []string) error {
 }
 
 // block acts on one block with data.
-func (s *sseConn) block(ctx context.Context, names []string, b sseBlock, ending **endError) error {
+func (s *sseConn) block(ctx context.Context, names []string, b sseBlock, ending **endError, bs *bases) error {
 	ev, err := decodeSSEBlock(b)
 	if err != nil {
 		return err
 	}
 	switch ev.kind {
 	case sseMessage:
+		wasDelta := ev.frame.Delta
+		if err := bs.apply(&ev.frame, false); err != nil {
+			// Nothing of it is delivered: a new stream resumes every topic from its cursor
+			// (the last message delivered), so the message comes again in full.
+			if err := s.l.delta(ctx, err); err != nil {
+				return err
+			}
+			return errRestart
+		}
+		if wasDelta {
+			if err := s.l.delta(ctx, nil); err != nil {
+				return err
+			}
+		}
 		return s.l.message(ctx, &ev.frame)
 	case sseLostSignal:
+		bs.drop(ev.lost.Topic)
 		if err := s.l.lost(ctx, ev.lost.Topic, ev.lost.Reason, ev.lostAt); err != nil {
 			return err
 		}

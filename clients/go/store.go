@@ -16,6 +16,7 @@ type store struct {
 	recent  []string          // topics a pattern delivered (not named), least recent first
 	hints   map[string]string // positions in another epoch, until the loss signal comes
 	server  map[string]bool   // topics the application subscribed the connection to
+	delta   map[string]bool   // names subscribed asking for Fossil deltas
 	// personal: the personal topic `user:<sub>`, kept among names once the application
 	// subscribed a connection to it, so that every later connection subscribes it again
 	// (from its cursor): messages sent to the user while the client was away are not missed.
@@ -23,7 +24,7 @@ type store struct {
 }
 
 func newStore(names []string, cursors map[string]string) *store {
-	s := &store{cursors: map[string]string{}, hints: map[string]string{}, server: map[string]bool{}}
+	s := &store{cursors: map[string]string{}, hints: map[string]string{}, server: map[string]bool{}, delta: map[string]bool{}}
 	s.add(names...)
 	for t, c := range cursors {
 		if _, ok := ParseCursor(c); ok && ValidTopic(t) {
@@ -60,6 +61,7 @@ func (s *store) remove(names ...string) bool {
 		}
 		changed = true
 		s.names = slices.Delete(s.names, i, i+1)
+		delete(s.delta, n)
 		if IsPattern(n) {
 			s.recent = slices.DeleteFunc(s.recent, func(t string) bool {
 				if s.patternOf(t) != "" {
@@ -77,6 +79,13 @@ func (s *store) remove(names ...string) bool {
 		}
 	}
 	return changed
+}
+
+// wantsDelta: whether name (a topic or pattern) was subscribed asking for deltas.
+func (s *store) wantsDelta(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.delta[name]
 }
 
 func (s *store) patternOf(topic string) string {

@@ -189,6 +189,7 @@ type frame struct {
 	Topic  string            `json:"topic,omitempty"`
 	ID     string            `json:"id,omitempty"`
 	Event  string            `json:"event,omitempty"`
+	Delta  bool              `json:"delta,omitempty"` // data is a Fossil delta (delta.go)
 	Data   json.RawMessage   `json:"data,omitempty"`
 	Reason string            `json:"reason,omitempty"`
 	Code   string            `json:"code,omitempty"`
@@ -206,6 +207,8 @@ type frame struct {
 	Expires int64  `json:"expires,omitempty"`
 	// msgpack: the payload as its publisher sent it (MessagePack connections only).
 	raw []byte
+	// src: the JSON frame's text (the base of a delta is read from it).
+	src []byte
 }
 
 // errMalformed marks a frame or block the client cannot read: reported as an error event and
@@ -222,6 +225,7 @@ func decodeJSONFrame(b []byte) (frame, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return frame{}, malformed("not a JSON frame: %v", err)
 	}
+	f.src = b
 	return f, f.check()
 }
 
@@ -327,6 +331,8 @@ func decodeMsgpackFrame(b []byte) (frame, error) {
 			f.Cursor = v
 		case "expires":
 			f.Expires, ferr = dec.DecodeInt64()
+		case "delta":
+			f.Delta, ferr = dec.DecodeBool()
 		default:
 			ferr = dec.Skip()
 		}
@@ -466,10 +472,16 @@ type command struct {
 	Data    json.RawMessage   `json:"data,omitempty" msgpack:"-"`
 	Event   string            `json:"event,omitempty" msgpack:"event,omitempty"`
 	Token   string            `json:"token,omitempty" msgpack:"token,omitempty"`
+	Delta   string            `json:"delta,omitempty" msgpack:"delta,omitempty"`
 }
 
 func subscribeCommand(topics []string, cursors map[string]string) command {
 	return command{Type: "subscribe", Topics: topics, Cursors: cursors}
+}
+
+// deltaSubscribeCommand subscribes asking for Fossil deltas.
+func deltaSubscribeCommand(topics []string, cursors map[string]string) command {
+	return command{Type: "subscribe", Topics: topics, Cursors: cursors, Delta: DeltaFossil}
 }
 
 func unsubscribeCommand(topics []string) command {
@@ -503,6 +515,9 @@ func (c command) encodeMsgpack() ([]byte, error) {
 	}
 	if c.Token != "" {
 		m["token"] = c.Token
+	}
+	if c.Delta != "" {
+		m["delta"] = c.Delta
 	}
 	if c.Data != nil {
 		v, err := jsonToValue(c.Data)

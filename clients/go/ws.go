@@ -23,7 +23,10 @@ import (
 const MaxPending = 1024
 
 // Error codes of a refused subscription that retrying cannot fix.
-var fatalSubscribe = map[string]bool{"forbidden": true, "bad_topic": true, "too_many_topics": true, "bad_cursor": true, "invalid_token": true}
+var fatalSubscribe = map[string]bool{
+	"forbidden": true, "bad_topic": true, "too_many_topics": true, "bad_cursor": true, "invalid_token": true,
+	"bad_delta": true, "delta_not_allowed": true,
+}
 
 var (
 	errDead        = errors.New("heraldpush: no sign of life from the gateway (heartbeat missed)")
@@ -31,8 +34,9 @@ var (
 )
 
 type wsPending struct {
-	kind  string // subscribe, unsubscribe, publish, auth
+	kind  string // subscribe, unsubscribe, publish, auth, resync (an unsubscribe)
 	reply chan wsReply
+	topic string // resync: the topic subscribed again after a delta that did not apply
 }
 
 type wsReply struct {
@@ -49,6 +53,10 @@ type wsConn struct {
 	pending   []wsPending
 	requested map[string]bool // names subscribed or asked for
 	byServer  map[string]bool // topics the application subscribed this connection to
+	// resyncing: topics whose delta did not apply, unsubscribed and subscribed again from
+	// their cursors: what comes for them before the `unsubscribed` reply is dropped.
+	resyncing map[string]bool
+	bases     *bases // the base of each topic that asked for deltas
 	opened    bool
 	failed    error                   // the first reason the connection ended
 	stop      context.CancelCauseFunc // ends the connection
@@ -58,7 +66,8 @@ type wsConn struct {
 }
 
 func newWSConn(l *link) *wsConn {
-	return &wsConn{l: l, requested: map[string]bool{}, byServer: map[string]bool{}}
+	return &wsConn{l: l, requested: map[string]bool{}, byServer: map[string]bool{}, resyncing: map[string]bool{},
+		bases: newBases(l.wantsDelta)}
 }
 
 func (w *wsConn) alive() { w.last.Store(time.Now().UnixNano()) }
@@ -314,20 +323,43 @@ func (w *wsConn) subscribe() error {
 		}
 	}
 	slices.Sort(drop)
-	if len(topics) > 0 {
+	// One frame for the names that ask for deltas, one for the others; a cursor goes with the
+	// frame of its topic, or of a pattern that matches it.
+	for _, delta := range []bool{false, true} {
+		var group []string
 		for _, t := range topics {
+			if w.l.wantsDelta(t) == delta {
+				group = append(group, t)
+			}
+		}
+		if len(group) == 0 {
+			continue
+		}
+		var gc map[string]string
+		for t, c := range cursors {
+			if slices.Contains(group, t) || slices.ContainsFunc(group, func(p string) bool { return MatchesPattern(p, t) }) {
+				if gc == nil {
+					gc = map[string]string{}
+				}
+				gc[t] = c
+			}
+		}
+		for _, t := range group {
 			w.requested[t] = true
+			w.bases.drop(t)
 		}
-		if len(cursors) == 0 {
-			cursors = nil
+		cmd := subscribeCommand(group, gc)
+		if delta {
+			cmd = deltaSubscribeCommand(group, gc)
 		}
-		if err := w.sendLocked(subscribeCommand(topics, cursors), wsPending{kind: "subscribe"}); err != nil {
+		if err := w.sendLocked(cmd, wsPending{kind: "subscribe"}); err != nil {
 			return err
 		}
 	}
 	if len(drop) > 0 {
 		for _, t := range drop {
 			delete(w.requested, t)
+			w.bases.drop(t)
 		}
 		if err := w.sendLocked(unsubscribeCommand(drop), wsPending{kind: "unsubscribe"}); err != nil {
 			return err
@@ -418,6 +450,34 @@ func (w *wsConn) markOpen(ctx context.Context) {
 	}
 }
 
+// resubscribe: a delta of topic did not apply. Nothing of it is delivered; the topic is
+// unsubscribed and subscribed again from its cursor (the last message delivered), so the
+// message comes again in full (docs/protocol.md "When a delta does not apply").
+func (w *wsConn) resubscribe(ctx context.Context, topic string, derr error) error {
+	if err := w.l.delta(ctx, derr); err != nil {
+		return err
+	}
+	w.bases.drop(topic)
+	cursor := ""
+	for _, tc := range w.l.snapshot().topics {
+		if tc.Topic == topic {
+			cursor = tc.Cursor
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.requested[topic] || cursor == "" || w.ws == nil || w.failed != nil {
+		// Not a topic this connection asked for by name, or no cursor to resume it from:
+		// the connection is made again, from the cursors.
+		return &endError{err: derr}
+	}
+	w.resyncing[topic] = true
+	if err := w.sendLocked(unsubscribeCommand([]string{topic}), wsPending{kind: "resync", topic: topic}); err != nil {
+		return err
+	}
+	return w.sendLocked(deltaSubscribeCommand([]string{topic}, map[string]string{topic: cursor}), wsPending{kind: "subscribe"})
+}
+
 // shift takes the oldest command awaiting a reply.
 func (w *wsConn) shift() (wsPending, bool) {
 	w.mu.Lock()
@@ -434,8 +494,24 @@ func (w *wsConn) shift() (wsPending, bool) {
 func (w *wsConn) handle(ctx context.Context, f *frame) error {
 	switch f.Type {
 	case "message":
+		w.mu.Lock()
+		skip := w.resyncing[f.Topic]
+		w.mu.Unlock()
+		if skip {
+			return nil
+		}
+		wasDelta := f.Delta
+		if err := w.bases.apply(f, w.l.opts().MsgPack); err != nil {
+			return w.resubscribe(ctx, f.Topic, err)
+		}
+		if wasDelta {
+			if err := w.l.delta(ctx, nil); err != nil {
+				return err
+			}
+		}
 		return w.l.message(ctx, f)
 	case "lost":
+		w.bases.drop(f.Topic)
 		return w.l.lost(ctx, f.Topic, f.Reason, "")
 	case "join", "leave":
 		return w.l.member(ctx, f)
@@ -480,7 +556,11 @@ func (w *wsConn) handle(ctx context.Context, f *frame) error {
 			// for again.
 			return w.subscribe()
 		}
-		w.shift()
+		if p, ok := w.shift(); ok && p.kind == "resync" {
+			w.mu.Lock()
+			delete(w.resyncing, p.topic)
+			w.mu.Unlock()
+		}
 	case "published":
 		if p, ok := w.shift(); ok && p.reply != nil {
 			p.reply <- wsReply{res: PublishResult{Topic: f.Topic, ID: f.ID}}
