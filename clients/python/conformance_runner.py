@@ -59,6 +59,7 @@ class Runner:
             upgrade_interval=(c.get("upgrade_ms") or 2000) / 1000,
             poll_timeout=(c.get("poll_timeout_ms") or 5000) / 1000,
             token_refresh_margin=(c.get("token_margin_ms") or 2000) / 1000,
+            delta=c.get("delta"),
         )
         await self.client.connect()
         self.pump = asyncio.ensure_future(self._pump(self.client))
@@ -92,6 +93,9 @@ class Runner:
                      "messages": [{"id": m.id, "data": m.data} for m in page.messages]})
             elif cmd == "cursors":
                 out({"event": "cursors", "ref": ref, "cursors": client.cursors})
+            elif cmd == "stats":
+                s = client.stats
+                out({"event": "stats", "ref": ref, "deltas": s.deltas, "delta_failures": s.delta_failures})
             else:
                 raise RuntimeError(f"unknown command {cmd!r}")
         except HeraldError as e:

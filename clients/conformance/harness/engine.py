@@ -56,6 +56,19 @@ def _seq(cursor: str) -> tuple[str, int]:
     return epoch, int(seq)
 
 
+def _state(topic: str, k: int) -> dict[str, Any]:
+    """Message k of a topic carrying the full state of something that changes a little each
+    time (a score sheet): what delta compression is for. Each message differs from the one
+    before in a few numbers; the rest (non-ASCII text included) stays."""
+    return {
+        "match": topic, "n": k, "score": [k // 3, k // 5], "clock": f"{k // 60:02d}:{k % 60:02d}",
+        "venue": "Estádio — «héllo ✓»",
+        "players": [{"id": i, "name": f"player-{i}", "goals": (k + i) // 7 if i == k % 22 else i // 7,
+                     "cards": [], "active": i % 2 == 0} for i in range(22)],
+        "ratio": k / 8,
+    }
+
+
 def _json_form(value: Any) -> Any:
     """What a JSON reader sees of a MessagePack value (bin as base64)."""
     if isinstance(value, bytes):
@@ -319,7 +332,7 @@ class Scenario:
             "heartbeat_ms": c.get("heartbeat_ms"),
             "backoff_ms": c.get("backoff_ms", [50, 500]),
         }
-        for k in ("open_timeout_ms", "upgrade_ms", "stable_ms", "poll_timeout_ms", "token_margin_ms"):
+        for k in ("open_timeout_ms", "upgrade_ms", "stable_ms", "poll_timeout_ms", "token_margin_ms", "delta"):
             if k in c:
                 cmd[k] = c[k]
         await lane.proc.start()
@@ -335,6 +348,8 @@ class Scenario:
             k = self.counter.get(topic, 0) + 1
             self.counter[topic] = k
             data: Any = {"n": k, "topic": topic, "text": "héllo ✓", "list": [1, 2.5, None, True]}
+            if step.get("payload") == "state":
+                data = _state(topic, k)
             if "data" in step:
                 data = step["data"]
             body: dict[str, Any] = {"topic": topic, "data": data}
@@ -376,7 +391,8 @@ class Scenario:
             await asyncio.sleep(0.05)
 
     async def _command(self, lane: Lane, step: dict[str, Any], timeout: float) -> None:
-        cmd = {k: v for k, v in step.items() if k not in ("do", "expect", "error_code", "timeout_s", "since")}
+        cmd = {k: v for k, v in step.items()
+               if k not in ("do", "expect", "error_code", "timeout_s", "since", "deltas_min", "delta_failures_max")}
         answer = await lane.proc.request(cmd, timeout)
         expect = step.get("expect")
         if cmd["cmd"] == "publish":
@@ -397,6 +413,16 @@ class Scenario:
             got = [(m.get("id"), m.get("data")) for m in answer.get("messages", [])]
             if got != want:
                 raise StepFailed(f"history of {cmd['topic']}: got {got}, want the last published {want}")
+        elif cmd["cmd"] == "stats":
+            # The client's delta counters: that deltas came and were applied, and how many
+            # did not apply.
+            if answer.get("event") != "stats":
+                raise StepFailed(f"stats: {answer}")
+            deltas, failures = int(answer.get("deltas", -1)), int(answer.get("delta_failures", -1))
+            if "deltas_min" in step and deltas < int(step["deltas_min"]):
+                raise StepFailed(f"{deltas} deltas applied, at least {step['deltas_min']} expected ({answer})")
+            if "delta_failures_max" in step and not 0 <= failures <= int(step["delta_failures_max"]):
+                raise StepFailed(f"{failures} deltas did not apply, at most {step['delta_failures_max']} expected")
         elif cmd["cmd"] == "cursors":
             if answer.get("event") != "cursors":
                 raise StepFailed(f"cursors: {answer}")

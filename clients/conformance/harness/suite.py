@@ -68,6 +68,8 @@ def needs(data: dict[str, Any]) -> set[str]:
             needs.add("start_cursors")
     if client.get("heartbeat_ms"):
         needs.add("heartbeat")
+    if client.get("delta"):
+        needs.add("delta")
     return needs
 
 

@@ -78,7 +78,9 @@ async function start(c) {
   herald.on("lost", lost);
   const message = (m) => out({ event: "message", topic: m.topic, id: m.id, name: m.event ?? null, data: m.data });
   herald.on("serverMessage", message);
-  for (const t of [...(c.topics ?? []), ...(c.patterns ?? [])]) herald.subscribe(t, message, { onLost: lost });
+  const subOptions = { onLost: lost };
+  if (c.delta) subOptions.delta = c.delta;
+  for (const t of [...(c.topics ?? []), ...(c.patterns ?? [])]) herald.subscribe(t, message, subOptions);
 }
 
 async function command(c) {
@@ -93,6 +95,9 @@ async function command(c) {
       out({ event: "published", ref, id: p.id });
     } else if (c.cmd === "cursors") {
       out({ event: "cursors", ref, cursors: herald.cursors() });
+    } else if (c.cmd === "stats") {
+      const s = herald.stats();
+      out({ event: "stats", ref, deltas: s.deltas, delta_failures: s.deltaFailures });
     } else if (c.cmd === "history") {
       const page = await herald.history(c.topic, { limit: c.limit });
       out({ event: "history", ref, messages: page.messages.map((m) => ({ id: m.id, data: m.data })) });

@@ -44,6 +44,8 @@ type command struct {
 	UpgradeMS     *int64 `json:"upgrade_ms"`
 	PollTimeoutMS *int64 `json:"poll_timeout_ms"`
 	TokenMarginMS *int64 `json:"token_margin_ms"`
+	// Delta: "fossil" asks for deltas on every topic and pattern of start.
+	Delta string `json:"delta"`
 }
 
 // ms is a start field in ms, def when absent.
@@ -150,6 +152,7 @@ func run(stdin io.Reader, stdout io.Writer) {
 				PollTimeout:        ms(cmd.PollTimeoutMS, 5*time.Second),
 				TokenRefreshMargin: ms(cmd.TokenMarginMS, 2*time.Second),
 				Backoff:            heraldpush.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second},
+				Delta:              cmd.Delta,
 			}
 			if os.Getenv("HERALD_RUNNER_DEBUG") != "" {
 				opts.HTTPClient = &http.Client{Transport: logged{http.DefaultTransport.(*http.Transport).Clone()}}
@@ -180,7 +183,7 @@ func run(stdin io.Reader, stdout io.Writer) {
 				token = *cmd.Token
 				tokenMu.Unlock()
 			}
-		case "publish", "history", "cursors":
+		case "publish", "history", "cursors", "stats":
 			if client == nil {
 				o.fail(cmd.Ref, errors.New(cmd.Cmd+": not started"))
 				continue
@@ -229,6 +232,9 @@ func request(ctx context.Context, o *out, c *heraldpush.Client, cmd command) {
 		o.event(map[string]any{"event": "history", "ref": cmd.Ref, "messages": msgs})
 	case "cursors":
 		o.event(map[string]any{"event": "cursors", "ref": cmd.Ref, "cursors": c.Cursors()})
+	case "stats":
+		s := c.Stats()
+		o.event(map[string]any{"event": "stats", "ref": cmd.Ref, "deltas": s.Deltas, "delta_failures": s.DeltaFailures})
 	}
 }
 
