@@ -181,11 +181,13 @@ class Scenario:
     async def run(self, runners: list[RunnerSpec]) -> dict[str, LaneResult]:
         started = time.monotonic()
         results: dict[str, LaneResult] = {}
+        # The lanes first: a set-up that fails (a node refusing its configuration) is each
+        # lane's failure, with the reason, not a scenario silently not played.
+        for spec in runners:
+            proc = RunnerProc(spec, self.workdir / f"runner-{spec.name}.log")
+            self.lanes.append(Lane(spec, proc))
         try:
             await self._setup()
-            for spec in runners:
-                proc = RunnerProc(spec, self.workdir / f"runner-{spec.name}.log")
-                self.lanes.append(Lane(spec, proc))
             for step in self.s["steps"]:
                 await self._step(step)
             await asyncio.gather(*(self._finish(lane) for lane in self.lanes))

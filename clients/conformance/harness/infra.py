@@ -134,12 +134,21 @@ def _toml(value: Any) -> str:
 
 
 def config_toml(config: dict[str, Any]) -> str:
-    """A config dict ({"topics": {"history_len": 5}, "dev": true}) as TOML."""
+    """A config dict ({"topics": {"history_len": 5}, "dev": true}) as TOML; a table in a table
+    is a section of its own ({"namespaces": {"score": {"delta": "fossil"}}}: [namespaces.score])."""
     top = [f"{k} = {_toml(v)}" for k, v in config.items() if not isinstance(v, dict)]
-    sections = []
+    sections: list[str] = []
+
+    def section(name: str, table: dict[str, Any]) -> None:
+        sections.append(f"[{name}]\n" + "\n".join(f"{k} = {_toml(v)}" for k, v in table.items()
+                                                   if not isinstance(v, dict)))
+        for k, v in table.items():
+            if isinstance(v, dict):
+                section(f"{name}.{k}", v)
+
     for k, v in config.items():
         if isinstance(v, dict):
-            sections.append(f"[{k}]\n" + "\n".join(f"{kk} = {_toml(vv)}" for kk, vv in v.items()))
+            section(k, v)
     return "\n".join(top) + "\n\n" + "\n\n".join(sections) + "\n"
 
 
