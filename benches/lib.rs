@@ -20,6 +20,7 @@ pub fn topic(name: &str, capacity: usize) -> Arc<Topic> {
         history_ttl: Duration::from_secs(60),
         log_fed: false,
         lag_policy: None,
+        delta: false,
     };
     Arc::new(Topic::new(
         TopicName::new(name).expect("valid name"),

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 struct Counting(Arc<AtomicUsize>);
 
 impl DirectWriter for Counting {
-    fn frame<'m>(&self, message: &'m Message) -> &'m bytes::Bytes {
+    fn frame<'m>(&self, message: &'m Message, _delta: bool) -> &'m bytes::Bytes {
         message.sse_frame()
     }
 

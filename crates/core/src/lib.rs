@@ -9,6 +9,7 @@
 
 pub mod cursor;
 pub mod deflate;
+pub mod delta;
 pub mod direct;
 pub mod error;
 pub mod feed;
@@ -23,6 +24,7 @@ pub mod registry;
 pub mod topic;
 
 pub use cursor::{Cursor, ResumeList};
+pub use delta::Outbound;
 pub use direct::{DeliveryCounter, DirectSub, DirectWriter};
 pub use error::{CursorError, EventNameError, FeedError, RegistryError, TopicNameError};
 pub use feed::{Feed, FeedEvent, LagPolicy, Start};

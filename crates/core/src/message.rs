@@ -139,6 +139,9 @@ pub struct Message {
     /// The WebSocket frame compressed for permessage-deflate (RSV1 set), when compressing
     /// shrinks it.
     ws_deflate: OnceLock<Option<Bytes>>,
+    /// The topic's message before this one, when its namespace allows deltas
+    /// ([`crate::delta`]); boxed: most messages have none.
+    base: Option<Box<crate::delta::Base>>,
 }
 
 impl Message {
@@ -160,7 +163,32 @@ impl Message {
             ws: OnceLock::new(),
             ws_msgpack: OnceLock::new(),
             ws_deflate: OnceLock::new(),
+            base: None,
         }
+    }
+
+    /// The message, recording the topic's message before it (`cursor`, `data`) as the base its
+    /// deltas apply to.
+    pub(crate) fn with_base(mut self, cursor: Cursor, data: Payload) -> Self {
+        self.base = Some(Box::new(crate::delta::Base::new(cursor, data)));
+        self
+    }
+
+    /// The position of the message its deltas apply to, when it may be sent as one (its
+    /// namespace allows deltas and this node holds the topic's message before it).
+    pub fn delta_base(&self) -> Option<Cursor> {
+        self.base.as_ref().map(|b| b.cursor())
+    }
+
+    /// Its delta in the JSON form, made once on first use; `None` without a base, or when
+    /// the delta would not be smaller than the data.
+    pub fn json_delta(&self) -> Option<&crate::delta::JsonDelta> {
+        self.base.as_ref()?.json(self)
+    }
+
+    /// Its delta in the MessagePack form, as [`Self::json_delta`].
+    pub fn msgpack_delta(&self) -> Option<&crate::delta::MsgpackDelta> {
+        self.base.as_ref()?.msgpack(self)
     }
 
     /// The topic it was published to.
@@ -203,9 +231,7 @@ impl Message {
     /// The SSE event without its `id:` line, for streams that write their own (multi-topic)
     /// id. A zero-copy slice of [`Self::sse_frame`].
     pub fn sse_body(&self) -> Bytes {
-        let frame = self.sse_frame();
-        let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-        frame.slice(id_end..)
+        after_id_line(self.sse_frame())
     }
 
     /// The SSE event of the JSON form (`format=json`): `id: topic=cursor`, then one `data:`
@@ -214,22 +240,14 @@ impl Message {
     /// string payload stays JSON, and a browser's `EventSource` delivers named events to
     /// `onmessage` like any other. Compact JSON has no line break, so one line always holds it.
     pub fn sse_json_frame(&self) -> &Bytes {
-        self.sse_json.get_or_init(|| {
-            let frame = self.ws_frame();
-            let mut out = BytesMut::with_capacity(frame.len() + 48);
-            let _ = write!(out, "id: {}={}\ndata: ", self.topic, self.cursor);
-            out.put_slice(frame);
-            out.put_slice(b"\n\n");
-            out.freeze()
-        })
+        self.sse_json
+            .get_or_init(|| sse_json_event(self, self.ws_frame()))
     }
 
     /// [`Self::sse_json_frame`] without its `id:` line, for multi-topic streams: a zero-copy
     /// slice.
     pub fn sse_json_body(&self) -> Bytes {
-        let frame = self.sse_json_frame();
-        let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-        frame.slice(id_end..)
+        after_id_line(self.sse_json_frame())
     }
 
     /// The WebSocket text frame:
@@ -252,10 +270,7 @@ impl Message {
     /// compressing does not make the frame smaller.
     pub fn ws_deflate_wire_frame(&self) -> Option<&Bytes> {
         self.ws_deflate
-            .get_or_init(|| {
-                crate::deflate::compress(self.ws_frame())
-                    .map(|packed| server_frame(0xc1, &[&packed]))
-            })
+            .get_or_init(|| deflate_wire(self.ws_frame()))
             .as_ref()
     }
 
@@ -290,15 +305,7 @@ impl Message {
 
     fn ws_msgpack_encoded(&self) -> &(Bytes, Bytes) {
         self.ws_msgpack.get_or_init(|| {
-            let converted;
-            let data: &[u8] = match self.data.msgpack() {
-                Some(given) => given,
-                None => {
-                    converted = crate::msgpack::from_json_text(self.data.as_bytes())
-                        .unwrap_or_else(|| vec![0xc0]);
-                    &converted
-                }
-            };
+            let data = msgpack_data(&self.data);
             let mut body = Vec::with_capacity(64 + data.len());
             // Writing to a Vec cannot fail.
             let _ = rmp::encode::write_map_len(&mut body, 4 + u32::from(self.event.is_some()));
@@ -313,7 +320,7 @@ impl Message {
                 let _ = rmp::encode::write_str(&mut body, event.as_str());
             }
             let _ = rmp::encode::write_str(&mut body, "data");
-            let wire = server_frame(0x82, &[&body, data]);
+            let wire = server_frame(0x82, &[&body, &data]);
             let payload = wire.slice(ws_header_len(wire.len())..);
             Box::new((wire, payload))
         })
@@ -369,10 +376,42 @@ impl Message {
     }
 }
 
+/// A payload's MessagePack form: as its publisher sent it, or made from its JSON.
+pub(crate) fn msgpack_data(data: &Payload) -> std::borrow::Cow<'_, [u8]> {
+    match data.msgpack() {
+        Some(given) => std::borrow::Cow::Borrowed(given),
+        None => std::borrow::Cow::Owned(
+            crate::msgpack::from_json_text(data.as_bytes()).unwrap_or_else(|| vec![0xc0]),
+        ),
+    }
+}
+
+/// The SSE event of the JSON form carrying `frame` (a WebSocket text frame's payload):
+/// `id: topic=cursor`, one `data:` line, the blank line.
+pub(crate) fn sse_json_event(message: &Message, frame: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(frame.len() + 48);
+    let _ = write!(out, "id: {}={}\ndata: ", message.topic, message.cursor);
+    out.put_slice(frame);
+    out.put_slice(b"\n\n");
+    out.freeze()
+}
+
+/// An SSE event without its first (`id:`) line: a zero-copy slice.
+pub(crate) fn after_id_line(frame: &Bytes) -> Bytes {
+    let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+    frame.slice(id_end..)
+}
+
+/// `frame` compressed for permessage-deflate as a whole server frame (final, RSV1, text),
+/// when compressing makes it smaller.
+pub(crate) fn deflate_wire(frame: &[u8]) -> Option<Bytes> {
+    crate::deflate::compress(frame).map(|packed| server_frame(0xc1, &[&packed]))
+}
+
 /// A whole, final, unmasked WebSocket frame from a server whose first byte is `opcode`
 /// (0x81 text, 0x82 binary, 0xc1 compressed text: RSV1 set), carrying `parts` one after the
 /// other.
-fn server_frame(opcode: u8, parts: &[&[u8]]) -> Bytes {
+pub(crate) fn server_frame(opcode: u8, parts: &[&[u8]]) -> Bytes {
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let mut wire = BytesMut::with_capacity(10 + len);
     wire.put_u8(opcode);
@@ -394,7 +433,7 @@ fn server_frame(opcode: u8, parts: &[&[u8]]) -> Bytes {
 }
 
 /// The length of the header of a server's WebSocket frame `total` bytes long in all.
-fn ws_header_len(total: usize) -> usize {
+pub(crate) fn ws_header_len(total: usize) -> usize {
     match total {
         0..=127 => 2,
         128..=0x1_0003 => 4,

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 /// A command sent by a WebSocket client, borrowed from the frame's text.
 #[derive(Debug)]
 pub enum Command<'a> {
-    /// `{"type":"subscribe","topics":[...],"cursors":{topic: cursor},"last":N}`
+    /// `{"type":"subscribe","topics":[...],"cursors":{topic: cursor},"last":N,"delta":"fossil"}`
     Subscribe {
         /// Topics to add (not yet validated).
         topics: Vec<String>,
@@ -19,6 +19,8 @@ pub enum Command<'a> {
         cursors: HashMap<String, String>,
         /// Topics without a cursor start with the newest `last` messages history holds.
         last: Option<usize>,
+        /// The delta encoding the client takes on these topics (not yet validated).
+        delta: Option<String>,
     },
     /// `{"type":"unsubscribe","topics":[...]}`
     Unsubscribe {
@@ -95,6 +97,8 @@ struct Frame<'a> {
     #[serde(default)]
     last: Option<usize>,
     #[serde(default)]
+    delta: Option<String>,
+    #[serde(default)]
     interval: Option<f64>,
     #[serde(default)]
     topic: Option<String>,
@@ -148,6 +152,7 @@ pub fn parse(text: &str) -> Result<Command<'_>, CommandError> {
             topics: frame.topics.ok_or_else(|| missing("topics"))?,
             cursors: frame.cursors.unwrap_or_default(),
             last: frame.last,
+            delta: frame.delta,
         },
         "unsubscribe" => Command::Unsubscribe {
             topics: frame.topics.ok_or_else(|| missing("topics"))?,
@@ -263,11 +268,16 @@ mod tests {
             topics,
             cursors,
             last,
-        } = parse(r#"{"type":"subscribe","topics":["a"],"cursors":{"a":"1-2"},"last":3}"#).unwrap()
+            delta,
+        } = parse(
+            r#"{"type":"subscribe","topics":["a"],"cursors":{"a":"1-2"},"last":3,"delta":"fossil"}"#,
+        )
+        .unwrap()
         else {
             panic!("subscribe");
         };
         assert_eq!(topics, ["a"]);
+        assert_eq!(delta.as_deref(), Some("fossil"));
         assert_eq!(cursors, HashMap::from([("a".into(), "1-2".into())]));
         assert_eq!(last, Some(3));
         assert!(matches!(

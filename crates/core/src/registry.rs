@@ -399,6 +399,7 @@ mod tests {
                 history_ttl: Duration::from_millis(1),
                 log_fed: false,
                 lag_policy: None,
+                delta: false,
             },
         })
     }

@@ -53,7 +53,9 @@ fuzz_target!(|data: &[u8]| {
             topics,
             cursors,
             last,
+            delta,
         } => {
+            assert_eq!(field("delta").and_then(Value::as_str), delta.as_deref(), "{text:?}");
             assert_eq!(kind, Some("subscribe"));
             let given = field("last").and_then(Value::as_u64);
             assert_eq!(given, last.map(|n| n as u64), "{text:?}");

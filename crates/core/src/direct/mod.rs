@@ -37,16 +37,18 @@ use crate::message::Message;
 /// Writes a subscriber's frames to its socket without waiting.
 pub trait DirectWriter: Send + Sync + 'static {
     /// The frame that carries `message` to this subscriber (encoded once per message and
-    /// shared).
-    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes;
+    /// shared): its delta form when `delta` (the subscriber asked for deltas and holds the
+    /// message's base) and the message has one, else the full message.
+    fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes;
     /// Writes what the socket takes of `buf` now: how many bytes, or `WouldBlock`.
     fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
     /// Where this subscriber's deliveries are counted. The fan-out adds up one message's
     /// deliveries to consecutive subscribers that share a counter and counts them once, so no
     /// delivery touches a shared counter of its own.
     fn counter(&self) -> &'static dyn DeliveryCounter;
-    /// What a delivery of `message` counts as bytes, `written` being its frame's length.
-    fn counted_bytes(&self, written: usize, _message: &Message) -> usize {
+    /// What a delivery of `message` (as a delta when `delta`, as [`Self::frame`]) counts as
+    /// bytes, `written` being its frame's length.
+    fn counted_bytes(&self, written: usize, _message: &Message, _delta: bool) -> usize {
         written
     }
     /// Whether the fan-out may start writing now (false while the transport's own writer
@@ -95,6 +97,11 @@ impl<W: ?Sized> std::fmt::Debug for DirectSub<W> {
 struct LinkState {
     /// The fan-out writes to this subscriber.
     direct: bool,
+    /// The subscription asked for deltas ([`crate::Feed::want_deltas`]).
+    delta: bool,
+    /// The message at `position` was delivered to the subscriber: a message whose delta
+    /// base it is may go as a delta.
+    based: bool,
     /// Counts attachments: a fan-out that still walks a list from an earlier attachment
     /// offers with an older number, and is not heard.
     generation: u32,
@@ -154,6 +161,8 @@ pub struct Handover {
     pub position: Cursor,
     /// The rest of a frame to write before anything else.
     pub rest: Option<Bytes>,
+    /// The message at `position` was delivered (by the fan-out, or before it went direct).
+    pub based: bool,
 }
 
 impl<W: DirectWriter> DirectSub<W> {
@@ -162,6 +171,8 @@ impl<W: DirectWriter> DirectSub<W> {
         Self {
             state: Mutex::new(LinkState {
                 direct: false,
+                delta: false,
+                based: false,
                 position: Cursor::new(0, 0),
                 rest: None,
                 last_write: None,
@@ -208,6 +219,7 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
         Handover {
             position: state.position,
             rest: state.rest.take(),
+            based: state.based,
         }
     }
 
@@ -256,8 +268,9 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
         self.state.lock().last_write
     }
 
-    /// Goes direct at `position` (called under the topic's lock, with `position` its head).
-    pub(crate) fn go_direct(&self, position: Cursor) -> bool {
+    /// Goes direct at `position` (called under the topic's lock, with `position` its head),
+    /// sending deltas when `delta`, the message at `position` delivered when `based`.
+    pub(crate) fn go_direct(&self, position: Cursor, delta: bool, based: bool) -> bool {
         let mut state = self.state.lock();
         let Some(attached) = &state.attached else {
             return false;
@@ -267,6 +280,8 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
         }
         state.direct = true;
         state.position = position;
+        state.delta = delta;
+        state.based = based;
         true
     }
 
@@ -295,11 +310,16 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
             return None;
         }
         let writer = &self.writer;
-        let frame = writer.frame(message);
+        let delta = state.delta && state.based && message.delta_base() == Some(previous);
+        let frame = writer.frame(message, delta);
         match writer.try_write(frame) {
             Ok(n) => {
-                let counted = (writer.counter(), writer.counted_bytes(frame.len(), message));
+                let counted = (
+                    writer.counter(),
+                    writer.counted_bytes(frame.len(), message, delta),
+                );
                 state.position = cursor;
+                state.based = true;
                 state.last_write = Some(now);
                 if n < frame.len() {
                     // Part of the frame is on the wire: the task writes the rest, then goes

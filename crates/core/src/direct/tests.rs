@@ -8,7 +8,7 @@ use crate::topic::{Topic, TopicConfig};
 struct Taken(Mutex<Vec<u8>>);
 
 impl DirectWriter for Taken {
-    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+    fn frame<'m>(&self, message: &'m Message, _delta: bool) -> &'m Bytes {
         message.sse_frame()
     }
 
@@ -42,7 +42,7 @@ fn a_frame_of_the_transport_s_own_is_written_while_direct_without_parking() {
         !link.write_while_direct(b"ping"),
         "attached, not direct yet"
     );
-    assert!(link.go_direct(Cursor::new(5, 0)));
+    assert!(link.go_direct(Cursor::new(5, 0), false, false));
     assert!(link.write_while_direct(b"ping"));
     assert!(link.is_direct(), "still direct");
     assert_eq!(&socket.writer().0.lock()[..], b"ping");
@@ -69,7 +69,7 @@ fn a_fan_out_still_walking_an_earlier_attachment_does_not_write_to_the_link() {
     a.direct.detach(&link);
     assert_eq!((a.direct.len(), b.direct.len()), (0, 0));
     assert!(b.direct.attach(&link, Cursor::new(5, 0)));
-    assert!(link.go_direct(Cursor::new(5, 0)));
+    assert!(link.go_direct(Cursor::new(5, 0), false, false));
     assert_eq!(b.direct.direct_now(), 1);
     // `a`'s first message has the cursor `b`'s next one will have: not written, and the
     // link is not parked for it.

@@ -75,6 +75,7 @@ impl Feed {
             return;
         };
         sub.position = handover.position;
+        sub.based = handover.based;
         if was_live {
             self.resume_after_park();
         }
@@ -111,6 +112,7 @@ impl Feed {
                 // topic holds in the new one, as `accept` does for a live subscriber.
                 again = sub.topic.subscribe_all();
                 sub.position = again.start;
+                sub.based = false;
                 self.pending.push_back(FeedEvent::Lost {
                     topic: name.clone(),
                     reason,
@@ -123,6 +125,7 @@ impl Feed {
                 // Told, then given what history still holds, as a lagging receiver would.
                 again = sub.topic.subscribe_all();
                 sub.position = again.start;
+                sub.based = false;
                 self.pending.push_back(FeedEvent::Lost {
                     topic: name.clone(),
                     reason: LossReason::Lagged,
@@ -158,7 +161,10 @@ impl Feed {
         {
             return false;
         }
-        if !sub.topic.try_direct(&link.sub, sub.position) {
+        if !sub
+            .topic
+            .try_direct(&link.sub, sub.position, sub.delta, sub.based)
+        {
             return false;
         }
         link.live = true;

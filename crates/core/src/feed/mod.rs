@@ -48,6 +48,10 @@ pub enum Start {
 pub enum FeedEvent {
     /// Deliver this message.
     Message(Arc<Message>),
+    /// Deliver this message as a delta when it has one for the transport's form (else in
+    /// full): the subscription asked for deltas ([`Feed::want_deltas`]) and was delivered the
+    /// message its delta applies to, right before it ([`Message::delta_base`]).
+    Delta(Arc<Message>),
     /// Tell the client that messages of `topic` were lost; it is live again after this.
     Lost {
         /// The topic.
@@ -87,6 +91,11 @@ pub enum FeedEvent {
 struct Sub {
     topic: Arc<Topic>,
     position: Cursor,
+    /// The subscription asked for deltas.
+    delta: bool,
+    /// The message at `position` was delivered (and no loss signal came since): the client
+    /// holds it, so the message after it may go as a delta.
+    based: bool,
 }
 
 /// The topics of one connection.
@@ -192,6 +201,8 @@ impl Feed {
         self.subs.push(Sub {
             topic,
             position: sub.start,
+            delta: false,
+            based: false,
         });
         Ok(sub.start)
     }
@@ -222,6 +233,22 @@ impl Feed {
             self.streams.remove(&name);
         }
         before != self.subs.len()
+    }
+
+    /// Lets the subscription to `topic` take deltas ([`FeedEvent::Delta`]): from the second
+    /// message it delivers after each (re)start, each message whose delta base is the one
+    /// delivered right before it. False when `topic` is not subscribed (a pattern's topics
+    /// always go in full).
+    pub fn want_deltas(&mut self, topic: &str) -> bool {
+        let Some(sub) = self
+            .subs
+            .iter_mut()
+            .find(|s| s.topic.name().as_str() == topic)
+        else {
+            return false;
+        };
+        sub.delta = true;
+        true
     }
 
     /// Number of subscriptions (a pattern counts as one).
@@ -288,6 +315,17 @@ impl Feed {
     }
 
     fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<FeedEvent> {
+        let event = self.poll_next_inner(cx);
+        if let Poll::Ready(FeedEvent::Lost { topic, .. }) = &event
+            && let Some(sub) = self.subs.iter_mut().find(|s| s.topic.name() == topic)
+        {
+            // The client drops its base on a loss signal: the next message goes in full.
+            sub.based = false;
+        }
+        event
+    }
+
+    fn poll_next_inner(&mut self, cx: &mut Context<'_>) -> Poll<FeedEvent> {
         loop {
             if let Some(rest) = self.rest.take() {
                 return Poll::Ready(FeedEvent::Rest(*rest));
@@ -384,6 +422,7 @@ impl Feed {
             // subscriber had seen nothing yet; otherwise say so, then go on in the new epoch.
             let seen_nothing = sub.position.seq == 0;
             sub.position = Cursor::new(cursor.epoch, 0);
+            sub.based = false;
             if !seen_nothing {
                 let topic = sub.topic.name().clone();
                 self.pending.push_front(FeedEvent::Message(message));
@@ -397,8 +436,14 @@ impl Feed {
         if cursor.seq <= sub.position.seq {
             return None;
         }
+        let delta = sub.delta && sub.based && message.delta_base() == Some(sub.position);
         sub.position = cursor;
-        Some(FeedEvent::Message(message))
+        sub.based = true;
+        Some(if delta {
+            FeedEvent::Delta(message)
+        } else {
+            FeedEvent::Message(message)
+        })
     }
 
     /// The topic's channel was replaced: a new receiver, and what it missed meanwhile from
@@ -422,6 +467,7 @@ impl Feed {
         };
         if lost.is_some() || sub.position.seq == 0 {
             sub.position = again.start;
+            sub.based = false;
         }
         if let Some(reason) = lost {
             self.pending.push_back(FeedEvent::Lost {
@@ -487,6 +533,7 @@ fn coalesce(sub: &mut Sub, pending: &mut VecDeque<FeedEvent>, missed: u64) -> Su
     };
     if forward {
         sub.position = again.start;
+        sub.based = false;
     }
     pending.push_back(FeedEvent::Coalesced {
         topic: sub.topic.name().clone(),
@@ -518,7 +565,7 @@ impl FeedEvent {
     /// The topic the event is about (none for [`FeedEvent::Rest`]).
     pub fn topic(&self) -> Option<&TopicName> {
         match self {
-            FeedEvent::Message(m) => Some(m.topic()),
+            FeedEvent::Message(m) | FeedEvent::Delta(m) => Some(m.topic()),
             FeedEvent::Lost { topic, .. }
             | FeedEvent::Recovered { topic, .. }
             | FeedEvent::Coalesced { topic, .. }

@@ -32,6 +32,9 @@ pub struct TopicConfig {
     /// What happens to this topic's subscribers that fall behind, when not the feed's own
     /// policy (a namespace's `lag_policy`).
     pub lag_policy: Option<LagPolicy>,
+    /// Its namespace allows delta compression: each message records the message before it
+    /// as the base its deltas apply to ([`crate::delta`]).
+    pub delta: bool,
 }
 
 impl Default for TopicConfig {
@@ -42,6 +45,7 @@ impl Default for TopicConfig {
             history_ttl: Duration::from_secs(300),
             log_fed: false,
             lag_policy: None,
+            delta: false,
         }
     }
 }
@@ -122,6 +126,10 @@ struct State {
     sender: broadcast::Sender<Arc<Message>>,
     /// The full channel's capacity, `channel_capacity`.
     capacity: usize,
+    /// The newest message's position and data, when the topic's messages carry a delta base
+    /// ([`TopicConfig::delta`]).
+    last: Option<Box<(Cursor, Payload)>>,
+    delta: bool,
 }
 
 /// One topic. Publishing assigns the next position, stores the message in history and sends it
@@ -209,6 +217,8 @@ impl Topic {
                 unpublished,
                 sender,
                 capacity,
+                last: None,
+                delta: config.delta,
             }),
             direct: DirectSet::default(),
             patterns: None,
@@ -312,16 +322,35 @@ impl Topic {
     }
 
     /// Makes `sub` direct when `position` is the topic's head: every later message is then
-    /// queued for the fan-out after this, under the same lock, so none is missed.
-    pub(crate) fn try_direct(&self, sub: &DirectSub, position: Cursor) -> bool {
+    /// queued for the fan-out after this, under the same lock, so none is missed. `delta`
+    /// and `based` as [`DirectSub::go_direct`] takes them.
+    pub(crate) fn try_direct(
+        &self,
+        sub: &DirectSub,
+        position: Cursor,
+        delta: bool,
+        based: bool,
+    ) -> bool {
         let state = self.state.lock();
         if Cursor::new(state.epoch, state.head) != position {
             return false;
         }
-        sub.go_direct(position)
+        sub.go_direct(position, delta, based)
     }
 
-    fn append(&self, state: &mut State, message: Message) -> Arc<Message> {
+    fn append(&self, state: &mut State, mut message: Message) -> Arc<Message> {
+        // The message this one follows: a direct subscriber at it takes this one next
+        // (positions assigned by a shared log are not consecutive numbers).
+        let previous = Cursor::new(state.epoch, state.head);
+        if state.delta {
+            // A delta applies to the message right before: a base from before a gap, an
+            // epoch change or an anchoring is no base.
+            if let Some(last) = state.last.take().filter(|last| last.0 == previous) {
+                let (cursor, data) = *last;
+                message = message.with_base(cursor, data);
+            }
+            state.last = Some(Box::new((message.cursor(), message.data().clone())));
+        }
         let message = Arc::new(message);
         if let Some(count) = state.unpublished.take() {
             count.fetch_sub(1, Ordering::Relaxed);
@@ -329,9 +358,6 @@ impl Topic {
             // receivers, which subscribe again from their position.
             state.sender = broadcast::channel(state.capacity).0;
         }
-        // The message this one follows: a direct subscriber at it takes this one next
-        // (positions assigned by a shared log are not consecutive numbers).
-        let previous = Cursor::new(state.epoch, state.head);
         state.head = message.cursor().seq;
         state.messages += 1;
         let now = Instant::now();

@@ -8,6 +8,7 @@ fn topic(history_len: usize) -> Topic {
         history_ttl: Duration::from_secs(60),
         log_fed: false,
         lag_policy: None,
+        delta: false,
     };
     Topic::with_epoch(TopicName::new("t").unwrap(), &config, 7)
 }

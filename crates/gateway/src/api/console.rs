@@ -121,6 +121,7 @@ pub(crate) async fn tail(
         std::slice::from_ref(&topic),
         &ResumeList::new(),
         None,
+        false,
         "admin",
     )
     .await?;
@@ -142,7 +143,7 @@ pub(crate) async fn tail(
                     _ = shutdown.cancelled() => return None,
                     _ = tokio::time::sleep(TAIL_PING) => break Bytes::from_static(b": ping\n\n"),
                     event = feed.next() => match crate::transport::deliver(event, "tail", app.config()) {
-                        Delivery::Message(m) => break m.sse_json_frame().clone(),
+                        Delivery::Message(m, _) => break m.sse_json_frame().clone(),
                         Delivery::Lost { topic, reason } => {
                             break Bytes::from(format!(
                                 "event: herald.lost\ndata: {}\n\n",

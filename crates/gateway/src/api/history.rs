@@ -126,7 +126,11 @@ async fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Resp
     body.text(br#"{"topic":""#);
     body.text(name.as_bytes());
     body.text(br#"","messages":["#);
-    body.frames(page.messages.iter().map(|m| &**m));
+    body.frames(
+        page.messages
+            .iter()
+            .map(|m| herald_core::Outbound::new(m, false)),
+    );
     body.text(br#"],"lost":"#);
     match page.lost {
         Some(reason) => body.text(format!(r#""{}""#, reason.as_str()).as_bytes()),

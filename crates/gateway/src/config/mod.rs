@@ -437,6 +437,7 @@ impl Config {
             history_ttl: self.topics.history_ttl,
             log_fed: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
             lag_policy: None,
+            delta: false,
         };
         RegistryConfig {
             shards: 64,
@@ -454,6 +455,7 @@ impl Config {
                         history_len: ns.history_len.unwrap_or(topic.history_len),
                         history_ttl: ns.history_ttl.unwrap_or(topic.history_ttl),
                         lag_policy: ns.lag_policy,
+                        delta: ns.delta.is_some(),
                         ..topic.clone()
                     };
                     (name.clone(), config)

@@ -65,6 +65,26 @@ pub struct NamespaceConfig {
     /// rules decide, as without hooks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<Vec<Hook>>,
+    /// Delta compression the namespace's subscribers may ask for (`delta=fossil`, WebSocket
+    /// `"delta": "fossil"`): each message then goes, to a subscriber that asked and holds the
+    /// message before it, as a Fossil delta against that message's data. Off by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<DeltaCodec>,
+}
+
+/// A delta encoding a namespace may allow, and a client ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaCodec {
+    /// Fossil's delta format (docs/protocol.md, "Delta compression").
+    Fossil,
+}
+
+impl DeltaCodec {
+    /// Parses a client's `delta` value.
+    pub fn parse(value: &str) -> Option<Self> {
+        (value == "fossil").then_some(Self::Fossil)
+    }
 }
 
 /// Join and leave events announced per second per topic by a node, by default.

@@ -9,6 +9,7 @@ use super::Format;
 use crate::app::AppState;
 use crate::auth::Identity;
 use crate::config::hooks::SubscribePatterns;
+use crate::config::namespaces::DeltaCodec;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Forwarded, Hook, SubscribeVerdict};
 
@@ -34,6 +35,9 @@ pub(crate) struct SubscribeQuery {
     pub token: Option<String>,
     /// `format`: `text` or `json`.
     pub format: Format,
+    /// `delta=fossil`: the client takes deltas where the topics' namespaces allow them
+    /// (every topic's must: [`deltas_allowed`]). On SSE it implies the JSON form.
+    pub delta: bool,
 }
 
 impl SubscribeQuery {
@@ -46,6 +50,7 @@ impl SubscribeQuery {
         topics_may_come: bool,
     ) -> Result<Self, ApiError> {
         let mut parsed = Self::default();
+        let mut text_asked = false;
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match &*key {
                 "topic" => parsed.add(TopicName::subscription(&value)?, max_topics)?,
@@ -63,7 +68,12 @@ impl SubscribeQuery {
                 }
                 "timeout" => parsed.timeout = Some(value.into_owned()),
                 "token" => parsed.token = Some(value.into_owned()),
+                "delta" => {
+                    delta_codec(&value)?;
+                    parsed.delta = true;
+                }
                 "format" => {
+                    text_asked = &*value == "text";
                     parsed.format = match &*value {
                         "text" => Format::Text,
                         "json" => Format::Json,
@@ -77,6 +87,16 @@ impl SubscribeQuery {
                 }
                 _ => {}
             }
+        }
+        if parsed.delta {
+            // A delta must be marked, and its base exact: the JSON form.
+            if text_asked {
+                return Err(ApiError::bad_request(
+                    "bad_format",
+                    "delta=fossil sends the JSON form: leave out format=text",
+                ));
+            }
+            parsed.format = Format::Json;
         }
         if parsed.topics.is_empty() && !topics_may_come {
             return Err(no_topic());
@@ -92,6 +112,41 @@ impl SubscribeQuery {
         }
         Ok(())
     }
+}
+
+/// A client's `delta` value: `fossil`, else `400 bad_delta`.
+pub(crate) fn delta_codec(value: &str) -> Result<DeltaCodec, ApiError> {
+    DeltaCodec::parse(value).ok_or_else(|| {
+        ApiError::bad_request(
+            "bad_delta",
+            format!("delta must be `fossil`, not {value:?}"),
+        )
+    })
+}
+
+/// Refuses deltas for any of `names` (topics or patterns) whose namespace does not allow
+/// them (`delta = "fossil"` in its `[namespaces.<name>]`): `400 delta_not_allowed`.
+pub(crate) fn deltas_allowed<'a>(
+    config: &crate::config::Config,
+    names: impl IntoIterator<Item = &'a TopicName>,
+) -> Result<(), ApiError> {
+    for name in names {
+        if config
+            .namespace(name.as_str())
+            .and_then(|(_, ns)| ns.delta)
+            .is_none()
+        {
+            let hint = match crate::config::namespaces::namespace_of(name.as_str()) {
+                Some(ns) => format!("set delta = \"fossil\" in [namespaces.{ns}]"),
+                None => "only topics of a namespace (`<namespace>:...`) that allows them".into(),
+            };
+            return Err(ApiError::bad_request(
+                "delta_not_allowed",
+                format!("{name}: deltas are not allowed here ({hint})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What the connect check settled: who the client is, the origin to allow in CORS headers,
@@ -166,6 +221,10 @@ pub(crate) async fn authorize(
     client: Option<u64>,
     peer: std::net::IpAddr,
 ) -> Result<Admitted, ApiError> {
+    if query.delta {
+        // Refused before any hook is asked (`HEAD /v1/sse` included).
+        deltas_allowed(state.config(), &query.topics)?;
+    }
     let mut admitted = admit(
         state,
         headers,

@@ -16,7 +16,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
-use herald_core::Message;
+use herald_core::{Message, Outbound};
 use http_body::{Frame, SizeHint};
 
 /// Frames shorter than this are copied into the running chunk instead of being a chunk of
@@ -43,9 +43,9 @@ impl Budget {
     }
 
     /// Counts `message` as taken.
-    pub(crate) fn take(&mut self, message: &Message) {
+    pub(crate) fn take(&mut self, sent: Outbound<'_>) {
         self.messages = self.messages.saturating_sub(1);
-        self.bytes = self.bytes.saturating_sub(message.ws_frame().len() + 1);
+        self.bytes = self.bytes.saturating_sub(sent.ws_frame().len() + 1);
     }
 
     /// How many of `messages` fit, in order (at least one when there is one).
@@ -55,7 +55,7 @@ impl Budget {
             if self.full() {
                 break;
             }
-            self.take(m);
+            self.take(Outbound::new(m, false));
             n += 1;
         }
         n
@@ -78,7 +78,7 @@ impl JsonAnswer {
 
     /// Appends `messages`' WebSocket frames, comma-separated: by reference from
     /// [`COPY_BELOW`] bytes, copied below.
-    pub(crate) fn frames<'a>(&mut self, messages: impl IntoIterator<Item = &'a Message>) {
+    pub(crate) fn frames<'a>(&mut self, messages: impl IntoIterator<Item = Outbound<'a>>) {
         for (i, m) in messages.into_iter().enumerate() {
             if i > 0 {
                 self.text(b",");

@@ -8,8 +8,9 @@ use herald_core::TopicName;
 /// in its own framing (SSE event, WebSocket frame, poll entry).
 #[derive(Debug)]
 pub(crate) enum Delivery {
-    /// Deliver the message.
-    Message(Arc<herald_core::Message>),
+    /// Deliver the message; as its delta when the flag is set and it has one in the form the
+    /// transport sends ([`herald_core::Sent`]).
+    Message(Arc<herald_core::Message>, bool),
     /// Tell the client that messages of `topic` were lost (JSON: [`lost_json`]).
     Lost {
         /// The topic.
@@ -44,7 +45,8 @@ pub(crate) fn deliver(
             .map_or("default", |(n, _)| n)
     };
     match event {
-        FeedEvent::Message(message) => Delivery::Message(message),
+        FeedEvent::Message(message) => Delivery::Message(message, false),
+        FeedEvent::Delta(message) => Delivery::Message(message, true),
         FeedEvent::Lost { topic, reason } => {
             if reason == LossReason::Lagged {
                 slow_consumer_in("lost", namespace(&topic));

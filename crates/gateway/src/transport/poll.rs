@@ -67,8 +67,15 @@ async fn poll(
         .await?
         .who;
     let client = state.client_key(who.sub.as_deref(), peer);
-    let (mut feed, _charges) =
-        open_feed(state, &query.topics, &resume, query.last, &client).await?;
+    let (mut feed, _charges) = open_feed(
+        state,
+        &query.topics,
+        &resume,
+        query.last,
+        query.delta,
+        &client,
+    )
+    .await?;
     let metrics = metrics::transport(Transport::Poll);
     let mut disconnect = None;
     let mut presence: Vec<PresenceEvent> = Vec::new();
@@ -126,10 +133,11 @@ async fn poll(
     // The messages' shared frames by reference, not one fresh copy of them all.
     let mut body = JsonAnswer::default();
     body.text(br#"{"messages":["#);
-    for m in &answer.messages {
-        metrics.delivered(m.ws_frame().len(), m.published_at().elapsed());
+    let sent = || (answer.messages.iter()).map(|(m, delta)| herald_core::Outbound::new(m, *delta));
+    for m in sent() {
+        metrics.delivered(m.ws_frame().len(), m.message().published_at().elapsed());
     }
-    body.frames(answer.messages.iter().map(|m| &**m));
+    body.frames(sent());
     body.text(br#"],"lost":["#);
     body.text(answer.lost.join(",").as_bytes());
     body.text(br#"],"cursor":""#);
@@ -169,7 +177,8 @@ async fn poll(
 
 /// What a poll answers with: messages within its budget and loss signals.
 struct Collected {
-    messages: Vec<std::sync::Arc<herald_core::Message>>,
+    /// Each message, and whether it goes as a delta.
+    messages: Vec<(std::sync::Arc<herald_core::Message>, bool)>,
     lost: Vec<String>,
     budget: Budget,
 }
@@ -187,9 +196,9 @@ impl Collected {
 
     fn take(&mut self, event: FeedEvent, config: &crate::Config) {
         match deliver(event, "poll", config) {
-            Delivery::Message(m) => {
-                self.budget.take(&m);
-                self.messages.push(m);
+            Delivery::Message(m, delta) => {
+                self.budget.take(herald_core::Outbound::new(&m, delta));
+                self.messages.push((m, delta));
             }
             Delivery::Lost { topic, reason } => self.lost.push(lost_json(&topic, reason)),
             // A poll's feed is not linked to direct delivery: it writes no partial frames.

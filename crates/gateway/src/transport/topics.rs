@@ -89,13 +89,21 @@ pub(crate) struct Wanted {
     /// Positions the client reached on topics the patterns match: each such topic resumes
     /// from its position ([`Feed::subscribe_pattern`]).
     pub(crate) resume: Vec<(TopicName, Cursor)>,
+    /// The client asked for deltas (`delta=fossil`): each topic's namespace must allow them,
+    /// and its subscription takes them ([`Feed::want_deltas`]).
+    pub(crate) delta: bool,
 }
 
 impl Wanted {
     /// The topics of an SSE or long-poll request: each resumed from its entry in `resume`
     /// when it has one, else started with the newest `last` messages or live; the patterns
     /// resume the topics of `resume` they match (`last` does not apply to them).
-    fn from_query(topics: &[TopicName], resume: &ResumeList, last: Option<usize>) -> Self {
+    fn from_query(
+        topics: &[TopicName],
+        resume: &ResumeList,
+        last: Option<usize>,
+        delta: bool,
+    ) -> Self {
         let (patterns, topics): (Vec<&TopicName>, Vec<&TopicName>) =
             topics.iter().partition(|t| t.is_pattern());
         Self {
@@ -104,6 +112,7 @@ impl Wanted {
                 .collect(),
             patterns: patterns.into_iter().cloned().collect(),
             resume: resume.iter().map(|(t, c)| (t.clone(), *c)).collect(),
+            delta,
         }
     }
 
@@ -168,6 +177,10 @@ pub(crate) async fn add_topics(
     asker: Asker<'_>,
 ) -> Result<Added, ApiError> {
     wanted.fit(state, feed)?;
+    if wanted.delta {
+        let names = (wanted.topics.iter().map(|(n, _)| n)).chain(&wanted.patterns);
+        super::access::deltas_allowed(state.config(), names)?;
+    }
     let client = match asker {
         Asker::Opening(client) | Asker::Command(client) => Some(client),
         Asker::Server => None,
@@ -235,6 +248,9 @@ pub(crate) async fn add_topics(
         let start = feed
             .subscribe_from(topic, start)
             .map_err(|e| ApiError::bad_request("too_many_topics", e.to_string()))?;
+        if wanted.delta {
+            feed.want_deltas(name.as_str());
+        }
         added.started.push((name, start));
     }
     if let Some(charges) = pattern_charges {
@@ -313,7 +329,8 @@ pub(crate) fn unsubscribe_from_server(feed: &mut Feed, topics: &[String]) -> Vec
 }
 
 /// A feed subscribed to `topics` for `client`, each resumed from its entry in `resume` when
-/// it has one, else started with the newest `last` messages or live; all or nothing. Returns
+/// it has one, else started with the newest `last` messages or live, taking deltas when
+/// `delta` (refused where a namespace does not allow them); all or nothing. Returns
 /// the charges for the topics it created. A pattern among `topics` (`orders.*`) resumes the
 /// topics of `resume` it matches and delivers the others it matches live
 /// ([`Feed::subscribe_pattern`]; `last` does not apply to it).
@@ -322,11 +339,12 @@ pub(crate) async fn open_feed(
     topics: &[TopicName],
     resume: &ResumeList,
     last: Option<usize>,
+    delta: bool,
     client: &str,
 ) -> Result<(Feed, Charges), ApiError> {
     let config = state.config();
     let mut feed = Feed::new(config.lag_policy, config.limits.max_subscriptions);
-    let wanted = Wanted::from_query(topics, resume, last);
+    let wanted = Wanted::from_query(topics, resume, last, delta);
     let added = add_topics(state, &mut feed, wanted, Asker::Opening(client)).await?;
     Ok((feed, added.charges.into_iter().map(|(_, c)| c).collect()))
 }
@@ -424,10 +442,17 @@ mod tests {
     }
 
     async fn open(state: &AppState, topics: &[&str], client: &str) -> Result<(), &'static str> {
-        open_feed(state, &names(topics), &ResumeList::new(), None, client)
-            .await
-            .map(drop)
-            .map_err(|e| e.code())
+        open_feed(
+            state,
+            &names(topics),
+            &ResumeList::new(),
+            None,
+            false,
+            client,
+        )
+        .await
+        .map(drop)
+        .map_err(|e| e.code())
     }
 
     #[tokio::test]
@@ -462,10 +487,16 @@ mod tests {
         let mut config = Config::default();
         config.limits.max_new_patterns_per_client = 1;
         let (state, log) = node(config);
-        let (_held, _charges) =
-            open_feed(&state, &names(&["a.*"]), &ResumeList::new(), None, "addr:a")
-                .await
-                .unwrap();
+        let (_held, _charges) = open_feed(
+            &state,
+            &names(&["a.*"]),
+            &ResumeList::new(),
+            None,
+            false,
+            "addr:a",
+        )
+        .await
+        .unwrap();
         assert_eq!(*log.backfilled.lock(), vec![(vec![], true)]);
         assert_eq!(open(&state, &["b.*"], "addr:a").await, Err("pattern_quota"));
         assert_eq!(

@@ -10,6 +10,7 @@ fn log_fed(name: &str) -> Arc<Topic> {
         history_ttl: Duration::from_secs(60),
         log_fed: true,
         lag_policy: None,
+        delta: false,
     };
     Arc::new(Topic::with_epoch(TopicName::new(name).unwrap(), &config, 5))
 }
@@ -244,6 +245,7 @@ async fn a_log_fed_topic_created_by_a_subscriber_follows_the_log_s_epoch() {
         topic: TopicConfig {
             log_fed: true,
             lag_policy: None,
+            delta: false,
             ..TopicConfig::default()
         },
     });

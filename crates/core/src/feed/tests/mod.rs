@@ -6,6 +6,7 @@ use crate::message::Payload;
 use crate::topic::TopicConfig;
 use std::time::Duration;
 
+mod delta;
 mod direct;
 mod log_fed;
 mod patterns;
@@ -17,6 +18,7 @@ fn topic(name: &str, capacity: usize, history_len: usize) -> Arc<Topic> {
         history_ttl: Duration::from_secs(60),
         log_fed: false,
         lag_policy: None,
+        delta: false,
     };
     Arc::new(Topic::with_epoch(TopicName::new(name).unwrap(), &config, 5))
 }
@@ -31,6 +33,7 @@ fn drain(feed: &mut Feed) -> Vec<String> {
     std::iter::from_fn(|| feed.try_next())
         .map(|e| match e {
             FeedEvent::Message(m) => format!("{}:{}", m.topic(), m.cursor().seq),
+            FeedEvent::Delta(m) => format!("{}:{} delta", m.topic(), m.cursor().seq),
             FeedEvent::Lost { topic, reason } => format!("lost {topic} {}", reason.as_str()),
             FeedEvent::Recovered { topic, missed } => format!("recovered {topic} {missed}"),
             FeedEvent::Coalesced { topic, skipped } => format!("coalesced {topic} {skipped}"),
@@ -73,8 +76,12 @@ impl Socket {
 }
 
 impl crate::DirectWriter for Socket {
-    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
-        message.sse_frame()
+    fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes {
+        if delta {
+            crate::delta::Outbound::new(message, true).sse_json_frame()
+        } else {
+            message.sse_frame()
+        }
     }
 
     fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
@@ -109,6 +116,7 @@ fn a_coalescing_topic_s_slow_subscriber_skips_to_the_newest_message() {
         history_ttl: Duration::from_secs(60),
         log_fed: false,
         lag_policy: Some(LagPolicy::Coalesce),
+        delta: false,
     };
     let ticker = Arc::new(Topic::with_epoch(TopicName::new("t").unwrap(), &config, 5));
     // The feed's own policy is to disconnect; the topic's wins.
@@ -134,6 +142,7 @@ async fn a_parked_direct_subscriber_of_a_coalescing_topic_skips_to_the_newest() 
         history_ttl: Duration::from_secs(60),
         log_fed: false,
         lag_policy: Some(LagPolicy::Coalesce),
+        delta: false,
     };
     let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
     let socket = Socket::with_room(usize::MAX);

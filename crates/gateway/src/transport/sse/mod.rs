@@ -268,7 +268,15 @@ async fn try_open(
         heartbeat,
     } = check(state, headers, query, Some(id), peer).await?;
     let client = state.client_key(who.sub.as_deref(), peer);
-    let (feed, charges) = open_feed(state, &query.topics, &resume, query.last, &client).await?;
+    let (feed, charges) = open_feed(
+        state,
+        &query.topics,
+        &resume,
+        query.last,
+        query.delta,
+        &client,
+    )
+    .await?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1 || feed.has_patterns(),

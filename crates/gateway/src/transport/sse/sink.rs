@@ -140,9 +140,9 @@ pub(super) struct FrameWriter {
 }
 
 impl DirectWriter for FrameWriter {
-    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+    fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes {
         if self.json {
-            message.sse_json_frame()
+            herald_core::Outbound::new(message, delta).sse_json_frame()
         } else {
             message.sse_frame()
         }

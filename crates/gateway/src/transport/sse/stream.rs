@@ -214,12 +214,14 @@ impl SseStream {
 
     fn on_event(&mut self, event: FeedEvent) -> Option<Bytes> {
         match deliver(event, "sse", self.state.config()) {
-            Delivery::Message(message) => {
+            Delivery::Message(message, delta) => {
                 let since = message.published_at().elapsed();
+                // A delta only in the JSON form (`delta=fossil` implies it).
+                let sent = herald_core::Outbound::new(&message, delta && self.json);
                 let frame = if self.multi {
                     self.id_line();
                     let body = if self.json {
-                        message.sse_json_body()
+                        sent.sse_json_body()
                     } else {
                         message.sse_body()
                     };
@@ -228,7 +230,7 @@ impl SseStream {
                     Bytes::from(self.id.clone())
                 } else {
                     let frame = if self.json {
-                        message.sse_json_frame()
+                        sent.sse_json_frame()
                     } else {
                         message.sse_frame()
                     }

@@ -198,7 +198,8 @@ impl<S: PeerStream> Session<S> {
                 topics,
                 cursors,
                 last,
-            } => self.subscribe(topics, cursors, last).await,
+                delta,
+            } => self.subscribe(topics, cursors, last, delta).await,
             Command::Unsubscribe { topics } => {
                 let mut removed = Vec::with_capacity(topics.len());
                 for topic in topics

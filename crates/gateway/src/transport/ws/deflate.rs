@@ -22,7 +22,7 @@
 
 use axum::http::HeaderMap;
 use bytes::Bytes;
-use herald_core::Message;
+use herald_core::Outbound;
 use herald_core::deflate::{InflateError, compress, inflate};
 use tungstenite::Message as WsMessage;
 use tungstenite::protocol::frame::Frame;
@@ -208,13 +208,13 @@ impl<S: PeerStream> Session<S> {
 
     /// `message`'s compressed frame for this connection, when it negotiated compression, the
     /// frame is long enough and compressing shrank it (compressed once per message, shared).
-    pub(super) fn deflated_message(&self, message: &Message) -> Option<WsMessage> {
+    pub(super) fn deflated_message(&self, sent: Outbound<'_>) -> Option<WsMessage> {
         let deflate = self.json_deflate()?;
         let min_size = self.state.config().ws.deflate_min_size;
-        if !deflate.compresses(message.ws_frame().len(), min_size) {
+        if !deflate.compresses(sent.ws_frame().len(), min_size) {
             return None;
         }
-        message.ws_deflate_payload().map(text_frame)
+        sent.ws_deflate_payload().map(text_frame)
     }
 
     /// A reply of this connection's own, compressed when that applies as for
@@ -238,9 +238,9 @@ impl<S: PeerStream> Session<S> {
 /// `message`'s compressed wire frame for a connection that negotiated `deflate`, when
 /// [`Deflate::compresses`] says so (compressed once per message and shared,
 /// [`Message::ws_deflate_wire_frame`]): what direct delivery ([`super::direct`]) writes.
-pub(super) fn wire_frame(deflate: Deflate, min_size: usize, message: &Message) -> Option<&Bytes> {
-    if deflate.compresses(message.ws_frame().len(), min_size) {
-        message.ws_deflate_wire_frame()
+pub(super) fn wire_frame(deflate: Deflate, min_size: usize, sent: Outbound<'_>) -> Option<&Bytes> {
+    if deflate.compresses(sent.ws_frame().len(), min_size) {
+        sent.ws_deflate_wire_frame()
     } else {
         None
     }
@@ -248,8 +248,8 @@ pub(super) fn wire_frame(deflate: Deflate, min_size: usize, message: &Message) -
 
 /// What a direct delivery whose frame was `written` bytes long counts: the compressed
 /// payload when the frame went compressed (what crossed the wire), `None` when it did not.
-pub(super) fn counted_bytes(written: usize, message: &Message) -> Option<usize> {
-    match message.ws_deflate_wire_frame() {
+pub(super) fn counted_bytes(written: usize, sent: Outbound<'_>) -> Option<usize> {
+    match sent.ws_deflate_wire_frame() {
         Some(packed) if packed.len() == written => Some(packed.len() - header_len(packed.len())),
         _ => None,
     }

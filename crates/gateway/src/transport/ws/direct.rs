@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf as _, Bytes};
-use herald_core::{DirectSub, DirectWriter, Message};
+use herald_core::{DirectSub, DirectWriter, Message, Outbound};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -177,15 +177,16 @@ pub(super) struct FrameWriter {
 }
 
 impl DirectWriter for FrameWriter {
-    fn frame<'m>(&self, message: &'m Message) -> &'m Bytes {
+    fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes {
+        let sent = Outbound::new(message, delta);
         if let Some(deflate) = self.deflate
-            && let Some(packed) = deflate::wire_frame(deflate, self.min_size as usize, message)
+            && let Some(packed) = deflate::wire_frame(deflate, self.min_size as usize, sent)
         {
             return packed;
         }
         match self.format {
-            Format::Json => message.ws_wire_frame(),
-            Format::Msgpack => message.ws_msgpack_wire_frame(),
+            Format::Json => sent.ws_wire_frame(),
+            Format::Msgpack => sent.ws_msgpack_wire_frame(),
         }
     }
 
@@ -197,17 +198,18 @@ impl DirectWriter for FrameWriter {
         self.metrics
     }
 
-    fn counted_bytes(&self, written: usize, message: &Message) -> usize {
+    fn counted_bytes(&self, written: usize, message: &Message, delta: bool) -> usize {
         // The compressed payload when the frame went compressed (what crossed the wire), else
         // the payload's length, as the task's own path counts it.
+        let sent = Outbound::new(message, delta);
         if self.deflate.is_some()
-            && let Some(counted) = deflate::counted_bytes(written, message)
+            && let Some(counted) = deflate::counted_bytes(written, sent)
         {
             return counted;
         }
         match self.format {
-            Format::Json => message.ws_frame().len(),
-            Format::Msgpack => message.ws_msgpack_frame().len(),
+            Format::Json => sent.ws_frame().len(),
+            Format::Msgpack => sent.ws_msgpack_frame().len(),
         }
     }
 

@@ -156,17 +156,20 @@ impl<S: PeerStream> Session<S> {
 
     async fn on_event(&mut self, event: herald_core::FeedEvent) -> Flow {
         match crate::transport::deliver(event, "ws", self.state.config()) {
-            crate::transport::Delivery::Message(message) if self.format == Format::Msgpack => {
-                let frame = message.ws_msgpack_frame();
+            crate::transport::Delivery::Message(message, delta)
+                if self.format == Format::Msgpack =>
+            {
+                let frame = herald_core::Outbound::new(&message, delta).ws_msgpack_frame();
                 self.metrics
                     .delivered(frame.len(), message.published_at().elapsed());
                 self.send(WsMessage::Binary(frame.clone())).await
             }
-            crate::transport::Delivery::Message(message) => {
-                let frame = message.ws_frame();
-                if let Some(packed) = self.deflated_message(&message) {
+            crate::transport::Delivery::Message(message, delta) => {
+                let sent = herald_core::Outbound::new(&message, delta);
+                let frame = sent.ws_frame();
+                if let Some(packed) = self.deflated_message(sent) {
                     // Counted as it crosses the wire: compressed.
-                    let bytes = message.ws_deflate_payload().map_or(0, |p| p.len());
+                    let bytes = sent.ws_deflate_payload().map_or(0, |p| p.len());
                     self.metrics
                         .delivered(bytes, message.published_at().elapsed());
                     return self.send(packed).await;

@@ -11,7 +11,7 @@ use super::{Flow, FrameError, Session};
 use crate::error::ApiError;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::CloseReason;
-use crate::transport::access::topic_limit;
+use crate::transport::access::{delta_codec, topic_limit};
 use crate::transport::topics::{Asker, Wanted, add_topics};
 use crate::transport::{may_subscribe, start_of};
 
@@ -21,6 +21,7 @@ impl<S: PeerStream> Session<S> {
         topics: Vec<String>,
         cursors: HashMap<String, String>,
         last: Option<usize>,
+        delta: Option<String>,
     ) -> Result<Flow, FrameError> {
         let max = self.state.config().limits.max_subscriptions;
         // A frame naming more topics than a connection may hold is refused unread.
@@ -34,7 +35,13 @@ impl<S: PeerStream> Session<S> {
                 format!("at most {most_cursors} cursors in one subscribe"),
             ));
         }
-        let mut wanted = Wanted::default();
+        let mut wanted = Wanted {
+            delta: delta.is_some(),
+            ..Wanted::default()
+        };
+        if let Some(delta) = &delta {
+            delta_codec(delta)?;
+        }
         for topic in &topics {
             let name = TopicName::subscription(topic).map_err(ApiError::from)?;
             if name.is_pattern() {
