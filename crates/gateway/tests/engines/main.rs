@@ -4,7 +4,8 @@
 //! SASL_SSL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and SSL with a client certificate.
 //!
 //! A test binary of its own, because the failover tests kill engines. A test whose engine is
-//! not configured (its environment variable unset) prints why and passes without running.
+//! not configured (its environment variable unset) prints why and passes without running,
+//! unless `HERALD_REQUIRE_ENGINES=1` (deploy/test.sh) makes it fail (`common::engine`).
 
 #[path = "../gateway/common/mod.rs"]
 mod common;
@@ -25,19 +26,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How long a failover may take (detection, election, promotion, Herald's reconnect backoff).
 const FAILOVER: Duration = Duration::from_secs(45);
-
-/// The variable `name`, or `None` after printing why the test is skipped.
-fn engine(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            eprintln!(
-                "skipped: {name} is not set (deploy/test.sh starts the engines with deploy/engines.sh and sets it)"
-            );
-            None
-        }
-    }
-}
 
 fn engines(args: &[&str]) -> String {
     try_engines(args).unwrap_or_else(|e| panic!("deploy/engines.sh {args:?} failed: {e}"))

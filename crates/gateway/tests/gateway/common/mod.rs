@@ -12,22 +12,44 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
-/// Ends the test early, saying why, when an engine variable is not set: a plain `cargo test`
-/// runs without Redis and Kafka, while `deploy/test.sh` (the README's test command) starts
-/// them and sets the variables, so the engine tests always run there.
+/// Ends the test early, saying why, when an engine variable is not set (see [`engine`]).
 #[allow(unused_macros)]
 macro_rules! skip_without {
     ($($var:literal),+) => {
-        $(
-            if std::env::var($var).is_err() {
-                eprintln!(
-                    "skipped: {} is not set; deploy/test.sh starts the real engines and sets it",
-                    $var
-                );
-                return;
-            }
-        )+
+        // Every variable is looked at, so that the message names each one missing.
+        let missing = [$($var),+]
+            .into_iter()
+            .filter(|var| $crate::common::engine(var).is_none())
+            .count();
+        if missing > 0 {
+            return;
+        }
     };
+}
+
+/// The engine variable `name` (a real Redis, Kafka or Jaeger that `deploy/engines.sh`
+/// started), or `None` after writing on stderr which test skips for want of it. A plain
+/// `cargo test` runs without the engines, so their tests pass without running there, and say
+/// so; `deploy/test.sh` (the README's test command) starts them, sets the variables and
+/// `HERALD_REQUIRE_ENGINES=1`, under which a missing variable fails the test instead.
+pub(crate) fn engine(name: &str) -> Option<String> {
+    use std::io::Write as _;
+    if let Some(value) = std::env::var(name).ok().filter(|v| !v.is_empty()) {
+        return Some(value);
+    }
+    // libtest names each test's thread after the test.
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let why = format!(
+        "{name} is not set (deploy/test.sh starts the engines with deploy/engines.sh and sets it)"
+    );
+    assert!(
+        std::env::var("HERALD_REQUIRE_ENGINES").as_deref() != Ok("1"),
+        "{test}: {why}, and HERALD_REQUIRE_ENGINES=1 requires every engine test to run"
+    );
+    // Straight to stderr, past the test harness's capture, so a passing run shows it too.
+    let _ = writeln!(std::io::stderr(), "{test}: skipped: {why}");
+    None
 }
 
 /// A config on ephemeral loopback ports.
