@@ -12,6 +12,7 @@ mod cluster;
 mod control;
 mod costs;
 mod deflate;
+mod delta;
 mod fanout;
 mod following;
 mod history;
