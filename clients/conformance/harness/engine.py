@@ -59,13 +59,16 @@ def _seq(cursor: str) -> tuple[str, int]:
 def _state(topic: str, k: int) -> dict[str, Any]:
     """Message k of a topic carrying the full state of something that changes a little each
     time (a score sheet): what delta compression is for. Each message differs from the one
-    before in a few numbers; the rest (non-ASCII text included) stays."""
+    before in a few numbers and a short non-ASCII text; the rest stays."""
     return {
         "match": topic, "n": k, "score": [k // 3, k // 5], "clock": f"{k // 60:02d}:{k % 60:02d}",
         "venue": "Estádio — «héllo ✓»",
         "players": [{"id": i, "name": f"player-{i}", "goals": (k + i) // 7 if i == k % 22 else i // 7,
                      "cards": [], "active": i % 2 == 0} for i in range(22)],
         "ratio": k / 8,
+        # Changing non-ASCII text: a delta's inserts may start or end inside a multi-byte
+        # character, and must still reach the client as the bytes published.
+        "status": ["⚽ goal", "🟨 card", "🟥 off"][k % 3] + " " + "é" * (k % 4),
     }
 
 
