@@ -56,11 +56,7 @@ run() { # MODE[:GROUPS] RATE
         "${publish[@]}" --publish-mode round-robin --publish-rate "$rate" \
         --publish-concurrency 32 --duration "$DURATION" --drain 3s "${servers[@]}" \
         --json "$OUT/$name/loadgen.json" >"$OUT/$name/loadgen.txt" 2>&1 || true
-    : >"$OUT/$name/nodes.txt"
-    for ((i = 0; i < NODES; i++)); do
-        echo "n$i $(metric "${admins[$i]}" herald_bridge_messages_total 'direction="in"') $(metric "${admins[$i]}" herald_bridge_groups_followed 'bridge="redis"')" \
-            >>"$OUT/$name/nodes.txt"
-    done
+    record_nodes "$OUT/$name/nodes.txt"
     cleanup
 }
 
@@ -70,46 +66,4 @@ for rate in "${RATES[@]}"; do
     done
 done
 
-python3 - "$OUT" <<'EOF'
-import json, os, sys
-out = sys.argv[1]
-rows = []
-for name in sorted(os.listdir(out)):
-    path = os.path.join(out, name, "loadgen.json")
-    if not os.path.exists(path):
-        continue
-    mode, rate = name.rsplit("-", 1)
-    mode = mode.replace("-", ":")
-    r = json.load(open(path))
-    d = r.get("delivery") or {}
-    o = d
-    lat = d.get("latency_ms") or {}
-    secs = r["phases"]["measured_secs"] + r["phases"]["drain_secs"]
-    published = d.get("published", 0)
-    nodes = [l.split() for l in open(os.path.join(out, name, "nodes.txt"))]
-    ingest = [int(n[1]) for n in nodes]
-    groups = [int(n[2]) for n in nodes]
-    servers = r.get("servers", [])
-    cpu = sum(s["cpu_seconds_measured"] for s in servers if "redis" not in s["name"])
-    redis_cpu = sum(s["cpu_seconds_measured"] for s in servers if "redis" in s["name"])
-    rows.append({
-        "mode": mode, "rate": int(rate), "published": published,
-        "published_per_sec": round(published / r["phases"]["measured_secs"]),
-        "delivered": o.get("delivered"), "missing": o.get("missing"), "duplicates": o.get("duplicates"),
-        "p50_ms": lat.get("p50_ms"), "p99_ms": lat.get("p99_ms"),
-        "ingest_per_node": ingest,
-        "ingest_ratio_max": round(max(ingest) / published, 3) if published else None,
-        "groups_per_node": groups,
-        "nodes_cpu_s": round(cpu, 2),
-        "nodes_cpu_us_per_message": round(cpu * 1e6 / published, 1) if published else None,
-        "nodes_cores": round(cpu / secs, 2),
-        "redis_cpu_fraction": round(redis_cpu / secs, 2),
-    })
-rows.sort(key=lambda x: (x["rate"], x["mode"]))
-json.dump(rows, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print("| mode | rate asked | published/s | missing | dups | p50 ms | p99 ms | max node ingest / published | groups per node | nodes' CPU µs per message | nodes' cores | Redis cores |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for x in rows:
-    print(f"| {x['mode']} | {x['rate']} | {x['published_per_sec']} | {x['missing']} | {x['duplicates']} | {x['p50_ms']} | {x['p99_ms']} | {x['ingest_ratio_max']} | {'/'.join(map(str, x['groups_per_node']))} | {x['nodes_cpu_us_per_message']} | {x['nodes_cores']} | {x['redis_cpu_fraction']} |")
-print(f"reports in {out}")
-EOF
+python3 "$repo/deploy/bench/cluster-summary.py" "$OUT" interest

@@ -88,11 +88,7 @@ run() { # SHAPE ROUND
         --publish-mode round-robin --publish-rate "$RATE" --publish-concurrency 32 \
         --duration "$DURATION" --drain 3s "${servers[@]}" \
         --json "$OUT/$name/loadgen.json" >"$OUT/$name/loadgen.txt" 2>&1 || true
-    : >"$OUT/$name/nodes.txt"
-    for ((i = 0; i < NODES; i++)); do
-        echo "n$i $(metric "${admins[$i]}" herald_bridge_messages_total 'direction="in"') $(metric "${admins[$i]}" herald_bridge_groups_followed 'bridge="redis"')" \
-            >>"$OUT/$name/nodes.txt"
-    done
+    record_nodes "$OUT/$name/nodes.txt"
     cleanup
 }
 
@@ -102,41 +98,4 @@ for ((round = 1; round <= ROUNDS; round++)); do
     done
 done
 
-python3 - "$OUT" <<'EOF'
-import json, os, sys
-out = sys.argv[1]
-rows = []
-for name in sorted(os.listdir(out)):
-    path = os.path.join(out, name, "loadgen.json")
-    if not os.path.exists(path):
-        continue
-    shape, rnd = name.rsplit("-r", 1)
-    r = json.load(open(path))
-    d = r.get("delivery") or {}
-    lat = d.get("latency_ms") or {}
-    measured = r["phases"]["measured_secs"]
-    secs = measured + r["phases"]["drain_secs"]
-    published = d.get("published", 0)
-    nodes = [l.split() for l in open(os.path.join(out, name, "nodes.txt"))]
-    groups = [int(n[2]) for n in nodes]
-    servers = r.get("servers", [])
-    cpu = sum(s["cpu_seconds_measured"] for s in servers if "redis" not in s["name"])
-    redis_cpu = sum(s["cpu_seconds_measured"] for s in servers if "redis" in s["name"])
-    rows.append({
-        "shape": shape, "round": int(rnd), "published": published,
-        "published_per_sec": round(published / measured) if measured else 0,
-        "delivered": d.get("delivered"), "missing": d.get("missing"), "duplicates": d.get("duplicates"),
-        "p50_ms": lat.get("p50_ms"), "p99_ms": lat.get("p99_ms"),
-        "groups_per_node": groups,
-        "redis_cpu_us_per_message": round(redis_cpu * 1e6 / published, 1) if published else None,
-        "redis_cores": round(redis_cpu / secs, 3),
-        "nodes_cpu_us_per_message": round(cpu * 1e6 / published, 1) if published else None,
-    })
-rows.sort(key=lambda x: (x["round"], x["shape"]))
-json.dump(rows, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print("| shape | round | published/s | missing | dups | p50 ms | p99 ms | groups per node | Redis µs per message | Redis cores | nodes' µs per message |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for x in rows:
-    print(f"| {x['shape']} | {x['round']} | {x['published_per_sec']} | {x['missing']} | {x['duplicates']} | {x['p50_ms']} | {x['p99_ms']} | {'/'.join(map(str, x['groups_per_node']))} | {x['redis_cpu_us_per_message']} | {x['redis_cores']} | {x['nodes_cpu_us_per_message']} |")
-print(f"reports in {out}")
-EOF
+python3 "$repo/deploy/bench/cluster-summary.py" "$OUT" live

@@ -55,3 +55,14 @@ start_cluster() {
     done
     for admin in "${admins[@]}"; do ready "$admin"; done
 }
+
+# record_nodes FILE: a line per node of the cluster start_cluster made: its name, the
+# messages it read from Redis and the groups it follows (what cluster-summary.py reads).
+record_nodes() {
+    local i
+    : >"$1"
+    for ((i = 0; i < ${#admins[@]}; i++)); do
+        echo "n$i $(metric "${admins[$i]}" herald_bridge_messages_total 'direction="in"') $(metric "${admins[$i]}" herald_bridge_groups_followed 'bridge="redis"')" \
+            >>"$1"
+    done
+}
