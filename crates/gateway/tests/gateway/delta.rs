@@ -362,3 +362,102 @@ async fn random_payloads_cost_nothing_with_deltas_asked() {
     );
     gw.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_nodes_each_node_sends_deltas_that_rebuild_and_a_resume_elsewhere_starts_full() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let p = format!("test-delta-{:x}", rand::random::<u32>());
+    let node = |name: &str| {
+        let mut config = cluster_config(&p, name);
+        config.namespaces = delta_config().namespaces;
+        config
+    };
+    let (a, b) = (spawn_ready(node("a")).await, spawn_ready(node("b")).await);
+    let topic = "score:nodes";
+    let mut on_b = ws_connect(&b).await;
+    ws_subscribe_delta(&mut on_b, topic, None).await;
+    let mut rebuilt = Rebuilt::default();
+    let mut ids = Vec::new();
+    for minute in 0..6 {
+        // Published through node a; node b computes its own deltas from the log.
+        ids.push(publish(&a, topic, state(minute * 11)).await);
+        let text = ws_text(&mut on_b).await;
+        assert_eq!(rebuilt.take(&text), state(minute * 11));
+    }
+    assert_eq!((rebuilt.full, rebuilt.deltas), (1, 5));
+    // The client moves to node a with the cursor it reached on b: full first, then deltas.
+    let mut on_a = ws_connect(&a).await;
+    ws_subscribe_delta(&mut on_a, topic, Some(&ids[2])).await;
+    let mut moved = Rebuilt::default();
+    for minute in 3..6 {
+        assert_eq!(moved.take(&ws_text(&mut on_a).await), state(minute * 11));
+    }
+    assert_eq!((moved.full, moved.deltas), (1, 2));
+    // And over SSE on b, with the id the stream gave on a.
+    let resume = format!("{topic}={}", ids[4]);
+    let mut sse =
+        SseClient::connect(&b, &format!("topic={topic}&delta=fossil"), Some(&resume)).await;
+    let mut by_sse = Rebuilt::default();
+    assert_eq!(
+        by_sse.take(sse.next_event().await.unwrap().data.as_deref().unwrap()),
+        state(55)
+    );
+    publish(&a, topic, state(66)).await;
+    assert_eq!(
+        by_sse.take(sse.next_event().await.unwrap().data.as_deref().unwrap()),
+        state(66)
+    );
+    assert_eq!((by_sse.full, by_sse.deltas), (1, 1));
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coalescing_subscriber_gets_full_data_after_it_skipped() {
+    let mut config = delta_config();
+    config.topics.channel_capacity = 4;
+    config.limits.write_timeout = std::time::Duration::from_secs(30);
+    let ns = config.namespaces.get_mut("score").unwrap();
+    ns.lag_policy = Some(herald_core::LagPolicy::Coalesce);
+    ns.history_len = Some(4);
+    let gw = spawn_gateway(config).await;
+    let topic = "score:ticker";
+    let mut ws = ws_connect(&gw).await;
+    ws_subscribe_delta(&mut ws, topic, None).await;
+    // ~50 KB states, half of it new each time: deltas of ~25 KB, more than a loopback
+    // socket holds after a few while the client does not read.
+    let fresh: Vec<String> = (0..=300)
+        .map(|_| {
+            (0..25_000)
+                .map(|_| char::from(b'a' + rand::random::<u8>() % 26))
+                .collect()
+        })
+        .collect();
+    let big = |n: u64| {
+        let mut s = state(n);
+        s["same"] = json!("y".repeat(25_000));
+        s["fresh"] = json!(fresh[n as usize]);
+        s
+    };
+    let mut rebuilt = Rebuilt::default();
+    publish(&gw, topic, big(0)).await;
+    assert_eq!(rebuilt.take(&ws_text(&mut ws).await), big(0));
+    // Not read while ~7.5 MB of deltas go out: far behind the channel and history.
+    for n in 1..=300 {
+        publish(&gw, topic, big(n)).await;
+    }
+    // Reading now: some were skipped; each message rebuilds (a delta only on its own base).
+    let mut last = 0;
+    while last < 300 {
+        let text = ws_text(&mut ws).await;
+        let value = rebuilt.take(&text);
+        last = value["minute"].as_u64().unwrap();
+        assert_eq!(value, big(last));
+    }
+    assert!(
+        rebuilt.full >= 2,
+        "full again after the skip: {} full",
+        rebuilt.full
+    );
+    gw.stop().await.unwrap();
+}
