@@ -355,8 +355,16 @@ pub(crate) struct HostileArgs {
     /// and pattern_past_hook.
     #[arg(long)]
     pub hooked: bool,
+    /// The server's public listener over TLS (https://127.0.0.1:8443), where it serves HTTP/2
+    /// (ALPN h2): enables the h2_* attacks and a good HTTP/2 client's probe. Needs --tls-ca.
+    #[arg(long, requires = "tls_ca")]
+    pub h2_url: Option<String>,
+    /// PEM file of the CA that signed the certificate of --h2-url.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
     /// Time between a good client's subscriptions to a new wildcard pattern while
-    /// pattern_lockout runs (each must be accepted).
+    /// pattern_lockout runs (each must be accepted), and between a good HTTP/2 client's
+    /// requests while an h2_* attack runs.
     #[arg(long, value_parser = duration, default_value = "1s")]
     pub probe_every: Duration,
     /// The server's HS256 secret, if known: expired tokens are then validly signed, so that only

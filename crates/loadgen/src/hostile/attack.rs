@@ -77,11 +77,29 @@ pub(crate) enum Attack {
     /// A path segment that is not percent-encoded UTF-8 (`/v1/topics/%FF/history`), on both
     /// listeners.
     BadPath,
+    /// Publishes with a sampled `traceparent` and the largest `tracestate`s a head holds (many
+    /// members, long members, repeated headers), to the admin listener's publish API
+    /// (`--admin-url`): kept and exported only within 32 members and 512 characters.
+    TraceState,
+    /// Publishes with an oversized `traceparent` (a later version's extra fields, a malformed
+    /// one), to the admin listener's publish API (`--admin-url`).
+    TraceParent,
+    /// One HTTP/2 connection opening as many streams as the server allows, each owed a large
+    /// answer, read no further than the first flow-control window (`--h2-url`).
+    H2Streams,
+    /// HTTP/2 streams opened and cancelled at once (RST_STREAM), a thousand in a row, then an
+    /// honest request on the same connection (`--h2-url`).
+    H2RapidReset,
+    /// An HTTP/2 request whose header list is far over the server's limit (`--h2-url`).
+    H2HeaderList,
+    /// Thousands of HTTP/2 SETTINGS or PING frames, each owed an acknowledgement, then an
+    /// honest request on the same connection (`--h2-url`).
+    H2ControlFlood,
 }
 
 impl Attack {
     /// Every attack, in catalogue order.
-    pub(crate) const ALL: [Attack; 36] = [
+    pub(crate) const ALL: [Attack; 42] = [
         Attack::MalformedRequestLine,
         Attack::GarbageBytes,
         Attack::OversizedHead,
@@ -118,6 +136,12 @@ impl Attack {
         Attack::PatternPastHook,
         Attack::BadLimit,
         Attack::BadPath,
+        Attack::TraceState,
+        Attack::TraceParent,
+        Attack::H2Streams,
+        Attack::H2RapidReset,
+        Attack::H2HeaderList,
+        Attack::H2ControlFlood,
     ];
 
     /// Stable snake_case name (reports, `--attacks`).
@@ -159,6 +183,12 @@ impl Attack {
             Attack::PatternPastHook => "pattern_past_hook",
             Attack::BadLimit => "bad_limit",
             Attack::BadPath => "bad_path",
+            Attack::TraceState => "trace_state",
+            Attack::TraceParent => "trace_parent",
+            Attack::H2Streams => "h2_streams",
+            Attack::H2RapidReset => "h2_rapid_reset",
+            Attack::H2HeaderList => "h2_header_list",
+            Attack::H2ControlFlood => "h2_control_flood",
         }
     }
 
@@ -181,7 +211,13 @@ impl Attack {
     pub(crate) fn gate(self) -> Option<Gate> {
         match self {
             Attack::WsBadOrigin => Some(Gate::OriginForbidden),
-            Attack::AdminCrossSite => Some(Gate::AdminUrl),
+            Attack::AdminCrossSite | Attack::TraceState | Attack::TraceParent => {
+                Some(Gate::AdminUrl)
+            }
+            Attack::H2Streams
+            | Attack::H2RapidReset
+            | Attack::H2HeaderList
+            | Attack::H2ControlFlood => Some(Gate::H2),
             Attack::WsCookieCrossSite | Attack::HookUnavailableAllow | Attack::PatternPastHook => {
                 Some(Gate::Hooked)
             }
@@ -200,6 +236,8 @@ pub(crate) enum Gate {
     /// `--hooked`: the server runs the soak's hooks (connect; subscribe for `rooms:`, denying
     /// `rooms:secret`; an unavailable one for `secret:` under `on_unavailable = "allow"`).
     Hooked,
+    /// `--h2-url`: the server's public listener over TLS, where it serves HTTP/2 (ALPN `h2`).
+    H2,
 }
 
 impl Gate {
@@ -209,6 +247,7 @@ impl Gate {
             Gate::OriginForbidden => "--origin-forbidden",
             Gate::AdminUrl => "--admin-url",
             Gate::Hooked => "--hooked",
+            Gate::H2 => "--h2-url",
         }
     }
 }
@@ -222,6 +261,8 @@ pub(crate) struct Gates {
     pub admin_url: bool,
     /// `--hooked` given.
     pub hooked: bool,
+    /// `--h2-url` given.
+    pub h2: bool,
 }
 
 impl Gates {
@@ -232,6 +273,7 @@ impl Gates {
             Some(Gate::OriginForbidden) => self.origin_forbidden,
             Some(Gate::AdminUrl) => self.admin_url,
             Some(Gate::Hooked) => self.hooked,
+            Some(Gate::H2) => self.h2,
         }
     }
 }

@@ -13,7 +13,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::HostileConfig;
+use super::attack::Gate;
 use super::catalogue::{self, Action, Attack, Listener, PlanEnv, Planned};
+use super::http2;
 use super::outcome::Outcome;
 use super::raw::{self, Rng};
 use crate::conn::dial::dial;
@@ -133,6 +135,8 @@ pub(crate) struct HostileResult {
     pub health: Option<HealthTally>,
     /// The good client's new-pattern probes, when `pattern_lockout` ran.
     pub probe: Option<HealthTally>,
+    /// The good HTTP/2 client's requests, when an HTTP/2 attack ran.
+    pub h2_probe: Option<HealthTally>,
     /// Seconds from start to the end of new attacks.
     pub secs: f64,
 }
@@ -156,6 +160,7 @@ pub(crate) struct Engine {
     loops: JoinSet<()>,
     health: Option<JoinHandle<HealthTally>>,
     probe: Option<JoinHandle<HealthTally>>,
+    h2_probe: Option<JoinHandle<HealthTally>>,
     started: Instant,
     stopped: Option<Instant>,
 }
@@ -201,14 +206,12 @@ impl Engine {
                 loops.spawn(attacker(ctx.clone(), id, run_id));
             }
         }
+        let limit = ctx.cfg.health_timeout;
         let health = ctx.cfg.health.clone().map(|t| {
             let request = raw::get(&t.path_and_query, &t.host_header, &[]);
-            tokio::spawn(check_loop(
-                ctx.clone(),
-                t,
-                ctx.cfg.health_every,
-                move |_| request.clone(),
-            ))
+            let url = t.url.clone();
+            let check = move |_| http_check(t.clone(), request.clone(), limit);
+            tokio::spawn(check_loop(ctx.clone(), url, ctx.cfg.health_every, check))
         });
         // a good client subscribing to a new pattern now and then: a pattern lock-out shows
         // as its failures
@@ -219,17 +222,40 @@ impl Engine {
             .then(|| ctx.cfg.targets.first().cloned())
             .flatten()
             .map(|t| {
-                let host = t.host_header.clone();
-                tokio::spawn(check_loop(ctx.clone(), t, ctx.cfg.probe_every, move |n| {
+                let url = t.url.clone();
+                let check = move |n| {
                     let target = format!("/v1/sse?topic=lock:probe-{run_id:x}-{n}.*");
-                    raw::get(&target, &host, &["Accept: text/event-stream".to_owned()])
-                }))
+                    let accept = ["Accept: text/event-stream".to_owned()];
+                    let request = raw::get(&target, &t.host_header, &accept);
+                    http_check(t.clone(), request, limit)
+                };
+                tokio::spawn(check_loop(ctx.clone(), url, ctx.cfg.probe_every, check))
+            });
+        // a good HTTP/2 client's requests while the HTTP/2 attacks run
+        let h2_probe = ctx
+            .cfg
+            .attacks
+            .iter()
+            .any(|a| a.gate() == Some(Gate::H2))
+            .then(|| ctx.cfg.h2.clone())
+            .flatten()
+            .map(|h2| {
+                let url = h2.target.url.clone();
+                let check = move |n| {
+                    let h2 = h2.clone();
+                    async move {
+                        let path = format!("/v1/poll?topic=h2-probe-{n}&timeout=0");
+                        http2::honest_get(&h2, &path, limit).await
+                    }
+                };
+                tokio::spawn(check_loop(ctx.clone(), url, ctx.cfg.probe_every, check))
             });
         Self {
             ctx,
             loops,
             health,
             probe,
+            h2_probe,
             started: Instant::now(),
             stopped: None,
         }
@@ -270,9 +296,11 @@ impl Engine {
         self.ctx.hard.cancel();
         let mut health = None;
         let mut probe = None;
+        let mut h2_probe = None;
         for (task, slot) in [
             (self.health.take(), &mut health),
             (self.probe.take(), &mut probe),
+            (self.h2_probe.take(), &mut h2_probe),
         ] {
             if let Some(h) = task {
                 *slot = tokio::time::timeout(Duration::from_secs(5), h)
@@ -287,6 +315,7 @@ impl Engine {
             started: self.ctx.stats.started.load(Relaxed),
             health,
             probe,
+            h2_probe,
             secs: end.duration_since(self.started).as_secs_f64(),
         }
     }
@@ -355,7 +384,7 @@ async fn attacker(ctx: Arc<Ctx>, id: usize, seed: u64) {
         };
         ctx.stats.started.fetch_add(1, Relaxed);
         let t0 = Instant::now();
-        let run = execute(&planned, target, source, ctx.cfg.connect_timeout, &mut rng);
+        let run = execute(&planned, target, &ctx.cfg, source, &mut rng);
         let outcome = tokio::select! {
             r = tokio::time::timeout(bound, run) => Some(r.unwrap_or(Outcome::Timeout)),
             _ = ctx.hard.cancelled() => None,
@@ -373,15 +402,21 @@ async fn attacker(ctx: Arc<Ctx>, id: usize, seed: u64) {
     }
 }
 
-/// Runs one planned attack on a fresh connection.
+/// Runs one planned attack on a fresh connection (an HTTP/2 one to `cfg.h2`).
 pub(crate) async fn execute(
     p: &Planned,
     target: &Target,
+    cfg: &HostileConfig,
     source: Option<IpAddr>,
-    connect_timeout: Duration,
     rng: &mut Rng,
 ) -> Outcome {
-    let mut stream = match dial(target.addr, source, connect_timeout).await {
+    if let Action::H2(a) = &p.action {
+        return match &cfg.h2 {
+            Some(h2) => http2::execute(a, h2, source, cfg.connect_timeout).await,
+            None => Outcome::Connect("no_h2_url"),
+        };
+    }
+    let mut stream = match dial(target.addr, source, cfg.connect_timeout).await {
         Ok(s) => s,
         Err(e) => return Outcome::Connect(e.kind().as_str()),
     };
@@ -454,19 +489,19 @@ pub(crate) async fn execute(
             }
             o
         }
+        Action::H2(_) => unreachable!("served above"),
     }
 }
 
-/// Sends `request(n)` (the n-th check) to `target` every `every` from the good clients'
-/// address, until the run ends: a 200 is a success, anything else a failure by outcome.
-async fn check_loop(
-    ctx: Arc<Ctx>,
-    target: Target,
-    every: Duration,
-    request: impl Fn(u64) -> Vec<u8>,
-) -> HealthTally {
+/// Runs `check(n)` (the n-th check) every `every` until the run ends, each bounded by the
+/// health timeout: a 200 is a success, anything else a failure by outcome.
+async fn check_loop<F, Fut>(ctx: Arc<Ctx>, url: String, every: Duration, check: F) -> HealthTally
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Outcome>,
+{
     let mut t = HealthTally {
-        url: target.url.clone(),
+        url,
         checks: 0,
         ok: 0,
         failures: BTreeMap::new(),
@@ -481,23 +516,9 @@ async fn check_loop(
             _ = ctx.hard.cancelled() => break,
         }
         let t0 = Instant::now();
-        let request = request(t.checks);
-        let check = async {
-            let mut stream = dial(target.addr, None, limit)
-                .await
-                .map_err(|e| Outcome::Connect(e.kind().as_str()))?;
-            let mut buf = Vec::new();
-            let head = raw::exchange(&mut stream, &request, &mut buf).await?;
-            if head.status == 200 {
-                return Ok(Outcome::Status(200));
-            }
-            Ok::<_, Outcome>(raw::refusal(&mut stream, &head, &mut buf).await)
-        };
-        let outcome = match tokio::time::timeout(limit, check).await {
-            Ok(Ok(o)) => o,
-            Ok(Err(o)) => o,
-            Err(_) => Outcome::Timeout,
-        };
+        let outcome = tokio::time::timeout(limit, check(t.checks))
+            .await
+            .unwrap_or(Outcome::Timeout);
         t.checks += 1;
         histogram::record(&mut t.time, t0.elapsed().as_micros() as u64);
         if outcome == Outcome::Status(200) {
@@ -507,6 +528,22 @@ async fn check_loop(
         }
     }
     t
+}
+
+/// Sends `request` to `target` from the good clients' address: the answer's outcome.
+async fn http_check(target: Target, request: Vec<u8>, limit: Duration) -> Outcome {
+    let check = async {
+        let mut stream = dial(target.addr, None, limit)
+            .await
+            .map_err(|e| Outcome::Connect(e.kind().as_str()))?;
+        let mut buf = Vec::new();
+        let head = raw::exchange(&mut stream, &request, &mut buf).await?;
+        if head.status == 200 {
+            return Ok(Outcome::Status(200));
+        }
+        Ok::<_, Outcome>(raw::refusal(&mut stream, &head, &mut buf).await)
+    };
+    check.await.unwrap_or_else(|o| o)
 }
 
 #[cfg(test)]
@@ -537,6 +574,7 @@ mod tests {
             max_rss_growth_kb: None,
             admin: None,
             probe_every: Duration::from_secs(1),
+            h2: None,
         }
     }
 
@@ -585,7 +623,7 @@ mod tests {
             attack_timeout: Duration::from_secs(1),
         };
         let p = catalogue::plan(Attack::GarbageBytes, 0, &env, &mut rng);
-        let o = execute(&p, &cfg.targets[0], None, cfg.connect_timeout, &mut rng).await;
+        let o = execute(&p, &cfg.targets[0], &cfg, None, &mut rng).await;
         assert_eq!(o, Outcome::Connect("connect_refused"));
     }
 }

@@ -15,6 +15,13 @@ pub(crate) enum Exp {
     WsError(&'static str),
     /// A text frame of this type.
     WsReply(&'static str),
+    /// An HTTP/2 RST_STREAM with this error code.
+    H2Reset(u32),
+    /// An HTTP/2 GOAWAY with this error code.
+    H2GoAway(u32),
+    /// The connection was reset: the server closed it with the attack's bytes still coming
+    /// (acceptable where closing is the refusal: HTTP/2 abuse ended by GOAWAY and close).
+    Reset,
     /// The connection closed without an answer (acceptable for non-HTTP bytes and protocol
     /// violations, where there is nothing meaningful to answer).
     Closed,
@@ -35,7 +42,8 @@ pub(crate) fn is_expected(expect: &[Exp], o: &Outcome) -> bool {
         (Exp::WsClose(a), Outcome::WsClose(Some(b))) => a == b,
         (Exp::WsError(a), Outcome::WsError(b)) => *a == b.as_str(),
         (Exp::WsReply(a), Outcome::WsReply(b)) => *a == b.as_str(),
-        (Exp::Closed, Outcome::Closed) => true,
+        (Exp::H2Reset(a), Outcome::H2Reset(b)) | (Exp::H2GoAway(a), Outcome::H2GoAway(b)) => a == b,
+        (Exp::Closed, Outcome::Closed) | (Exp::Reset, Outcome::Reset) => true,
         _ => false,
     })
 }

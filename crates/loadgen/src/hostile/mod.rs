@@ -5,7 +5,7 @@
 //! - [`attack`]: the attacks by name; [`catalogue`]: their variants and the answers each
 //!   expects ([`exp`]);
 //! - [`raw`]: raw HTTP and hand-made WebSocket frames; [`codec`]: permessage-deflate and
-//!   MessagePack for them;
+//!   MessagePack for them; [`http2`]: HTTP/2 over TLS (the `h2` crate, raw control frames);
 //! - [`engine`]: the attacker loops, the health checker and the counts;
 //! - [`memory`]: RSS over the attack phase; [`report`]: the report section and its verdict.
 
@@ -14,6 +14,7 @@ pub(crate) mod catalogue;
 pub(crate) mod codec;
 pub(crate) mod engine;
 pub(crate) mod exp;
+pub(crate) mod http2;
 pub(crate) mod jwt;
 pub(crate) mod memory;
 pub(crate) mod outcome;
@@ -69,8 +70,11 @@ pub(crate) struct HostileConfig {
     pub warmup: Duration,
     /// Flag RSS growth (first to last window) above this, KiB.
     pub max_rss_growth_kb: Option<u64>,
-    /// Time between the good client's new-pattern probes (when `pattern_lockout` runs).
+    /// Time between the good client's new-pattern probes (when `pattern_lockout` runs), and
+    /// between the honest HTTP/2 requests (when an HTTP/2 attack runs).
     pub probe_every: Duration,
+    /// The public listener over TLS, for the HTTP/2 attacks (`--h2-url`).
+    pub h2: Option<http2::H2Target>,
 }
 
 /// Parses `--attacks`: `all`, `default`, or a comma-separated list of names; a leading `-`
@@ -119,6 +123,10 @@ pub(crate) fn parse_attacks(spec: &str, gates: Gates) -> Result<Vec<Attack>, Str
             Some(attack::Gate::AdminUrl) => {
                 format!("{} needs {gate} (the admin listener)", a.name())
             }
+            Some(attack::Gate::H2) => format!(
+                "{} needs {gate} (the public listener over TLS, serving HTTP/2)",
+                a.name()
+            ),
             _ => format!(
                 "{} needs {gate} (a server running the soak's hooks, deploy/hostile-soak.sh)",
                 a.name()
@@ -139,6 +147,7 @@ mod tests {
         origin_forbidden: false,
         admin_url: false,
         hooked: false,
+        h2: false,
     };
 
     #[test]
@@ -186,6 +195,7 @@ mod tests {
             origin_forbidden: false,
             admin_url: true,
             hooked: true,
+            h2: false,
         };
         let d = parse_attacks("default", open).unwrap();
         for a in catalogue::TRUST {

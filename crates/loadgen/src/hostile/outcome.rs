@@ -26,6 +26,10 @@ pub(crate) enum Outcome {
     BadResponse,
     /// Another I/O error.
     Io,
+    /// An HTTP/2 stream was reset (RST_STREAM) with this error code before an answer.
+    H2Reset(u32),
+    /// The HTTP/2 connection was ended (GOAWAY) with this error code before an answer.
+    H2GoAway(u32),
     /// The TCP connect failed (the loadgen's error kind: `connect_refused`, `connect_timeout`...).
     Connect(&'static str),
 }
@@ -79,6 +83,8 @@ impl fmt::Display for Outcome {
             Outcome::Timeout => f.write_str("timeout"),
             Outcome::BadResponse => f.write_str("bad_response"),
             Outcome::Io => f.write_str("io_error"),
+            Outcome::H2Reset(c) => write!(f, "h2_reset_{c}"),
+            Outcome::H2GoAway(c) => write!(f, "h2_goaway_{c}"),
             Outcome::Connect(k) => f.write_str(k),
         }
     }
@@ -106,6 +112,8 @@ mod tests {
             Outcome::Connect("connect_refused").to_string(),
             "connect_refused"
         );
+        assert_eq!(Outcome::H2GoAway(11).to_string(), "h2_goaway_11");
+        assert_eq!(Outcome::H2Reset(7).to_string(), "h2_reset_7");
         assert!(Outcome::Reset.is_silent());
         assert!(!Outcome::Status(400).is_silent());
     }

@@ -395,6 +395,10 @@ pub(crate) struct HostileReport {
     /// `pattern_lockout` runs: each must be accepted (200).
     #[serde(default)]
     pub pattern_probe: Option<HealthReport>,
+    /// A good HTTP/2 client's request on a fresh connection every `--probe-every` while an
+    /// HTTP/2 attack runs (`--h2-url`): each must be answered 200.
+    #[serde(default)]
+    pub h2_probe: Option<HealthReport>,
     /// Server memory over the attack phase, per `--server-pid`.
     pub memory: Vec<MemoryReport>,
     /// The well-behaved subscribers running alongside.

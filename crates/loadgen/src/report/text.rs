@@ -83,17 +83,21 @@ fn hostile(o: &mut String, h: &super::model::HostileReport) {
             row(o, "health failures", outcomes(&x.failures));
         }
     }
-    if let Some(x) = &h.pattern_probe {
+    for (name, probe) in [
+        ("new-pattern probes", &h.pattern_probe),
+        ("HTTP/2 probes", &h.h2_probe),
+    ] {
+        let Some(x) = probe else { continue };
         row(
             o,
-            "new-pattern probes ok / all",
+            &format!("{name} ok / all"),
             format!(
                 "{} / {} (p99 {:.1} ms)",
                 x.ok, x.checks, x.latency_ms.p99_ms
             ),
         );
         if !x.failures.is_empty() {
-            row(o, "new-pattern probe failures", outcomes(&x.failures));
+            row(o, &format!("{name}: failures"), outcomes(&x.failures));
         }
     }
     for m in &h.memory {

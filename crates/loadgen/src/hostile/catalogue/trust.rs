@@ -245,7 +245,7 @@ fn subscribe(topics: &[&str], hold: Duration, rng: &mut Rng) -> Action {
 
 /// Cross-site requests and DNS rebinding against the admin listener.
 fn admin_cross_site(v: u64, env: &PlanEnv) -> Planned {
-    let host = env.admin_host.as_deref().unwrap_or(&env.host);
+    let host = env.host_of(Listener::Admin);
     let post = |target: &str, headers: &[&str]| {
         let h: Vec<String> = headers.iter().map(|s| (*s).to_owned()).collect();
         let body: &[u8] = if target == "/v1/publish" {
@@ -359,10 +359,7 @@ fn bad_limit(v: u64, env: &PlanEnv) -> Planned {
     let places = if env.admin_host.is_some() { 3 } else { 1 };
     let n = v as usize % (VALUES.len() * places);
     let (listener, path, names) = PLACES[n / VALUES.len()];
-    let host = match listener {
-        Listener::Admin => env.admin_host.as_deref().unwrap_or(&env.host),
-        Listener::Public => &env.host,
-    };
+    let host = env.host_of(listener);
     let req = raw::get(
         &format!("{path}?limit={}", VALUES[n % VALUES.len()]),
         host,
@@ -399,10 +396,7 @@ fn bad_path(v: u64, env: &PlanEnv) -> Planned {
         2
     };
     let (listener, path, variant) = PLACES[v as usize % places];
-    let host = match listener {
-        Listener::Admin => env.admin_host.as_deref().unwrap_or(&env.host),
-        Listener::Public => &env.host,
-    };
+    let host = env.host_of(listener);
     Planned {
         listener,
         ..Planned::public(
@@ -415,16 +409,10 @@ fn bad_path(v: u64, env: &PlanEnv) -> Planned {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{sent, test_env};
+    use super::super::{plan_str, test_env};
     use super::*;
     use crate::hostile::outcome::Outcome;
     use crate::hostile::raw::parse_frame;
-
-    fn plan_str(a: Attack, v: u64) -> (Planned, String) {
-        let p = plan(a, v, &test_env(), &mut Rng::new(v + 1));
-        let s = String::from_utf8_lossy(sent(&p)).into_owned();
-        (p, s)
-    }
 
     #[test]
     fn every_trust_attack_plans_each_variant_once() {

@@ -8,6 +8,7 @@ use crate::cli::{
     ChurnArgs, ConnArgs, EchoArgs, HostileArgs, RunArgs, SseArgs, TargetArgs, Transport, WsArgs,
 };
 use crate::hostile::attack::Gates;
+use crate::hostile::http2::H2Target;
 use crate::hostile::{HostileConfig, parse_attacks};
 use crate::publish::PublishConfig;
 use crate::source_ip::{default_count, loopback_block, parse_source_ips};
@@ -421,8 +422,13 @@ pub(crate) fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
         origin_forbidden: a.origin_forbidden.is_some(),
         admin_url: a.admin_url.is_some(),
         hooked: a.hooked,
+        h2: a.h2_url.is_some(),
     };
     let attacks = parse_attacks(&a.attacks, gates).map_err(bad)?;
+    let h2 = match (&a.h2_url, &a.tls_ca) {
+        (Some(url), Some(ca)) => Some(H2Target::new(url, ca, a.allow_non_loopback).map_err(bad)?),
+        _ => None,
+    };
     let sse_args = SseArgs {
         target: TargetArgs {
             urls: a.urls.clone(),
@@ -486,6 +492,7 @@ pub(crate) fn hostile_plan(a: &HostileArgs) -> Result<RunPlan, PlanError> {
         warmup: a.warmup,
         max_rss_growth_kb: a.max_rss_growth_mb.map(|mb| (mb * 1024.0).max(0.0) as u64),
         probe_every: a.probe_every,
+        h2,
     });
     Ok(plan)
 }
