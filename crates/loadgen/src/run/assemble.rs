@@ -10,7 +10,7 @@ use crate::procstat;
 use crate::publish::{PublishMode, PublishStats};
 use crate::report::model::*;
 use crate::seq::SeqOutcome;
-use crate::spec::ClientKind;
+use crate::spec::{ChurnSpec, ClientKind};
 use crate::stats::Counters;
 use crate::worker::protocol::{PublishSummary, TopicTally, WorkerFinal};
 
@@ -89,118 +89,24 @@ pub(crate) fn assemble(i: Inputs<'_>) -> Report {
     }
     let echo_mode = matches!(plan.kind, ClientKind::Echo { .. });
     let latency = merged(&finals, |f| &f.latency);
-    let connect = merged(&finals, |f| &f.connect);
-    let cohort: u64 = finals.iter().map(|f| f.cohort).sum();
-    let late: u64 = finals.iter().map(|f| f.late_joiners).sum();
-    let worker_ramp = finals.iter().map(|f| f.ramp_secs).fold(0.0, f64::max);
-
-    let connections = Connections {
-        target: plan.conns,
-        attempted: total.attempts,
-        connected: total.connected,
-        failed: total.failed,
-        dropped: total.dropped,
-        peak_open: total.peak_open,
-        cohort,
-        late_joiners: late,
-        connect_rate_per_sec: per_sec(total.connected, worker_ramp),
-        connect_ms: histogram::summarize(&connect),
-    };
-    if total.failed > 0 {
-        problems.push(format!(
-            "{} of {} connections failed",
-            total.failed, plan.conns
-        ));
-    }
-    if total.connected + total.failed < plan.conns && !i.interrupted {
-        problems.push(format!(
-            "only {} of {} connections were attempted to completion",
-            total.connected + total.failed,
-            plan.conns
-        ));
-    }
-    if total.dropped > 0 {
-        problems.push(format!(
-            "{} connections dropped during the run",
-            total.dropped
-        ));
-    }
-
-    // Work done in the measured window (measured phase + drain), for CPU per unit.
-    let mut started = Counters::default();
-    for c in i.fleet.started.iter().flatten() {
-        started.add(c);
-    }
-    let (units, per) = if echo_mode {
-        (
-            total.echo_received.saturating_sub(started.echo_received),
-            "echo",
-        )
-    } else {
-        (
-            (total.deliveries + total.churn_deliveries)
-                .saturating_sub(started.deliveries + started.churn_deliveries),
-            "delivery",
-        )
-    };
-
+    let connections = connections_report(&i, &finals, &total, &mut problems);
+    let (units, per) = measured_units(i.fleet, &total, echo_mode);
     let delivery =
         (!echo_mode).then(|| delivery_report(&i, &finals, &total, &latency, units, &mut problems));
-    let echo = echo_mode.then(|| {
-        let mut o = SeqOutcome::default();
-        for f in &finals {
-            if let Some(e) = &f.echo {
-                o.add(e);
-            }
-        }
-        if o.missing > 0 {
-            problems.push(format!("{} echo requests unanswered", o.missing));
-        }
-        if o.duplicates > 0 {
-            problems.push(format!("{} duplicate echo answers", o.duplicates));
-        }
-        EchoReport {
-            target_rate: plan.echo.map_or(0.0, |e| e.0),
-            sent: total.echo_sent,
-            answered: o.delivered,
-            unanswered: o.missing,
-            duplicates: o.duplicates,
-            achieved_rate: per_sec(o.delivered, i.measured_secs),
-            rtt_ms: histogram::summarize(&latency),
-        }
-    });
-    let churn = plan.churn.as_ref().map(|c| {
-        let h = merged(&finals, |f| &f.churn_connect);
-        ChurnReport {
-            rate: c.rate,
-            hold_secs: c.hold_ms as f64 / 1000.0,
-            attempted: total.churn_attempts,
-            connected: total.churn_connected,
-            failed: total.churn_failed,
-            closed: total.churn_closed,
-            achieved_rate: per_sec(total.churn_connected, i.measured_secs),
-            connect_ms: histogram::summarize(&h),
-            receipts: total.churn_deliveries,
-        }
-    });
-    if let Some(c) = &churn
-        && c.failed > 0
-    {
-        problems.push(format!("{} churn connections failed", c.failed));
-    }
+    let echo = echo_mode.then(|| echo_report(&i, &finals, &total, &latency, &mut problems));
+    let churn = plan
+        .churn
+        .as_ref()
+        .map(|c| churn_report(c, &i, &finals, &total, &mut problems));
     let publish = i.publish_stats.map(|p| {
-        publish_report(
-            p,
-            plan.publisher.as_ref().map_or(0.0, |c| c.rate),
-            i.publish_secs,
-        )
+        let target_rate = plan.publisher.as_ref().map_or(0.0, |c| c.rate);
+        publish_report(p, target_rate, i.publish_secs)
     });
     if let Some(p) = &publish
         && p.failed > 0
     {
         problems.push(format!("{} publish requests failed", p.failed));
     }
-
     let cpus = procstat::machine_cpus();
     let (servers, servers_total) = server_reports(ServerInputs {
         servers: i.servers,
@@ -212,19 +118,9 @@ pub(crate) fn assemble(i: Inputs<'_>) -> Report {
         per,
         cpus,
     });
+    run_problems(&i, finals.len(), &mut problems);
     let worker_cpu: u64 = finals.iter().map(|f| f.cpu_us).sum();
     let loadgen_cpu = (i.own_cpu_us + worker_cpu) as f64 / 1e6;
-    if i.interrupted {
-        problems.push("the run was interrupted".into());
-    }
-    if finals.len() < i.fleet.finals.len() {
-        problems.push(format!(
-            "{} of {} workers did not report; their counts are partial",
-            i.fleet.finals.len() - finals.len(),
-            i.fleet.finals.len()
-        ));
-    }
-    let errors = errors_map(&total, i.publish_stats);
     Report {
         tool: "herald-loadgen".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -245,7 +141,7 @@ pub(crate) fn assemble(i: Inputs<'_>) -> Report {
         echo,
         churn,
         hostile: None,
-        errors,
+        errors: errors_map(&total, i.publish_stats),
         servers,
         servers_total,
         loadgen: LoadgenReport {
@@ -260,6 +156,140 @@ pub(crate) fn assemble(i: Inputs<'_>) -> Report {
             ok: problems.is_empty(),
             problems,
         },
+    }
+}
+
+/// The connections section, and its problems (failed, never attempted, dropped).
+fn connections_report(
+    i: &Inputs<'_>,
+    finals: &[&WorkerFinal],
+    total: &Counters,
+    problems: &mut Vec<String>,
+) -> Connections {
+    let plan = i.plan;
+    let connect = merged(finals, |f| &f.connect);
+    let worker_ramp = finals.iter().map(|f| f.ramp_secs).fold(0.0, f64::max);
+    if total.failed > 0 {
+        problems.push(format!(
+            "{} of {} connections failed",
+            total.failed, plan.conns
+        ));
+    }
+    if total.connected + total.failed < plan.conns && !i.interrupted {
+        problems.push(format!(
+            "only {} of {} connections were attempted to completion",
+            total.connected + total.failed,
+            plan.conns
+        ));
+    }
+    if total.dropped > 0 {
+        problems.push(format!(
+            "{} connections dropped during the run",
+            total.dropped
+        ));
+    }
+    Connections {
+        target: plan.conns,
+        attempted: total.attempts,
+        connected: total.connected,
+        failed: total.failed,
+        dropped: total.dropped,
+        peak_open: total.peak_open,
+        cohort: finals.iter().map(|f| f.cohort).sum(),
+        late_joiners: finals.iter().map(|f| f.late_joiners).sum(),
+        connect_rate_per_sec: per_sec(total.connected, worker_ramp),
+        connect_ms: histogram::summarize(&connect),
+    }
+}
+
+/// Work done in the measured window (measured phase + drain), for CPU per unit: echoes in
+/// echo mode, deliveries otherwise; and the unit's name.
+fn measured_units(fleet: &Fleet, total: &Counters, echo_mode: bool) -> (u64, &'static str) {
+    let mut started = Counters::default();
+    for c in fleet.started.iter().flatten() {
+        started.add(c);
+    }
+    if echo_mode {
+        (
+            total.echo_received.saturating_sub(started.echo_received),
+            "echo",
+        )
+    } else {
+        (
+            (total.deliveries + total.churn_deliveries)
+                .saturating_sub(started.deliveries + started.churn_deliveries),
+            "delivery",
+        )
+    }
+}
+
+/// The echo section, and its problems (unanswered, duplicated).
+fn echo_report(
+    i: &Inputs<'_>,
+    finals: &[&WorkerFinal],
+    total: &Counters,
+    rtt: &Hist,
+    problems: &mut Vec<String>,
+) -> EchoReport {
+    let mut o = SeqOutcome::default();
+    for f in finals {
+        if let Some(e) = &f.echo {
+            o.add(e);
+        }
+    }
+    if o.missing > 0 {
+        problems.push(format!("{} echo requests unanswered", o.missing));
+    }
+    if o.duplicates > 0 {
+        problems.push(format!("{} duplicate echo answers", o.duplicates));
+    }
+    EchoReport {
+        target_rate: i.plan.echo.map_or(0.0, |e| e.0),
+        sent: total.echo_sent,
+        answered: o.delivered,
+        unanswered: o.missing,
+        duplicates: o.duplicates,
+        achieved_rate: per_sec(o.delivered, i.measured_secs),
+        rtt_ms: histogram::summarize(rtt),
+    }
+}
+
+/// The churn section, and its problem (failed churn connections).
+fn churn_report(
+    c: &ChurnSpec,
+    i: &Inputs<'_>,
+    finals: &[&WorkerFinal],
+    total: &Counters,
+    problems: &mut Vec<String>,
+) -> ChurnReport {
+    let h = merged(finals, |f| &f.churn_connect);
+    if total.churn_failed > 0 {
+        problems.push(format!("{} churn connections failed", total.churn_failed));
+    }
+    ChurnReport {
+        rate: c.rate,
+        hold_secs: c.hold_ms as f64 / 1000.0,
+        attempted: total.churn_attempts,
+        connected: total.churn_connected,
+        failed: total.churn_failed,
+        closed: total.churn_closed,
+        achieved_rate: per_sec(total.churn_connected, i.measured_secs),
+        connect_ms: histogram::summarize(&h),
+        receipts: total.churn_deliveries,
+    }
+}
+
+/// Problems of the run itself: interrupted, workers that did not report.
+fn run_problems(i: &Inputs<'_>, reported: usize, problems: &mut Vec<String>) {
+    if i.interrupted {
+        problems.push("the run was interrupted".into());
+    }
+    if reported < i.fleet.finals.len() {
+        problems.push(format!(
+            "{} of {} workers did not report; their counts are partial",
+            i.fleet.finals.len() - reported,
+            i.fleet.finals.len()
+        ));
     }
 }
 

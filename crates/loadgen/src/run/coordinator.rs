@@ -14,6 +14,7 @@ use super::progress::Progress;
 use super::servers::{Mark, ServerWatch};
 use crate::histogram;
 use crate::hostile::engine::{Engine, HostileResult, HostileStats};
+use crate::hostile::report::Window;
 use crate::publish::{PublishStats, Publisher};
 use crate::report::model::{Report, TimelinePoint};
 use crate::worker::link::{WorkerLink, spawn_in_process, spawn_process};
@@ -164,157 +165,55 @@ fn spawn_interrupt_watch() -> CancellationToken {
     token
 }
 
+/// How the ramp ended.
+struct Ramp {
+    /// Why it stopped pumping.
+    end: PumpEnd,
+    /// Seconds from the start of the run to the end of the ramp.
+    secs: f64,
+}
+
+/// What the measured phase gathered (nothing when the ramp was interrupted).
+struct Measured {
+    /// What the publisher sent.
+    summary: Option<PublishSummary>,
+    /// When it began.
+    start: Instant,
+    /// Its length without the drain.
+    secs: f64,
+    /// How long the publisher ran.
+    publish_secs: f64,
+    /// The attackers' results, and when they attacked.
+    hostile: Option<(HostileResult, Window)>,
+}
+
+impl Measured {
+    /// A measured phase that did not run.
+    fn skipped() -> Self {
+        Self {
+            summary: None,
+            start: Instant::now(),
+            secs: 0.0,
+            publish_secs: 0.0,
+            hostile: None,
+        }
+    }
+}
+
 /// Runs a subscriber/echo/churn plan to completion and returns its report.
 pub(crate) async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow::Result<Report> {
     let started_unix_ms = crate::clock::unix_micros() / 1000;
-    let t0 = Instant::now();
-    let servers = ServerWatch::new(&plan.server_pids);
-    let progress = Progress::new(Duration::from_secs(5));
-    for pid in servers.missing() {
-        progress.note(&format!(
-            "warning: server pid {pid} not found; it will not be sampled"
-        ));
-    }
-    let specs = plan.worker_specs();
-    let (ev_tx, ev_rx) = mpsc::channel(1024);
-    let mut links = Vec::new();
-    for spec in specs {
-        let link = if plan.processes {
-            spawn_process(spec, ev_tx.clone()).await?
-        } else {
-            spawn_in_process(spec, ev_tx.clone())
-        };
-        links.push(link);
-    }
-    drop(ev_tx);
-    let n = links.len();
-    let mut c = Coordinator {
-        fleet: Fleet::new(n),
-        links,
-        events: ev_rx,
-        servers,
-        progress,
-        timeline: Vec::new(),
-        t0,
-        last_tick: t0,
-        last_requests: 0,
-        interrupt: spawn_interrupt_watch(),
-        interrupted: false,
-        publish_stats: None,
-        hostile_stats: None,
-        last_attacks: 0,
-        plan,
-    };
-
-    // Ramp: bounded by the time the ramp should take plus the connect timeouts.
-    let ramp_budget = if c.plan.ramp > 0.0 {
-        Duration::from_secs_f64(c.plan.conns as f64 / c.plan.ramp)
+    let mut c = Coordinator::start(plan).await?;
+    let ramp = c.ramp().await;
+    let measured = if c.interrupted {
+        Measured::skipped()
     } else {
-        Duration::ZERO
-    } + c.plan.connect_timeout
-        + c.plan.subscribe_timeout
-        + Duration::from_secs(30);
-    let ramp_end = c
-        .pump("ramp", Instant::now() + ramp_budget, Fleet::all_ready)
-        .await;
-    if ramp_end == PumpEnd::Deadline {
-        c.progress
-            .note("warning: ramp did not finish in time; starting the measured phase anyway");
-    }
-    c.servers.sample(Mark::AfterConnect);
-    let ramp_done = Instant::now();
-
-    // Measured phase.
-    let mut summary: Option<PublishSummary> = None;
-    let mut measure_start = Instant::now();
-    let mut measured_secs = 0.0;
-    let mut publish_secs = 0.0;
-    let mut hostile_result: Option<HostileResult> = None;
-    let (mut hostile_start, mut hostile_end) = (0.0, 0.0);
-    if !c.interrupted {
-        c.broadcast(Control::Start).await;
-        c.pump(
-            "start",
-            Instant::now() + Duration::from_secs(10),
-            Fleet::all_started,
-        )
-        .await;
-        c.servers.sample(Mark::MeasureStart);
-        let publisher = c.plan.publisher.clone().map(Publisher::start);
-        c.publish_stats = publisher.as_ref().map(|p| p.stats().clone());
-        let mut hostile = c.plan.hostile.clone().map(Engine::start);
-        c.hostile_stats = hostile.as_ref().map(Engine::stats);
-        measure_start = Instant::now();
-        hostile_start = measure_start.duration_since(t0).as_secs_f64();
-        c.pump("measure", measure_start + c.plan.duration, |_| false)
-            .await;
-        measured_secs = measure_start.elapsed().as_secs_f64();
-        hostile_end = t0.elapsed().as_secs_f64();
-        if let Some(h) = hostile.as_mut() {
-            h.stop_attacks();
-        }
-        c.broadcast(Control::Quiesce).await;
-        if let Some(h) = hostile {
-            let handle: JoinHandle<HostileResult> = tokio::spawn(h.finish());
-            c.pump("finish", Instant::now() + Duration::from_secs(30), |_| {
-                handle.is_finished()
-            })
-            .await;
-            hostile_result = if handle.is_finished() {
-                handle.await.ok()
-            } else {
-                handle.abort();
-                None
-            };
-        }
-        if let Some(p) = publisher {
-            publish_secs = p.elapsed().as_secs_f64();
-            let handle: JoinHandle<PublishSummary> = tokio::spawn(p.finish());
-            c.pump("finish", Instant::now() + Duration::from_secs(60), |_| {
-                handle.is_finished()
-            })
-            .await;
-            summary = if handle.is_finished() {
-                handle.await.ok()
-            } else {
-                handle.abort();
-                None
-            };
-        }
-        let drain_end = Instant::now() + c.plan.drain;
-        c.pump("drain", drain_end, |_| false).await;
-    }
-    let drain_secs = (Instant::now() - measure_start).as_secs_f64() - measured_secs;
+        c.measure().await
+    };
+    let drain_secs = (Instant::now() - measured.start).as_secs_f64() - measured.secs;
     c.servers.sample(Mark::MeasureEnd);
-    let window_secs = measure_start.elapsed().as_secs_f64();
-
-    // Stop and collect.
-    c.broadcast(Control::Stop {
-        summary: summary.clone(),
-    })
-    .await;
-    let end = c
-        .pump(
-            "stop",
-            Instant::now() + Duration::from_secs(40),
-            Fleet::all_final,
-        )
-        .await;
-    if end != PumpEnd::Done {
-        c.progress
-            .note("warning: not every worker sent its final report");
-    }
-    c.on_tick("end");
-    c.progress.finish();
-    for link in &mut c.links {
-        if let Some(child) = link.child.as_mut()
-            && tokio::time::timeout(Duration::from_secs(5), child.wait())
-                .await
-                .is_err()
-        {
-            let _ = child.kill().await;
-        }
-    }
+    let window_secs = measured.start.elapsed().as_secs_f64();
+    c.stop(measured.summary.clone()).await;
     let own_cpu_us = crate::procstat::own_cpu_micros();
     let Coordinator {
         plan,
@@ -323,6 +222,7 @@ pub(crate) async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow
         timeline,
         interrupted,
         publish_stats,
+        t0,
         ..
     } = c;
     let mut report = assemble(Inputs {
@@ -330,31 +230,25 @@ pub(crate) async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow
         args,
         started_unix_ms,
         fleet: &fleet,
-        summary: summary.as_ref(),
+        summary: measured.summary.as_ref(),
         publish_stats: publish_stats.as_deref(),
-        publish_secs,
+        publish_secs: measured.publish_secs,
         servers: &servers,
         timeline,
-        ramp_secs: ramp_done.duration_since(t0).as_secs_f64(),
-        measured_secs,
+        ramp_secs: ramp.secs,
+        measured_secs: measured.secs,
         drain_secs,
         window_secs,
         total_secs: t0.elapsed().as_secs_f64(),
-        interrupted: interrupted || ramp_end == PumpEnd::Interrupted,
+        interrupted: interrupted || ramp.end == PumpEnd::Interrupted,
         own_cpu_us,
         nofile,
     });
     if let Some(cfg) = &plan.hostile {
-        match hostile_result {
-            Some(result) => crate::hostile::report::attach(
-                &mut report,
-                result,
-                cfg,
-                crate::hostile::report::Window {
-                    start: hostile_start,
-                    end: hostile_end,
-                },
-            ),
+        match measured.hostile {
+            Some((result, window)) => {
+                crate::hostile::report::attach(&mut report, result, cfg, window);
+            }
             None if !interrupted => {
                 report
                     .verdict
@@ -366,4 +260,158 @@ pub(crate) async fn run(plan: RunPlan, args: Vec<String>, nofile: u64) -> anyhow
         }
     }
     Ok(report)
+}
+
+impl Coordinator {
+    /// Starts the workers (processes or tasks) and the server watch.
+    async fn start(plan: RunPlan) -> anyhow::Result<Self> {
+        let t0 = Instant::now();
+        let servers = ServerWatch::new(&plan.server_pids);
+        let progress = Progress::new(Duration::from_secs(5));
+        for pid in servers.missing() {
+            progress.note(&format!(
+                "warning: server pid {pid} not found; it will not be sampled"
+            ));
+        }
+        let (ev_tx, ev_rx) = mpsc::channel(1024);
+        let mut links = Vec::new();
+        for spec in plan.worker_specs() {
+            let link = if plan.processes {
+                spawn_process(spec, ev_tx.clone()).await?
+            } else {
+                spawn_in_process(spec, ev_tx.clone())
+            };
+            links.push(link);
+        }
+        Ok(Self {
+            fleet: Fleet::new(links.len()),
+            links,
+            events: ev_rx,
+            servers,
+            progress,
+            timeline: Vec::new(),
+            t0,
+            last_tick: t0,
+            last_requests: 0,
+            interrupt: spawn_interrupt_watch(),
+            interrupted: false,
+            publish_stats: None,
+            hostile_stats: None,
+            last_attacks: 0,
+            plan,
+        })
+    }
+
+    /// The ramp, bounded by the time it should take plus the connect timeouts.
+    async fn ramp(&mut self) -> Ramp {
+        let budget = if self.plan.ramp > 0.0 {
+            Duration::from_secs_f64(self.plan.conns as f64 / self.plan.ramp)
+        } else {
+            Duration::ZERO
+        } + self.plan.connect_timeout
+            + self.plan.subscribe_timeout
+            + Duration::from_secs(30);
+        let end = self
+            .pump("ramp", Instant::now() + budget, Fleet::all_ready)
+            .await;
+        if end == PumpEnd::Deadline {
+            self.progress
+                .note("warning: ramp did not finish in time; starting the measured phase anyway");
+        }
+        self.servers.sample(Mark::AfterConnect);
+        Ramp {
+            end,
+            secs: self.t0.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// The measured phase: workers started, the publisher and the attackers run for the
+    /// plan's duration, then finish; then the drain.
+    async fn measure(&mut self) -> Measured {
+        self.broadcast(Control::Start).await;
+        let started = Instant::now() + Duration::from_secs(10);
+        self.pump("start", started, Fleet::all_started).await;
+        self.servers.sample(Mark::MeasureStart);
+        let publisher = self.plan.publisher.clone().map(Publisher::start);
+        self.publish_stats = publisher.as_ref().map(|p| p.stats().clone());
+        let mut hostile = self.plan.hostile.clone().map(Engine::start);
+        self.hostile_stats = hostile.as_ref().map(Engine::stats);
+        let start = Instant::now();
+        let attacks_began = start.duration_since(self.t0).as_secs_f64();
+        self.pump("measure", start + self.plan.duration, |_| false)
+            .await;
+        let secs = start.elapsed().as_secs_f64();
+        let window = Window {
+            start: attacks_began,
+            end: self.t0.elapsed().as_secs_f64(),
+        };
+        if let Some(h) = hostile.as_mut() {
+            h.stop_attacks();
+        }
+        self.broadcast(Control::Quiesce).await;
+        let hostile = match hostile {
+            Some(h) => {
+                self.finish(tokio::spawn(h.finish()), Duration::from_secs(30))
+                    .await
+            }
+            None => None,
+        };
+        let (summary, publish_secs) = match publisher {
+            Some(p) => {
+                let secs = p.elapsed().as_secs_f64();
+                let finished = tokio::spawn(p.finish());
+                (self.finish(finished, Duration::from_secs(60)).await, secs)
+            }
+            None => (None, 0.0),
+        };
+        self.pump("drain", Instant::now() + self.plan.drain, |_| false)
+            .await;
+        Measured {
+            summary,
+            start,
+            secs,
+            publish_secs,
+            hostile: hostile.map(|r| (r, window)),
+        }
+    }
+
+    /// What `task` returns, pumping meanwhile; `None` (and the task aborted) when it takes
+    /// longer than `limit`.
+    async fn finish<T>(&mut self, task: JoinHandle<T>, limit: Duration) -> Option<T> {
+        self.pump("finish", Instant::now() + limit, |_| task.is_finished())
+            .await;
+        if task.is_finished() {
+            task.await.ok()
+        } else {
+            task.abort();
+            None
+        }
+    }
+
+    /// Stops the workers, waits for their final reports, and reaps worker processes.
+    async fn stop(&mut self, summary: Option<PublishSummary>) {
+        self.broadcast(Control::Stop { summary }).await;
+        let end = self
+            .pump(
+                "stop",
+                Instant::now() + Duration::from_secs(40),
+                Fleet::all_final,
+            )
+            .await;
+        if end != PumpEnd::Done {
+            self.progress
+                .note("warning: not every worker sent its final report");
+        }
+        self.on_tick("end");
+        self.progress.finish();
+        for link in &mut self.links {
+            if let Some(child) = link.child.as_mut()
+                && tokio::time::timeout(Duration::from_secs(5), child.wait())
+                    .await
+                    .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
 }
