@@ -252,6 +252,16 @@ impl Topic {
         Cursor::new(state.epoch, state.head)
     }
 
+    /// [`Self::head`] when it is a position in the topic's real stream (always for a local
+    /// topic; for a log-fed one once the log gave its epoch), so that a subscription after it
+    /// on any node misses nothing published later.
+    pub fn anchored_head(&self) -> Option<Cursor> {
+        let state = self.state.lock();
+        state
+            .anchored
+            .then(|| Cursor::new(state.epoch, state.head))
+    }
+
     /// Publishes a message at the next position and returns it.
     pub fn publish(&self, event: Option<EventName>, data: Payload) -> Arc<Message> {
         let message = {

@@ -153,14 +153,34 @@ fn topics_of(state: &AppState, body: &[u8]) -> Result<Vec<String>, ApiError> {
 }
 
 /// `POST /v1/users/{user}/subscribe {"topics": [..]}`: subscribes every live connection of
-/// the user, on every node, to the topics from their live head (the client is told: a
-/// WebSocket `subscribed` frame with `"by": "server"`, an SSE `herald.subscribed` event).
+/// the user, on every node, to the topics from where they are when it is called (the client
+/// is told: a WebSocket `subscribed` frame with `"by": "server"`, an SSE `herald.subscribed`
+/// event), so a message published after the answer reaches every connection.
 pub(crate) async fn subscribe_user(
     State(state): State<AppState>,
     ApiPath(user): ApiPath<String>,
     body: Result<RequestBody, ApiError>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let action = |body: &[u8]| topics_of(&state, body).map(Action::Subscribe);
+    let action = |body: &[u8]| {
+        let topics = topics_of(&state, body)?;
+        // Where each topic is now, on this node: the connections resume after it, so a
+        // message published once this answers reaches them whichever comes first.
+        let mut after = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let name = herald_core::TopicName::new(&topic)?;
+            let held = match state.registry().get(name.as_str()) {
+                Some(held) => Some(held),
+                // A topic of this node alone: made now, its opening id known.
+                None if !state.registry().config().topic.log_fed => {
+                    Some(state.registry().get_or_create(&name)?)
+                }
+                None => None,
+            };
+            let at = held.and_then(|t| t.anchored_head());
+            after.push((topic, at.map(|c| c.to_string()).unwrap_or_default()));
+        }
+        Ok(Action::SubscribeAfter(after))
+    };
     for_user(&state, user, body, action, "subscribed_here").await
 }
 

@@ -67,8 +67,15 @@ pub enum Target {
 pub enum Action {
     /// End the connection, telling the client why.
     Disconnect(Disconnect),
-    /// Subscribe the connection to these topics (valid names), from their live head.
+    /// Subscribe the connection to these topics (valid names), from their live head (as
+    /// nodes before [`Action::SubscribeAfter`] sent it).
     Subscribe(Vec<String>),
+    /// Subscribe the connection to these topics (valid names), each after the position (a
+    /// cursor's text) it had on the node the application asked when it asked, so that a
+    /// message published after the answer reaches the connection whichever arrives first;
+    /// from the connection node's live head where the position is empty (a topic that node
+    /// did not hold in a known epoch).
+    SubscribeAfter(Vec<(String, String)>),
     /// Drop these topics from the connection's subscriptions.
     Unsubscribe(Vec<String>),
     /// A message was sent to the connection's user on `topic` (their personal topic): be
@@ -83,6 +90,27 @@ pub enum Action {
     /// A member joined or left one of the connection's topics: tell the client. Never sent
     /// for a connection's own join.
     Presence(PresenceEvent),
+}
+
+/// Topics a server-side subscription adds, each with the position it resumes after (`None`:
+/// the live head).
+pub(crate) type ServerSubscription = Vec<(String, Option<herald_core::Cursor>)>;
+
+impl Action {
+    /// The topics a subscribing action adds, each with the position it resumes after
+    /// (`None`: the live head); `None` for any other action.
+    pub(crate) fn subscription(&self) -> Option<ServerSubscription> {
+        match self {
+            Action::Subscribe(topics) => Some(topics.iter().map(|t| (t.clone(), None)).collect()),
+            Action::SubscribeAfter(topics) => Some(
+                (topics.iter())
+                    .map(|(t, after)| (t.clone(), after.parse().ok()))
+                    .collect(),
+            ),
+            Action::Receive { topic, after } => Some(vec![(topic.clone(), after.parse().ok())]),
+            _ => None,
+        }
+    }
 }
 
 /// A command for live connections, as relayed between nodes.

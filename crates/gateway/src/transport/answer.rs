@@ -182,7 +182,7 @@ mod tests {
         let held = messages(&[10, 4000, 10]);
         let mut answer = JsonAnswer::default();
         answer.text(b"[");
-        answer.frames(held.iter().map(|m| &**m));
+        answer.frames(held.iter().map(|m| Outbound::new(m, false)));
         answer.text(b"]");
         let expected: Vec<u8> = {
             let mut v = b"[".to_vec();

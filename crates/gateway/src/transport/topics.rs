@@ -296,19 +296,18 @@ fn add_patterns(
 }
 
 /// A server-side subscription (the admin API's `POST /v1/users/{user}/subscribe`, or a
-/// message sent to a user): `topics` added to `feed` from their live head (or after
-/// `after`), created when new and not charged to the client ([`Asker::Server`]); all or
+/// message sent to a user): `topics` added to `feed`, each after its position when it has one
+/// else from its live head, created when new and not charged to the client ([`Asker::Server`]); all or
 /// nothing within the connection's topic limit. Returns each added topic with its starting
 /// position.
 pub(crate) async fn subscribe_from_server(
     state: &AppState,
     feed: &mut Feed,
-    topics: &[String],
-    after: Option<Cursor>,
+    topics: &crate::cluster::control::ServerSubscription,
 ) -> Result<Vec<(TopicName, Cursor)>, ApiError> {
     let topics = topics
         .iter()
-        .map(|t| Ok((TopicName::new(t)?, start_of(after, None))))
+        .map(|(t, after)| Ok((TopicName::new(t)?, start_of(*after, None))))
         .collect::<Result<Vec<_>, ApiError>>()?;
     let wanted = Wanted {
         topics,

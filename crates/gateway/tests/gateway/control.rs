@@ -578,3 +578,64 @@ async fn a_waiting_poll_is_answered_with_the_disconnect() {
     assert!(user_ids(&gw, "dee").await.is_empty(), "the poll left");
     gw.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_right_after_a_server_side_subscribe_reaches_every_connection() {
+    // The answer comes before the connections have acted on the command: each resumes from
+    // where the topic was when the application called, on WebSocket and SSE alike.
+    let gw = spawn_gateway(token_config()).await;
+    for i in 0..30 {
+        let user = format!("u{i}");
+        let mut ws = ws_of(&gw, &user, "own").await;
+        let sse_token = token(json!({"sub": user, "exp": unix_now() + 3600, "topics": ["own"]}));
+        let mut sse = SseClient::connect(&gw, &format!("topic=own&token={sse_token}"), None).await;
+        sse.next_block().await.unwrap();
+        let topic = format!("srv{i}");
+        let (status, body) = command(
+            &gw,
+            &format!("/v1/users/{user}/subscribe"),
+            json!({"topics": [topic]}),
+        )
+        .await;
+        assert_eq!(
+            (status, body["subscribed_here"].as_u64()),
+            (200, Some(2)),
+            "{body}"
+        );
+        let id = publish(&gw, &topic, json!({"try": i})).await;
+        assert_eq!(ws_next(&mut ws).await["by"], "server");
+        let message = ws_next(&mut ws).await;
+        assert_eq!(
+            (message["topic"].as_str(), message["id"].as_str()),
+            (Some(&*topic), Some(&*id)),
+            "try {i}"
+        );
+        assert_eq!(
+            sse.next_event().await.unwrap().event.as_deref(),
+            Some("herald.subscribed")
+        );
+        let event = sse.next_event().await.unwrap();
+        assert!(
+            event.id.unwrap().contains(&format!("{topic}={id}")),
+            "try {i}"
+        );
+        // A topic this node holds: after its head, not before it.
+        publish(&gw, "held", json!(i)).await;
+        let (_, body) = command(
+            &gw,
+            &format!("/v1/users/{user}/subscribe"),
+            json!({"topics": ["held"]}),
+        )
+        .await;
+        assert_eq!(body["subscribed_here"], 2);
+        let id = publish(&gw, "held", json!({"after": i})).await;
+        assert_eq!(ws_next(&mut ws).await["type"], "subscribed");
+        let message = ws_next(&mut ws).await;
+        assert_eq!(
+            message["id"].as_str(),
+            Some(&*id),
+            "only the message after the call: try {i}"
+        );
+    }
+    gw.stop().await.unwrap();
+}

@@ -346,7 +346,7 @@ pub(crate) struct SseStream {
     queued: Option<Bytes>,
     /// A server-side subscription being made (it may wait for the node to read its topics'
     /// history), kept here so that a `next_chunk` cancelled part-way takes it up again.
-    pending: Option<Box<(Vec<String>, Option<herald_core::Cursor>)>>,
+    pending: Option<Box<crate::cluster::control::ServerSubscription>>,
     done: bool,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<Pin<Box<Sleep>>>,

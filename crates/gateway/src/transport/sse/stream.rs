@@ -18,21 +18,18 @@ impl SseStream {
         Bytes::from(format!("retry: {}\n{}\n", retry.as_millis(), self.id))
     }
 
-    /// Subscribes to `topics` on the application's command (from their head, or after
-    /// `after`): an event naming them, with the `id:` of every position (so that a resume
+    /// Subscribes to `topics` on the application's command (each after its position, or from
+    /// its head): an event naming them, with the `id:` of every position (so that a resume
     /// includes them), or `None` when there is nothing new or it was refused (counted).
     /// Cancel-safe: the subscription is kept in `pending` until it is made, and the next call
     /// of [`Self::next_chunk`] takes it up again.
     async fn subscribed_by_server(
         &mut self,
-        topics: Vec<String>,
-        after: Option<herald_core::Cursor>,
+        topics: crate::cluster::control::ServerSubscription,
     ) -> Option<Bytes> {
-        let pending = self.pending.insert(Box::new((topics, after)));
-        let (topics, after) = (pending.0.clone(), pending.1);
+        let topics = self.pending.insert(Box::new(topics)).clone();
         let made =
-            crate::transport::subscribe_from_server(&self.state, &mut self.feed, &topics, after)
-                .await;
+            crate::transport::subscribe_from_server(&self.state, &mut self.feed, &topics).await;
         self.pending = None;
         match made {
             Ok(started) if started.is_empty() => None,
@@ -119,7 +116,7 @@ impl SseStream {
             // hold nothing across an await) and boxed: a rare path whose future (the
             // subscription, its wait for the log) would otherwise size every stream's task.
             if let Some(pending) = self.pending.take()
-                && let Some(chunk) = Box::pin(self.subscribed_by_server(pending.0, pending.1)).await
+                && let Some(chunk) = Box::pin(self.subscribed_by_server(*pending)).await
             {
                 return Some(chunk);
             }
@@ -139,11 +136,8 @@ impl SseStream {
                         self.done = true;
                         return Some(disconnect_event(&disconnect));
                     }
-                    Action::Subscribe(topics) => {
-                        self.pending = Some(Box::new((topics, None)));
-                    }
-                    Action::Receive { topic, after } => {
-                        self.pending = Some(Box::new((vec![topic], after.parse().ok())));
+                    Action::Subscribe(_) | Action::SubscribeAfter(_) | Action::Receive { .. } => {
+                        self.pending = action.subscription().map(Box::new);
                     }
                     Action::Presence(event) => {
                         // Not a message: no `id:` line, the client's position stays.

@@ -20,6 +20,9 @@ impl<S: PeerStream> Session<S> {
     /// server-side subscription told to the client as if it had asked (`"by": "server"`);
     /// or a member's join or leave (`{"type":"join",...}`, [`crate::cluster::join_leave`]).
     pub(super) async fn on_action(&mut self, action: Action) -> Flow {
+        if let Some(topics) = action.subscription() {
+            return self.subscribed_by_server(&topics).await;
+        }
         match action {
             Action::Disconnect(disconnect) => {
                 let code = if disconnect.reconnect {
@@ -30,10 +33,9 @@ impl<S: PeerStream> Session<S> {
                 self.close(code, &disconnect.reason).await;
                 Flow::Close(CloseReason::Disconnected)
             }
-            Action::Subscribe(topics) => self.subscribed_by_server(&topics, None).await,
-            Action::Receive { topic, after } => {
-                self.subscribed_by_server(&[topic], after.parse().ok())
-                    .await
+            // Taken above.
+            Action::Subscribe(_) | Action::SubscribeAfter(_) | Action::Receive { .. } => {
+                Flow::Continue
             }
             Action::Presence(event) => self.send_text(event.typed_json()).await,
             Action::Unsubscribe(topics) => {
@@ -50,17 +52,14 @@ impl<S: PeerStream> Session<S> {
         }
     }
 
-    /// Subscribes to `topics` on the application's command (from their head, or after
-    /// `after`), telling the client with a `subscribed` frame marked `"by": "server"` when
+    /// Subscribes to `topics` on the application's command (each after its position, or from
+    /// its head), telling the client with a `subscribed` frame marked `"by": "server"` when
     /// anything is new; a refusal is counted.
     pub(super) async fn subscribed_by_server(
         &mut self,
-        topics: &[String],
-        after: Option<herald_core::Cursor>,
+        topics: &crate::cluster::control::ServerSubscription,
     ) -> Flow {
-        match crate::transport::subscribe_from_server(&self.state, &mut self.feed, topics, after)
-            .await
-        {
+        match crate::transport::subscribe_from_server(&self.state, &mut self.feed, topics).await {
             Ok(started) if started.is_empty() => Flow::Continue,
             Ok(started) => {
                 self.members_follow();

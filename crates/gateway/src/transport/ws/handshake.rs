@@ -138,7 +138,7 @@ async fn serve<S: PeerStream>(
     // The connect hook's topics are subscribed and told here, before the connection's task
     // starts, so that its state holds nothing for them.
     if !granted.is_empty()
-        && let Flow::Close(reason) = connection.subscribed_by_server(&granted, None).await
+        && let Flow::Close(reason) = connection.subscribed_by_server(&live(&granted)).await
     {
         connection.guard.closing(reason);
         return;
@@ -191,6 +191,11 @@ fn validate_handshake(state: &AppState, headers: &HeaderMap) -> Result<String, A
             "missing or malformed Sec-WebSocket-Key",
         )),
     }
+}
+
+/// `topics`, each from its live head (a server-side subscription's starts).
+fn live(topics: &[String]) -> crate::cluster::control::ServerSubscription {
+    topics.iter().map(|t| (t.clone(), None)).collect()
 }
 
 #[cfg(test)]
