@@ -399,6 +399,11 @@ var Subscriptions = class {
     }
     return last;
   }
+  /** Whether a subscription of `topic` (a topic or a pattern) asked for deltas. */
+  delta(topic) {
+    for (const sub of this.subs.get(topic) ?? []) if (sub.active && sub.delta) return true;
+    return false;
+  }
   // ---- delivery ----
   /** Delivers a message to its subscriptions, once; with none, to `serverMessage`
    *  listeners when `server(topic)` says the application subscribed the connection to it. */
@@ -638,6 +643,334 @@ var ServerSubscriptions = class {
   }
 };
 
+// src/delta.ts
+var MAX_DELTA_TARGET = 64 * 1024 * 1024;
+var DeltaError = class extends Error {
+  /** For `error` listeners: always `bad_delta`. */
+  code = "bad_delta";
+  name = "DeltaError";
+};
+var DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz~";
+var VALUE = new Int8Array(128).fill(-1);
+for (let i = 0; i < DIGITS.length; i++) VALUE[DIGITS.charCodeAt(i)] = i;
+function fossilChecksum(b) {
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  let i = 0;
+  const n4 = b.length & ~3;
+  for (; i < n4; i += 4) {
+    s0 = s0 + b[i] | 0;
+    s1 = s1 + b[i + 1] | 0;
+    s2 = s2 + b[i + 2] | 0;
+    s3 = s3 + b[i + 3] | 0;
+  }
+  let sum = s3 + (s2 << 8) + (s1 << 16) + (s0 << 24) | 0;
+  const rest = b.length - n4;
+  if (rest >= 3) sum = sum + (b[i + 2] << 8) | 0;
+  if (rest >= 2) sum = sum + (b[i + 1] << 16) | 0;
+  if (rest >= 1) sum = sum + (b[i] << 24) | 0;
+  return sum >>> 0;
+}
+function applyFossil(base, delta, max = MAX_DELTA_TARGET) {
+  let pos = 0;
+  const int = () => {
+    let v = 0;
+    const start = pos;
+    while (pos < delta.length) {
+      const c = delta[pos];
+      const d = c < 128 ? VALUE[c] : -1;
+      if (d < 0) break;
+      v = v * 64 + d;
+      if (v > 4294967295) throw new DeltaError("delta: a number past 32 bits");
+      pos++;
+    }
+    if (pos === start) throw new DeltaError(`delta: a number expected at byte ${start}`);
+    return v;
+  };
+  const size = int();
+  if (delta[pos] !== 10) throw new DeltaError("delta: the size is not followed by a newline");
+  pos++;
+  if (size > max) throw new DeltaError(`delta: claims a result of ${size} bytes (at most ${max})`);
+  const out = new Uint8Array(size);
+  let len = 0;
+  while (pos < delta.length) {
+    const cnt = int();
+    const op = delta[pos++];
+    switch (op) {
+      case 64: {
+        const ofst = int();
+        if (delta[pos++] !== 44) throw new DeltaError("delta: a copy not ended by ','");
+        if (cnt > size - len) throw new DeltaError("delta: a copy past the claimed size");
+        if (ofst + cnt > base.length) throw new DeltaError("delta: a copy past the end of the base");
+        out.set(base.subarray(ofst, ofst + cnt), len);
+        len += cnt;
+        break;
+      }
+      case 58: {
+        if (cnt > size - len) throw new DeltaError("delta: an insert past the claimed size");
+        if (cnt > delta.length - pos) throw new DeltaError("delta: an insert past the end of the delta");
+        out.set(delta.subarray(pos, pos + cnt), len);
+        len += cnt;
+        pos += cnt;
+        break;
+      }
+      case 59: {
+        if (len !== size) throw new DeltaError(`delta: ${len} bytes made, ${size} claimed`);
+        if (pos !== delta.length) throw new DeltaError("delta: bytes after the checksum");
+        if (cnt !== fossilChecksum(out)) throw new DeltaError("delta: bad checksum");
+        return out;
+      }
+      default:
+        throw new DeltaError(`delta: unknown command at byte ${pos - 1}`);
+    }
+  }
+  throw new DeltaError("delta: no checksum (truncated)");
+}
+var DATA_KEY = '"data":';
+function jsonDataText(frame) {
+  const at = frame.indexOf(DATA_KEY);
+  const end = frame.lastIndexOf("}");
+  if (at < 0 || end < at + DATA_KEY.length) throw new DeltaError("a message frame without data");
+  return frame.slice(at + DATA_KEY.length, end);
+}
+function skipJson(text, i) {
+  while (i < text.length && " 	\r\n".includes(text[i])) i++;
+  const c = text[i];
+  if (c === '"') return skipString(text, i);
+  if (c === "{" || c === "[") {
+    let depth = 0;
+    for (; i < text.length; i++) {
+      const ch = text[i];
+      if (ch === '"') i = skipString(text, i) - 1;
+      else if (ch === "{" || ch === "[") depth++;
+      else if (ch === "}" || ch === "]") {
+        depth--;
+        if (depth === 0) return i + 1;
+      }
+    }
+    throw new DeltaError("unterminated JSON value");
+  }
+  while (i < text.length && !",}] 	\r\n".includes(text[i])) i++;
+  return i;
+}
+function skipString(text, i) {
+  for (i++; i < text.length; i++) {
+    const ch = text[i];
+    if (ch === "\\") i++;
+    else if (ch === '"') return i + 1;
+  }
+  throw new DeltaError("unterminated JSON string");
+}
+function pollMessageTexts(answer) {
+  let i = answer.indexOf("{") + 1;
+  if (i === 0) throw new DeltaError("poll answer: not an object");
+  for (; ; ) {
+    while (i < answer.length && " 	\r\n,".includes(answer[i])) i++;
+    if (answer[i] !== '"') throw new DeltaError("poll answer: no messages");
+    const keyEnd = skipString(answer, i);
+    const key = answer.slice(i, keyEnd);
+    i = answer.indexOf(":", keyEnd) + 1;
+    if (key !== '"messages"') {
+      i = skipJson(answer, i);
+      continue;
+    }
+    while (" 	\r\n".includes(answer[i])) i++;
+    if (answer[i] !== "[") throw new DeltaError("poll answer: messages is not an array");
+    i++;
+    const out = [];
+    for (; ; ) {
+      while (i < answer.length && " 	\r\n,".includes(answer[i])) i++;
+      if (i >= answer.length) throw new DeltaError("poll answer: unterminated messages");
+      if (answer[i] === "]") return out;
+      const end = skipJson(answer, i);
+      out.push(answer.slice(i, end));
+      i = end;
+    }
+  }
+}
+function msgpackDataBytes(frame) {
+  const r = new MsgpackSkipper(frame);
+  const n = r.mapHeader();
+  for (let k = 0; k < n; k++) {
+    const keyStart = r.pos;
+    r.skip(0);
+    const key = frame.subarray(keyStart, r.pos);
+    const start = r.pos;
+    r.skip(0);
+    if (key.length === 5 && key[0] === 164 && key[1] === 100 && key[2] === 97 && key[3] === 116 && key[4] === 97) {
+      return frame.subarray(start, r.pos);
+    }
+  }
+  throw new DeltaError("a message frame without data");
+}
+var MsgpackSkipper = class {
+  constructor(b) {
+    this.b = b;
+  }
+  b;
+  pos = 0;
+  need(n) {
+    if (n > this.b.length - this.pos) throw new DeltaError("truncated MessagePack");
+    const at = this.pos;
+    this.pos += n;
+    return at;
+  }
+  uint(n) {
+    const at = this.need(n);
+    let v = 0;
+    for (let i = 0; i < n; i++) v = v * 256 + this.b[at + i];
+    return v;
+  }
+  mapHeader() {
+    const c = this.b[this.need(1)];
+    if (c >= 128 && c <= 143) return c & 15;
+    if (c === 222) return this.uint(2);
+    if (c === 223) return this.uint(4);
+    throw new DeltaError("a MessagePack frame that is not a map");
+  }
+  skip(depth) {
+    if (depth > 100) throw new DeltaError("MessagePack nested too deep");
+    const c = this.b[this.need(1)];
+    if (c <= 127 || c >= 224 || c === 192 || c === 194 || c === 195) return;
+    if (c >= 160 && c <= 191) return void this.need(c & 31);
+    if (c >= 128 && c <= 143) return this.items(2 * (c & 15), depth);
+    if (c >= 144 && c <= 159) return this.items(c & 15, depth);
+    switch (c) {
+      case 196:
+      case 217:
+        return void this.need(this.uint(1));
+      // prettier-ignore
+      case 197:
+      case 218:
+        return void this.need(this.uint(2));
+      // prettier-ignore
+      case 198:
+      case 219:
+        return void this.need(this.uint(4));
+      // prettier-ignore
+      case 199:
+        return void this.need(this.uint(1) + 1);
+      case 200:
+        return void this.need(this.uint(2) + 1);
+      case 201:
+        return void this.need(this.uint(4) + 1);
+      case 202:
+        return void this.need(4);
+      case 203:
+        return void this.need(8);
+      case 204:
+      case 208:
+        return void this.need(1);
+      // prettier-ignore
+      case 205:
+      case 209:
+        return void this.need(2);
+      // prettier-ignore
+      case 206:
+      case 210:
+        return void this.need(4);
+      // prettier-ignore
+      case 207:
+      case 211:
+        return void this.need(8);
+      // prettier-ignore
+      case 212:
+        return void this.need(2);
+      case 213:
+        return void this.need(3);
+      case 214:
+        return void this.need(5);
+      case 215:
+        return void this.need(9);
+      case 216:
+        return void this.need(17);
+      case 220:
+        return this.items(this.uint(2), depth);
+      case 221:
+        return this.items(this.uint(4), depth);
+      case 222:
+        return this.items(2 * this.uint(2), depth);
+      case 223:
+        return this.items(2 * this.uint(4), depth);
+      default:
+        throw new DeltaError(`MessagePack: bad byte 0x${c.toString(16)}`);
+    }
+  }
+  items(n, depth) {
+    for (let i = 0; i < n; i++) this.skip(depth + 1);
+  }
+};
+var deltaMessages = /* @__PURE__ */ new WeakSet();
+var utf8 = new TextEncoder();
+var utf8Strict = new TextDecoder("utf-8", { fatal: true });
+var Bases = class {
+  constructor(wants, decodeMsgpack) {
+    this.wants = wants;
+    this.decodeMsgpack = decodeMsgpack;
+  }
+  wants;
+  decodeMsgpack;
+  bases = /* @__PURE__ */ new Map();
+  /** A message read from a JSON frame (`frame`: its raw text): a delta is applied (its data
+   *  replaced by the full data); the base is kept. Throws `DeltaError`. */
+  json(m, frame) {
+    const delta = deltaMessages.has(m);
+    if (!delta) {
+      if (this.wants(m.topic)) this.bases.set(m.topic, jsonDataText(frame()));
+      else this.bases.delete(m.topic);
+      return false;
+    }
+    const base = this.take(m.topic);
+    if (typeof m.data !== "string") throw new DeltaError("delta: data is not a string");
+    const out = applyFossil(typeof base === "string" ? utf8.encode(base) : base, utf8.encode(m.data));
+    let text;
+    try {
+      text = utf8Strict.decode(out);
+      m.data = JSON.parse(text);
+    } catch (e) {
+      throw new DeltaError(`delta: the result is not JSON: ${e.message}`);
+    }
+    deltaMessages.delete(m);
+    if (this.wants(m.topic)) this.bases.set(m.topic, text);
+    return true;
+  }
+  /** A message read from a MessagePack frame (`frame`: its bytes). Throws `DeltaError`. */
+  msgpack(m, frame) {
+    const delta = deltaMessages.has(m);
+    if (!delta) {
+      if (this.wants(m.topic)) this.bases.set(m.topic, msgpackDataBytes(frame).slice());
+      else this.bases.delete(m.topic);
+      return false;
+    }
+    const base = this.take(m.topic);
+    if (!(m.data instanceof Uint8Array)) throw new DeltaError("delta: data is not bin");
+    const out = applyFossil(typeof base === "string" ? utf8.encode(base) : base, m.data);
+    try {
+      m.data = this.decodeMsgpack(out);
+    } catch (e) {
+      throw new DeltaError(`delta: the result is not MessagePack: ${e.message}`);
+    }
+    deltaMessages.delete(m);
+    if (this.wants(m.topic)) this.bases.set(m.topic, out);
+    return true;
+  }
+  /** The base of `topic`, dropped from the map (a failure leaves none). */
+  take(topic) {
+    const base = this.bases.get(topic);
+    this.bases.delete(topic);
+    if (base === void 0) throw new DeltaError(`delta: no base held for ${topic}`);
+    return base;
+  }
+  drop(topic) {
+    this.bases.delete(topic);
+  }
+  clear() {
+    this.bases.clear();
+  }
+  get size() {
+    return this.bases.size;
+  }
+};
+
 // src/connector.ts
 var Connector = class {
   constructor(p) {
@@ -658,6 +991,8 @@ var Connector = class {
   updateQueued = false;
   /** A connection attempt waits for its token. */
   starting = false;
+  /** Deltas applied, and those that could not be. */
+  stats = { deltas: 0, deltaFailures: 0 };
   get state() {
     return this._state;
   }
@@ -773,6 +1108,16 @@ var Connector = class {
       },
       serverSubscribed: (topics) => {
         if (main() || probing()) server.subscribed(conn, topics, main());
+      },
+      delta: (topic, error) => {
+        if (!main() && !probing()) return;
+        if (error === void 0) {
+          this.stats.deltas++;
+          return;
+        }
+        this.stats.deltaFailures++;
+        const e = new DeltaError(`${transport}: a delta of ${topic} did not apply (${error.message}): subscribed again from its cursor`);
+        this.p.events.emit("error", e);
       },
       serverUnsubscribed: (topics, ended) => {
         if (main() || probing()) server.unsubscribed(conn, topics, ended, main());
@@ -1212,6 +1557,7 @@ function toMessage(f, what = "message") {
   if (!isObj(f) || f.type !== "message") throw new ProtocolError(`${what}: not a message object`);
   const m = { topic: str(f, "topic", what), id: str(f, "id", what), data: f.data };
   if (f.event !== void 0 && f.event !== null) m.event = str(f, "event", what);
+  if (f.delta === true) deltaMessages.add(m);
   return m;
 }
 function topicsOf(data, what) {
@@ -1367,7 +1713,20 @@ var Watchdog = class {
 
 // src/websocket.ts
 var MAX_PENDING = 1024;
-var FATAL_SUBSCRIBE = /* @__PURE__ */ new Set(["forbidden", "bad_topic", "too_many_topics", "bad_cursor", "invalid_token"]);
+var FATAL_SUBSCRIBE = /* @__PURE__ */ new Set([
+  "forbidden",
+  "bad_topic",
+  "too_many_topics",
+  "bad_cursor",
+  "invalid_token",
+  "bad_delta",
+  "delta_not_allowed"
+]);
+function frameBytes(raw) {
+  if (raw instanceof ArrayBuffer) return new Uint8Array(raw);
+  if (ArrayBuffer.isView(raw)) return new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength);
+  throw new ProtocolError("ws: not a binary frame");
+}
 function wsUrl(base, token) {
   const u = new URL("/v1/ws", base);
   u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
@@ -1378,6 +1737,7 @@ var WsConnection = class {
   constructor(ctx, handlers) {
     this.ctx = ctx;
     this.handlers = handlers;
+    this.bases = new Bases((t) => ctx.delta(t), decode);
     const WS = ctx.WebSocket;
     if (!WS) throw new Error("no WebSocket implementation");
     const url = wsUrl(ctx.url, ctx.token());
@@ -1425,6 +1785,11 @@ var WsConnection = class {
   pending = [];
   openTimer;
   watchdog;
+  /** The base of each topic that asked for deltas: its last message's data on this connection. */
+  bases;
+  /** Topics whose delta did not apply, unsubscribed and subscribed again from their cursors:
+   *  what comes for them before the `unsubscribed` reply is of the old subscription, dropped. */
+  resyncing = /* @__PURE__ */ new Set();
   update() {
     if (this.closed || this.socket.readyState !== 1) return;
     const wanted = this.ctx.topics();
@@ -1432,16 +1797,16 @@ var WsConnection = class {
     const unsubscribe = [...this.requested].filter((t) => !wanted.has(t));
     const held = [...this.requested].filter((t) => wanted.has(t));
     const resume = [...this.ctx.patternCursors()].filter(([t]) => !matchedBy(held, t));
-    const frames = /* @__PURE__ */ new Map();
+    const frames = [];
     for (const t of subscribe) {
       const c = wanted.get(t);
       const pattern = isPattern(t);
       const last = c === void 0 && !pattern ? this.ctx.last(t) : void 0;
-      const key = c === void 0 && !pattern ? last : frames.keys().next().value;
-      let frame = frames.get(key);
+      const delta = this.ctx.delta(t);
+      let frame = c === void 0 && !pattern ? frames.find((f) => f.last === last && f.delta === delta) : frames.find((f) => f.delta === delta);
       if (!frame) {
-        frame = { topics: [], cursors: {} };
-        frames.set(key, frame);
+        frame = { last, delta, topics: [], cursors: {} };
+        frames.push(frame);
       }
       frame.topics.push(t);
       if (c !== void 0) frame.cursors[t] = c;
@@ -1449,14 +1814,19 @@ var WsConnection = class {
         for (const [rt, rc] of resume) if (matchesPattern(t, rt)) frame.cursors[rt] = rc;
       }
       this.requested.add(t);
+      this.bases.drop(t);
     }
-    for (const [last, { topics, cursors }] of frames) {
+    for (const { last, delta, topics, cursors } of frames) {
       const f = { type: "subscribe", topics, cursors };
       if (last !== void 0) f.last = last;
+      if (delta) f.delta = "fossil";
       this.send(f, { kind: "subscribe", topics });
     }
     if (unsubscribe.length > 0) {
-      for (const t of unsubscribe) this.requested.delete(t);
+      for (const t of unsubscribe) {
+        this.requested.delete(t);
+        this.bases.drop(t);
+      }
       this.send({ type: "unsubscribe", topics: unsubscribe }, { kind: "unsubscribe", topics: unsubscribe });
     }
   }
@@ -1523,10 +1893,23 @@ var WsConnection = class {
       return;
     }
     switch (f.type) {
-      case "message":
-        this.handlers.message(f.message);
+      case "message": {
+        const m = f.message;
+        if (this.resyncing.has(m.topic)) break;
+        let delta;
+        try {
+          delta = this.ctx.format === "json" ? this.bases.json(m, () => raw) : this.bases.msgpack(m, frameBytes(raw));
+        } catch (e) {
+          if (!(e instanceof DeltaError)) throw e;
+          this.resubscribe(m.topic, e);
+          break;
+        }
+        if (delta) this.handlers.delta(m.topic);
+        this.handlers.message(m);
         break;
+      }
       case "lost":
+        this.bases.drop(f.topic);
         this.handlers.lost({ topic: f.topic, reason: f.reason });
         break;
       case "subscribed": {
@@ -1552,11 +1935,12 @@ var WsConnection = class {
           for (const t of f.topics) {
             this.byServer.delete(t);
             this.requested.delete(t);
+            this.bases.drop(t);
           }
           if (f.topics.length > 0) this.handlers.serverUnsubscribed(f.topics, false);
           break;
         }
-        this.pending.shift();
+        this.pending.shift()?.done?.();
         break;
       case "reply":
         this.pending.shift();
@@ -1574,6 +1958,28 @@ var WsConnection = class {
       }
       case "other":
         break;
+    }
+  }
+  /** A delta of `topic` did not apply: nothing of it is delivered; the topic is unsubscribed
+   *  and subscribed again from its cursor (the last message delivered), so the message comes
+   *  again in full (docs/protocol.md "When a delta does not apply"). */
+  resubscribe(topic, error) {
+    this.handlers.delta(topic, error);
+    this.bases.drop(topic);
+    const cursor = this.ctx.topics().get(topic);
+    if (!this.requested.has(topic) || cursor === void 0 || this.pending.length + 2 > MAX_PENDING) {
+      this.fail({ reason: `ws: a delta of ${topic} did not apply: ${error.message}`, error }, true);
+      return;
+    }
+    this.resyncing.add(topic);
+    try {
+      this.send({ type: "unsubscribe", topics: [topic] }, { kind: "unsubscribe", topics: [topic], done: () => this.resyncing.delete(topic) });
+      this.send(
+        { type: "subscribe", topics: [topic], cursors: { [topic]: cursor }, delta: "fossil" },
+        { kind: "subscribe", topics: [topic] }
+      );
+    } catch (e) {
+      this.fail({ reason: `ws: ${asError(e).message}` }, true);
     }
   }
   onClose(code, reason) {
@@ -1661,6 +2067,7 @@ function topicQuery(ctx, topics) {
   }
   if (last !== void 0) q.set("last", String(last));
   q.set("format", "json");
+  if (topics.size > 0 && [...topics.keys()].every((t) => ctx.delta(t))) q.set("delta", "fossil");
   return q;
 }
 async function publishOverHttp(base, message, auth, f, credentials) {
@@ -1915,6 +2322,7 @@ var SseConnection = class extends HttpConnection {
       });
       let retryMs;
       let sawOpening = false;
+      const bases = new Bases((t) => this.ctx.delta(t));
       let ending;
       const parser = new SseParser({
         id: (id) => {
@@ -1935,11 +2343,24 @@ var SseConnection = class extends HttpConnection {
         event: (e) => {
           if (!this.current(gen)) return;
           switch (e.event) {
-            case "message":
-              this.handlers.message(decodeSseMessage(e.data));
+            case "message": {
+              const m = decodeSseMessage(e.data);
+              let delta;
+              try {
+                delta = bases.json(m, () => e.data);
+              } catch (err) {
+                if (!(err instanceof DeltaError)) throw err;
+                this.handlers.delta(m.topic, err);
+                this.restart();
+                return;
+              }
+              if (delta) this.handlers.delta(m.topic);
+              this.handlers.message(m);
               break;
+            }
             case "herald.lost": {
               const lost = decodeSseLost(e.data);
+              bases.drop(lost.topic);
               const positions = e.id !== void 0 ? parseResumeList(e.id) : /* @__PURE__ */ new Map();
               this.handlers.lost({ topic: lost.topic, reason: lost.reason }, positions.get(lost.topic));
               for (const [t, c] of positions) if (t !== lost.topic) this.handlers.position(t, c);
@@ -2044,6 +2465,7 @@ var PollConnection = class extends HttpConnection {
       }, limit);
       let res;
       let body;
+      let text;
       try {
         res = await this.ctx.fetch(url, {
           headers: headers(this.ctx, { accept: "application/json" }),
@@ -2056,7 +2478,7 @@ var PollConnection = class extends HttpConnection {
           this.fail(await refusal(res, "poll"));
           return;
         }
-        const text = await readText(res, MAX_ANSWER, "poll answer");
+        text = await readText(res, MAX_ANSWER, "poll answer");
         if (!this.current(gen)) return;
         try {
           body = decodePollAnswer(text);
@@ -2091,11 +2513,25 @@ var PollConnection = class extends HttpConnection {
       for (const l of body.lost) {
         this.handlers.lost({ topic: l.topic, reason: l.reason }, withMessages.has(l.topic) ? void 0 : positions.get(l.topic));
       }
-      for (const m of messages) {
+      const bases = new Bases((t) => this.ctx.delta(t));
+      const failed = /* @__PURE__ */ new Set();
+      let texts;
+      for (let k = 0; k < messages.length; k++) {
+        const m = messages[k];
+        if (failed.has(m.topic)) continue;
+        try {
+          if (bases.json(m, () => (texts ??= pollMessageTexts(text))[k] ?? "")) this.handlers.delta(m.topic);
+        } catch (e) {
+          if (!(e instanceof DeltaError)) throw e;
+          failed.add(m.topic);
+          this.handlers.delta(m.topic, e);
+          if (!this.current(gen)) return;
+          continue;
+        }
         this.handlers.message(m);
         if (!this.current(gen)) return;
       }
-      for (const [t, c] of positions) this.handlers.position(t, c);
+      for (const [t, c] of positions) if (!failed.has(t)) this.handlers.position(t, c);
       first = false;
       this.markOpen();
       if (body.disconnect) {
@@ -2268,7 +2704,17 @@ var Herald = class {
     if (options.last !== void 0 && pattern) {
       throw new TypeError(`Herald: last does not apply to a pattern (${JSON.stringify(topic)}): it starts its topics live`);
     }
-    const sub = { topic, onMessage, onLost: options.onLost, last: options.last, active: true };
+    if (options.delta !== void 0 && options.delta !== "fossil") {
+      throw new TypeError(`Herald: unknown delta ${JSON.stringify(options.delta)} (only "fossil")`);
+    }
+    const sub = {
+      topic,
+      onMessage,
+      onLost: options.onLost,
+      last: options.last,
+      delta: options.delta === "fossil",
+      active: true
+    };
     if (this.subs.add(sub, this.opts.maxTopics)) this.link.topicsChanged();
     return {
       topic,
@@ -2292,6 +2738,11 @@ var Herald = class {
       this.opts.credentials
     );
   }
+  /** Counters: `deltas`, the deltas applied; `deltaFailures`, those that could not be (each
+   *  also an `error` event), whose topics were subscribed again from their cursors. */
+  stats() {
+    return { ...this.link.stats };
+  }
   /** Closes the connection for good. */
   close() {
     this.link.close();
@@ -2303,6 +2754,7 @@ var Herald = class {
       topics: () => this.subs.resume(this.server.wanted()),
       patternCursors: () => this.subs.patternCursors(this.server.wanted()),
       last: (topic) => this.subs.last(topic),
+      delta: (topic) => this.subs.delta(topic),
       token: () => this.tokens.current,
       fetch: this.fetch(),
       // A constructor like the WHATWG one (Node's `ws`) is used as one.
@@ -2322,12 +2774,15 @@ var Herald = class {
 };
 var herald_default = Herald;
 export {
+  DeltaError,
   Herald,
   HeraldError,
+  MAX_DELTA_TARGET,
   MAX_PATTERN_TOPICS,
   MsgpackError,
   ProtocolError,
   SseParser,
+  applyFossil,
   decode as decodeMsgpack,
   herald_default as default,
   encode as encodeMsgpack,
