@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::Report;
+use super::model::{ChurnReport, Connections, Delivery, EchoReport, PublishReport, Report};
 use crate::histogram::Percentiles;
 
 fn pct(p: &Percentiles) -> String {
@@ -172,147 +172,21 @@ pub(crate) fn render(r: &Report) -> String {
         r.phases.drain_secs
     );
     if let Some(c) = &r.connections {
-        let _ = writeln!(o, "connections");
-        pair(&mut o, "connected / target", c.connected, c.target);
-        pair(&mut o, "failed / dropped", c.failed, c.dropped);
-        pair(&mut o, "cohort / late joiners", c.cohort, c.late_joiners);
-        row(
-            &mut o,
-            "connect rate",
-            format!("{:.0}/s", c.connect_rate_per_sec),
-        );
-        row(&mut o, "connect time", pct(&c.connect_ms));
+        connections_section(&mut o, c);
     }
     if let Some(d) = &r.delivery {
-        let _ = writeln!(o, "delivery");
-        if d.accounted {
-            row(
-                &mut o,
-                "published (failed)",
-                format!("{} ({})", d.published, d.publish_failed),
-            );
-            pair(
-                &mut o,
-                "delivered / expected",
-                d.outcome.delivered,
-                d.outcome.expected,
-            );
-            pair(
-                &mut o,
-                "missing / duplicates",
-                d.outcome.missing,
-                d.outcome.duplicates,
-            );
-            if d.outcome.unconfirmed + d.outcome.unexpected + d.outcome.stale > 0 {
-                row(
-                    &mut o,
-                    "unconfirmed/unexpected/stale",
-                    format!(
-                        "{} / {} / {}",
-                        d.outcome.unconfirmed, d.outcome.unexpected, d.outcome.stale
-                    ),
-                );
-            }
-        } else if d.outcome.delivered > 0 {
-            row(&mut o, "received (distinct seq)", d.outcome.delivered);
-        }
-        row(
-            &mut o,
-            "receipts (all, churn)",
-            format!("{} , {}", d.receipts, d.churn_receipts),
-        );
-        row(&mut o, "receipts/s", format!("{:.0}", d.receipts_per_sec));
-        row(&mut o, "loss notifications", d.lost_events);
-        row(&mut o, "latency", pct(&d.latency_ms));
+        delivery_section(&mut o, d);
     }
     if let Some(e) = &r.echo {
-        let _ = writeln!(o, "echo");
-        pair(&mut o, "sent / answered", e.sent, e.answered);
-        pair(
-            &mut o,
-            "unanswered / duplicates",
-            e.unanswered,
-            e.duplicates,
-        );
-        row(
-            &mut o,
-            "rate target / achieved",
-            format!("{:.0} / {:.0} per s", e.target_rate, e.achieved_rate),
-        );
-        row(&mut o, "round trip", pct(&e.rtt_ms));
+        echo_section(&mut o, e);
     }
     if let Some(c) = &r.churn {
-        let _ = writeln!(o, "churn");
-        pair(&mut o, "started / connected", c.attempted, c.connected);
-        pair(&mut o, "failed / closed", c.failed, c.closed);
-        row(
-            &mut o,
-            "rate target / achieved",
-            format!("{:.1} / {:.1} per s", c.rate, c.achieved_rate),
-        );
-        row(&mut o, "connect time", pct(&c.connect_ms));
+        churn_section(&mut o, c);
     }
     if let Some(p) = &r.publish {
-        let _ = writeln!(o, "publish");
-        pair(&mut o, "requests ok / failed", p.ok, p.failed);
-        row(
-            &mut o,
-            "messages/s target/achieved",
-            format!("{:.0} / {:.0}", p.target_rate, p.achieved_message_rate),
-        );
-        row(&mut o, "requests ok/s", format!("{:.0}", p.achieved_qps));
-        row(&mut o, "request latency", pct(&p.latency_ms));
+        publish_section(&mut o, p);
     }
-    for s in &r.servers {
-        let _ = writeln!(o, "server pid {} ({})", s.pid, s.name);
-        row(
-            &mut o,
-            "cpu (measured window)",
-            format!(
-                "{:.2}s = {:.1}% of machine",
-                s.cpu_seconds_measured,
-                s.cpu_fraction_of_machine * 100.0
-            ),
-        );
-        if let Some(u) = s.cpu_us_per_delivery {
-            let ratio = s
-                .ratio_to_floor
-                .map(|x| format!(" ({x:.1}× floor)"))
-                .unwrap_or_default();
-            row(
-                &mut o,
-                &format!("cpu-µs per {}", s.per),
-                format!("{u:.2}{ratio}"),
-            );
-        }
-        row(
-            &mut o,
-            "rss start/connected/peak/end",
-            format!(
-                "{} / {} / {} / {}",
-                kb(s.rss_start_kb),
-                kb(s.rss_after_connect_kb),
-                kb(s.rss_peak_kb),
-                kb(s.rss_end_kb)
-            ),
-        );
-        if let Some(g) = s.rss_growth_per_conn_bytes {
-            row(&mut o, "rss per connection", format!("{g:.0} bytes"));
-        }
-    }
-    if let Some(t) = &r.servers_total
-        && r.servers.len() > 1
-    {
-        let _ = writeln!(o, "servers together");
-        row(
-            &mut o,
-            "cpu of machine",
-            format!("{:.1}%", t.cpu_fraction_of_machine * 100.0),
-        );
-        if let Some(u) = t.cpu_us_per_delivery {
-            row(&mut o, &format!("cpu-µs per {}", t.per), format!("{u:.2}"));
-        }
-    }
+    servers_section(&mut o, r);
     if let Some(h) = &r.hostile {
         hostile(&mut o, h);
     }
@@ -342,4 +216,155 @@ pub(crate) fn render(r: &Report) -> String {
         }
     }
     o
+}
+
+/// The `connections` section.
+fn connections_section(o: &mut String, c: &Connections) {
+    let _ = writeln!(o, "connections");
+    pair(o, "connected / target", c.connected, c.target);
+    pair(o, "failed / dropped", c.failed, c.dropped);
+    pair(o, "cohort / late joiners", c.cohort, c.late_joiners);
+    row(
+        o,
+        "connect rate",
+        format!("{:.0}/s", c.connect_rate_per_sec),
+    );
+    row(o, "connect time", pct(&c.connect_ms));
+}
+
+/// The `delivery` section.
+fn delivery_section(o: &mut String, d: &Delivery) {
+    let _ = writeln!(o, "delivery");
+    if d.accounted {
+        row(
+            o,
+            "published (failed)",
+            format!("{} ({})", d.published, d.publish_failed),
+        );
+        pair(
+            o,
+            "delivered / expected",
+            d.outcome.delivered,
+            d.outcome.expected,
+        );
+        pair(
+            o,
+            "missing / duplicates",
+            d.outcome.missing,
+            d.outcome.duplicates,
+        );
+        if d.outcome.unconfirmed + d.outcome.unexpected + d.outcome.stale > 0 {
+            row(
+                o,
+                "unconfirmed/unexpected/stale",
+                format!(
+                    "{} / {} / {}",
+                    d.outcome.unconfirmed, d.outcome.unexpected, d.outcome.stale
+                ),
+            );
+        }
+    } else if d.outcome.delivered > 0 {
+        row(o, "received (distinct seq)", d.outcome.delivered);
+    }
+    row(
+        o,
+        "receipts (all, churn)",
+        format!("{} , {}", d.receipts, d.churn_receipts),
+    );
+    row(o, "receipts/s", format!("{:.0}", d.receipts_per_sec));
+    row(o, "loss notifications", d.lost_events);
+    row(o, "latency", pct(&d.latency_ms));
+}
+
+/// The `echo` section.
+fn echo_section(o: &mut String, e: &EchoReport) {
+    let _ = writeln!(o, "echo");
+    pair(o, "sent / answered", e.sent, e.answered);
+    pair(o, "unanswered / duplicates", e.unanswered, e.duplicates);
+    row(
+        o,
+        "rate target / achieved",
+        format!("{:.0} / {:.0} per s", e.target_rate, e.achieved_rate),
+    );
+    row(o, "round trip", pct(&e.rtt_ms));
+}
+
+/// The `churn` section.
+fn churn_section(o: &mut String, c: &ChurnReport) {
+    let _ = writeln!(o, "churn");
+    pair(o, "started / connected", c.attempted, c.connected);
+    pair(o, "failed / closed", c.failed, c.closed);
+    row(
+        o,
+        "rate target / achieved",
+        format!("{:.1} / {:.1} per s", c.rate, c.achieved_rate),
+    );
+    row(o, "connect time", pct(&c.connect_ms));
+}
+
+/// The `publish` section.
+fn publish_section(o: &mut String, p: &PublishReport) {
+    let _ = writeln!(o, "publish");
+    pair(o, "requests ok / failed", p.ok, p.failed);
+    row(
+        o,
+        "messages/s target/achieved",
+        format!("{:.0} / {:.0}", p.target_rate, p.achieved_message_rate),
+    );
+    row(o, "requests ok/s", format!("{:.0}", p.achieved_qps));
+    row(o, "request latency", pct(&p.latency_ms));
+}
+
+/// A section per server, and one for them together when there are several.
+fn servers_section(o: &mut String, r: &Report) {
+    for s in &r.servers {
+        let _ = writeln!(o, "server pid {} ({})", s.pid, s.name);
+        row(
+            o,
+            "cpu (measured window)",
+            format!(
+                "{:.2}s = {:.1}% of machine",
+                s.cpu_seconds_measured,
+                s.cpu_fraction_of_machine * 100.0
+            ),
+        );
+        if let Some(u) = s.cpu_us_per_delivery {
+            let ratio = s
+                .ratio_to_floor
+                .map(|x| format!(" ({x:.1}× floor)"))
+                .unwrap_or_default();
+            row(
+                o,
+                &format!("cpu-µs per {}", s.per),
+                format!("{u:.2}{ratio}"),
+            );
+        }
+        row(
+            o,
+            "rss start/connected/peak/end",
+            format!(
+                "{} / {} / {} / {}",
+                kb(s.rss_start_kb),
+                kb(s.rss_after_connect_kb),
+                kb(s.rss_peak_kb),
+                kb(s.rss_end_kb)
+            ),
+        );
+        if let Some(g) = s.rss_growth_per_conn_bytes {
+            row(o, "rss per connection", format!("{g:.0} bytes"));
+        }
+    }
+    if let Some(t) = &r.servers_total
+        && r.servers.len() > 1
+    {
+        let _ = writeln!(o, "servers together");
+        row(
+            o,
+            "cpu of machine",
+            format!("{:.1}%", t.cpu_fraction_of_machine * 100.0),
+        );
+        if let Some(u) = t.cpu_us_per_delivery {
+            row(o, &format!("cpu-µs per {}", t.per), format!("{u:.2}"));
+        }
+    }
 }

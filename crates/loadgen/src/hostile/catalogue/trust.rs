@@ -100,137 +100,167 @@ const LOCK_PATTERNS: usize = 64;
 
 /// Plans variant `v` of one of this file's attacks (`TRUST` lists them).
 pub(super) fn plan(attack: Attack, v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
-    let p = Planned::public;
-    let host = env.host.as_str();
     match attack {
-        Attack::HistoryAmplification => {
-            let (variant, target) = if v.is_multiple_of(2) {
-                let topics: Vec<String> = BIG_TOPICS.iter().map(|t| format!("topic={t}")).collect();
-                let q = topics.join("&");
-                (
-                    "poll_4_big_topics",
-                    format!("/v1/poll?{q}&last=256&timeout=0"),
-                )
-            } else {
-                let t = BIG_TOPICS[(v / 2) as usize % BIG_TOPICS.len()];
-                ("history_1000", format!("/v1/topics/{t}/history?limit=1000"))
-            };
-            let action = Action::SlowRead {
-                req: raw::get(&target, host, &[]),
-                chunk: 4096,
-                every: Duration::from_millis(100),
-                hold: env.attack_timeout.mul_f64(0.7),
-            };
-            p(variant, AMPLIFIED, action)
-        }
-        Attack::WsDeflatePing => {
-            let (variant, n) = if v.is_multiple_of(2) {
-                ("8_compressed_64k_pings", DEFLATE_PINGS)
-            } else {
-                ("1_compressed_64k_ping", 1)
-            };
-            // under the message limit once inflated, JSON wrapper included
-            let data = "herald ".repeat(env.max_ws_message.saturating_sub(128) / 7);
-            let msg = format!(r#"{{"type":"ping","data":"{data}"}}"#);
-            let mut frames = Vec::new();
-            for _ in 0..n {
-                raw::push_deflated(&mut frames, op::TEXT, msg.as_bytes(), rng.mask());
-            }
-            let ext = "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover";
-            let action = Action::Ws(WsAttack {
-                headers: vec![ext.to_owned()],
-                need: n,
-                ..ws_attack(frames, &["pong"])
-            });
-            p(variant, DEFLATE_PING, action)
-        }
-        Attack::WsMsgpackNils => {
-            let (variant, n) = if v.is_multiple_of(2) {
-                ("60k_nils", 1)
-            } else {
-                ("60k_nils_x4", 4)
-            };
-            let ping = codec::msgpack_ping_of_nils(60_000);
-            let mut frames = Vec::new();
-            for _ in 0..n {
-                raw::push_frame(&mut frames, op::BINARY, true, &ping, rng.mask());
-            }
-            let action = Action::Ws(WsAttack {
-                headers: vec!["Sec-WebSocket-Protocol: herald.msgpack".to_owned()],
-                need: n,
-                ..ws_attack(frames, &["pong"])
-            });
-            p(variant, MSGPACK_NILS, action)
-        }
+        Attack::HistoryAmplification => history_amplification(v, env),
+        Attack::WsDeflatePing => ws_deflate_ping(v, env, rng),
+        Attack::WsMsgpackNils => ws_msgpack_nils(v, rng),
         Attack::AdminCrossSite => admin_cross_site(v, env),
-        Attack::WsCookieCrossSite => {
-            let mut h = upgrade_headers(Some(&rng.ws_key()), Some("13"));
-            h.push("Cookie: session=hostile".to_owned());
-            h.push(format!("Origin: {EVIL}"));
-            let req = raw::get("/v1/ws", host, &h);
-            p("cookie_foreign_origin", COOKIE_ORIGIN, Action::Refusal(req))
-        }
-        Attack::HookUnavailableAllow => {
-            let topic = "secret:x";
-            match v % 3 {
-                0 => p(
-                    "sse",
-                    UNAVAILABLE_HTTP,
-                    Action::Refusal(sse(env, &format!("topic={topic}"), &[])),
-                ),
-                1 => {
-                    let req = raw::get(&format!("/v1/poll?topic={topic}&timeout=0"), host, &[]);
-                    p("poll", UNAVAILABLE_HTTP, Action::Refusal(req))
-                }
-                _ => p(
-                    "ws_subscribe",
-                    UNAVAILABLE_WS,
-                    subscribe(&[topic], Duration::ZERO, rng),
-                ),
-            }
-        }
-        Attack::PatternLockout => {
-            let patterns: Vec<String> = (0..LOCK_PATTERNS)
-                .map(|j| format!("lock:{:x}-{v}-{j}.*", env.run_id))
-                .collect();
-            // held most of the attack's bound, so that many are held at once
-            let hold = env.attack_timeout.mul_f64(0.7);
-            if v.is_multiple_of(2) {
-                let q: Vec<String> = patterns.iter().map(|t| format!("topic={t}")).collect();
-                let req = sse(env, &q.join("&"), &[]);
-                p(
-                    "sse_64_new_patterns",
-                    LOCKOUT_HTTP,
-                    Action::Hold { req, hold },
-                )
-            } else {
-                let names: Vec<&str> = patterns.iter().map(String::as_str).collect();
-                let action = subscribe(&names, hold, rng);
-                p("ws_64_new_patterns", LOCKOUT_WS, action)
-            }
-        }
-        Attack::PatternPastHook => {
-            let pattern = "rooms:*";
-            match v % 3 {
-                0 => p(
-                    "sse",
-                    PAST_HOOK_HTTP,
-                    Action::Refusal(sse(env, &format!("topic={pattern}"), &[])),
-                ),
-                1 => {
-                    let req = raw::get(&format!("/v1/poll?topic={pattern}&timeout=0"), host, &[]);
-                    p("poll", PAST_HOOK_HTTP, Action::Refusal(req))
-                }
-                _ => p(
-                    "ws_subscribe",
-                    PAST_HOOK_WS,
-                    subscribe(&[pattern], Duration::ZERO, rng),
-                ),
-            }
-        }
+        Attack::WsCookieCrossSite => ws_cookie_cross_site(env, rng),
+        Attack::HookUnavailableAllow => hook_unavailable_allow(v, env, rng),
+        Attack::PatternLockout => pattern_lockout(v, env, rng),
+        Attack::PatternPastHook => pattern_past_hook(v, env, rng),
         Attack::BadLimit => bad_limit(v, env),
         Attack::BadPath => bad_path(v, env),
         _ => unreachable!("{} is not a trust attack", attack.name()),
+    }
+}
+
+/// Plans variant `v` of `history_amplification`.
+fn history_amplification(v: u64, env: &PlanEnv) -> Planned {
+    let p = Planned::public;
+    let host = env.host.as_str();
+    let (variant, target) = if v.is_multiple_of(2) {
+        let topics: Vec<String> = BIG_TOPICS.iter().map(|t| format!("topic={t}")).collect();
+        let q = topics.join("&");
+        (
+            "poll_4_big_topics",
+            format!("/v1/poll?{q}&last=256&timeout=0"),
+        )
+    } else {
+        let t = BIG_TOPICS[(v / 2) as usize % BIG_TOPICS.len()];
+        ("history_1000", format!("/v1/topics/{t}/history?limit=1000"))
+    };
+    let action = Action::SlowRead {
+        req: raw::get(&target, host, &[]),
+        chunk: 4096,
+        every: Duration::from_millis(100),
+        hold: env.attack_timeout.mul_f64(0.7),
+    };
+    p(variant, AMPLIFIED, action)
+}
+
+/// Plans variant `v` of `ws_deflate_ping`.
+fn ws_deflate_ping(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
+    let p = Planned::public;
+    let (variant, n) = if v.is_multiple_of(2) {
+        ("8_compressed_64k_pings", DEFLATE_PINGS)
+    } else {
+        ("1_compressed_64k_ping", 1)
+    };
+    // under the message limit once inflated, JSON wrapper included
+    let data = "herald ".repeat(env.max_ws_message.saturating_sub(128) / 7);
+    let msg = format!(r#"{{"type":"ping","data":"{data}"}}"#);
+    let mut frames = Vec::new();
+    for _ in 0..n {
+        raw::push_deflated(&mut frames, op::TEXT, msg.as_bytes(), rng.mask());
+    }
+    let ext = "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover";
+    let action = Action::Ws(WsAttack {
+        headers: vec![ext.to_owned()],
+        need: n,
+        ..ws_attack(frames, &["pong"])
+    });
+    p(variant, DEFLATE_PING, action)
+}
+
+/// Plans variant `v` of `ws_msgpack_nils`.
+fn ws_msgpack_nils(v: u64, rng: &mut Rng) -> Planned {
+    let p = Planned::public;
+    let (variant, n) = if v.is_multiple_of(2) {
+        ("60k_nils", 1)
+    } else {
+        ("60k_nils_x4", 4)
+    };
+    let ping = codec::msgpack_ping_of_nils(60_000);
+    let mut frames = Vec::new();
+    for _ in 0..n {
+        raw::push_frame(&mut frames, op::BINARY, true, &ping, rng.mask());
+    }
+    let action = Action::Ws(WsAttack {
+        headers: vec!["Sec-WebSocket-Protocol: herald.msgpack".to_owned()],
+        need: n,
+        ..ws_attack(frames, &["pong"])
+    });
+    p(variant, MSGPACK_NILS, action)
+}
+
+/// Plans `ws_cookie_cross_site` (one variant).
+fn ws_cookie_cross_site(env: &PlanEnv, rng: &mut Rng) -> Planned {
+    let p = Planned::public;
+    let host = env.host.as_str();
+    let mut h = upgrade_headers(Some(&rng.ws_key()), Some("13"));
+    h.push("Cookie: session=hostile".to_owned());
+    h.push(format!("Origin: {EVIL}"));
+    let req = raw::get("/v1/ws", host, &h);
+    p("cookie_foreign_origin", COOKIE_ORIGIN, Action::Refusal(req))
+}
+
+/// Plans variant `v` of `hook_unavailable_allow`.
+fn hook_unavailable_allow(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
+    let p = Planned::public;
+    let host = env.host.as_str();
+    let topic = "secret:x";
+    match v % 3 {
+        0 => p(
+            "sse",
+            UNAVAILABLE_HTTP,
+            Action::Refusal(sse(env, &format!("topic={topic}"), &[])),
+        ),
+        1 => {
+            let req = raw::get(&format!("/v1/poll?topic={topic}&timeout=0"), host, &[]);
+            p("poll", UNAVAILABLE_HTTP, Action::Refusal(req))
+        }
+        _ => p(
+            "ws_subscribe",
+            UNAVAILABLE_WS,
+            subscribe(&[topic], Duration::ZERO, rng),
+        ),
+    }
+}
+
+/// Plans variant `v` of `pattern_lockout`.
+fn pattern_lockout(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
+    let p = Planned::public;
+    let patterns: Vec<String> = (0..LOCK_PATTERNS)
+        .map(|j| format!("lock:{:x}-{v}-{j}.*", env.run_id))
+        .collect();
+    // held most of the attack's bound, so that many are held at once
+    let hold = env.attack_timeout.mul_f64(0.7);
+    if v.is_multiple_of(2) {
+        let q: Vec<String> = patterns.iter().map(|t| format!("topic={t}")).collect();
+        let req = sse(env, &q.join("&"), &[]);
+        p(
+            "sse_64_new_patterns",
+            LOCKOUT_HTTP,
+            Action::Hold { req, hold },
+        )
+    } else {
+        let names: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        let action = subscribe(&names, hold, rng);
+        p("ws_64_new_patterns", LOCKOUT_WS, action)
+    }
+}
+
+/// Plans variant `v` of `pattern_past_hook`.
+fn pattern_past_hook(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
+    let p = Planned::public;
+    let host = env.host.as_str();
+    let pattern = "rooms:*";
+    match v % 3 {
+        0 => p(
+            "sse",
+            PAST_HOOK_HTTP,
+            Action::Refusal(sse(env, &format!("topic={pattern}"), &[])),
+        ),
+        1 => {
+            let req = raw::get(&format!("/v1/poll?topic={pattern}&timeout=0"), host, &[]);
+            p("poll", PAST_HOOK_HTTP, Action::Refusal(req))
+        }
+        _ => p(
+            "ws_subscribe",
+            PAST_HOOK_WS,
+            subscribe(&[pattern], Duration::ZERO, rng),
+        ),
     }
 }
 
