@@ -87,8 +87,8 @@ pub(crate) enum Attack {
     /// One HTTP/2 connection opening as many streams as the server allows, each owed a large
     /// answer, read no further than the first flow-control window (`--h2-url`).
     H2Streams,
-    /// HTTP/2 streams opened and cancelled at once (RST_STREAM), a thousand in a row, then an
-    /// honest request on the same connection (`--h2-url`).
+    /// HTTP/2 streams opened and cancelled at once (RST_STREAM), 200 in a row, then an honest
+    /// request on the same connection (`--h2-url`).
     H2RapidReset,
     /// An HTTP/2 request whose header list is far over the server's limit (`--h2-url`).
     H2HeaderList,
