@@ -150,6 +150,12 @@ pub(crate) struct TopicArgs {
     /// SSE query parameter naming a topic.
     #[arg(long, default_value = "topic")]
     pub topic_param: String,
+    /// Ask Herald for Fossil deltas (`delta=fossil` on SSE, which implies its JSON form;
+    /// `"delta":"fossil"` in the WebSocket `subscribe`) and apply them: the topics must be in a
+    /// namespace with `delta = "fossil"` (e.g. `--topic-prefix d:load-`). A delta that does
+    /// not apply is counted (`delta_apply`) and its message is not delivered.
+    #[arg(long)]
+    pub delta: bool,
 }
 
 /// The built-in publisher.

@@ -48,11 +48,14 @@ pub(crate) enum ErrorKind {
     EchoUnanswered,
     /// A frame that could not be understood (bad JSON, unknown type).
     BadFrame,
+    /// A Fossil delta that did not apply (no base, malformed, bad checksum): its message is
+    /// not delivered.
+    DeltaApply,
 }
 
 impl ErrorKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [ErrorKind; 20] = [
+    pub(crate) const ALL: [ErrorKind; 21] = [
         ErrorKind::ConnectRefused,
         ErrorKind::ConnectTimeout,
         ErrorKind::PortsExhausted,
@@ -73,6 +76,7 @@ impl ErrorKind {
         ErrorKind::PublishIo,
         ErrorKind::EchoUnanswered,
         ErrorKind::BadFrame,
+        ErrorKind::DeltaApply,
     ];
 
     /// Number of kinds.
@@ -101,6 +105,7 @@ impl ErrorKind {
             ErrorKind::PublishIo => "publish_io",
             ErrorKind::EchoUnanswered => "echo_unanswered",
             ErrorKind::BadFrame => "bad_frame",
+            ErrorKind::DeltaApply => "delta_apply",
         }
     }
 

@@ -41,6 +41,9 @@ pub(crate) struct TopicPlan {
     pub prefix: String,
     /// SSE query parameter naming a topic.
     pub param: String,
+    /// Ask for Fossil deltas and apply them (Herald's `delta=fossil`).
+    #[serde(default)]
+    pub delta: bool,
 }
 
 impl TopicPlan {
@@ -137,6 +140,7 @@ mod tests {
             per_conn: 2,
             prefix: "load-".into(),
             param: "topic".into(),
+            delta: false,
         };
         assert_eq!(p.topics_for(0), vec![0, 1]);
         assert_eq!(p.topics_for(3), vec![3, 0]);

@@ -1,9 +1,13 @@
-//! Per-connection delivery accounting, shared by SSE and WebSocket subscribers.
+//! Per-connection delivery accounting, shared by SSE and WebSocket subscribers, and the
+//! client side of Herald's delta compression (docs/protocol.md, "Delta compression"): with
+//! `--delta` every message frame goes through [`Receiver::on_json_frame`], which keeps each
+//! topic's last data as the base of the next delta.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::clock::normalize_ts_to_micros;
+use crate::error::ErrorKind;
 use crate::payload;
 use crate::seq::SeqTracker;
 use crate::stats::Stats;
@@ -13,6 +17,21 @@ struct TopicState {
     name: String,
     tracker: SeqTracker,
     lost: u64,
+    /// The data of the topic's last message (delta mode): what its next delta applies to.
+    base: Option<Vec<u8>>,
+}
+
+/// Largest data a delta may rebuild: a bound on what a bad delta makes the client allocate.
+const DELTA_LIMIT: usize = 16 << 20;
+
+/// A JSON `message` frame's data: the text after the first `"data":` up to the frame's final
+/// `}` (Herald writes `data` last), and whether `"delta":true` comes before it.
+fn split_frame(frame: &[u8]) -> Option<(&[u8], bool)> {
+    let at = memchr::memmem::find(frame, b"\"data\":")?;
+    let end = memchr::memrchr(b'}', frame)?;
+    let data = frame.get(at + 7..end)?;
+    let delta = memchr::memmem::find(&frame[..at], b"\"delta\":true").is_some();
+    Some((data, delta))
 }
 
 /// Counts what one connection receives; counters are batched locally and flushed after
@@ -53,6 +72,7 @@ impl Receiver {
                     name,
                     tracker: SeqTracker::new(),
                     lost: 0,
+                    base: None,
                 })
                 .collect(),
             deliveries: 0,
@@ -96,6 +116,41 @@ impl Receiver {
                 self.topics[i].tracker.record(seq);
             }
             None => self.untracked += 1,
+        }
+    }
+
+    /// A JSON `message` frame (WebSocket text, SSE `format=json`) of a subscription that
+    /// asked for deltas: a full message becomes its topic's base; a delta is applied to the
+    /// base and the data it rebuilds is delivered (and becomes the base). A delta that does
+    /// not apply (no base, malformed, bad checksum) is counted as `delta_apply`, drops the
+    /// base, and delivers nothing: its message shows as missing.
+    pub(crate) fn on_json_frame(&mut self, frame: &[u8], now_us: u64) {
+        let topic = payload::find_str(frame, b"\"topic\"");
+        let Some((data, delta)) = split_frame(frame) else {
+            self.untracked += 1;
+            return;
+        };
+        let slot = self.topic_slot(topic);
+        if !delta {
+            if let Some(i) = slot {
+                let base = self.topics[i].base.get_or_insert_with(Vec::new);
+                base.clear();
+                base.extend_from_slice(data);
+            }
+            self.on_message(topic, data, now_us);
+            return;
+        }
+        let rebuilt = slot.and_then(|i| {
+            let base = self.topics[i].base.take()?;
+            let delta: String = serde_json::from_slice(data).ok()?;
+            herald_core::delta::apply(&base, delta.as_bytes(), DELTA_LIMIT).ok()
+        });
+        match (slot, rebuilt) {
+            (Some(i), Some(new)) => {
+                self.on_message(topic, &new, now_us);
+                self.topics[i].base = Some(new);
+            }
+            _ => self.stats.error(ErrorKind::DeltaApply),
         }
     }
 
@@ -143,6 +198,38 @@ impl Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn applies_deltas_and_counts_the_ones_that_do_not_apply() {
+        let stats = Arc::new(Stats::new(1));
+        let mut r = Receiver::new(stats.clone(), 0, vec![(0, "d:t".into())], false, false);
+        let now = crate::clock::unix_micros();
+        let first = payload::data_object(now - 1000, 0, Some("d:t"), 120);
+        let second = payload::data_object(now - 900, 1, Some("d:t"), 120);
+        let delta = herald_core::delta::encode(first.as_bytes(), second.as_bytes());
+        let delta = String::from_utf8(delta).unwrap();
+        let full = format!(r#"{{"type":"message","topic":"d:t","id":"e-1","data":{first}}}"#);
+        let cut = &delta[..delta.len() - 1];
+        let frame = |d: &str| {
+            format!(
+                r#"{{"type":"message","topic":"d:t","id":"e-2","delta":true,"data":{}}}"#,
+                serde_json::to_string(d).unwrap()
+            )
+        };
+        // a delta before any full message has no base
+        r.on_json_frame(frame(&delta).as_bytes(), now);
+        r.on_json_frame(full.as_bytes(), now);
+        r.on_json_frame(frame(&delta).as_bytes(), now);
+        // a truncated delta (no final `;`) does not apply
+        r.on_json_frame(frame(cut).as_bytes(), now);
+        r.flush();
+        let c = stats.counters();
+        assert_eq!(c.deliveries, 2);
+        assert_eq!(c.errors.get(&ErrorKind::DeltaApply), Some(&2));
+        let topics = r.into_topics();
+        let o = topics[0].1.outcome(2, &[], true);
+        assert_eq!((o.delivered, o.duplicates), (2, 0));
+    }
 
     #[test]
     fn routes_by_topic_and_flushes() {

@@ -25,9 +25,13 @@ enum Body {
     UntilClose,
 }
 
-/// Builds the request for `topics` (names) on `target`.
-pub(crate) fn request(target: &Target, param: &str, topics: &[String]) -> String {
-    let params: Vec<(&str, &str)> = topics.iter().map(|t| (param, t.as_str())).collect();
+/// Builds the request for `topics` (names) on `target`, asking for Fossil deltas if `delta`
+/// (which gives the JSON form: every event's data is a `message` frame).
+pub(crate) fn request(target: &Target, param: &str, topics: &[String], delta: bool) -> String {
+    let mut params: Vec<(&str, &str)> = topics.iter().map(|t| (param, t.as_str())).collect();
+    if delta {
+        params.push(("delta", "fossil"));
+    }
     format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\nUser-Agent: herald-loadgen\r\n\r\n",
         target.with_query(&params),
@@ -65,7 +69,7 @@ impl Client for Sse {
     ) -> Result<SseSession, ConnError> {
         let spec = &ctx.spec;
         let names: Vec<String> = self.topics.iter().map(|(_, n)| n.clone()).collect();
-        let req = request(target, &spec.topics.param, &names);
+        let req = request(target, &spec.topics.param, &names, spec.topics.delta);
         stream
             .write_all(req.as_bytes())
             .await
@@ -110,6 +114,7 @@ impl Client for Sse {
                     Framing::UntilClose => Body::UntilClose,
                 },
                 parser: SseParser::new(spec.max_line, spec.max_event),
+                delta: spec.topics.delta,
                 rx: Receiver::new(ctx.stats.clone(), self.hint, self.topics, self.churn, false),
             },
         })
@@ -130,6 +135,8 @@ pub(crate) struct SseSession {
 struct Events {
     body: Body,
     parser: SseParser,
+    /// Events are JSON `message` frames, possibly deltas.
+    delta: bool,
     rx: Receiver,
 }
 
@@ -140,6 +147,7 @@ impl Events {
             &mut self.body,
             &mut self.parser,
             &mut self.rx,
+            self.delta,
             unix_micros(),
         )
         .and_then(Signals::into_result);
@@ -215,6 +223,7 @@ fn process(
     body: &mut Body,
     parser: &mut SseParser,
     rx: &mut Receiver,
+    delta: bool,
     now_us: u64,
 ) -> Result<Signals, ConnError> {
     let mut sig = Signals::default();
@@ -224,6 +233,7 @@ fn process(
                 Some("herald.lost") => rx.on_lost(payload::find_str(data, b"\"topic\"")),
                 Some("herald.shutdown") => sig.shutdown = true,
                 Some("herald.disconnect") => sig.disconnect = true,
+                _ if delta => rx.on_json_frame(data, now_us),
                 _ => rx.on_message(None, data, now_us),
             }
         }
@@ -262,8 +272,13 @@ mod tests {
     #[test]
     fn request_names_every_topic() {
         let t = parse_target("http://127.0.0.1:8080", "/v1/sse", false).unwrap();
-        let r = request(&t, "topic", &["a".into(), "b".into()]);
+        let r = request(&t, "topic", &["a".into(), "b".into()], false);
         assert!(r.starts_with("GET /v1/sse?topic=a&topic=b HTTP/1.1\r\n"));
+        let r = request(&t, "topic", &["d:a".into()], true);
+        assert!(
+            r.starts_with("GET /v1/sse?topic=d%3Aa&delta=fossil HTTP/1.1\r\n"),
+            "{r}"
+        );
         assert!(r.contains("Host: 127.0.0.1:8080\r\n"));
         assert!(r.ends_with("\r\n\r\n"));
     }

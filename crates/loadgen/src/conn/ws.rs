@@ -144,9 +144,11 @@ impl WsClient {
     /// Subscribes and waits for the acknowledgement.
     async fn subscribe(&self, ws: &mut Ws, spec: &WorkerSpec) -> Result<(), ConnError> {
         let names: Vec<String> = self.topics.iter().map(|(_, n)| n.clone()).collect();
-        ws.send(Message::Text(subscribe_frame(&names).into()))
-            .await
-            .map_err(ws_err)?;
+        ws.send(Message::Text(
+            subscribe_frame(&names, spec.topics.delta).into(),
+        ))
+        .await
+        .map_err(ws_err)?;
         let wait = Duration::from_millis(spec.subscribe_timeout_ms);
         let acked = tokio::time::timeout(wait, async {
             while let Some(msg) = ws.next().await {
@@ -201,6 +203,7 @@ impl Client for WsClient {
         Ok(WsSession {
             ws,
             raw: self.raw,
+            delta: ctx.spec.topics.delta && !self.raw,
             rx: Receiver::new(
                 ctx.stats.clone(),
                 self.hint,
@@ -216,6 +219,8 @@ impl Client for WsClient {
 pub(crate) struct WsSession {
     ws: Ws,
     raw: bool,
+    /// The subscription asked for deltas: message frames go through the delta decoder.
+    delta: bool,
     rx: Receiver,
 }
 
@@ -232,6 +237,9 @@ impl Session for WsSession {
         match data(&mut self.ws, msg).await? {
             Some(Data::Text(t)) if self.raw => self.rx.on_message(None, t.as_bytes(), now),
             Some(Data::Text(t)) => match classify(&t) {
+                ServerFrame::Message { .. } if self.delta => {
+                    self.rx.on_json_frame(t.as_bytes(), now)
+                }
                 ServerFrame::Message { topic, .. } => self.rx.on_message(topic, t.as_bytes(), now),
                 ServerFrame::Lost { topic } => self.rx.on_lost(topic),
                 ServerFrame::Error => stats.error(ErrorKind::ServerErrorFrame),

@@ -51,9 +51,13 @@ pub(crate) fn classify(text: &str) -> ServerFrame<'_> {
     }
 }
 
-/// `{"type":"subscribe","topics":[..]}`.
-pub(crate) fn subscribe_frame(topics: &[String]) -> String {
-    serde_json::json!({ "type": "subscribe", "topics": topics }).to_string()
+/// `{"type":"subscribe","topics":[..]}`, with `"delta":"fossil"` if `delta`.
+pub(crate) fn subscribe_frame(topics: &[String], delta: bool) -> String {
+    if delta {
+        serde_json::json!({ "type": "subscribe", "topics": topics, "delta": "fossil" }).to_string()
+    } else {
+        serde_json::json!({ "type": "subscribe", "topics": topics }).to_string()
+    }
 }
 
 #[cfg(test)]
@@ -93,9 +97,13 @@ mod tests {
 
     #[test]
     fn subscribe_frame_is_herald_json() {
-        let f = subscribe_frame(&["a".into(), "b".into()]);
+        let f = subscribe_frame(&["a".into(), "b".into()], false);
         let v: serde_json::Value = serde_json::from_str(&f).unwrap();
         assert_eq!(v["type"], "subscribe");
         assert_eq!(v["topics"][1], "b");
+        assert!(v.get("delta").is_none());
+        let v: serde_json::Value =
+            serde_json::from_str(&subscribe_frame(&["a".into()], true)).unwrap();
+        assert_eq!(v["delta"], "fossil");
     }
 }

@@ -325,6 +325,7 @@ mod tests {
                 per_conn: 1,
                 prefix: "t-".into(),
                 param: "topic".into(),
+                delta: false,
             },
             source_ips: Vec::new(),
             connect_timeout_ms: 1,

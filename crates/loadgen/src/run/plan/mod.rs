@@ -182,6 +182,7 @@ fn topic_plan(a: &SseArgs) -> Result<TopicPlan, PlanError> {
         per_conn: t.topics_per_conn,
         prefix: t.topic_prefix.clone(),
         param: t.topic_param.clone(),
+        delta: t.delta,
     })
 }
 
@@ -371,6 +372,7 @@ pub(crate) fn echo_plan(a: &EchoArgs) -> Result<RunPlan, PlanError> {
             per_conn: 1,
             prefix: String::new(),
             param: String::new(),
+            delta: false,
         },
         source_ips,
         sockets: a.conn.conns,
