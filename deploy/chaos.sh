@@ -260,6 +260,9 @@ start_redis_set
 cat >"$DIR/herald.toml" <<EOF
 [cluster]
 redis_wait_replicas = 1
+
+[namespaces.dl]
+delta = "fossil"
 EOF
 for n in 1 2 3; do
   pick_port >"$DIR/node$n.port"
@@ -273,7 +276,7 @@ printf '#!/bin/sh\nexec "%s" control "$@"\n' "$repo/deploy/chaos.sh" >"$DIR/cont
 chmod +x "$DIR/control"
 
 log "running herald-loadgen chaos for $DURATION"
-args=(chaos --duration "$DURATION" --clients "${CHAOS_CLIENTS:-300}" --kafka-prefix kf.
+args=(chaos --duration "$DURATION" --clients "${CHAOS_CLIENTS:-300}" --kafka-prefix kf. --delta-namespace dl
   --control "$DIR/control" --json "$DIR/report.json" --html "$DIR/report.html")
 [[ -n ${CHAOS_SEED:-} ]] && args+=(--seed "$CHAOS_SEED")
 for n in 1 2 3; do

@@ -48,6 +48,13 @@ pub(crate) struct ChaosArgs {
     /// topic goes through Redis.
     #[arg(long)]
     pub(crate) kafka_prefix: Option<String>,
+    /// Namespace whose topics allow Fossil deltas (the nodes' `[namespaces.<name>]` has
+    /// `delta = "fossil"`): half the shared topics (those not fed from Kafka) and a third of
+    /// the solo topics are named `<name>:...`, and the even-numbered clients whose topics are
+    /// all in it ask for deltas on every transport and apply them. The verdict then wants
+    /// deltas applied and none failing.
+    #[arg(long)]
+    pub(crate) delta_namespace: Option<String>,
     /// Fault kinds to draw from, comma-separated (default: every kind; `kafka_restart` and
     /// the Kafka link only with --kafka-prefix).
     #[arg(long, value_delimiter = ',', value_parser = parse_kind)]

@@ -55,6 +55,9 @@ pub(crate) struct ClientOutcome {
     pub(crate) open_at_end: bool,
     /// When it last lost its connection without getting it back (ms), if so.
     pub(crate) down_since_ms: Option<u64>,
+    /// Messages that came as deltas and applied, and deltas that did not apply.
+    pub(crate) deltas_applied: u64,
+    pub(crate) delta_failures: u64,
 }
 
 struct ClientSink<'a> {
@@ -66,6 +69,8 @@ struct ClientSink<'a> {
     node: usize,
     /// When the session was opened (subscribed), in ms of the run; `None` if it never was.
     opened: Option<u64>,
+    /// Deltas applied, and deltas that did not apply.
+    deltas: &'a mut (u64, u64),
 }
 
 impl Sink for ClientSink<'_> {
@@ -86,6 +91,8 @@ impl Sink for ClientSink<'_> {
                     self.check.on_loss(slot, &reason);
                 }
             }
+            Event::DeltaApplied => self.deltas.0 += 1,
+            Event::DeltaFailed => self.deltas.1 += 1,
             Event::Message { topic, id, seq } => {
                 if let Some(slot) = self.check.slot(&topic) {
                     let here = Here {
@@ -108,10 +115,12 @@ impl Sink for ClientSink<'_> {
     }
 }
 
-/// Runs client `id` on `topics` (ledger index, name) until the run stops.
+/// Runs client `id` on `topics` (ledger index, name) until the run stops, asking for deltas
+/// if `delta` (every topic is then in a namespace that allows them).
 pub(crate) async fn run(
     id: u64,
     topics: Vec<(usize, String)>,
+    delta: bool,
     shared: Arc<Shared>,
 ) -> ClientOutcome {
     let names: Vec<String> = topics.iter().map(|(_, n)| n.clone()).collect();
@@ -123,7 +132,10 @@ pub(crate) async fn run(
         sessions: BTreeMap::new(),
         open_at_end: false,
         down_since_ms: None,
+        deltas_applied: 0,
+        delta_failures: 0,
     };
+    let mut deltas = (0, 0);
     let mut cursors = BTreeMap::new();
     let mut plan = ClientPlan::new(shared.seed, id, shared.shape.clone());
     let mut leg = plan.next_leg();
@@ -146,6 +158,7 @@ pub(crate) async fn run(
             topics: &names,
             cursors: &snapshot,
             connect_timeout: shared.connect_timeout,
+            delta,
         };
         let mut sink = ClientSink {
             check: &mut out.check,
@@ -155,6 +168,7 @@ pub(crate) async fn run(
             transport,
             node,
             opened: None,
+            deltas: &mut deltas,
         };
         let end = match transport {
             Transport::Sse => wire::sse::run(dial, until, &shared.stop, &mut sink).await,
@@ -205,5 +219,6 @@ pub(crate) async fn run(
         }
     }
     out.down_since_ms = lost.map(|(since, _)| since);
+    (out.deltas_applied, out.delta_failures) = deltas;
     out
 }

@@ -48,19 +48,22 @@ const PUBLISH_AFTER: Duration = Duration::from_secs(3);
 /// The run's topics: (name, publish interval).
 fn topics(a: &ChaosArgs) -> Vec<(String, Duration)> {
     let mut v = Vec::new();
+    let delta = a.delta_namespace.as_deref();
     for i in 0..a.shared_topics {
         let kafka = a.kafka_prefix.as_deref().filter(|_| i % 2 == 1);
-        let name = match kafka {
-            Some(p) => format!("{p}shared-{i}"),
-            None => format!("chaos.shared-{i}"),
+        let name = match (kafka, delta.filter(|_| i % 2 == 0)) {
+            (Some(p), _) => format!("{p}shared-{i}"),
+            (None, Some(ns)) => format!("{ns}:shared-{i}"),
+            (None, None) => format!("chaos.shared-{i}"),
         };
         v.push((name, a.shared_every));
     }
     for i in 0..a.solo_topics {
         let kafka = a.kafka_prefix.as_deref().filter(|_| i % 3 == 2);
-        let name = match kafka {
-            Some(p) => format!("{p}solo-{i}"),
-            None => format!("chaos.solo-{i}"),
+        let name = match (kafka, delta.filter(|_| i % 3 == 0)) {
+            (Some(p), _) => format!("{p}solo-{i}"),
+            (None, Some(ns)) => format!("{ns}:solo-{i}"),
+            (None, None) => format!("chaos.solo-{i}"),
         };
         v.push((name, a.solo_every));
     }
@@ -218,10 +221,14 @@ async fn run(
             .into_iter()
             .map(|i| (i, topics[i].0.clone()))
             .collect();
+        let delta = a.delta_namespace.as_ref().is_some_and(|ns| {
+            let prefix = format!("{ns}:");
+            c % 2 == 0 && mine.iter().all(|(_, n)| n.starts_with(&prefix))
+        });
         let shared = shared.clone();
         clients.spawn(async move {
             tokio::time::sleep(CLIENT_STAGGER * c as u32).await;
-            client::run(c, mine, shared).await
+            client::run(c, mine, delta, shared).await
         });
     }
     let publish_until = t0 + a.duration.saturating_sub(a.drain);
@@ -312,6 +319,7 @@ async fn run(
         published,
         publish_errors,
         memory,
+        delta: a.delta_namespace.is_some(),
     })
 }
 

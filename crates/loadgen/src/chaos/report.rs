@@ -68,6 +68,9 @@ pub(crate) struct ChaosReport {
     pub(crate) publish_errors: BTreeMap<String, u64>,
     /// Messages received by clients (duplicates included).
     pub(crate) delivered: u64,
+    /// Of them, those that came as Fossil deltas and applied; deltas that did not apply.
+    pub(crate) deltas_applied: u64,
+    pub(crate) delta_failures: u64,
     /// Faults injected, by kind (every kind listed).
     pub(crate) faults: BTreeMap<&'static str, u64>,
     /// The kinds the run drew from that were injected, and those that were not (the window
@@ -144,6 +147,8 @@ pub(crate) struct Inputs<'a> {
     pub(crate) published: u64,
     pub(crate) publish_errors: BTreeMap<String, u64>,
     pub(crate) memory: Vec<super::memory::NodeMemory>,
+    /// Some clients asked for deltas (`--delta-namespace`).
+    pub(crate) delta: bool,
 }
 
 pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
@@ -177,6 +182,8 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
         retried_in_findings: 0,
         publish_errors: i.publish_errors,
         delivered: 0,
+        deltas_applied: 0,
+        delta_failures: 0,
         faults,
         fault_kinds_injected,
         fault_kinds_missed,
@@ -222,6 +229,8 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
                 .push(*ms);
         }
         r.delivered += o.check.delivered;
+        r.deltas_applied += o.deltas_applied;
+        r.delta_failures += o.delta_failures;
         r.loss_signals += o.check.signals;
         r.late_uncertain += o.check.late_uncertain;
         let mut behind = Vec::new();
@@ -281,6 +290,7 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
         (r.duplicates, "duplicates"),
         (r.reorders, "reorders"),
         (r.unrecovered_clients, "clients that never recovered"),
+        (r.delta_failures, "deltas that did not apply"),
     ] {
         if n > 0 {
             r.problems.push(format!("{n} {what}"));
@@ -294,6 +304,10 @@ pub(crate) fn build(i: Inputs<'_>) -> ChaosReport {
     }
     if r.delivered == 0 {
         r.problems.push("nothing was delivered".into());
+    }
+    if i.delta && r.deltas_applied == 0 {
+        r.problems
+            .push("deltas were asked for but none came".into());
     }
     r.ok = r.problems.is_empty();
     r
@@ -357,6 +371,11 @@ pub(crate) fn text(r: &ChaosReport) -> String {
         .map(|(k, n)| format!("{k} {n}"))
         .collect();
     let _ = writeln!(o, "reconnects: {}", rc.join(", "));
+    let _ = writeln!(
+        o,
+        "deltas: {} applied, {} did not apply",
+        r.deltas_applied, r.delta_failures
+    );
     for (k, v) in &r.resume_ms {
         let _ = writeln!(
             o,
@@ -534,6 +553,8 @@ mod tests {
             sessions: BTreeMap::new(),
             open_at_end: true,
             down_since_ms: None,
+            deltas_applied: 0,
+            delta_failures: 0,
         }
     }
 
@@ -578,6 +599,7 @@ mod tests {
             published: 6,
             publish_errors: BTreeMap::new(),
             memory: Vec::new(),
+            delta: false,
         }
     }
 
@@ -649,5 +671,18 @@ mod tests {
         assert!(r.ok, "{:?}", r.problems);
         assert_eq!((r.acked_after_retry, r.retried_checked), (1, 1));
         assert!(r.fault_kinds_missed.is_empty());
+        // with deltas asked: none applied, or one failing, fails the run
+        for (applied, failed, ok) in [(0, 0, false), (3, 1, false), (3, 0, true)] {
+            let mut a = StreamCheck::new(vec![(0, "t".into())]);
+            a.on_open(&l);
+            for seq in [1, 2] {
+                a.on_message(0, seq, "x", here(seq), &l, &tl);
+            }
+            let mut o = outcome(0, a);
+            (o.deltas_applied, o.delta_failures) = (applied, failed);
+            let mut i = inputs(&l, vec![o]);
+            (i.kinds, i.delta) = (vec![FaultKind::PubsubKill], true);
+            assert_eq!(build(i).ok, ok, "{applied} {failed}");
+        }
     }
 }

@@ -7,7 +7,11 @@ use serde::Deserialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Decoded, Dial, End, Event, Sink, decode_value, report_resume_list, resume_list};
+use serde_json::value::RawValue;
+
+use super::{
+    Bases, Decoded, Dial, End, Event, Sink, decode, decode_value, report_resume_list, resume_list,
+};
 use crate::publish::http::{PostError, Poster};
 
 /// Seconds a poll is held when nothing is ready.
@@ -15,7 +19,8 @@ const HOLD_S: u64 = 5;
 
 #[derive(Deserialize)]
 struct Answer {
-    messages: Vec<serde_json::Value>,
+    /// Kept as text: a delta's base is the exact text of the data before it.
+    messages: Vec<Box<RawValue>>,
     #[serde(default)]
     lost: Vec<serde_json::Value>,
     cursor: String,
@@ -35,6 +40,9 @@ fn path(d: &Dial<'_>, cursor: &str, first: bool) -> String {
         params.push(("cursor", cursor));
     }
     params.push(("timeout", &hold));
+    if d.delta {
+        params.push(("delta", "fossil"));
+    }
     d.target.with_query(&params)
 }
 
@@ -50,6 +58,7 @@ pub(crate) async fn run(
     let mut poster = Poster::new(d.target.clone(), None, timeout);
     let mut cursor = resume_list(d.cursors);
     let mut opened = false;
+    let mut bases = Bases::new(d.delta);
     loop {
         let p = path(&d, &cursor, !opened);
         let answer = tokio::select! {
@@ -77,10 +86,18 @@ pub(crate) async fn run(
             }
         }
         for m in a.messages {
-            if let Decoded::Events(ev) = decode_value(m, false) {
-                ev.into_iter()
-                    .filter(|e| matches!(e, Event::Message { .. } | Event::Lost { .. }))
-                    .for_each(|e| sink.event(e));
+            match decode(m.get().as_bytes(), false, &mut bases) {
+                // with deltas, each message's own position is kept too: a delta that does
+                // not apply ends the session mid-answer, to resume after the last one taken
+                Decoded::Events(ev) => ev
+                    .into_iter()
+                    .filter(|e| d.delta || !matches!(e, Event::Cursor { .. }))
+                    .for_each(|e| sink.event(e)),
+                Decoded::DeltaFailed => {
+                    sink.event(Event::DeltaFailed);
+                    return End::Delta;
+                }
+                _ => {}
             }
         }
         report_resume_list(&a.cursor, sink);

@@ -5,7 +5,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Decoded, Dial, End, HEARTBEAT_S, STALL, Sink, decode, report_resume_list, resume_list,
+    Bases, Decoded, Dial, End, Event, HEARTBEAT_S, STALL, Sink, decode, report_resume_list,
+    resume_list,
 };
 use crate::conn::dial::dial;
 use crate::proto::chunked::ChunkedDecoder;
@@ -20,6 +21,9 @@ fn request(d: &Dial<'_>) -> String {
     let hb = HEARTBEAT_S.to_string();
     params.push(("format", "json"));
     params.push(("heartbeat", &hb));
+    if d.delta {
+        params.push(("delta", "fossil"));
+    }
     let mut r = format!(
         "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\nUser-Agent: herald-loadgen-chaos\r\n",
         d.target.with_query(&params),
@@ -71,25 +75,32 @@ pub(crate) async fn run(
     let mut parser = SseParser::new(MAX_LINE, MAX_LINE);
     let mut pending = buf.split_off(head.head_len);
     let mut ended = None;
+    let mut bases = Bases::new(d.delta);
     loop {
         let mut on_item = |item: SseItem<'_>| {
+            if ended.is_some() {
+                return; // after a delta that did not apply, nothing more is taken
+            }
             if let SseItem::Event { event, data, id } = item {
                 if let Some(id) = id.and_then(|i| std::str::from_utf8(i).ok()) {
                     report_resume_list(id, sink);
                 }
                 match event {
                     Some("herald.lost") => {
-                        if let Decoded::Events(ev) = decode(data, true) {
+                        if let Decoded::Events(ev) = decode(data, true, &mut bases) {
                             ev.into_iter().for_each(|e| sink.event(e));
                         }
                     }
                     Some("herald.shutdown" | "herald.disconnect") => ended = Some(End::Closed),
                     Some(_) => {}
-                    None => {
-                        if let Decoded::Events(ev) = decode(data, false) {
-                            ev.into_iter().for_each(|e| sink.event(e));
+                    None => match decode(data, false, &mut bases) {
+                        Decoded::Events(ev) => ev.into_iter().for_each(|e| sink.event(e)),
+                        Decoded::DeltaFailed => {
+                            sink.event(Event::DeltaFailed);
+                            ended = Some(End::Delta);
                         }
-                    }
+                        _ => {}
+                    },
                 }
             }
         };
@@ -158,10 +169,13 @@ mod tests {
             topics: &topics,
             cursors: &cursors,
             connect_timeout: Duration::from_secs(1),
+            delta: true,
         };
         let r = request(&d);
         assert!(
-            r.starts_with("GET /v1/sse?topic=a&topic=b&format=json&heartbeat=5 HTTP/1.1\r\n"),
+            r.starts_with(
+                "GET /v1/sse?topic=a&topic=b&format=json&heartbeat=5&delta=fossil HTTP/1.1\r\n"
+            ),
             "{r}"
         );
         assert!(r.contains("\r\nLast-Event-ID: a=e-3\r\n"), "{r}");

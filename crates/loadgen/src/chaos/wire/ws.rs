@@ -9,7 +9,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_util::sync::CancellationToken;
 
-use super::{Decoded, Dial, End, STALL, Sink, decode};
+use super::{Bases, Decoded, Dial, End, Event, STALL, Sink, decode};
 use crate::conn::dial::dial;
 use crate::conn::ws::ws_config;
 
@@ -17,7 +17,12 @@ use crate::conn::ws::ws_config;
 const PING_EVERY: Duration = Duration::from_secs(4);
 
 pub(crate) fn subscribe_frame(d: &Dial<'_>) -> String {
-    serde_json::json!({ "type": "subscribe", "topics": d.topics, "cursors": d.cursors }).to_string()
+    let mut v =
+        serde_json::json!({ "type": "subscribe", "topics": d.topics, "cursors": d.cursors });
+    if d.delta {
+        v["delta"] = "fossil".into();
+    }
+    v.to_string()
 }
 
 /// Runs one WebSocket session until `until`, `stop`, or a failure.
@@ -48,6 +53,7 @@ pub(crate) async fn run(
     }
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
     let mut subscribed = false;
+    let mut bases = Bases::new(d.delta);
     let end = loop {
         tokio::select! {
             _ = stop.cancelled() => break End::Stopped,
@@ -61,7 +67,7 @@ pub(crate) async fn run(
                 Err(_) => break if subscribed { End::Stall } else { End::Connect },
                 Ok(None) | Ok(Some(Ok(Message::Close(_)))) => break End::Closed,
                 Ok(Some(Err(_))) => break End::Broken,
-                Ok(Some(Ok(Message::Text(t)))) => match decode(t.as_bytes(), false) {
+                Ok(Some(Ok(Message::Text(t)))) => match decode(t.as_bytes(), false, &mut bases) {
                     Decoded::Events(ev) => ev.into_iter().for_each(|e| sink.event(e)),
                     Decoded::Subscribed(ev) => {
                         ev.into_iter().for_each(|e| sink.event(e));
@@ -71,6 +77,10 @@ pub(crate) async fn run(
                         }
                     }
                     Decoded::Error => break End::Status,
+                    Decoded::DeltaFailed => {
+                        sink.event(Event::DeltaFailed);
+                        break End::Delta;
+                    }
                     Decoded::Other => {}
                 },
                 Ok(Some(Ok(_))) => {}
@@ -100,9 +110,14 @@ mod tests {
             topics: &topics,
             cursors: &cursors,
             connect_timeout: Duration::from_secs(1),
+            delta: false,
         };
         let v: serde_json::Value = serde_json::from_str(&subscribe_frame(&d)).unwrap();
         assert_eq!(v["cursors"]["a"], "e-3");
         assert_eq!(v["topics"][0], "a");
+        assert!(v.get("delta").is_none());
+        let v: serde_json::Value =
+            serde_json::from_str(&subscribe_frame(&Dial { delta: true, ..d })).unwrap();
+        assert_eq!(v["delta"], "fossil");
     }
 }
