@@ -25,6 +25,7 @@ use serde::Deserialize;
 use super::query::{self, ApiPath, ApiQuery};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::transport::access;
 use crate::transport::answer::{Budget, JsonAnswer};
 
 /// The most messages one page holds (and the default `limit` is 100).
@@ -53,7 +54,7 @@ pub(crate) async fn admin(
 
 /// `GET /v1/topics/{topic}/history` on the public listener: a topic the client may subscribe
 /// to (the subscribe hook decides when configured, else the token or the public prefixes:
-/// [`crate::transport::may_subscribe`]).
+/// [`access::may_subscribe`]).
 pub(crate) async fn public(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -62,24 +63,16 @@ pub(crate) async fn public(
     ApiQuery(query): ApiQuery<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     let answer = async {
-        state.auth().check_origin(&headers)?;
-        let who = state.auth().identify(&headers, query.token.as_deref())?;
+        // Who the client is, as every transport's connect check has it (no connect hook: a
+        // read opens no connection), then the one subscribe decision.
+        let admitted = access::identify(&state, &headers, query.token.as_deref())?;
         herald_core::name::validate_topic(&topic)?;
-        let forwarded = state.hooks().forwarded(&headers);
-        let remote = extensions
-            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-            .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-        let caller = crate::hooks::Caller {
-            transport: "http",
-            client: None,
-            remote,
-            who: &who,
-            headers: &forwarded,
-        };
-        crate::transport::may_subscribe(&state, &caller, &[topic.as_str()]).await?;
+        let remote = access::peer_of(&extensions);
+        let caller = admitted.caller("http", None, remote);
+        access::may_subscribe(&state, &caller, &[topic.as_str()]).await?;
         // A read of a topic this node does not hold may make it follow one more group of
         // the cluster's log: charged to the client, after every other refusal.
-        let client = state.client_key(who.sub.as_deref(), remote);
+        let client = state.client_key(admitted.who.sub.as_deref(), remote);
         state.charge_cold(&client, &[topic.as_str()])?;
         page(&state, &topic, &query).await
     };

@@ -11,7 +11,7 @@ use crate::auth::Identity;
 use crate::config::hooks::SubscribePatterns;
 use crate::config::namespaces::DeltaCodec;
 use crate::error::ApiError;
-use crate::hooks::{Caller, Forwarded, Hook, SubscribeVerdict};
+use crate::hooks::{Caller, Forwarded, Grant, Hook, SubscribeVerdict};
 
 /// A subscribe request given as a URL query (SSE and long-poll):
 /// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...&format=...`.
@@ -164,11 +164,52 @@ pub(crate) struct Admitted {
     pub(crate) forwarded: Forwarded,
 }
 
+impl Admitted {
+    /// The client, as the hooks are told of it: `transport`, `client` (the connection's id,
+    /// when it has one) and `peer` besides what was settled.
+    pub(crate) fn caller(
+        &self,
+        transport: &'static str,
+        client: Option<u64>,
+        peer: std::net::IpAddr,
+    ) -> Caller<'_> {
+        Caller {
+            transport,
+            client,
+            remote: peer,
+            who: &self.who,
+            headers: &self.forwarded,
+        }
+    }
+}
+
+/// Who a request is, before any hook is asked: the browser origin (a page from an origin that
+/// is not allowed is refused), the client's credentials (its headers, or `token` from the
+/// query) and the headers the hooks forward. The first half of the connect check
+/// ([`admit`]), and all of it for a read that opens no connection (history).
+pub(crate) fn identify(
+    state: &AppState,
+    headers: &HeaderMap,
+    token: Option<&str>,
+) -> Result<Admitted, ApiError> {
+    // A page from an origin that is not allowed gets no stream and no socket (cross-site
+    // WebSocket hijacking included), whatever credentials its browser attaches.
+    let origin = state.auth().check_origin(headers)?.map(str::to_owned);
+    let who = state.auth().identify(headers, token)?;
+    let forwarded = state.hooks().forwarded(headers);
+    Ok(Admitted {
+        origin,
+        who,
+        granted: Vec::new(),
+        forwarded,
+    })
+}
+
 /// The one connect check of every transport (SSE on every path, long-poll, the WebSocket
-/// handshake): the browser origin, the client's credentials (its headers, or `token` from the
-/// query) and the application's connect hook, told the `topics` the client asked for (none
-/// on a WebSocket, which subscribes by command). `transport`, `client` (the connection's id,
-/// when it will have one) and `peer` are what the hooks are told.
+/// handshake): who the request is ([`identify`]), then the application's connect hook
+/// ([`ask_connect`]), told the `topics` the client asked for (none on a WebSocket, which
+/// subscribes by command). `transport`, `client` (the connection's id, when it will have
+/// one) and `peer` are what the hooks are told.
 pub(crate) async fn admit(
     state: &AppState,
     headers: &HeaderMap,
@@ -178,34 +219,31 @@ pub(crate) async fn admit(
     client: Option<u64>,
     peer: std::net::IpAddr,
 ) -> Result<Admitted, ApiError> {
-    // A page from an origin that is not allowed gets no stream and no socket (cross-site
-    // WebSocket hijacking included), whatever credentials its browser attaches.
-    let origin = state.auth().check_origin(headers)?.map(str::to_owned);
-    let mut who = state.auth().identify(headers, token)?;
-    let forwarded = state.hooks().forwarded(headers);
-    let mut granted = Vec::new();
-    if state.hooks().has(Hook::Connect) {
-        let names: Vec<&str> = topics.iter().map(TopicName::as_str).collect();
-        let caller = Caller {
-            transport,
-            client,
-            remote: peer,
-            who: &who,
-            headers: &forwarded,
-        };
-        // The application decides before anything is answered, so that a refusal is an HTTP
-        // answer with its reason.
-        if let Some(grant) = state.hooks().connect(&caller, &names).await? {
-            grant.apply(&mut who);
-            granted = grant.topics;
-        }
+    let mut admitted = identify(state, headers, token)?;
+    let names: Vec<&str> = topics.iter().map(TopicName::as_str).collect();
+    let caller = admitted.caller(transport, client, peer);
+    // The application decides before anything is answered, so that a refusal is an HTTP
+    // answer with its reason.
+    if let Some(grant) = ask_connect(state, &caller, &names).await? {
+        grant.apply(&mut admitted.who);
+        admitted.granted = grant.topics;
     }
-    Ok(Admitted {
-        origin,
-        who,
-        granted,
-        forwarded,
-    })
+    Ok(admitted)
+}
+
+/// The application's connect hook, asked about the client `caller` names (asking for
+/// `topics`): its grant, to apply to the client's identity, or `None` when the hook is not
+/// configured. Asked by the connect check ([`admit`]) and again by the WebSocket `auth`
+/// command, so that a token never gets past the hook.
+pub(crate) async fn ask_connect(
+    state: &AppState,
+    caller: &Caller<'_>,
+    topics: &[&str],
+) -> Result<Option<Grant>, ApiError> {
+    if !state.hooks().has(Hook::Connect) {
+        return Ok(None);
+    }
+    state.hooks().connect(caller, topics).await
 }
 
 /// The connect check ([`admit`]) for a subscribe query (SSE and long-poll), then that the
@@ -241,13 +279,7 @@ pub(crate) async fn authorize(
         .map(TopicName::as_str)
         .filter(|t| !admitted.granted.iter().any(|g| g == t))
         .collect();
-    let caller = Caller {
-        transport,
-        client,
-        remote: peer,
-        who: &admitted.who,
-        headers: &admitted.forwarded,
-    };
+    let caller = admitted.caller(transport, client, peer);
     may_subscribe(state, &caller, &asked).await?;
     let max = state.config().limits.max_subscriptions;
     for topic in std::mem::take(&mut admitted.granted) {
@@ -278,12 +310,8 @@ pub(crate) async fn may_subscribe(
     {
         return Err(crate::auth::forbidden(closed));
     }
-    let (asked, mut ruled): (Vec<&str>, Vec<&str>) = topics.iter().partition(|t| {
-        !crate::auth::is_personal(t)
-            && state
-                .config()
-                .hook_applies(crate::hooks::Hook::Subscribe, t)
-    });
+    let (asked, mut ruled): (Vec<&str>, Vec<&str>) =
+        topics.iter().partition(|t| hook_may_decide(state, t));
     if let Some(pattern) = asked.iter().find(|t| t.ends_with('*'))
         && state.hooks().has(Hook::Subscribe)
         && state.config().hooks.subscribe_patterns == SubscribePatterns::Refuse
@@ -318,6 +346,27 @@ pub(crate) async fn may_subscribe(
     }
 }
 
+/// Whether a client that is now `who` (a new token on a WebSocket: the `auth` command) may
+/// keep `topic`, which it was allowed before: the subscribe decision ([`may_subscribe`])
+/// without asking the hook again. A topic the subscribe hook decides stays (the application
+/// allowed it, and a new token changes nothing there); personal topics and the rest are
+/// judged by the token rules; a namespace closed to anonymous clients stays closed to them.
+pub(crate) fn may_keep(state: &AppState, who: &Identity, topic: &str) -> bool {
+    if state.auth().closed_to(who, topic) {
+        return false;
+    }
+    if state.hooks().has(Hook::Subscribe) && hook_may_decide(state, topic) {
+        return true;
+    }
+    state.auth().may_subscribe(who, topic)
+}
+
+/// Whether the subscribe hook decides `topic` when it is configured: not a personal topic
+/// (their rule is Herald's own), and of a namespace the hook applies to.
+fn hook_may_decide(state: &AppState, topic: &str) -> bool {
+    !crate::auth::is_personal(topic) && state.config().hook_applies(Hook::Subscribe, topic)
+}
+
 /// The per-connection topic limit: a connection may hold `count` topics when it is at most
 /// `max` (`limits.max_subscriptions`), else `400 too_many_topics`. Every path checks here.
 pub(crate) fn topic_limit(count: usize, max: usize) -> Result<(), ApiError> {
@@ -340,8 +389,12 @@ fn no_topic() -> ApiError {
 /// The client's address, as the accept loop attached it to the request (unspecified when
 /// a request is served without one, as in router tests).
 pub(crate) fn peer_ip<B>(request: &axum::http::Request<B>) -> std::net::IpAddr {
-    request
-        .extensions()
+    peer_of(request.extensions())
+}
+
+/// [`peer_ip`], from a request's extensions (a handler that took them apart).
+pub(crate) fn peer_of(extensions: &axum::http::Extensions) -> std::net::IpAddr {
+    extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
 }

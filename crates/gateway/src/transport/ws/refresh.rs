@@ -8,6 +8,7 @@ use super::{Flow, FrameError, Session, close_code};
 use crate::hooks::Caller;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::{self, CloseReason};
+use crate::transport::access;
 
 impl<S: PeerStream> Session<S> {
     /// A token for an anonymous connection, or a fresh one before the current one expires.
@@ -25,31 +26,24 @@ impl<S: PeerStream> Session<S> {
         let Some(peer) = self.socket.get_ref().get_ref().peer_ip() else {
             return Ok(Flow::Close(CloseReason::Client)); // the socket is gone
         };
-        {
-            let caller = Caller {
-                transport: "ws",
-                client: Some(self.guard.id()),
-                remote: peer,
-                who: &who,
-                headers: &self.forwarded,
-            };
-            if let Some(grant) = self.state.hooks().connect(&caller, &[]).await? {
-                grant.apply(&mut who);
-            }
+        let caller = Caller {
+            transport: "ws",
+            client: Some(self.guard.id()),
+            remote: peer,
+            who: &who,
+            headers: &self.forwarded,
+        };
+        if let Some(grant) = access::ask_connect(&self.state, &caller, &[]).await? {
+            grant.apply(&mut who);
         }
-        // With the subscribe hook, the application allowed what is held: a new token
-        // changes nothing there, except for the personal topics, whose rule is Herald's own.
-        let hooked = self.state.hooks().has(crate::hooks::Hook::Subscribe);
+        // What is held is judged again by the subscribe decision, the hook not asked again
+        // ([`access::may_keep`]); the connection's own topic stays.
         let own = format!("conn:{}", self.guard.id());
         let denied: Vec<TopicName> = self
             .feed
             .subscriptions()
             .filter(|topic| {
-                let topic = topic.as_str();
-                let by_hook = hooked
-                    && !crate::auth::is_personal(topic)
-                    && (self.state.config()).hook_applies(crate::hooks::Hook::Subscribe, topic);
-                topic != own && !by_hook && !self.state.auth().may_subscribe(&who, topic)
+                topic.as_str() != own && !access::may_keep(&self.state, &who, topic.as_str())
             })
             .cloned()
             .collect();

@@ -63,12 +63,7 @@ async fn the_subscribe_hook_does_not_open_personal_topics() {
     }
     let alice = token(json!({"sub": "alice", "exp": unix_now() + 600}));
     let bob = token(json!({"sub": "bob", "exp": unix_now() + 600}));
-    ws_send(&mut ws, json!({"type": "auth", "token": alice})).await;
-    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
-    ws_subscribe(&mut ws, &["user:alice", "room"]).await;
-    ws_send(&mut ws, json!({"type": "auth", "token": bob})).await;
-    assert_eq!(ws_next(&mut ws).await["type"], "authenticated");
-    let dropped = ws_next(&mut ws).await;
+    let dropped = switch_tokens(&mut ws, alice, &["user:alice", "room"], bob).await;
     assert_eq!(dropped["topics"], json!(["user:alice"]), "{dropped}");
     publish(&gw, "user:alice", json!("for alice only")).await;
     publish(&gw, "room", json!("for the room")).await;
@@ -116,4 +111,61 @@ async fn the_subscribe_hook_is_asked_about_a_pattern_as_a_whole() {
     ws_send(&mut ws, json!({"type": "subscribe", "topics": ["user:*"]})).await;
     assert_eq!(ws_next(&mut ws).await["code"], "bad_topic");
     gw.stop().await.unwrap();
+}
+
+/// A new token (`auth` command) is judged by the one subscribe decision, the hook not asked
+/// again: what the subscribe hook allowed stays, a namespace closed to anonymous clients
+/// included (a token names the client), and what the token rules decide goes when the new
+/// token does not allow it.
+#[tokio::test]
+async fn a_new_token_keeps_what_the_hook_allowed_and_loses_what_the_token_gave() {
+    let backend = Backend::start(|_, _| allow()).await;
+    let mut config = hooked(token_config(), &backend, &["subscribe"]);
+    let closed = |hooks| herald_gateway::config::NamespaceConfig {
+        anonymous: Some(false),
+        hooks,
+        ..Default::default()
+    };
+    // `club`: closed to anonymous clients, the hook decides; `shut`: closed, the token rules
+    // decide.
+    config.namespaces.insert("club".into(), closed(None));
+    config
+        .namespaces
+        .insert("shut".into(), closed(Some(vec![])));
+    let gw = spawn_gateway(config).await;
+    let mut ws = ws_connect(&gw).await;
+    ws_send(
+        &mut ws,
+        json!({"type": "subscribe", "topics": ["club:news"]}),
+    )
+    .await;
+    assert_eq!(
+        ws_next(&mut ws).await["code"],
+        "forbidden",
+        "closed to anonymous"
+    );
+    let alice = token(json!({"sub": "alice", "topics": ["shut:*"], "exp": unix_now() + 600}));
+    let bob = token(json!({"sub": "bob", "exp": unix_now() + 600}));
+    let dropped = switch_tokens(&mut ws, alice, &["club:news", "shut:news"], bob).await;
+    assert_eq!(dropped["topics"], json!(["shut:news"]), "{dropped}");
+    assert_eq!(
+        backend.calls("subscribe").len(),
+        1,
+        "the hook is not asked again"
+    );
+    publish(&gw, "shut:news", json!("for alice only")).await;
+    publish(&gw, "club:news", json!("for the club")).await;
+    assert_eq!(ws_next(&mut ws).await["data"], "for the club");
+    gw.stop().await.unwrap();
+}
+
+/// Authenticates `ws` with `first`, subscribes it to `topics`, then authenticates it with
+/// `then`: the frame that follows the second `authenticated`.
+async fn switch_tokens(ws: &mut WsStream, first: String, topics: &[&str], then: String) -> Value {
+    ws_send(ws, json!({"type": "auth", "token": first})).await;
+    assert_eq!(ws_next(ws).await["type"], "authenticated");
+    ws_subscribe(ws, topics).await;
+    ws_send(ws, json!({"type": "auth", "token": then})).await;
+    assert_eq!(ws_next(ws).await["type"], "authenticated");
+    ws_next(ws).await
 }
