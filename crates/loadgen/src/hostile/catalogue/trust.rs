@@ -197,24 +197,34 @@ fn ws_cookie_cross_site(env: &PlanEnv, rng: &mut Rng) -> Planned {
 
 /// Plans variant `v` of `hook_unavailable_allow`.
 fn hook_unavailable_allow(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
+    refused_three_ways(v, "secret:x", [UNAVAILABLE_HTTP, UNAVAILABLE_WS], env, rng)
+}
+
+/// Variant `v` of asking for `name` over SSE, long-poll and a WebSocket `subscribe`, each
+/// expected to be refused: `expect` over HTTP, then over the WebSocket.
+fn refused_three_ways(
+    v: u64,
+    name: &str,
+    [http, ws]: [&'static [Exp]; 2],
+    env: &PlanEnv,
+    rng: &mut Rng,
+) -> Planned {
     let p = Planned::public;
-    let host = env.host.as_str();
-    let topic = "secret:x";
     match v % 3 {
         0 => p(
             "sse",
-            UNAVAILABLE_HTTP,
-            Action::Refusal(sse(env, &format!("topic={topic}"), &[])),
+            http,
+            Action::Refusal(sse(env, &format!("topic={name}"), &[])),
         ),
         1 => {
-            let req = raw::get(&format!("/v1/poll?topic={topic}&timeout=0"), host, &[]);
-            p("poll", UNAVAILABLE_HTTP, Action::Refusal(req))
+            let target = format!("/v1/poll?topic={name}&timeout=0");
+            p(
+                "poll",
+                http,
+                Action::Refusal(raw::get(&target, &env.host, &[])),
+            )
         }
-        _ => p(
-            "ws_subscribe",
-            UNAVAILABLE_WS,
-            subscribe(&[topic], Duration::ZERO, rng),
-        ),
+        _ => p("ws_subscribe", ws, subscribe(&[name], Duration::ZERO, rng)),
     }
 }
 
@@ -243,25 +253,7 @@ fn pattern_lockout(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
 
 /// Plans variant `v` of `pattern_past_hook`.
 fn pattern_past_hook(v: u64, env: &PlanEnv, rng: &mut Rng) -> Planned {
-    let p = Planned::public;
-    let host = env.host.as_str();
-    let pattern = "rooms:*";
-    match v % 3 {
-        0 => p(
-            "sse",
-            PAST_HOOK_HTTP,
-            Action::Refusal(sse(env, &format!("topic={pattern}"), &[])),
-        ),
-        1 => {
-            let req = raw::get(&format!("/v1/poll?topic={pattern}&timeout=0"), host, &[]);
-            p("poll", PAST_HOOK_HTTP, Action::Refusal(req))
-        }
-        _ => p(
-            "ws_subscribe",
-            PAST_HOOK_WS,
-            subscribe(&[pattern], Duration::ZERO, rng),
-        ),
-    }
+    refused_three_ways(v, "rooms:*", [PAST_HOOK_HTTP, PAST_HOOK_WS], env, rng)
 }
 
 /// A WebSocket `subscribe` of `topics`, waiting for `subscribed`, then holding them `hold`.
