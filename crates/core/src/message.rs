@@ -7,114 +7,13 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::cursor::Cursor;
+use crate::delta::{Base, Head, JsonDelta, MsgpackDelta};
+use crate::frame::{
+    after_id_line, deflate_wire, msgpack_data, server_frame, sse_json_event, ws_header_len,
+};
 use crate::name::{EventName, TopicName};
 
-pub use crate::msgpack::MAX_PAYLOAD_DEPTH;
-
-/// Nesting depth of arrays and objects (a scalar is 0). Recursion is bounded by serde_json's
-/// own limit on what it parses.
-fn depth(value: &serde_json::Value) -> usize {
-    match value {
-        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        serde_json::Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// Nesting depth of arrays and objects in JSON text that is known to be valid (a scalar is
-/// 0), found by counting brackets outside strings, without parsing it into values: for
-/// text that is checked and passed on as it is (a `ping`'s data).
-pub fn json_depth(json: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut at = 0;
-    while let Some(&b) = json.get(at) {
-        at += 1;
-        match b {
-            // A string: skip to its closing quote (most of a payload's bytes are in strings).
-            b'"' => {
-                while let Some(found) = memchr::memchr2(b'"', b'\\', &json[at.min(json.len())..]) {
-                    at += found + 1;
-                    if json[at - 1] == b'"' {
-                        break;
-                    }
-                    at += 1; // the escaped character
-                }
-            }
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
-/// A published payload: one value, in compact JSON, and as its publisher wrote it when that
-/// was MessagePack ([`crate::msgpack`]). A MessagePack payload's JSON form is made once, at
-/// publish (which checks that it has one): every JSON transport shares it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Payload {
-    json: Bytes,
-    /// The MessagePack bytes, exactly as published; `None` for a JSON publish (its MessagePack
-    /// form is made once per message, when a MessagePack subscriber first needs it). Boxed:
-    /// 8 bytes in every payload rather than 32, since most are JSON.
-    msgpack: Option<Box<Bytes>>,
-}
-
-impl Payload {
-    /// Serialises `value` compactly.
-    pub fn from_value(value: &serde_json::Value) -> Self {
-        // Serialising a Value into a Vec cannot fail.
-        Self {
-            json: Bytes::from(serde_json::to_vec(value).unwrap_or_default()),
-            msgpack: None,
-        }
-    }
-
-    /// Parses `json` and keeps its compact form. Fails on anything but exactly one JSON value,
-    /// and on values nested deeper than [`MAX_PAYLOAD_DEPTH`].
-    pub fn from_json(json: &[u8]) -> Result<Self, serde_json::Error> {
-        let value: serde_json::Value = serde_json::from_slice(json)?;
-        if depth(&value) > MAX_PAYLOAD_DEPTH {
-            return Err(<serde_json::Error as serde::de::Error>::custom(format!(
-                "payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
-            )));
-        }
-        Ok(Self::from_value(&value))
-    }
-
-    /// Keeps `msgpack` as given, with its JSON form. Fails on anything but exactly one
-    /// MessagePack value that has a JSON form, nested at most [`MAX_PAYLOAD_DEPTH`] deep.
-    pub fn from_msgpack(msgpack: &[u8]) -> Result<Self, crate::msgpack::MsgpackError> {
-        let json = crate::msgpack::to_json(msgpack)?;
-        Ok(Self {
-            json: Bytes::from(json),
-            msgpack: Some(Box::new(Bytes::copy_from_slice(msgpack))),
-        })
-    }
-
-    /// The compact JSON text.
-    pub fn as_bytes(&self) -> &Bytes {
-        &self.json
-    }
-
-    /// The MessagePack bytes as published, when the publisher sent MessagePack.
-    pub fn msgpack(&self) -> Option<&Bytes> {
-        self.msgpack.as_deref()
-    }
-
-    /// Length of the compact JSON text in bytes.
-    pub fn len(&self) -> usize {
-        self.json.len()
-    }
-
-    /// Whether the payload is empty (never true for a parsed payload).
-    pub fn is_empty(&self) -> bool {
-        self.json.is_empty()
-    }
-}
+pub use crate::payload::{MAX_PAYLOAD_DEPTH, Payload, json_depth};
 
 /// One published message. Built once per publish and shared as `Arc<Message>`; its SSE and
 /// WebSocket encodings are made at most once, on first use, and shared as [`Bytes`] so that
@@ -141,7 +40,7 @@ pub struct Message {
     ws_deflate: OnceLock<Option<Bytes>>,
     /// The topic's message before this one, when its namespace allows deltas
     /// ([`crate::delta`]); boxed: most messages have none.
-    base: Option<Box<crate::delta::Base>>,
+    base: Option<Box<Base>>,
 }
 
 impl Message {
@@ -170,7 +69,7 @@ impl Message {
     /// The message, recording the topic's message before it (`cursor`, `data`) as the base its
     /// deltas apply to.
     pub(crate) fn with_base(mut self, cursor: Cursor, data: Payload) -> Self {
-        self.base = Some(Box::new(crate::delta::Base::new(cursor, data)));
+        self.base = Some(Box::new(Base::new(cursor, data)));
         self
     }
 
@@ -182,13 +81,22 @@ impl Message {
 
     /// Its delta in the JSON form, made once on first use; `None` without a base, or when
     /// the delta would not be smaller than the data.
-    pub fn json_delta(&self) -> Option<&crate::delta::JsonDelta> {
-        self.base.as_ref()?.json(self)
+    pub fn json_delta(&self) -> Option<&JsonDelta> {
+        self.base.as_ref()?.json(self.head(), &self.data)
     }
 
     /// Its delta in the MessagePack form, as [`Self::json_delta`].
-    pub fn msgpack_delta(&self) -> Option<&crate::delta::MsgpackDelta> {
-        self.base.as_ref()?.msgpack(self)
+    pub fn msgpack_delta(&self) -> Option<&MsgpackDelta> {
+        self.base.as_ref()?.msgpack(self.head(), &self.data)
+    }
+
+    /// What a frame of it says before its data.
+    fn head(&self) -> Head<'_> {
+        Head {
+            topic: &self.topic,
+            cursor: self.cursor,
+            event: self.event.as_ref(),
+        }
     }
 
     /// The topic it was published to.
@@ -241,7 +149,7 @@ impl Message {
     /// `onmessage` like any other. Compact JSON has no line break, so one line always holds it.
     pub fn sse_json_frame(&self) -> &Bytes {
         self.sse_json
-            .get_or_init(|| sse_json_event(self, self.ws_frame()))
+            .get_or_init(|| sse_json_event(&self.topic, self.cursor, self.ws_frame()))
     }
 
     /// [`Self::sse_json_frame`] without its `id:` line, for multi-topic streams: a zero-copy
@@ -376,68 +284,95 @@ impl Message {
     }
 }
 
-/// A payload's MessagePack form: as its publisher sent it, or made from its JSON.
-pub(crate) fn msgpack_data(data: &Payload) -> std::borrow::Cow<'_, [u8]> {
-    match data.msgpack() {
-        Some(given) => std::borrow::Cow::Borrowed(given),
-        None => std::borrow::Cow::Owned(
-            crate::msgpack::from_json_text(data.as_bytes()).unwrap_or_else(|| vec![0xc0]),
-        ),
+/// A message as one subscriber gets it: as its delta when `delta` (the subscriber asked for
+/// deltas and holds the message's base: [`crate::FeedEvent::Delta`]) and the message has one
+/// in the form asked for, else in full. Each form is made once per message and shared.
+#[derive(Clone, Copy, Debug)]
+pub struct Outbound<'m> {
+    message: &'m Message,
+    delta: bool,
+}
+
+impl<'m> Outbound<'m> {
+    /// `message`, as a delta when `delta` and it has one.
+    pub fn new(message: &'m Message, delta: bool) -> Self {
+        Self { message, delta }
     }
-}
 
-/// The SSE event of the JSON form carrying `frame` (a WebSocket text frame's payload):
-/// `id: topic=cursor`, one `data:` line, the blank line.
-pub(crate) fn sse_json_event(message: &Message, frame: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(frame.len() + 48);
-    let _ = write!(out, "id: {}={}\ndata: ", message.topic, message.cursor);
-    out.put_slice(frame);
-    out.put_slice(b"\n\n");
-    out.freeze()
-}
+    /// The message.
+    pub fn message(&self) -> &'m Message {
+        self.message
+    }
 
-/// An SSE event without its first (`id:`) line: a zero-copy slice.
-pub(crate) fn after_id_line(frame: &Bytes) -> Bytes {
-    let id_end = frame.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-    frame.slice(id_end..)
-}
+    fn json(&self) -> Option<&'m JsonDelta> {
+        self.message.json_delta().filter(|_| self.delta)
+    }
 
-/// `frame` compressed for permessage-deflate as a whole server frame (final, RSV1, text),
-/// when compressing makes it smaller.
-pub(crate) fn deflate_wire(frame: &[u8]) -> Option<Bytes> {
-    crate::deflate::compress(frame).map(|packed| server_frame(0xc1, &[&packed]))
-}
+    fn msgpack(&self) -> Option<&'m MsgpackDelta> {
+        self.message.msgpack_delta().filter(|_| self.delta)
+    }
 
-/// A whole, final, unmasked WebSocket frame from a server whose first byte is `opcode`
-/// (0x81 text, 0x82 binary, 0xc1 compressed text: RSV1 set), carrying `parts` one after the
-/// other.
-pub(crate) fn server_frame(opcode: u8, parts: &[&[u8]]) -> Bytes {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    let mut wire = BytesMut::with_capacity(10 + len);
-    wire.put_u8(opcode);
-    match len {
-        0..=125 => wire.put_u8(len as u8),
-        126..=0xffff => {
-            wire.put_u8(126);
-            wire.put_u16(len as u16);
+    /// Whether the JSON forms go as a delta.
+    pub fn is_json_delta(&self) -> bool {
+        self.json().is_some()
+    }
+
+    /// [`Message::ws_frame`] or [`JsonDelta::ws_frame`].
+    pub fn ws_frame(&self) -> &'m Bytes {
+        self.json()
+            .map_or_else(|| self.message.ws_frame(), |d| d.ws_frame())
+    }
+
+    /// [`Message::ws_wire_frame`] or [`JsonDelta::ws_wire_frame`].
+    pub fn ws_wire_frame(&self) -> &'m Bytes {
+        self.json()
+            .map_or_else(|| self.message.ws_wire_frame(), |d| d.ws_wire_frame())
+    }
+
+    /// [`Message::ws_deflate_wire_frame`] or [`JsonDelta::ws_deflate_wire_frame`].
+    pub fn ws_deflate_wire_frame(&self) -> Option<&'m Bytes> {
+        match self.json() {
+            Some(d) => d.ws_deflate_wire_frame(),
+            None => self.message.ws_deflate_wire_frame(),
         }
-        _ => {
-            wire.put_u8(127);
-            wire.put_u64(len as u64);
+    }
+
+    /// [`Message::ws_deflate_payload`] or [`JsonDelta::ws_deflate_payload`].
+    pub fn ws_deflate_payload(&self) -> Option<Bytes> {
+        match self.json() {
+            Some(d) => d.ws_deflate_payload(),
+            None => self.message.ws_deflate_payload(),
         }
     }
-    for part in parts {
-        wire.put_slice(part);
-    }
-    wire.freeze()
-}
 
-/// The length of the header of a server's WebSocket frame `total` bytes long in all.
-pub(crate) fn ws_header_len(total: usize) -> usize {
-    match total {
-        0..=127 => 2,
-        128..=0x1_0003 => 4,
-        _ => 10,
+    /// [`Message::sse_json_frame`] or [`JsonDelta::sse_json_frame`].
+    pub fn sse_json_frame(&self) -> &'m Bytes {
+        match self.json() {
+            Some(d) => d.sse_json_frame(self.message.head()),
+            None => self.message.sse_json_frame(),
+        }
+    }
+
+    /// [`Message::sse_json_body`] or [`JsonDelta::sse_json_body`].
+    pub fn sse_json_body(&self) -> Bytes {
+        match self.json() {
+            Some(d) => d.sse_json_body(self.message.head()),
+            None => self.message.sse_json_body(),
+        }
+    }
+
+    /// [`Message::ws_msgpack_frame`] or [`MsgpackDelta::ws_msgpack_frame`].
+    pub fn ws_msgpack_frame(&self) -> &'m Bytes {
+        self.msgpack()
+            .map_or_else(|| self.message.ws_msgpack_frame(), |d| d.ws_msgpack_frame())
+    }
+
+    /// [`Message::ws_msgpack_wire_frame`] or [`MsgpackDelta::ws_msgpack_wire_frame`].
+    pub fn ws_msgpack_wire_frame(&self) -> &'m Bytes {
+        self.msgpack().map_or_else(
+            || self.message.ws_msgpack_wire_frame(),
+            |d| d.ws_msgpack_wire_frame(),
+        )
     }
 }
 
@@ -569,31 +504,6 @@ mod tests {
     }
 
     #[test]
-    fn payload_depth_is_bounded() {
-        let nested = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
-        assert!(Payload::from_json(nested(MAX_PAYLOAD_DEPTH).as_bytes()).is_ok());
-        let err = Payload::from_json(nested(MAX_PAYLOAD_DEPTH + 1).as_bytes()).unwrap_err();
-        assert!(err.to_string().contains("nested deeper than 64"), "{err}");
-        let objects = format!("{}1{}", r#"{"a":"#.repeat(70), "}".repeat(70));
-        assert!(Payload::from_json(objects.as_bytes()).is_err());
-        assert!(Payload::from_json(br#""[[[[ not nesting""#).is_ok());
-        // The bracket count agrees with the parsed values' depth.
-        for text in [
-            nested(MAX_PAYLOAD_DEPTH),
-            nested(MAX_PAYLOAD_DEPTH + 1),
-            objects.clone(),
-            r#""[[[[ not nesting""#.to_string(),
-            r#"{"a":"\"[{","b":[1,[2,{"c":"]]"}]],"d":{}}"#.to_string(),
-            r#"["\\",[["x\\\"]"]]]"#.to_string(),
-            "7".to_string(),
-            "[]".to_string(),
-        ] {
-            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(json_depth(text.as_bytes()), depth(&value), "{text}");
-        }
-    }
-
-    #[test]
     fn msgpack_frame_carries_the_payload_as_given_and_converts_json_once() {
         use crate::msgpack;
         // bin has no JSON type: the MessagePack subscriber gets it as sent.
@@ -629,13 +539,5 @@ mod tests {
         let wire = big.ws_msgpack_wire_frame();
         assert_eq!(wire[1], 127);
         assert_eq!(&wire[10..], &big.ws_msgpack_frame()[..]);
-    }
-
-    #[test]
-    fn payload_is_compacted() {
-        let p = Payload::from_json(b" { \"a\" : [ 1 , 2 ] } ").unwrap();
-        assert_eq!(&p.as_bytes()[..], br#"{"a":[1,2]}"#);
-        assert!(Payload::from_json(b"{").is_err());
-        assert!(Payload::from_json(b"1 2").is_err());
     }
 }

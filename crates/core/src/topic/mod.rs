@@ -257,9 +257,7 @@ impl Topic {
     /// on any node misses nothing published later.
     pub fn anchored_head(&self) -> Option<Cursor> {
         let state = self.state.lock();
-        state
-            .anchored
-            .then(|| Cursor::new(state.epoch, state.head))
+        state.anchored.then(|| Cursor::new(state.epoch, state.head))
     }
 
     /// Publishes a message at the next position and returns it.

@@ -78,7 +78,7 @@ impl Socket {
 impl crate::DirectWriter for Socket {
     fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes {
         if delta {
-            crate::delta::Outbound::new(message, true).sse_json_frame()
+            crate::message::Outbound::new(message, true).sse_json_frame()
         } else {
             message.sse_frame()
         }
