@@ -31,6 +31,9 @@ struct Inner {
     tracker: TaskTracker,
     ready: AtomicBool,
     metrics: PrometheusHandle,
+    /// The tracer of every publish (and of the records the logs' [`crate::bridge::Ingest`]s
+    /// read), built beside the metrics recorder.
+    tracing: trace::Tracing,
     logs: Arc<Logs>,
     cluster: Cluster,
     auth: crate::auth::Auth,
@@ -62,7 +65,7 @@ impl AppState {
             access,
             shutdown,
             tracker,
-            metrics,
+            crate::telemetry::Telemetry::untraced(metrics),
             Arc::new(Logs::none()),
             Cluster::alone_announcing(kept, rules),
         ))
@@ -85,13 +88,14 @@ impl AppState {
     /// Like [`Self::new`], with the token rules and hooks (`access`) as validation loaded
     /// them (`crate::validate::Loaded`), in a cluster: `logs` carry and position every publish
     /// (each topic through the one log that feeds it), and must all be connected for the node
-    /// to be ready; `cluster` observes the client connections.
-    pub fn clustered(
+    /// to be ready; `cluster` observes the client connections; `telemetry` is the metrics
+    /// recorder's handle and the tracer.
+    pub(crate) fn clustered(
         config: Config,
         access: crate::validate::Access,
         shutdown: CancellationToken,
         tracker: TaskTracker,
-        metrics: PrometheusHandle,
+        telemetry: crate::telemetry::Telemetry,
         logs: Arc<Logs>,
         cluster: Cluster,
     ) -> Self {
@@ -113,6 +117,7 @@ impl AppState {
             config.cluster.idempotency_max_keys,
         );
         let crate::validate::Access { auth, hooks } = access;
+        let crate::telemetry::Telemetry { metrics, tracing } = telemetry;
         Self(Arc::new(Inner {
             config,
             registry,
@@ -121,6 +126,7 @@ impl AppState {
             tracker,
             ready: AtomicBool::new(true),
             metrics,
+            tracing,
             logs,
             cluster,
             auth,
@@ -355,7 +361,7 @@ impl AppState {
 
     /// The node's tracing (off unless `telemetry.otlp_endpoint` is set).
     pub(crate) fn tracing(&self) -> &crate::telemetry::trace::Tracing {
-        self.0.logs.tracing()
+        &self.0.tracing
     }
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
@@ -452,7 +458,7 @@ mod tests {
             access,
             shutdown.clone(),
             TaskTracker::new(),
-            crate::telemetry::metrics::install(),
+            crate::telemetry::Telemetry::untraced(crate::telemetry::metrics::install()),
             Arc::new(logs),
             Cluster::alone(crate::cluster::members::Kept::all()),
         );

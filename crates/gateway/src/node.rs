@@ -43,7 +43,9 @@ pub async fn run_validated(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let validate::Loaded { access, tls } = loaded;
-    let metrics = telemetry::metrics::current();
+    // The metrics recorder and, beside it, the tracer (a lone node traces its publishes).
+    let telemetry = telemetry::Telemetry::start(&config)?;
+    let metrics = telemetry.metrics.clone();
     let tracker = TaskTracker::new();
     let (logs, cluster) = cluster_parts(&config).await?;
     let state = AppState::clustered(
@@ -51,7 +53,7 @@ pub async fn run_validated(
         access,
         shutdown.clone(),
         tracker.clone(),
-        metrics.clone(),
+        telemetry,
         logs,
         cluster,
     );
@@ -176,7 +178,7 @@ fn listener_options(
 /// Runs the node's cluster loops until `stop`: each log's follower, the id and number leases,
 /// and the presence flusher.
 fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<()>> {
-    let mut tasks = state.logs().spawn(state.registry(), stop);
+    let mut tasks = state.logs().spawn(state.registry(), state.tracing(), stop);
     if let Some(lease) = state.cluster().lease() {
         tasks.push(tokio::spawn(lease.clone().run(stop.clone())));
     }
@@ -215,8 +217,7 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
         Some(_) => Some(bridge::redis::RedisBridge::new(c, history)?),
         None => None,
     };
-    // Tracing follows messages through the logs (and a lone node's publishes).
-    let mut logs = bridge::Logs::none().traced(telemetry::trace::Tracing::start(config)?);
+    let mut logs = bridge::Logs::none();
     if let Some(b) = &redis {
         logs = logs.with(b.clone(), bridge::Feeds::Rest);
     }

@@ -112,7 +112,6 @@ pub enum Feeds {
 #[derive(Debug, Default)]
 pub struct Logs {
     logs: Vec<(Arc<dyn Bridge>, Feeds)>,
-    tracing: Tracing,
 }
 
 impl Logs {
@@ -125,18 +124,6 @@ impl Logs {
     pub fn with(mut self, bridge: Arc<dyn Bridge>, feeds: Feeds) -> Self {
         self.logs.push((bridge, feeds));
         self
-    }
-
-    /// Traces the messages through these logs with `tracing`: each publish's append, and
-    /// each record's ingest and fan-out.
-    pub(crate) fn traced(mut self, tracing: Tracing) -> Self {
-        self.tracing = tracing;
-        self
-    }
-
-    /// The node's tracing (off unless configured).
-    pub(crate) fn tracing(&self) -> &Tracing {
-        &self.tracing
     }
 
     /// Whether no log is configured.
@@ -215,10 +202,12 @@ impl Logs {
             .collect()
     }
 
-    /// Runs every log's loop until `stop`, feeding `registry`.
-    pub fn spawn(
+    /// Runs every log's loop until `stop`, feeding `registry`, each record traced with
+    /// `tracing` (its ingest and fan-out).
+    pub(crate) fn spawn(
         self: &Arc<Self>,
         registry: &Arc<Registry>,
+        tracing: &Tracing,
         stop: &CancellationToken,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         self.iter()
@@ -227,6 +216,7 @@ impl Logs {
                     bridge: bridge.name(),
                     registry: registry.clone(),
                     logs: self.clone(),
+                    tracing: tracing.clone(),
                     refused: Arc::new(parking_lot::Mutex::new(Refusals::default())),
                 };
                 tokio::spawn(bridge.clone().run(ingest, stop.clone()))
@@ -241,6 +231,8 @@ pub struct Ingest {
     bridge: &'static str,
     registry: Arc<Registry>,
     logs: Arc<Logs>,
+    /// The node's tracer ([`crate::telemetry::Telemetry`]).
+    tracing: Tracing,
     refused: Arc<parking_lot::Mutex<Refusals>>,
 }
 
@@ -257,6 +249,7 @@ impl Ingest {
         Self {
             bridge: bridge.name(),
             logs: Arc::new(Logs::none().with(bridge, Feeds::Rest)),
+            tracing: Tracing::off(),
             registry,
             refused: Arc::default(),
         }
@@ -265,7 +258,7 @@ impl Ingest {
     /// Whether records' trace contexts are read: tracing is on (else a bridge does not look
     /// for them, and passes [`Carried::NONE`]).
     pub(crate) fn traces(&self) -> bool {
-        self.logs.tracing.is_on()
+        self.tracing.is_on()
     }
 
     /// Delivers a message read from the log to this node's subscribers, at the position the
@@ -286,7 +279,9 @@ impl Ingest {
             self.refuse(&topic);
             return;
         }
-        let mut traced = (self.logs.tracing).ingest(trace, self.bridge, &topic, position, age_ms);
+        let mut traced = self
+            .tracing
+            .ingest(trace, self.bridge, &topic, position, age_ms);
         let _log = traced.as_ref().map(|t| t.log_span().entered());
         match self.registry.get_or_create(&topic) {
             Ok(t) => {
@@ -483,6 +478,7 @@ mod tests {
             bridge,
             registry: registry.clone(),
             logs: logs.clone(),
+            tracing: Tracing::off(),
             refused: Arc::default(),
         };
         let topic = TopicName::new("orders.1").unwrap();

@@ -426,7 +426,7 @@ mod tests {
             access,
             CancellationToken::new(),
             TaskTracker::new(),
-            crate::telemetry::metrics::install(),
+            crate::telemetry::Telemetry::untraced(crate::telemetry::metrics::install()),
             Arc::new(Logs::none().with(log.clone(), Feeds::Rest)),
             crate::cluster::Cluster::alone(crate::cluster::members::Kept::all()),
         );
