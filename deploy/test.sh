@@ -33,6 +33,13 @@ as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# The hostile soak makes a CA and a certificate for its TLS node (HTTP/2 attacks).
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "deploy/test.sh: installing openssl for the hostile soak's certificates" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
+
 if [ "${HERALD_SKIP_BROWSER:-}" != 1 ]; then
   # Debian's Chromium (no browser download), driven by playwright-core from npm.
   if ! command -v chromium >/dev/null 2>&1; then
