@@ -345,7 +345,7 @@ impl<'m> Outbound<'m> {
         }
     }
 
-    /// [`Message::sse_json_frame`] or [`JsonDelta::sse_json_frame`].
+    /// [`Message::sse_json_frame`] or the delta's (`JsonDelta::sse_json_frame`).
     pub fn sse_json_frame(&self) -> &'m Bytes {
         match self.json() {
             Some(d) => d.sse_json_frame(self.message.head()),
@@ -353,7 +353,7 @@ impl<'m> Outbound<'m> {
         }
     }
 
-    /// [`Message::sse_json_body`] or [`JsonDelta::sse_json_body`].
+    /// [`Message::sse_json_body`] or the delta's (`JsonDelta::sse_json_body`).
     pub fn sse_json_body(&self) -> Bytes {
         match self.json() {
             Some(d) => d.sse_json_body(self.message.head()),
