@@ -42,7 +42,7 @@ pub struct Rules {
 impl Rules {
     /// As the configuration says: the namespaces with `join_leave = true` (validation made
     /// sure their members are kept).
-    pub fn from_config(config: &crate::Config) -> Self {
+    pub fn from_config(config: &crate::config::Config) -> Self {
         Self {
             node: Arc::from(config.cluster.node_id.as_str()),
             rates: config
@@ -259,7 +259,7 @@ mod tests {
     #[test]
     fn subscribers_hear_of_others_joining_and_leaving_not_of_themselves() {
         let connections = Arc::new(control::Connections::default());
-        let mut config = crate::Config::default();
+        let mut config = crate::config::Config::default();
         config.cluster.node_id = "n1".into();
         config.namespaces.insert(
             "room".into(),

@@ -86,7 +86,7 @@ pub struct Kept {
 
 impl Kept {
     /// As the configuration says.
-    pub fn from_config(config: &crate::Config) -> Self {
+    pub fn from_config(config: &crate::config::Config) -> Self {
         Self {
             default: config.topics.presence,
             namespaces: config

@@ -12,7 +12,8 @@ use clap::{CommandFactory as _, FromArgMatches as _, Parser};
 use herald_core::LagPolicy;
 use serde::Deserialize as _;
 
-use super::{Config, LogFormat, RedisMode, Routing, admin, telemetry};
+use super::cluster::{RedisMode, Routing};
+use super::{Config, LogFormat, admin, telemetry};
 
 /// Command-line flags; each has a `HERALD_*` environment twin. Everything else is set in the
 /// TOML file given with `--config`.

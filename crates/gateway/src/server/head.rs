@@ -10,13 +10,14 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use bytes::{Buf as _, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 
+use super::raw::{FastPath, HeadShape, RawRequest};
 use crate::telemetry::metrics;
 
 /// What the first request on a connection is.
 #[derive(Debug)]
 pub(crate) enum Head {
-    /// A request the fast path takes ([`super::FastPath::classify`]): served on the socket.
-    Raw(super::RawRequest),
+    /// A request the fast path takes ([`FastPath::classify`]): served on the socket.
+    Raw(RawRequest),
     /// Anything else: give it to hyper, starting with these bytes.
     Other(Bytes),
     /// The client closed, timed out or sent garbage before a whole head; an answer (if any)
@@ -34,7 +35,7 @@ pub(crate) async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     timeout: Duration,
     max_bytes: usize,
-    fast_path: Option<&dyn super::FastPath>,
+    fast_path: Option<&dyn FastPath>,
 ) -> Head {
     let mut buf = BytesMut::with_capacity(1024);
     let read = async {
@@ -109,7 +110,7 @@ pub(crate) async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
         .headers
         .iter()
         .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
-    let shape = super::HeadShape {
+    let shape = HeadShape {
         upgrade,
         http11: req.version == Some(1),
         body_follows: buf.len() != head_len,
@@ -126,7 +127,7 @@ pub(crate) async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
             map.append(name, value);
         }
     }
-    Head::Raw(super::RawRequest {
+    Head::Raw(RawRequest {
         route,
         query: query.map(str::to_owned),
         headers: map,

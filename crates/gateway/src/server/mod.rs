@@ -56,6 +56,7 @@ macro_rules! forward_async_write {
 pub(crate) use forward_async_write;
 
 pub(crate) mod head;
+pub(crate) mod raw;
 pub(crate) mod stalled;
 pub(crate) mod stream;
 pub(crate) mod tls;
@@ -85,6 +86,7 @@ use tower::ServiceExt as _;
 use crate::limits::{AddressLimits, Permits, Refusal};
 use crate::telemetry::metrics;
 use head::{Head, Rewind};
+pub(crate) use raw::{FastPath, HeadShape, RawRequest};
 use stream::ClientStream;
 use tls::Tls;
 
@@ -96,46 +98,6 @@ const MAX_REFUSALS_IN_FLIGHT: usize = 256;
 /// An HTTP/2 connection with no open stream for this long is closed (GOAWAY). The first
 /// stream must open within the header read timeout instead.
 const H2_IDLE: Duration = Duration::from_secs(60);
-
-/// The shape of a `GET` request head, for [`FastPath::classify`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct HeadShape {
-    /// It asks for a protocol upgrade (`Upgrade` header).
-    pub upgrade: bool,
-    /// It is HTTP/1.1 (not 1.0).
-    pub http11: bool,
-    /// Bytes followed the head in the same read (a body, or pipelined requests).
-    pub body_follows: bool,
-}
-
-/// A request the fast path took: which of its routes, with the query and headers.
-#[derive(Debug)]
-pub(crate) struct RawRequest {
-    /// The route [`FastPath::classify`] answered.
-    pub route: &'static str,
-    /// The query string, if any.
-    pub query: Option<String>,
-    /// The request headers.
-    pub headers: axum::http::HeaderMap,
-}
-
-/// What the transports serve on the socket themselves (HTTP/1.1, plain or TLS, public
-/// listener): the server reads each connection's first request head and asks.
-pub(crate) trait FastPath: Send + Sync + std::fmt::Debug {
-    /// The route that takes a `GET` of `path` with this `shape`, if one does; everything else
-    /// goes to hyper and the router.
-    fn classify(&self, path: &str, shape: HeadShape) -> Option<&'static str>;
-
-    /// Serves `request` on `stream` from `peer`, holding `permits` for as long as the
-    /// connection lives. What outlives the request's answer runs on a task of its own.
-    fn serve(
-        &self,
-        request: RawRequest,
-        stream: ClientStream,
-        peer: SocketAddr,
-        permits: Permits,
-    ) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
-}
 
 /// How one listener serves.
 #[derive(Clone, Debug)]

@@ -5,13 +5,24 @@
 use axum::http::HeaderMap;
 use herald_core::TopicName;
 
-use super::Format;
 use crate::app::AppState;
 use crate::auth::Identity;
 use crate::config::hooks::SubscribePatterns;
 use crate::config::namespaces::DeltaCodec;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Forwarded, Grant, Hook, SubscribeVerdict};
+
+/// The form of an SSE stream's messages (`format` query parameter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// `format=text` (the default): `event:` when named, the payload as `data:` lines, as a
+    /// browser's `EventSource` expects it.
+    #[default]
+    Text,
+    /// `format=json`: one `data:` line per message holding `{"type":"message","topic":..,
+    /// "id":..,"event":..,"data":..}` (the WebSocket frame); long-poll always answers in it.
+    Json,
+}
 
 /// A subscribe request given as a URL query (SSE and long-poll):
 /// `topic=a&topic=b&lastEventId=...&cursor=...&timeout=...&format=...`.

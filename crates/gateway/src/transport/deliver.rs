@@ -35,7 +35,7 @@ pub(crate) enum Delivery {
 pub(crate) fn deliver(
     event: herald_core::FeedEvent,
     transport: &'static str,
-    config: &crate::Config,
+    config: &crate::config::Config,
 ) -> Delivery {
     use crate::telemetry::metrics::slow_consumer_in;
     use herald_core::{FeedEvent, LossReason};

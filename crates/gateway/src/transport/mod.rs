@@ -17,15 +17,3 @@ pub(crate) use access::{SubscribeQuery, may_subscribe, peer_ip};
 pub(crate) use deliver::{Delivery, deliver, lost_json};
 pub(crate) use keep_alive::{asked_interval, jitter, next_keep_alive};
 pub(crate) use topics::{open_feed, start_of, subscribe_from_server, unsubscribe_from_server};
-
-/// The form of an SSE stream's messages (`format` query parameter).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Format {
-    /// `format=text` (the default): `event:` when named, the payload as `data:` lines, as a
-    /// browser's `EventSource` expects it.
-    #[default]
-    Text,
-    /// `format=json`: one `data:` line per message holding `{"type":"message","topic":..,
-    /// "id":..,"event":..,"data":..}` (the WebSocket frame); long-poll always answers in it.
-    Json,
-}

@@ -185,7 +185,7 @@ struct Collected {
 
 impl Collected {
     /// Takes what the feed holds ready, until the budget is spent.
-    fn fill(&mut self, feed: &mut herald_core::Feed, config: &crate::Config) {
+    fn fill(&mut self, feed: &mut herald_core::Feed, config: &crate::config::Config) {
         while !self.budget.full() {
             match feed.try_next() {
                 Some(event) => self.take(event, config),
@@ -194,7 +194,7 @@ impl Collected {
         }
     }
 
-    fn take(&mut self, event: FeedEvent, config: &crate::Config) {
+    fn take(&mut self, event: FeedEvent, config: &crate::config::Config) {
         match deliver(event, "poll", config) {
             Delivery::Message(m, delta) => {
                 self.budget.take(herald_core::Outbound::new(&m, delta));
@@ -264,7 +264,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cursor_carries_each_topic_s_position_from_poll_to_poll() {
-        let (state, _shutdown) = AppState::for_test(crate::Config::default());
+        let (state, _shutdown) = AppState::for_test(crate::config::Config::default());
         let publish = |topic: &str, n: i64| {
             let topic = TopicName::new(topic).unwrap();
             state

@@ -41,7 +41,7 @@ impl Sink for TestClient {
 }
 
 fn state() -> (AppState, CancellationToken) {
-    let mut config = crate::Config::default();
+    let mut config = crate::config::Config::default();
     config.limits.write_timeout = Duration::from_millis(200);
     config.sse.heartbeat = Duration::from_secs(60);
     AppState::for_test(config)

@@ -25,7 +25,7 @@ struct Client {
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn connect(config: crate::Config, who: crate::auth::Identity) -> Client {
+async fn connect(config: crate::config::Config, who: crate::auth::Identity) -> Client {
     let (state, shutdown) = AppState::for_test(config);
     let (server, client) = tokio::io::duplex(64 * 1024);
     let ws = &state.config().ws;
@@ -90,7 +90,7 @@ impl Client {
 
 #[tokio::test]
 async fn a_subscriber_gets_its_messages_and_its_close_back() {
-    let mut client = connect(crate::Config::default(), Default::default()).await;
+    let mut client = connect(crate::config::Config::default(), Default::default()).await;
     client
         .send(json!({"type": "subscribe", "topics": ["news"]}))
         .await;
@@ -121,7 +121,7 @@ async fn a_subscriber_gets_its_messages_and_its_close_back() {
 
 #[tokio::test]
 async fn commands_are_answered_and_bad_frames_get_an_error() {
-    let mut client = connect(crate::Config::default(), Default::default()).await;
+    let mut client = connect(crate::config::Config::default(), Default::default()).await;
     client.send(json!({"type": "ping"})).await;
     assert_eq!(client.next().await["type"], "pong");
     client
@@ -151,7 +151,7 @@ async fn commands_are_answered_and_bad_frames_get_an_error() {
 
 #[tokio::test]
 async fn a_drain_closes_with_1012() {
-    let client = connect(crate::Config::default(), Default::default()).await;
+    let client = connect(crate::config::Config::default(), Default::default()).await;
     client.shutdown.cancel();
     assert_eq!(client.closed().await.0, close_code::RESTART);
 }
@@ -160,7 +160,7 @@ async fn a_drain_closes_with_1012() {
 async fn an_expired_token_closes_with_1008() {
     let mut who = crate::auth::Identity::default();
     who.expires = Some(SystemTime::now() + Duration::from_millis(200));
-    let client = connect(crate::Config::default(), who).await;
+    let client = connect(crate::config::Config::default(), who).await;
     assert_eq!(
         client.closed().await,
         (close_code::POLICY, "token expired".to_string())
@@ -169,7 +169,7 @@ async fn an_expired_token_closes_with_1008() {
 
 #[tokio::test]
 async fn a_silent_client_is_closed_after_the_idle_timeout() {
-    let mut config = crate::Config::default();
+    let mut config = crate::config::Config::default();
     config.ws.ping_interval = Duration::from_millis(100);
     config.ws.idle_timeout = Duration::from_millis(300);
     let client = connect(config, Default::default()).await;
