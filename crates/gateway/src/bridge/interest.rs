@@ -22,7 +22,10 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock (std's underneath), so that a test can pass the linger in paused time.
+use tokio::time::Instant;
 
 use parking_lot::{RwLock, RwLockReadGuard};
 use tokio_util::sync::CancellationToken;
@@ -362,7 +365,7 @@ impl Reading<'_> {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_wanted_group_is_followed_until_caught_up_then_dropped_after_the_linger() {
         let interest = Interest::new("test", 8, false, Duration::from_secs(1));
         assert!(interest.followed().1.is_empty());
@@ -380,8 +383,9 @@ mod tests {
         let mut forgotten = Vec::new();
         interest.sweep([], false, |g| forgotten.extend_from_slice(g));
         assert!(forgotten.is_empty());
-        // Group 5 keeps a subscriber; 3 has none for longer than the linger.
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        // Group 5 keeps a subscriber; 3 has none for longer than the linger (paused time:
+        // the clock moves on at once).
+        tokio::time::advance(Duration::from_millis(1_100)).await;
         let dropped = interest.sweep([5], false, |g| forgotten.extend_from_slice(g));
         assert_eq!(dropped, vec![3]);
         assert_eq!(forgotten, vec![3]);
