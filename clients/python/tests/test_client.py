@@ -146,3 +146,28 @@ def test_a_final_refusal_closes_the_client_with_a_fatal_error() -> None:
     states = [e.state.value for e in events if isinstance(e, StateChanged)]
     assert states == ["connected", "closed"], "no reconnect after a final refusal"
     assert len(Scripted.seen_resume) == 1
+
+
+def test_close_ends_every_reader_waiting_on_an_empty_queue() -> None:
+    # Readers wait on the event queue itself (no second task per wait): close() must wake
+    # each of them, even when the queue is full of nothing and the state event wakes only one.
+    Scripted.scripts = {"ws": [[("open", {"a": "e-0"}), ("hang",)]]}
+
+    async def main(buffered: int) -> list[Any]:
+        c = Client("http://x", topics=["a"], transports=["ws"], max_buffered=buffered)
+        await c.connect()
+        await collect(c, lambda s: any(isinstance(e, StateChanged) and e.state.value == "connected" for e in s))
+
+        async def drain() -> list[Any]:
+            return [ev async for ev in c]
+
+        readers = [asyncio.ensure_future(drain()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        await c.close()
+        got = await asyncio.wait_for(asyncio.gather(*readers), 2)
+        assert await c.next_event() is None
+        return [e for r in got for e in r]
+
+    for buffered in (1000, 1):
+        seen = asyncio.run(main(buffered))
+        assert [e.state.value for e in seen if isinstance(e, StateChanged)] == ["closed"], "one reader got it"

@@ -179,7 +179,9 @@ class Client:
             if name not in self._subs and self._pattern_of(name) is not None:
                 self._recent[name] = None
         # The connection's life.
-        self._events: asyncio.Queue[Event] = asyncio.Queue(max_buffered)
+        #: Events for the application; None only wakes a reader at close() (next_event).
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue(max_buffered)
+        self._readers = 0
         self._ctl: asyncio.Queue[tuple[str, Connection, Closed | None]] = asyncio.Queue()
         self._state = State.CONNECTING
         self._transport: TransportName | None = None
@@ -221,21 +223,27 @@ class Client:
         assert self._closed_event is not None, "connect() first"
         if not self._events.empty():
             # One queued already: no tasks to race (two per event cost a fifth of the CPU of
-            # a busy subscriber; clients/bench/cpu.py).
-            return self._events.get_nowait()
-        if self._closed_event.is_set():
-            return None
-        get = asyncio.ensure_future(self._events.get())
-        closed = asyncio.ensure_future(self._closed_event.wait())
-        try:
-            await asyncio.wait({get, closed}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closed.cancel()
-            if not get.done():
-                get.cancel()
-        if get.done() and not get.cancelled():
-            return get.result()
-        return None if self._events.empty() else self._events.get_nowait()
+            # a busy subscriber; clients/bench/cpu.py). None: a wake-up from close().
+            ev = self._events.get_nowait()
+        elif self._closed_event.is_set():
+            ev = None
+        else:
+            # Wait on the queue itself, so no second task has to watch the closed flag. Once
+            # the client is closed, whoever empties the queue while readers still wait here
+            # (counted in _readers) wakes the next of them with a None (_wake_next).
+            self._readers += 1
+            try:
+                ev = await self._events.get()
+            finally:
+                self._readers -= 1
+        self._wake_next()
+        return ev
+
+    def _wake_next(self) -> None:
+        """After close(): a None for a reader still waiting in next_event on an empty queue
+        (it fits: the queue is empty)."""
+        if self._readers and self._events.empty() and self._closed_event is not None and self._closed_event.is_set():
+            self._events.put_nowait(None)
 
     @property
     def state(self) -> State:
@@ -332,6 +340,7 @@ class Client:
         self._set_state_nowait(State.CLOSED, None)
         if self._closed_event is not None:
             self._closed_event.set()
+        self._wake_next()  # readers waiting in next_event, and no state event queued to wake one
 
     # ------------------------------------------------------------------ subscriptions
 
@@ -387,7 +396,20 @@ class Client:
     async def _sink(self, conn: Connection, ev: wire.WireEvent) -> None:
         if conn is not self._conn and conn is not self._probe:
             return
-        if isinstance(ev, wire.DeltaResult):
+        if type(ev) is wire.Message:
+            # The hot path (every message): the same as the Message branch below, without
+            # a coroutine for the put while there is room (the buffer stays bounded: a full
+            # one still waits in put()).
+            if not wire.is_after(ev.id, self._cursors.get(ev.topic)):
+                return
+            self._cursors[ev.topic] = ev.id
+            if ev.topic not in self._subs:
+                self._touch(ev.topic)
+            if self._events.full():
+                await self._events.put(ev)
+            else:
+                self._events.put_nowait(ev)
+        elif isinstance(ev, wire.DeltaResult):
             if ev.error is None:
                 self._stats.deltas += 1
             else:

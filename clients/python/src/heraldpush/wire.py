@@ -83,10 +83,17 @@ class Cursor:
 
 def parse_cursor(text: str) -> Cursor | None:
     """``<epoch>-<seq>`` parsed, or None when ``text`` is not a cursor."""
+    key = _cursor_key(text)
+    return None if key is None else Cursor(key[0], key[1])
+
+
+def _cursor_key(text: str) -> tuple[str, int] | None:
+    """:func:`parse_cursor` as a plain tuple (epoch, seq): the per-message path's form,
+    without a dataclass built per call."""
     m = _CURSOR.match(text)
     if m is None:
         return None
-    return Cursor(m.group(1).lstrip("0") or "0", int(m.group(2)))
+    return m.group(1).lstrip("0") or "0", int(m.group(2))
 
 
 def is_after(message_id: str, cursor: str | None) -> bool:
@@ -98,11 +105,11 @@ def is_after(message_id: str, cursor: str | None) -> bool:
     """
     if cursor is None:
         return True
-    a = parse_cursor(message_id)
-    b = parse_cursor(cursor)
-    if a is None or b is None or a.epoch != b.epoch:
+    a = _cursor_key(message_id)
+    b = _cursor_key(cursor)
+    if a is None or b is None or a[0] != b[0]:
         return True
-    return a.seq > b.seq
+    return a[1] > b[1]
 
 
 def parse_resume_list(text: str) -> dict[str, str]:
@@ -313,7 +320,7 @@ def _message(o: Mapping[str, Any]) -> Message:
     if event is not None and not isinstance(event, str):
         raise ProtocolError("message event is not a string")
     mid = _str(o, "id")
-    if parse_cursor(mid) is None:
+    if _CURSOR.match(mid) is None:
         raise ProtocolError(f"message id is not a cursor: {mid!r:.80}")
     if "data" not in o:
         raise ProtocolError("message without data")
