@@ -87,13 +87,22 @@ def parse_cursor(text: str) -> Cursor | None:
     return None if key is None else Cursor(key[0], key[1])
 
 
+#: The last text _cursor_key parsed, and its key: a stream's cursor is the id of its previous
+#: message, so is_after parses each id once, not twice.
+_last_key: tuple[str, tuple[str, int] | None] = ("", None)
+
+
 def _cursor_key(text: str) -> tuple[str, int] | None:
     """:func:`parse_cursor` as a plain tuple (epoch, seq): the per-message path's form,
     without a dataclass built per call."""
+    global _last_key
+    last = _last_key
+    if text == last[0]:
+        return last[1]
     m = _CURSOR.match(text)
-    if m is None:
-        return None
-    return m.group(1).lstrip("0") or "0", int(m.group(2))
+    key = None if m is None else (m.group(1).lstrip("0") or "0", int(m.group(2)))
+    _last_key = (text, key)
+    return key
 
 
 def is_after(message_id: str, cursor: str | None) -> bool:
@@ -105,8 +114,8 @@ def is_after(message_id: str, cursor: str | None) -> bool:
     """
     if cursor is None:
         return True
+    b = _cursor_key(cursor)  # first: most often the id parsed last
     a = _cursor_key(message_id)
-    b = _cursor_key(cursor)
     if a is None or b is None or a[0] != b[0]:
         return True
     return a[1] > b[1]
@@ -319,14 +328,19 @@ def _message(o: Mapping[str, Any]) -> Message:
     event = o.get("event")
     if event is not None and not isinstance(event, str):
         raise ProtocolError("message event is not a string")
-    mid = _str(o, "id")
+    mid = o.get("id")
+    if not isinstance(mid, str):
+        mid = _str(o, "id")  # raises
     if _CURSOR.match(mid) is None:
         raise ProtocolError(f"message id is not a cursor: {mid!r:.80}")
     if "data" not in o:
         raise ProtocolError("message without data")
+    topic = o.get("topic")
+    if not isinstance(topic, str):
+        topic = _str(o, "topic")  # raises
     if o.get("delta") is True:
-        return DeltaMessage(topic=_str(o, "topic"), id=mid, data=o["data"], event=event)
-    return Message(topic=_str(o, "topic"), id=mid, data=o["data"], event=event)
+        return DeltaMessage(topic, mid, o["data"], event)
+    return Message(topic, mid, o["data"], event)
 
 
 def _object(o: Any) -> dict[str, Any]:
