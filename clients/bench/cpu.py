@@ -15,6 +15,13 @@ over the same span is reported as well (it includes serving the publish API).
 
     python3 clients/bench/cpu.py                         # python and go; 5 runs each
     python3 clients/bench/cpu.py --clients go --runs 3 --subs 1 --rate 5000 --messages 25000
+    python3 clients/bench/cpu.py --subs 1 --rate 10000 --messages 50000 --batch 100 --formats json,binary
+
+--batch B publishes B messages per HTTP request (Herald's POST /v1/publish/batch, Centrifugo's
+POST /api/batch), one request every B/RATE s. --formats binary adds each client's binary
+protocol: Herald's herald.msgpack WebSocket against Centrifugo's Protobuf one (heraldpush
+fmt="msgpack" vs centrifuge-python use_protobuf=True; heraldpush-go Options.MsgPack vs
+centrifuge-go NewProtobufClient).
 
 Needs: centrifuge-python (pip), Go (the Go programs are built here, centrifuge-go from the
 module proxy), and Centrifugo: CENTRIFUGO_BIN, else `centrifugo` on PATH or in ~/go/bin
@@ -146,7 +153,9 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=2000, help="messages per second, all channels together")
     ap.add_argument("--payload", type=int, default=200, help="bytes of JSON per message")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--python-variants", default="nodeflate,nodeflate-fastpath",
+    ap.add_argument("--batch", type=int, default=1, help="messages per publish request (1: /publish, one each)")
+    ap.add_argument("--formats", default="json", help="json, binary (msgpack vs protobuf), or both")
+    ap.add_argument("--python-variants", default="nodeflate",
                     help="heraldpush variants patched by py_sub.py (see there); empty for none")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--out", default=None)
@@ -168,28 +177,42 @@ def main() -> int:
     try:
         assert herald.proc is not None and cfg.proc is not None
         herald_pub = [str(exe), "pub", "herald", herald.admin_url, str(args.subs), str(args.messages),
-                      str(args.rate), str(args.payload)]
+                      str(args.rate), str(args.payload), str(args.batch)]
         cfg_pub = [str(exe), "pub", "centrifuge", cfg.api_url, API_KEY, str(args.subs), str(args.messages),
-                   str(args.rate), str(args.payload)]
+                   str(args.rate), str(args.payload), str(args.batch)]
+        formats = args.formats.split(",")
         common = [str(args.subs), str(args.messages), str(int(timeout))]
         pairs: list[tuple[str, str, list[str], list[str], int]] = []
+        py = [sys.executable, str(Path(__file__).parent / "py_sub.py")]
+        src = str(tree / "clients/python/src")
         for client in args.clients.split(","):
             if client == "python":
-                pairs.append(("python", "heraldpush", [sys.executable, str(Path(__file__).parent / "py_sub.py"), "herald",
-                              herald.url, *common, str(tree / "clients/python/src")], herald_pub, herald.proc.pid))
-                pairs.append(("python", "centrifuge-python", [sys.executable, str(Path(__file__).parent / "py_sub.py"),
-                              "centrifuge", cfg.ws_url, *common, token], cfg_pub, cfg.proc.pid))
-                # Where heraldpush's CPU goes (py_sub.py patches these; the client is unchanged).
-                for variant in args.python_variants.split(","):
-                    if variant:
-                        pairs.append(("python", f"heraldpush [{variant}]", [sys.executable,
-                                      str(Path(__file__).parent / "py_sub.py"), f"herald-{variant}", herald.url, *common,
-                                      str(tree / "clients/python/src")], herald_pub, herald.proc.pid))
+                if "json" in formats:
+                    pairs.append(("python", "heraldpush", [*py, "herald", herald.url, *common, src], herald_pub,
+                                  herald.proc.pid))
+                    pairs.append(("python", "centrifuge-python", [*py, "centrifuge", cfg.ws_url, *common, token], cfg_pub,
+                                  cfg.proc.pid))
+                    # Where heraldpush's CPU goes (py_sub.py patches these; the client is unchanged).
+                    for variant in args.python_variants.split(","):
+                        if variant:
+                            pairs.append(("python", f"heraldpush [{variant}]", [*py, f"herald-{variant}", herald.url,
+                                          *common, src], herald_pub, herald.proc.pid))
+                if "binary" in formats:
+                    pairs.append(("python", "heraldpush msgpack", [*py, "herald-msgpack", herald.url, *common, src],
+                                  herald_pub, herald.proc.pid))
+                    pairs.append(("python", "centrifuge-python protobuf", [*py, "centrifuge-protobuf", cfg.ws_url, *common,
+                                  token], cfg_pub, cfg.proc.pid))
             elif client == "go":
-                pairs.append(("go", "heraldpush-go", [str(exe), "sub", "herald", herald.url, *common], herald_pub,
-                              herald.proc.pid))
-                pairs.append(("go", "centrifuge-go", [str(exe), "sub", "centrifuge", cfg.ws_url, *common, token], cfg_pub,
-                              cfg.proc.pid))
+                if "json" in formats:
+                    pairs.append(("go", "heraldpush-go", [str(exe), "sub", "herald", herald.url, *common], herald_pub,
+                                  herald.proc.pid))
+                    pairs.append(("go", "centrifuge-go", [str(exe), "sub", "centrifuge", cfg.ws_url, *common, token],
+                                  cfg_pub, cfg.proc.pid))
+                if "binary" in formats:
+                    pairs.append(("go", "heraldpush-go msgpack", [str(exe), "sub", "herald-msgpack", herald.url, *common],
+                                  herald_pub, herald.proc.pid))
+                    pairs.append(("go", "centrifuge-go protobuf", [str(exe), "sub", "centrifuge-protobuf", cfg.ws_url,
+                                  *common, token], cfg_pub, cfg.proc.pid))
             else:
                 raise SystemExit(f"unknown client {client}")
         for run in range(args.runs):
@@ -215,12 +238,17 @@ def main() -> int:
             "gaps": sum(r["gaps"] for r in rs), "dups": sum(r["dups"] for r in rs), "bad": sum(r["bad"] for r in rs),
             "timed_out": sum(1 for r in rs if r["timed_out"]),
             "publish_rate_median": round(statistics.median(r["publisher"]["rate"] for r in rs)),
+            "delivered_rate_median": round(statistics.median(r["received"] / r["wall_s"] for r in rs if r["wall_s"])),
         })
     # Each Herald client against its counterpart in the same run (the two ran back to back):
     # the median of those ratios is steadier than a ratio of medians on a shared machine.
     for s in summary:
-        peer = "centrifuge-go" if s["client"] == "heraldpush-go" else "centrifuge-python"
-        if s["client"] == peer or s["client"].startswith("centrifuge"):
+        if s["client"].startswith("centrifuge"):
+            continue
+        peer = "centrifuge-go" if s["client"].startswith("heraldpush-go") else "centrifuge-python"
+        if s["client"].endswith("msgpack"):
+            peer += " protobuf"
+        if not any(r["client"] == peer for r in rows):
             continue
         ratios = []
         for run in range(args.runs):

@@ -8,6 +8,12 @@ prints its own CPU time (getrusage: user + system) over that span.
     py_sub.py herald     URL N EXPECT TIMEOUT_S [CLIENT_SRC]
     py_sub.py centrifuge URL N EXPECT TIMEOUT_S TOKEN
 
+Binary: `herald-msgpack` (heraldpush with fmt="msgpack": the herald.msgpack subprotocol; the
+client decodes each payload into Python objects) and `centrifuge-protobuf` (centrifuge-python
+with use_protobuf=True: it hands the payload over as the publisher's JSON bytes, undecoded, so
+this script reads "ch" and "seq" out of those bytes with a regex, and the JSON decode an
+application would do is not counted against centrifuge-python).
+
 Variants of `herald`, patched here (never in the client) to show where its CPU goes:
 `herald-nodeflate` opens the WebSocket without offering permessage-deflate (heraldpush
 offers it, the `websockets` default, and Herald accepts: a zlib inflate per message;
@@ -20,10 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import resource
 import sys
 import time
 from typing import Any
+
+
+_SEQ = re.compile(rb'"ch":(\d+),"seq":(\d+)')
 
 
 def cpu_s() -> float:
@@ -44,6 +54,9 @@ class Check:
         self.done = asyncio.Event()
 
     def on(self, data: Any) -> None:
+        if isinstance(data, (bytes, bytearray)):
+            m = _SEQ.search(data)
+            data = {"ch": int(m.group(1)), "seq": int(m.group(2))} if m else None
         try:
             ch, seq = data["ch"], data["seq"]
             nxt = self.next[ch]
@@ -81,10 +94,11 @@ def patch(variant: str) -> None:
         heraldpush.Client.next_event = next_event  # type: ignore[method-assign]
 
 
-async def herald(url: str, n: int, chk: Check) -> Any:
+async def herald(url: str, n: int, chk: Check, msgpack: bool = False) -> Any:
     import heraldpush
 
-    client = heraldpush.Client(url, topics=[f"bench.{i}" for i in range(n)], transports=["ws"], max_topics=max(64, n))
+    client = heraldpush.Client(url, topics=[f"bench.{i}" for i in range(n)], transports=["ws"], max_topics=max(64, n),
+                               fmt="msgpack" if msgpack else "json")
     await client.connect()
     connected = asyncio.Event()
 
@@ -108,14 +122,14 @@ async def herald(url: str, n: int, chk: Check) -> Any:
     return close
 
 
-async def centrifuge_client(url: str, n: int, chk: Check, token: str) -> Any:
+async def centrifuge_client(url: str, n: int, chk: Check, token: str, protobuf: bool = False) -> Any:
     from centrifuge import Client, PublicationContext, SubscriptionEventHandler
 
     class Handler(SubscriptionEventHandler):
         async def on_publication(self, ctx: PublicationContext) -> None:
             chk.on(ctx.pub.data)
 
-    client = Client(url, token=token, proxy=None)
+    client = Client(url, token=token, proxy=None, use_protobuf=protobuf)
     subs = [client.new_subscription(f"bench:{i}", events=Handler()) for i in range(n)]
     await client.connect()
     for s in subs:
@@ -132,9 +146,9 @@ async def main() -> int:
         if len(sys.argv) > 6:
             sys.path.insert(0, sys.argv[6])
         patch(kind)
-        close = await herald(url, n, chk)
-    elif kind == "centrifuge":
-        close = await centrifuge_client(url, n, chk, sys.argv[6])
+        close = await herald(url, n, chk, msgpack="msgpack" in kind)
+    elif kind in ("centrifuge", "centrifuge-protobuf"):
+        close = await centrifuge_client(url, n, chk, sys.argv[6], protobuf=kind == "centrifuge-protobuf")
     else:
         raise SystemExit(f"unknown client {kind}")
     await asyncio.sleep(0.3)

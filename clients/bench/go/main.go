@@ -4,8 +4,13 @@
 //
 //	heraldbench sub herald     URL N EXPECT TIMEOUT_S
 //	heraldbench sub centrifuge URL N EXPECT TIMEOUT_S TOKEN
-//	heraldbench pub herald     ADMIN_URL      N M RATE PAYLOAD_BYTES
-//	heraldbench pub centrifuge API_URL API_KEY N M RATE PAYLOAD_BYTES
+//	heraldbench pub herald     ADMIN_URL      N M RATE PAYLOAD_BYTES [BATCH]
+//	heraldbench pub centrifuge API_URL API_KEY N M RATE PAYLOAD_BYTES [BATCH]
+//
+// Binary subscribers: `sub herald-msgpack` (the herald.msgpack WebSocket, Options.MsgPack) and
+// `sub centrifuge-protobuf` (centrifuge-go's Protobuf client). BATCH > 1 publishes BATCH
+// consecutive messages per HTTP request (Herald's POST /v1/publish/batch, Centrifugo's
+// POST /api/batch), one request every BATCH/RATE seconds, so the delivered rate stays RATE.
 //
 // Channels are bench.0 .. bench.N-1 (Herald topics; on Centrifugo in the namespace `bench`,
 // bench:0 ..). Message k goes to channel k mod N with data {"ch":c,"seq":s,"pad":"..."}, s
@@ -125,13 +130,13 @@ func sub(args []string) {
 	chk := newChecker(n, expect)
 	var closeFn func()
 	switch kind {
-	case "herald":
+	case "herald", "herald-msgpack":
 		topics := make([]string, n)
 		for i := range topics {
 			topics[i] = fmt.Sprintf("bench.%d", i)
 		}
 		c, err := heraldpush.New(heraldpush.Options{URLs: []string{url}, Topics: topics,
-			Transports: []heraldpush.Transport{heraldpush.WebSocket}})
+			Transports: []heraldpush.Transport{heraldpush.WebSocket}, MsgPack: kind == "herald-msgpack"})
 		if err != nil {
 			die("heraldpush: %v", err)
 		}
@@ -157,11 +162,14 @@ func sub(args []string) {
 			die("herald: not connected")
 		}
 		closeFn = func() { c.Close() }
-	case "centrifuge":
+	case "centrifuge", "centrifuge-protobuf":
 		if len(args) < 6 {
 			die("centrifuge needs a TOKEN")
 		}
 		c := centrifuge.NewJsonClient(url, centrifuge.Config{Token: args[5]})
+		if kind == "centrifuge-protobuf" {
+			c = centrifuge.NewProtobufClient(url, centrifuge.Config{Token: args[5]})
+		}
 		if err := c.Connect(); err != nil {
 			die("centrifuge connect: %v", err)
 		}
@@ -216,16 +224,29 @@ func pub(args []string) {
 		url, key   string
 		n, m, rate int
 		payload    int
+		batch      = 1
+		rest       []string
 	)
 	switch kind {
 	case "herald":
-		url, n, m, rate, payload = args[1], atoi(args[2]), atoi(args[3]), atoi(args[4]), atoi(args[5])
-		url += "/v1/publish"
+		url, n, m, rate, payload, rest = args[1], atoi(args[2]), atoi(args[3]), atoi(args[4]), atoi(args[5]), args[6:]
 	case "centrifuge":
-		url, key, n, m, rate, payload = args[1], args[2], atoi(args[3]), atoi(args[4]), atoi(args[5]), atoi(args[6])
-		url += "/api/publish"
+		url, key, n, m, rate, payload, rest = args[1], args[2], atoi(args[3]), atoi(args[4]), atoi(args[5]), atoi(args[6]), args[7:]
 	default:
 		die("unknown server %q", kind)
+	}
+	if len(rest) > 0 {
+		batch = max(1, atoi(rest[0]))
+	}
+	switch {
+	case kind == "herald" && batch > 1:
+		url += "/v1/publish/batch"
+	case kind == "herald":
+		url += "/v1/publish"
+	case batch > 1:
+		url += "/api/batch"
+	default:
+		url += "/api/publish"
 	}
 	// W workers, each owning the channels c with c mod W == w, so every channel's order holds.
 	w := 8
@@ -234,23 +255,41 @@ func pub(args []string) {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: w, Proxy: nil}
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	queues := make([]chan int, w)
+	queues := make([]chan []int, w)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
+	one := func(k int) string {
+		ch, seq := k%n, k/n+1
+		head := fmt.Sprintf(`{"ch":%d,"seq":%d,"pad":"`, ch, seq)
+		data := head + strings.Repeat("x", max(0, payload-len(head)-2)) + `"}`
+		switch {
+		case kind == "herald":
+			return fmt.Sprintf(`{"topic":"bench.%d","data":%s}`, ch, data)
+		case batch > 1:
+			return fmt.Sprintf(`{"publish":{"channel":"bench:%d","data":%s}}`, ch, data)
+		default:
+			return fmt.Sprintf(`{"channel":"bench:%d","data":%s}`, ch, data)
+		}
+	}
 	for i := range queues {
-		queues[i] = make(chan int, 4096)
+		queues[i] = make(chan []int, 4096)
 		wg.Add(1)
-		go func(q chan int) {
+		go func(q chan []int) {
 			defer wg.Done()
-			for k := range q {
-				ch, seq := k%n, k/n+1
-				head := fmt.Sprintf(`{"ch":%d,"seq":%d,"pad":"`, ch, seq)
-				data := head + strings.Repeat("x", max(0, payload-len(head)-2)) + `"}`
+			for ks := range q {
 				var body string
-				if kind == "herald" {
-					body = fmt.Sprintf(`{"topic":"bench.%d","data":%s}`, ch, data)
+				if batch == 1 {
+					body = one(ks[0])
 				} else {
-					body = fmt.Sprintf(`{"channel":"bench:%d","data":%s}`, ch, data)
+					parts := make([]string, len(ks))
+					for j, k := range ks {
+						parts[j] = one(k)
+					}
+					if kind == "herald" {
+						body = `{"messages":[` + strings.Join(parts, ",") + `]}`
+					} else {
+						body = `{"commands":[` + strings.Join(parts, ",") + `]}`
+					}
 				}
 				req, _ := http.NewRequestWithContext(context.Background(), "POST", url, strings.NewReader(body))
 				req.Header.Set("content-type", "application/json")
@@ -259,32 +298,41 @@ func pub(args []string) {
 				}
 				resp, err := hc.Do(req)
 				if err != nil {
-					failed.Add(1)
+					failed.Add(int64(len(ks)))
 					continue
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode >= 300 || bytes.Contains(b, []byte(`"error"`)) {
-					if failed.Add(1) < 5 {
-						fmt.Fprintf(os.Stderr, "publish: %d %s\n", resp.StatusCode, b)
+					if failed.Add(int64(len(ks))) < 5*int64(len(ks)) {
+						fmt.Fprintf(os.Stderr, "publish: %d %.300s\n", resp.StatusCode, b)
 					}
 				}
 			}
 		}(queues[i])
 	}
 	t0 := time.Now()
-	for k := 0; k < m; k++ {
+	for k := 0; k < m; k += batch {
 		if d := time.Until(t0.Add(time.Duration(float64(k) / float64(rate) * float64(time.Second)))); d > 0 {
 			time.Sleep(d)
 		}
-		queues[(k%n)%w] <- k
+		// This tick's messages, split by the worker that owns their channel.
+		parts := make([][]int, w)
+		for j := k; j < min(k+batch, m); j++ {
+			parts[(j%n)%w] = append(parts[(j%n)%w], j)
+		}
+		for i, ks := range parts {
+			if len(ks) > 0 {
+				queues[i] <- ks
+			}
+		}
 	}
 	for _, q := range queues {
 		close(q)
 	}
 	wg.Wait()
 	el := time.Since(t0).Seconds()
-	out(map[string]any{"published": m, "failed": failed.Load(), "seconds": el, "rate": float64(m) / el})
+	out(map[string]any{"published": m, "failed": failed.Load(), "seconds": el, "rate": float64(m) / el, "batch": batch})
 }
 
 func main() {
