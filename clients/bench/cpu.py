@@ -157,6 +157,8 @@ def main() -> int:
     ap.add_argument("--formats", default="json", help="json, binary (msgpack vs protobuf), or both")
     ap.add_argument("--python-variants", default="nodeflate",
                     help="heraldpush variants patched by py_sub.py (see there); empty for none")
+    ap.add_argument("--python-baseline", default="",
+                    help="also run heraldpush as of this commit (its clients/python/src), e.g. the one before a change")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -197,6 +199,14 @@ def main() -> int:
                         if variant:
                             pairs.append(("python", f"heraldpush [{variant}]", [*py, f"herald-{variant}", herald.url,
                                           *common, src], herald_pub, herald.proc.pid))
+                    if args.python_baseline:
+                        base = tmp / "baseline"
+                        base.mkdir(parents=True, exist_ok=True)
+                        tar = subprocess.run(["git", "archive", args.python_baseline, "clients/python/src"], cwd=REPO,
+                                             capture_output=True, check=True)
+                        subprocess.run(["tar", "-x", "-C", str(base)], input=tar.stdout, check=True)
+                        pairs.append(("python", f"heraldpush [@{args.python_baseline}]", [*py, "herald", herald.url,
+                                      *common, str(base / "clients/python/src")], herald_pub, herald.proc.pid))
                 if "binary" in formats:
                     pairs.append(("python", "heraldpush msgpack", [*py, "herald-msgpack", herald.url, *common, src],
                                   herald_pub, herald.proc.pid))
