@@ -27,20 +27,38 @@ def resume(doc: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _ratios(doc: dict[str, Any], name: str, peer: str) -> list[float]:
+    runs = doc["runs"]
+    out = []
+    for run in range(doc["args"]["runs"]):
+        a = [r for r in runs if r["client"] == name and r["run"] == run and r["received"]]
+        b = [r for r in runs if r["client"] == peer and r["run"] == run and r["received"]]
+        if a and b:
+            out.append((a[0]["cpu_s"] / a[0]["received"]) / (b[0]["cpu_s"] / b[0]["received"]))
+    return out
+
+
 def cpu(doc: dict[str, Any]) -> str:
     a = doc["args"]
-    rows = [f"{a['subs']} subscriptions on one WebSocket, {a['messages']} messages of {a['payload']} B JSON at "
-            f"{a['rate']} msg/s, {a['runs']} runs:", "",
+    batch = a.get("batch", 1)
+    how = f"batches of {batch} per publish request" if batch > 1 else "one publish request per message"
+    rows = [f"{a['subs']} subscription(s) on one WebSocket, {a['messages']} messages of {a['payload']} B JSON at "
+            f"{a['rate']} msg/s ({how}), {a['runs']} runs:", "",
             "| client | server | client CPU µs / message, median (min–max) | server CPU µs / message, median | "
-            "per-run ratio to its Centrifugo counterpart, median | delivered / expected | gaps | duplicates | "
-            "publish rate reached (median) |",
+            "per-run ratio to its Centrifugo counterpart, median (min–max) | delivered / expected | gaps | duplicates | "
+            "publish rate reached / delivered rate (median, msg/s) |",
             "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     for s in doc["summary"]:
         server = "Herald" if s["client"].startswith("heraldpush") else "Centrifugo"
+        ratio = "—"
+        for k, v in s.items():
+            if k.startswith("ratio_to_"):
+                rs = _ratios(doc, s["client"], k[len("ratio_to_"):])
+                ratio = f"{v:.2f}× ({min(rs):.2f}–{max(rs):.2f})" if rs else f"{v:.2f}×"
         rows.append(f"| {s['client']} | {server} | **{s['client_us_per_msg_median']}** ({s['client_us_per_msg_min']}–"
-                    f"{s['client_us_per_msg_max']}) | {s['server_us_per_msg_median']} | "
-                    f"{next((f'{v:.2f}×' for k, v in s.items() if k.startswith('ratio_to_')), '—')} | {s['delivered']} / "
-                    f"{s['expected']} | {s['gaps']} | {s['dups']} | {s['publish_rate_median']} |")
+                    f"{s['client_us_per_msg_max']}) | {s['server_us_per_msg_median']} | {ratio} | {s['delivered']} / "
+                    f"{s['expected']} | {s['gaps']} | {s['dups']} | {s['publish_rate_median']} / "
+                    f"{s.get('delivered_rate_median', '—')} |")
     return "\n".join(rows)
 
 
