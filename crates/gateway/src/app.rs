@@ -140,7 +140,7 @@ impl AppState {
     }
 
     /// The configuration.
-    pub fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &Config {
         &self.0.config
     }
 
@@ -150,17 +150,17 @@ impl AppState {
     }
 
     /// Publish rate limits per publisher on the public listener.
-    pub fn publish_limits(&self) -> &crate::limits::PublishLimits {
+    pub(crate) fn publish_limits(&self) -> &crate::limits::PublishLimits {
         &self.0.publish_limits
     }
 
     /// Topics each client's subscriptions created, per client.
-    pub fn topic_quota(&self) -> &Arc<crate::limits::TopicQuota> {
+    pub(crate) fn topic_quota(&self) -> &Arc<crate::limits::TopicQuota> {
         &self.0.topic_quota
     }
 
     /// New prefix patterns per client (`limits.max_new_patterns_per_client`).
-    pub fn pattern_quota(&self) -> &Arc<crate::limits::TopicQuota> {
+    pub(crate) fn pattern_quota(&self) -> &Arc<crate::limits::TopicQuota> {
         &self.0.pattern_quota
     }
 
@@ -194,24 +194,24 @@ impl AppState {
     }
 
     /// Cancelled when the gateway starts draining.
-    pub fn shutdown(&self) -> &CancellationToken {
+    pub(crate) fn shutdown(&self) -> &CancellationToken {
         &self.0.shutdown
     }
 
     /// The drain as client connections wait for it (started when [`Self::shutdown`] is
     /// cancelled).
-    pub fn drain(&self) -> &crate::shutdown::Drain {
+    pub(crate) fn drain(&self) -> &crate::shutdown::Drain {
         &self.0.drain
     }
 
     /// Tracks every connection task, so that shutdown can wait for them.
-    pub fn tracker(&self) -> &TaskTracker {
+    pub(crate) fn tracker(&self) -> &TaskTracker {
         &self.0.tracker
     }
 
     /// Whether `/readyz` answers 200: serving, not draining, every log followed, and the
     /// node's id its own.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::Relaxed)
             && !self.0.shutdown.is_cancelled()
             && self.0.logs.is_ready()
@@ -220,7 +220,7 @@ impl AppState {
 
     /// What keeps the node from being ready besides draining: each log not followed, and the
     /// node id held by another process; with why.
-    pub fn not_ready(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn not_ready(&self) -> Vec<(&'static str, String)> {
         let mut why = self.0.logs.not_ready();
         if let Some(reason) = self.0.cluster.not_ready_reason() {
             why.push(("cluster", reason));
@@ -229,39 +229,39 @@ impl AppState {
     }
 
     /// The logs that carry messages between nodes, and which topics each feeds.
-    pub fn logs(&self) -> &Arc<Logs> {
+    pub(crate) fn logs(&self) -> &Arc<Logs> {
         &self.0.logs
     }
 
     /// This node's connection observers (presence, upstream events).
-    pub fn cluster(&self) -> &Cluster {
+    pub(crate) fn cluster(&self) -> &Cluster {
         &self.0.cluster
     }
 
     /// The access rules.
-    pub fn auth(&self) -> &crate::auth::Auth {
+    pub(crate) fn auth(&self) -> &crate::auth::Auth {
         &self.0.auth
     }
 
     /// The application's HTTP hooks.
-    pub fn hooks(&self) -> &crate::hooks::Hooks {
+    pub(crate) fn hooks(&self) -> &crate::hooks::Hooks {
         &self.0.hooks
     }
 
     /// The cluster presence, when Redis is configured.
-    pub fn presence(&self) -> Option<&Arc<crate::cluster::presence::Presence>> {
+    pub(crate) fn presence(&self) -> Option<&Arc<crate::cluster::presence::Presence>> {
         self.0.cluster.presence()
     }
 
     /// The upstream event producer, if configured.
-    pub fn upstream(&self) -> Option<&Arc<crate::cluster::upstream::Upstream>> {
+    pub(crate) fn upstream(&self) -> Option<&Arc<crate::cluster::upstream::Upstream>> {
         self.0.cluster.upstream()
     }
 
     /// Opens a client connection of `transport` for `who` (counted, and reported to the
     /// cluster's observers with an id unique in the cluster; its subscriptions listed as
     /// presence members with the token's user and `info`).
-    pub fn open_connection(
+    pub(crate) fn open_connection(
         &self,
         transport: crate::telemetry::metrics::Transport,
         who: &crate::auth::Identity,
@@ -273,7 +273,7 @@ impl AppState {
 
     /// Like [`Self::open_connection`], with an id taken before the connection opened
     /// (`crate::cluster::Cluster::next_id`, named to the hooks).
-    pub fn open_connection_as(
+    pub(crate) fn open_connection_as(
         &self,
         id: u64,
         transport: crate::telemetry::metrics::Transport,
@@ -368,7 +368,7 @@ impl AppState {
     /// topic) need from the cluster's logs, waiting until it has
     /// (`crate::bridge::Logs::backfill`; immediate on a node alone or under broadcast
     /// routing): `503 bridge_unavailable` when it could not within `cluster.backfill_timeout`.
-    pub async fn backfill(&self, topics: &[&str], patterns: bool) -> Result<(), ApiError> {
+    pub(crate) async fn backfill(&self, topics: &[&str], patterns: bool) -> Result<(), ApiError> {
         self.0.logs.backfill(topics, patterns).await.map_err(|e| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -380,7 +380,7 @@ impl AppState {
 
     /// Whether the public listener serves the publish API: in dev mode, or to API keys,
     /// tokens allowed to publish, or clients the publish hook allows.
-    pub fn publishes_publicly(&self) -> bool {
+    pub(crate) fn publishes_publicly(&self) -> bool {
         self.config().dev
             || self.auth().has_api_keys()
             || self.auth().enabled()
@@ -389,12 +389,12 @@ impl AppState {
     }
 
     /// Sets readiness.
-    pub fn set_ready(&self, ready: bool) {
+    pub(crate) fn set_ready(&self, ready: bool) {
         self.0.ready.store(ready, Ordering::Relaxed);
     }
 
     /// Renders the Prometheus text exposition.
-    pub fn render_metrics(&self) -> String {
+    pub(crate) fn render_metrics(&self) -> String {
         self.0.metrics.render()
     }
 }

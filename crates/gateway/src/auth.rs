@@ -59,7 +59,7 @@ struct Claims {
 
 /// Who a client is.
 #[derive(Clone, Debug, Default)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The user (`sub`), when the client presented a token.
     pub sub: Option<String>,
     subscribe: Vec<String>,
@@ -81,14 +81,14 @@ pub struct Identity {
 
 impl Identity {
     /// Whether the client presented no token and no hook named it.
-    pub fn is_anonymous(&self) -> bool {
+    pub(crate) fn is_anonymous(&self) -> bool {
         !self.token && self.sub.is_none()
     }
 
     /// The token's claims Herald reads besides `sub` (`exp`, `topics`, `publish`), as the
     /// hooks send them (the user goes as a field of its own: a hook may have replaced it);
     /// `null` without a token.
-    pub fn token_claims(&self) -> serde_json::Value {
+    pub(crate) fn token_claims(&self) -> serde_json::Value {
         if !self.token {
             return serde_json::Value::Null;
         }
@@ -100,7 +100,7 @@ impl Identity {
     }
 
     /// Time left before the token expires (`None`: no token, never).
-    pub fn time_left(&self) -> Option<Duration> {
+    pub(crate) fn time_left(&self) -> Option<Duration> {
         self.expires.map(|e| {
             e.duration_since(SystemTime::now())
                 .unwrap_or(Duration::ZERO)
@@ -115,7 +115,7 @@ struct Key {
 }
 
 /// The access rules of a gateway.
-pub struct Auth {
+pub(crate) struct Auth {
     keys: Vec<Key>,
     public_prefixes: Vec<String>,
     api_keys: HashSet<String>,
@@ -155,7 +155,7 @@ impl std::fmt::Debug for Auth {
 
 impl Auth {
     /// Loads keys from the configuration (files are read here, at start-up).
-    pub fn from_config(config: &AuthConfig) -> anyhow::Result<Self> {
+    pub(crate) fn from_config(config: &AuthConfig) -> anyhow::Result<Self> {
         let mut keys = Vec::new();
         if let Some(secret) = &config.hs256_secret {
             keys.push(Key {
@@ -224,17 +224,17 @@ impl Auth {
     }
 
     /// Whether tokens are required for non-public topics.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         !self.keys.is_empty()
     }
 
     /// Whether API keys are configured (public publishing is served).
-    pub fn has_api_keys(&self) -> bool {
+    pub(crate) fn has_api_keys(&self) -> bool {
         !self.api_keys.is_empty()
     }
 
     /// Verifies `token`: signature by a configured key, `exp` in the future, no `alg: none`.
-    pub fn verify(&self, token: &str) -> Result<Identity, ApiError> {
+    pub(crate) fn verify(&self, token: &str) -> Result<Identity, ApiError> {
         let invalid =
             |reason: String| ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", reason);
         if self.keys.is_empty() {
@@ -285,7 +285,7 @@ impl Auth {
 
     /// The identity of an HTTP request: its bearer token (header, or `token` query value),
     /// else anonymous.
-    pub fn identify(
+    pub(crate) fn identify(
         &self,
         headers: &HeaderMap,
         query_token: Option<&str>,
@@ -315,7 +315,7 @@ impl Auth {
     /// Whether `who` may subscribe to `topic`, or to the prefix pattern `topic` (`orders.*`):
     /// a pattern only when the rules allow every topic it can match (a claim `orders.*`
     /// allows `orders.*` and `orders.eu.*`; `orders.eu.*` does not allow `orders.*`).
-    pub fn may_subscribe(&self, who: &Identity, topic: &str) -> bool {
+    pub(crate) fn may_subscribe(&self, who: &Identity, topic: &str) -> bool {
         self.allows(who, topic, !who.unvouched)
     }
 
@@ -323,7 +323,7 @@ impl Auth {
     /// namespaces allow, without the open default of a gateway that has no token keys: the
     /// rule when a hook that decides `topic` was unavailable under `hooks.on_unavailable =
     /// "allow"` (unavailability never opens more than tokens and public prefixes do).
-    pub fn may_subscribe_unvouched(&self, who: &Identity, topic: &str) -> bool {
+    pub(crate) fn may_subscribe_unvouched(&self, who: &Identity, topic: &str) -> bool {
         self.allows(who, topic, false)
     }
 
@@ -363,7 +363,7 @@ impl Auth {
     }
 
     /// Whether `who` may publish to `topic` (on the public listener).
-    pub fn may_publish(&self, who: &Identity, topic: &str) -> bool {
+    pub(crate) fn may_publish(&self, who: &Identity, topic: &str) -> bool {
         match self.access(topic).and_then(|a| a.publish) {
             Some(true) => self.may_subscribe(who, topic),
             Some(false) => false,
@@ -374,13 +374,13 @@ impl Auth {
     /// Whether the namespace of `topic` closes it to client publishing (`publish = false`):
     /// not even a publish hook opens it (dev mode and API keys are trusted, as the admin
     /// listener is).
-    pub fn publish_closed(&self, topic: &str) -> bool {
+    pub(crate) fn publish_closed(&self, topic: &str) -> bool {
         self.access(topic).and_then(|a| a.publish) == Some(false)
     }
 
     /// Whether `topic`'s namespace is closed to `who` because it has no token
     /// (`anonymous = false`): no hook opens it.
-    pub fn closed_to(&self, who: &Identity, topic: &str) -> bool {
+    pub(crate) fn closed_to(&self, who: &Identity, topic: &str) -> bool {
         who.is_anonymous() && self.access(topic).and_then(|a| a.anonymous) == Some(false)
     }
 
@@ -388,13 +388,13 @@ impl Auth {
     /// hooks are told the client's cookies ([`crate::config::HooksConfig::forwards_cookies`]),
     /// a page of another site must not get a connection in the user's name, so an empty
     /// `allowed_origins` then means "this site's own pages", not "any".
-    pub fn with_ambient_credentials(mut self, ambient: bool) -> Self {
+    pub(crate) fn with_ambient_credentials(mut self, ambient: bool) -> Self {
         self.ambient_credentials = ambient;
         self
     }
 
     /// Takes each namespace's `anonymous` and `publish` rules.
-    pub fn with_namespaces(
+    pub(crate) fn with_namespaces(
         mut self,
         namespaces: &std::collections::BTreeMap<String, crate::config::NamespaceConfig>,
     ) -> Self {
@@ -420,7 +420,7 @@ impl Auth {
     }
 
     /// Whether the request carries a configured API key (`x-api-key`).
-    pub fn api_key_ok(&self, headers: &HeaderMap) -> bool {
+    pub(crate) fn api_key_ok(&self, headers: &HeaderMap) -> bool {
         headers
             .get("x-api-key")
             .and_then(|v| v.to_str().ok())
@@ -432,7 +432,10 @@ impl Auth {
     /// unless the hooks are told the client's cookies: then only the site's own pages
     /// (`Origin` naming the request's `Host`) pass, so that another site's page cannot
     /// connect in the user's name. Returns the origin to echo in CORS headers.
-    pub fn check_origin<'h>(&self, headers: &'h HeaderMap) -> Result<Option<&'h str>, ApiError> {
+    pub(crate) fn check_origin<'h>(
+        &self,
+        headers: &'h HeaderMap,
+    ) -> Result<Option<&'h str>, ApiError> {
         let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
             return Ok(None);
         };

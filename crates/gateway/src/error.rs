@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// A request the gateway refuses, and why.
 #[derive(Clone, Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     code: &'static str,
     reason: String,
@@ -18,7 +18,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with this status, code and reason.
-    pub fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, reason: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -28,7 +28,11 @@ impl ApiError {
     }
 
     /// 429 with a `retry-after` of `wait` (whole seconds, at least 1).
-    pub fn rate_limited(code: &'static str, reason: impl Into<String>, wait: Duration) -> Self {
+    pub(crate) fn rate_limited(
+        code: &'static str,
+        reason: impl Into<String>,
+        wait: Duration,
+    ) -> Self {
         Self {
             retry_after: Some(wait.as_secs_f64().ceil().max(1.0) as u64),
             ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, reason)
@@ -36,17 +40,17 @@ impl ApiError {
     }
 
     /// 400 with `code`.
-    pub fn bad_request(code: &'static str, reason: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, reason: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, reason)
     }
 
     /// The stable code.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         self.code
     }
 
     /// The status.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
 }
@@ -81,7 +85,7 @@ impl From<RegistryError> for ApiError {
 
 impl ApiError {
     /// The JSON body: `{"code": ..., "reason": ...}`.
-    pub fn json_body(&self) -> String {
+    pub(crate) fn json_body(&self) -> String {
         serde_json::json!({ "code": self.code, "reason": self.reason }).to_string()
     }
 }

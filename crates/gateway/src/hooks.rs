@@ -53,7 +53,7 @@ pub(crate) use crate::config::hooks::Hook;
 /// browser by its cookies can tell another site's page from its own): one word, and no
 /// allocation when there are none (a WebSocket connection keeps them).
 #[derive(Clone, Debug, Default)]
-pub struct Forwarded(Option<Box<HeaderList>>);
+pub(crate) struct Forwarded(Option<Box<HeaderList>>);
 
 #[derive(Clone, Debug)]
 struct HeaderList {
@@ -63,7 +63,7 @@ struct HeaderList {
 
 /// Who a hook request is about: the client, as the gateway knows it.
 #[derive(Debug)]
-pub struct Caller<'a> {
+pub(crate) struct Caller<'a> {
     /// `sse`, `ws` or `poll` (or `http` for the publish API).
     pub transport: &'static str,
     /// The connection's id (unique in the cluster), when it has one.
@@ -78,7 +78,7 @@ pub struct Caller<'a> {
 
 /// What a connect (or refresh) hook allowed, beyond the connection itself.
 #[derive(Debug, Default)]
-pub struct Grant {
+pub(crate) struct Grant {
     /// The user the connection acts for, replacing the token's `sub`.
     pub user: Option<String>,
     /// Topics to subscribe the connection to on the application's behalf.
@@ -95,7 +95,7 @@ pub struct Grant {
 
 impl Grant {
     /// Applies the grant's user, info and lifetime to `who`.
-    pub fn apply(&self, who: &mut Identity) {
+    pub(crate) fn apply(&self, who: &mut Identity) {
         if let Some(user) = &self.user {
             who.sub = Some(user.clone());
         }
@@ -136,7 +136,7 @@ enum Verdict {
 
 /// What the subscribe hook said of a set of topics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SubscribeVerdict {
+pub(crate) enum SubscribeVerdict {
     /// The application allowed them.
     Allowed,
     /// The hook is not configured: the token rules decide.
@@ -168,7 +168,7 @@ enum Outcome {
 /// The hooks of a gateway: the URLs, the shared HTTP client and the bound on requests in
 /// flight. Without any URL configured nothing is built and every check is a no-op.
 #[derive(Debug)]
-pub struct Hooks(Option<Inner>);
+pub(crate) struct Hooks(Option<Inner>);
 
 #[derive(Debug)]
 struct Inner {
@@ -244,7 +244,7 @@ impl Hooks {
     /// The hooks `config` names (validated: [`HooksConfig::validate`]). An `https://` hook's
     /// certificate is checked against the system's trust store and `hooks.ca_file`, both read
     /// here: an unreadable file, or no CA certificate in either, is an error.
-    pub fn from_config(config: &HooksConfig) -> anyhow::Result<Self> {
+    pub(crate) fn from_config(config: &HooksConfig) -> anyhow::Result<Self> {
         if !config.any() {
             return Ok(Self(None));
         }
@@ -283,21 +283,21 @@ impl Hooks {
     /// [`MAX_BATCH_WINDOW`], and at most a sixteenth of `hooks.max_in_flight` (at least one), so
     /// that one batch neither finds its own requests refused as overloaded nor takes the
     /// permits other clients' hooks need.
-    pub fn batch_window(&self) -> usize {
+    pub(crate) fn batch_window(&self) -> usize {
         self.0.as_ref().map_or(1, |i| {
             (i.max_in_flight / MAX_BATCH_WINDOW).clamp(1, MAX_BATCH_WINDOW)
         })
     }
 
     /// Whether `hook` is configured.
-    pub fn has(&self, hook: Hook) -> bool {
+    pub(crate) fn has(&self, hook: Hook) -> bool {
         self.0
             .as_ref()
             .is_some_and(|i| i.urls[hook as usize].is_some())
     }
 
     /// The headers of `headers` that hook requests carry; nothing when no hook is configured.
-    pub fn forwarded(&self, headers: &HeaderMap) -> Forwarded {
+    pub(crate) fn forwarded(&self, headers: &HeaderMap) -> Forwarded {
         let Some(inner) = &self.0 else {
             return Forwarded::default();
         };
@@ -326,7 +326,7 @@ impl Hooks {
     /// Asks the connect hook about a client that asked for `topics`: `Ok(None)` when the
     /// token rules decide (no hook, or it is unavailable and `on_unavailable = "allow"`),
     /// `Ok(Some(grant))` when the application allowed, else the refusal to answer.
-    pub async fn connect(
+    pub(crate) async fn connect(
         &self,
         caller: &Caller<'_>,
         topics: &[&str],
@@ -345,7 +345,7 @@ impl Hooks {
     /// Asks the subscribe hook about `topics` (all or nothing; a prefix pattern among them
     /// is listed in `patterns` too, and an allow covers every topic it matches): what it
     /// decided, or the refusal.
-    pub async fn subscribe(
+    pub(crate) async fn subscribe(
         &self,
         caller: &Caller<'_>,
         topics: &[&str],
@@ -365,7 +365,7 @@ impl Hooks {
 
     /// Asks the publish hook about a message: `Ok(true)` when the application allowed it,
     /// `Ok(false)` when the token rules decide, else the refusal.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &self,
         caller: &Caller<'_>,
         topic: &str,
@@ -384,7 +384,7 @@ impl Hooks {
     /// with its new lifetime (`expires_in`; a grant without one is a refusal), `Ok(None)`
     /// when the token rules decide (no hook, or it is unavailable under either policy: the
     /// credentials have expired), else the application's refusal.
-    pub async fn refresh(&self, caller: &Caller<'_>) -> Result<Option<Grant>, ApiError> {
+    pub(crate) async fn refresh(&self, caller: &Caller<'_>) -> Result<Option<Grant>, ApiError> {
         let answer = match self.ask(Hook::Refresh, caller, serde_json::json!({})).await {
             // Unavailable: whatever the policy, the credentials have expired.
             Asked::NotConfigured | Asked::Unavailable => return Ok(None),

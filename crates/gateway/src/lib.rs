@@ -2,8 +2,8 @@
 //! connections; services publish to topics; every message fans out to every subscriber, and a
 //! client that reconnects resumes without losing messages.
 //!
-//! The library exposes [`Config`], the routers and [`run`], so that tests and embedders start
-//! a real server on any listener (port 0 included); `main.rs` only parses flags and calls it.
+//! The library exposes [`Config`], [`Gateway`] and [`run_validated`], so that tests start a
+//! real server on any listener (port 0 included); `main.rs` only parses flags and calls it.
 
 mod api;
 mod app;
@@ -25,7 +25,7 @@ mod telemetry;
 mod transport;
 mod validate;
 
-// The crate's surface: what the binary, the integration tests and embedders use (listed in
+// The crate's surface: what the binary and the integration tests use (listed in
 // docs/architecture.md, "The public surface"); everything else is pub(crate), which the
 // `unreachable_pub` lint keeps true.
 pub use app::AppState;
@@ -33,8 +33,8 @@ pub use bridge::redis::shard_of;
 pub use cluster::ids::{ConnectionIds, node_of};
 pub use config::Config;
 pub use health::main as health_main;
-pub use node::{Gateway, bind_listeners, run, run_validated};
-pub use routes::{admin_router, public_router};
+pub use node::{Gateway, bind_listeners, run_validated};
+pub use routes::public_router;
 pub use shutdown::{spawn_connection, spawn_signal_handler};
 pub use telemetry::init_logging;
 pub use telemetry::metrics::install as install_metrics;

@@ -20,7 +20,7 @@ pub(crate) enum Refusal {
 
 /// A rate: `per_second` on average, bursts of up to `burst`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rate {
+pub(crate) struct Rate {
     /// Tokens added per second.
     pub per_second: f64,
     /// Tokens held at most.
@@ -30,7 +30,7 @@ pub struct Rate {
 impl Rate {
     /// `per_second` with bursts of `burst` (at least 1); `None` when `per_second` is 0 (no
     /// limit).
-    pub fn new(per_second: f64, burst: f64) -> Option<Self> {
+    pub(crate) fn new(per_second: f64, burst: f64) -> Option<Self> {
         (per_second > 0.0).then_some(Self {
             per_second,
             burst: burst.max(1.0),
@@ -38,12 +38,12 @@ impl Rate {
     }
 
     /// A full bucket of this rate.
-    pub fn bucket(self) -> TokenBucket {
+    pub(crate) fn bucket(self) -> TokenBucket {
         self.bucket_at(Instant::now())
     }
 
     /// A full bucket of this rate, filled at `now`.
-    pub fn bucket_at(self, now: Instant) -> TokenBucket {
+    pub(crate) fn bucket_at(self, now: Instant) -> TokenBucket {
         TokenBucket {
             tokens: self.burst,
             refilled: now,
@@ -53,7 +53,7 @@ impl Rate {
 
 /// A token bucket; the [`Rate`] is kept by its owner (one rate serves many buckets).
 #[derive(Clone, Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     tokens: f64,
     refilled: Instant,
 }
@@ -68,12 +68,12 @@ impl TokenBucket {
 
     /// Takes `n` tokens, or none and says how long until there are `n` (`n` above the burst
     /// can never be taken: the wait is then the time to refill the whole burst).
-    pub fn take(&mut self, rate: Rate, n: f64) -> Result<(), Duration> {
+    pub(crate) fn take(&mut self, rate: Rate, n: f64) -> Result<(), Duration> {
         self.take_at(rate, n, Instant::now())
     }
 
     /// [`Self::take`] with the clock read by the caller, which needs `now` too.
-    pub fn take_at(&mut self, rate: Rate, n: f64, now: Instant) -> Result<(), Duration> {
+    pub(crate) fn take_at(&mut self, rate: Rate, n: f64, now: Instant) -> Result<(), Duration> {
         self.refill(rate, now);
         if self.tokens >= n {
             self.tokens -= n;
@@ -86,7 +86,7 @@ impl TokenBucket {
     }
 
     /// When tokens were last asked for (taken or refused), or the bucket was filled.
-    pub fn refilled(&self) -> Instant {
+    pub(crate) fn refilled(&self) -> Instant {
         self.refilled
     }
 
@@ -246,7 +246,7 @@ pub(crate) fn publisher_key(sub: Option<&str>, peer: IpAddr, v6_prefix: u8) -> S
 /// Bounded like [`AddressLimits`]: a publisher is remembered while its bucket refills, and
 /// past `max_entries` publishers new ones are not limited.
 #[derive(Debug)]
-pub struct PublishLimits {
+pub(crate) struct PublishLimits {
     rate: Option<Rate>,
     max_entries: usize,
     buckets: Mutex<HashMap<String, TokenBucket>>,
@@ -254,7 +254,7 @@ pub struct PublishLimits {
 
 impl PublishLimits {
     /// `rate` publishes per second per publisher (`None`: no limit).
-    pub fn new(rate: Option<Rate>, max_entries: usize) -> Self {
+    pub(crate) fn new(rate: Option<Rate>, max_entries: usize) -> Self {
         Self {
             rate,
             max_entries,
@@ -263,7 +263,7 @@ impl PublishLimits {
     }
 
     /// Admits `n` publishes by `publisher` at once, or says how long to wait.
-    pub fn admit(&self, publisher: &str, n: usize) -> Result<(), Duration> {
+    pub(crate) fn admit(&self, publisher: &str, n: usize) -> Result<(), Duration> {
         let Some(rate) = self.rate else {
             return Ok(());
         };
@@ -281,19 +281,21 @@ impl PublishLimits {
     }
 
     /// Forgets publishers whose bucket is full again.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let Some(rate) = self.rate else { return };
         let now = Instant::now();
         self.buckets.lock().retain(|_, b| !b.is_full(rate, now));
     }
 
     /// Publishers remembered.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.buckets.lock().len()
     }
 
     /// Whether no publisher is remembered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -358,7 +360,7 @@ impl ColdTopics {
 /// maximum, counts the prefix patterns each client's subscriptions made new on the node
 /// (`limits.max_new_patterns_per_client`; all clients together: `topics.max_patterns`).
 #[derive(Debug)]
-pub struct TopicQuota {
+pub(crate) struct TopicQuota {
     max: usize,
     /// What is counted: `false` topics, `true` patterns.
     patterns: bool,
@@ -367,14 +369,14 @@ pub struct TopicQuota {
 
 /// One topic charged to a client; dropping it gives the room back.
 #[derive(Debug)]
-pub struct QuotaCharge {
+pub(crate) struct QuotaCharge {
     quota: Arc<TopicQuota>,
     client: Box<str>,
 }
 
 impl TopicQuota {
     /// `max` topics per client.
-    pub fn new(max: usize) -> Arc<Self> {
+    pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Self {
             max,
             patterns: false,
@@ -383,7 +385,7 @@ impl TopicQuota {
     }
 
     /// `max` new prefix patterns per client.
-    pub fn for_patterns(max: usize) -> Arc<Self> {
+    pub(crate) fn for_patterns(max: usize) -> Arc<Self> {
         Arc::new(Self {
             max,
             patterns: true,
@@ -392,7 +394,10 @@ impl TopicQuota {
     }
 
     /// Charges one topic to `client`, or refuses when it holds its maximum.
-    pub fn charge(self: &Arc<Self>, client: &str) -> Result<QuotaCharge, crate::error::ApiError> {
+    pub(crate) fn charge(
+        self: &Arc<Self>,
+        client: &str,
+    ) -> Result<QuotaCharge, crate::error::ApiError> {
         let mut held = self.held.lock();
         let n = held.entry(client.to_owned()).or_insert(0);
         if *n >= self.max {
@@ -427,16 +432,6 @@ impl TopicQuota {
             quota: self.clone(),
             client: client.into(),
         })
-    }
-
-    /// Clients holding a charge.
-    pub fn len(&self) -> usize {
-        self.held.lock().len()
-    }
-
-    /// Whether no client holds a charge.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -1,4 +1,4 @@
-//! A running node: [`run`] serves the public and admin listeners with the state built once
+//! A running node: [`run_validated`] serves the public and admin listeners with the state built once
 //! from a validated configuration (the logs, the cluster's parts, the observers), runs the
 //! chores beside them (TLS reload on SIGHUP, housekeeping), and drains on shutdown;
 //! [`Gateway`] is the handle tests and embedders hold.
@@ -19,22 +19,12 @@ use crate::routes::{admin_router, public_router};
 use crate::server::ServeOptions;
 use crate::{bridge, cluster, fast_path, limits, server, telemetry, validate};
 
-/// Serves the public and admin listeners until `shutdown` is cancelled, then drains:
-/// readiness turns false, the public listener stops accepting, open streams are told to
-/// reconnect (SSE `retry:` with jitter, WebSocket close 1012), and the call returns once every
-/// connection is closed or `shutdown.grace` has passed. The admin listener serves until then.
-pub async fn run(
-    public: TcpListener,
-    admin: TcpListener,
-    config: Config,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    let loaded = config.validate()?;
-    run_validated(public, admin, config, loaded, shutdown).await
-}
-
-/// [`run`] with a configuration already validated, and what validation loaded (the token
-/// keys, the TLS certificate), so that no file is read twice.
+/// Serves the public and admin listeners with a configuration already validated, and what
+/// validation loaded (the token keys, the TLS certificate, so that no file is read twice),
+/// until `shutdown` is cancelled, then drains: readiness turns false, the public listener
+/// stops accepting, open streams are told to reconnect (SSE `retry:` with jitter, WebSocket
+/// close 1012), and the call returns once every connection is closed or `shutdown.grace` has
+/// passed. The admin listener serves until then.
 pub async fn run_validated(
     public: TcpListener,
     admin: TcpListener,

@@ -50,7 +50,7 @@ pub fn public_router(state: AppState) -> Router {
 
 /// The admin router: publishing, topic stats, health, readiness, metrics and the console,
 /// behind the admin credentials when `admin.api_keys` is set (`api::admin_auth`).
-pub fn admin_router(state: AppState) -> Router {
+pub(crate) fn admin_router(state: AppState) -> Router {
     Router::new()
         .route("/v1/publish", post(api::publish::post_one))
         .route("/v1/publish/batch", post(api::publish::post_batch))

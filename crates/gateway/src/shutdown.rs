@@ -71,7 +71,7 @@ pub fn spawn_signal_handler(token: CancellationToken) -> std::io::Result<()> {
 /// list's lock on each poll — two locks shared by every connection, per delivery. A
 /// [`DrainWait`] registers with the `Notify` once and afterwards checks an atomic flag only.
 #[derive(Clone, Debug)]
-pub struct Drain(Arc<DrainInner>);
+pub(crate) struct Drain(Arc<DrainInner>);
 
 #[derive(Debug)]
 struct DrainInner {
@@ -81,7 +81,7 @@ struct DrainInner {
 
 impl Drain {
     /// A drain that starts when `token` is cancelled (a task follows the token).
-    pub fn following(token: CancellationToken) -> Self {
+    pub(crate) fn following(token: CancellationToken) -> Self {
         let drain = Self(Arc::new(DrainInner {
             draining: AtomicBool::new(false),
             notify: Arc::new(Notify::new()),
@@ -95,19 +95,19 @@ impl Drain {
     }
 
     /// Starts the drain: every [`DrainWait`] completes.
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         self.0.draining.store(true, Ordering::Release);
         self.0.notify.notify_waiters();
     }
 
     /// Whether the drain has started.
-    pub fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.0.draining.load(Ordering::Acquire)
     }
 
     /// A future that completes when the drain starts. Keep it for the connection's life
     /// (pinned) rather than making one per wait.
-    pub fn wait(&self) -> DrainWait {
+    pub(crate) fn wait(&self) -> DrainWait {
         DrainWait {
             // Made before the flag is next read: a start after this point completes it
             // (`notify_waiters` counts for every `Notified` that already exists).
@@ -120,7 +120,7 @@ impl Drain {
 
 /// Completes when the drain starts. See [`Drain`].
 #[derive(Debug)]
-pub struct DrainWait {
+pub(crate) struct DrainWait {
     drain: Drain,
     notified: Pin<Box<OwnedNotified>>,
     /// The waker the `Notify` holds for us, once registered.

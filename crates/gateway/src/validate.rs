@@ -24,14 +24,14 @@ use crate::server::tls::Tls;
 #[derive(Debug)]
 pub struct Loaded {
     /// Who decides what clients may do.
-    pub access: Access,
+    pub(crate) access: Access,
     /// The public listener's TLS certificate and key, when TLS is on.
-    pub tls: Option<Arc<Tls>>,
+    pub(crate) tls: Option<Arc<Tls>>,
 }
 
 /// Who decides what clients may do: the token rules, and the application's hooks.
 #[derive(Debug)]
-pub struct Access {
+pub(crate) struct Access {
     /// The access rules, with the token keys read from their files.
     pub auth: Auth,
     /// The hooks, with the CA certificates an `https://` hook is checked against.
@@ -40,7 +40,7 @@ pub struct Access {
 
 impl Access {
     /// Reads the token key files and the hooks' CA file `config` names.
-    pub fn load(config: &Config) -> anyhow::Result<Self> {
+    pub(crate) fn load(config: &Config) -> anyhow::Result<Self> {
         Ok(Self {
             auth: Auth::from_config(&config.auth)
                 .map_err(|e| anyhow::anyhow!("auth: {e:#}"))?

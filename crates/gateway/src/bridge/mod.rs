@@ -34,7 +34,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Why a bridge could not do what was asked.
 #[derive(Debug, thiserror::Error)]
-pub enum BridgeError {
+pub(crate) enum BridgeError {
     /// The engine cannot be reached (yet); the caller may retry.
     #[error("{bridge} is unavailable: {reason}")]
     Unavailable {
@@ -46,7 +46,7 @@ pub enum BridgeError {
 }
 
 /// A cluster bridge: a shared log that positions messages and feeds every node.
-pub trait Bridge: Send + Sync + std::fmt::Debug {
+pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
     /// Short name for logs, metrics and `/readyz`.
     fn name(&self) -> &'static str;
 
@@ -100,7 +100,7 @@ pub trait Bridge: Send + Sync + std::fmt::Debug {
 
 /// Which topics a log feeds.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Feeds {
+pub(crate) enum Feeds {
     /// Topics whose name starts with one of these prefixes (`""` matches every topic).
     Prefixes(Vec<String>),
     /// Every topic no other log's prefixes claim.
@@ -110,35 +110,35 @@ pub enum Feeds {
 /// The node's logs and which topics each one feeds: the one place that decides where a
 /// publish goes and whether a record read from a log is accepted.
 #[derive(Debug, Default)]
-pub struct Logs {
+pub(crate) struct Logs {
     logs: Vec<(Arc<dyn Bridge>, Feeds)>,
 }
 
 impl Logs {
     /// No log: the node runs alone and positions messages itself.
-    pub fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Self::default()
     }
 
     /// Adds `bridge`, feeding `feeds`.
-    pub fn with(mut self, bridge: Arc<dyn Bridge>, feeds: Feeds) -> Self {
+    pub(crate) fn with(mut self, bridge: Arc<dyn Bridge>, feeds: Feeds) -> Self {
         self.logs.push((bridge, feeds));
         self
     }
 
     /// Whether no log is configured.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.logs.is_empty()
     }
 
     /// Every log, in the order configured.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Bridge>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<dyn Bridge>> {
         self.logs.iter().map(|(b, _)| b)
     }
 
     /// The log that feeds `topic`: the one whose prefixes match, else the one taking the
     /// rest. `None` when no log claims it (no log configured, or prefixes only).
-    pub fn feeder(&self, topic: &str) -> Option<&Arc<dyn Bridge>> {
+    pub(crate) fn feeder(&self, topic: &str) -> Option<&Arc<dyn Bridge>> {
         let claimed = self.logs.iter().find(|(_, feeds)| match feeds {
             Feeds::Prefixes(prefixes) => prefixes.iter().any(|p| topic.starts_with(p.as_str())),
             Feeds::Rest => false,
@@ -170,7 +170,11 @@ impl Logs {
     /// topic) need from every log that feeds them, waiting until it has ([`Bridge::backfill`]):
     /// the first step of every subscription, so that it resumes, replays and answers history
     /// on a node that did not follow these topics until now as on one that did.
-    pub async fn backfill(&self, topics: &[&str], patterns: bool) -> Result<(), BridgeError> {
+    pub(crate) async fn backfill(
+        &self,
+        topics: &[&str],
+        patterns: bool,
+    ) -> Result<(), BridgeError> {
         if self.logs.is_empty() {
             return Ok(());
         }
@@ -187,12 +191,12 @@ impl Logs {
     }
 
     /// Whether every log is connected and caught up.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.iter().all(|b| b.is_ready())
     }
 
     /// Each log that is not ready, with why.
-    pub fn not_ready(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn not_ready(&self) -> Vec<(&'static str, String)> {
         self.iter()
             .filter(|b| !b.is_ready())
             .map(|b| {
@@ -227,7 +231,7 @@ impl Logs {
 
 /// Where one log's records go: this node's registry, for the topics the log feeds.
 #[derive(Clone, Debug)]
-pub struct Ingest {
+pub(crate) struct Ingest {
     bridge: &'static str,
     registry: Arc<Registry>,
     logs: Arc<Logs>,
@@ -244,17 +248,6 @@ struct Refusals {
 }
 
 impl Ingest {
-    /// An ingest for `bridge` alone feeding every topic of `registry` (tests, embedders).
-    pub fn new(bridge: Arc<dyn Bridge>, registry: Arc<Registry>) -> Self {
-        Self {
-            bridge: bridge.name(),
-            logs: Arc::new(Logs::none().with(bridge, Feeds::Rest)),
-            tracing: Tracing::off(),
-            registry,
-            refused: Arc::default(),
-        }
-    }
-
     /// Whether records' trace contexts are read: tracing is on (else a bridge does not look
     /// for them, and passes [`Carried::NONE`]).
     pub(crate) fn traces(&self) -> bool {

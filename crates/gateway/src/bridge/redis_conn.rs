@@ -44,7 +44,7 @@ const CLUSTER_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where and how to reach Redis, parsed and checked from the configuration (certificate files
 /// read) before anything connects.
-pub struct RedisTarget {
+pub(crate) struct RedisTarget {
     kind: Kind,
     /// The same deployment spoken to in RESP3, for the live connection: pub/sub messages
     /// arrive as pushes beside the replies of ordinary commands on one connection
@@ -74,7 +74,7 @@ impl std::fmt::Debug for RedisTarget {
 
 /// What a connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     /// Short commands answered at once (publish, presence): a reply slower than 2 s fails.
     Commands,
     /// Blocking reads (`XREAD BLOCK`): replies may take as long as the block.
@@ -86,7 +86,7 @@ pub enum Purpose {
 impl RedisTarget {
     /// Parses `cluster.redis_url` in `cluster.redis_mode` and reads the TLS files. Every
     /// error names the setting at fault and never contains the password.
-    pub fn from_config(config: &ClusterConfig) -> anyhow::Result<Self> {
+    pub(crate) fn from_config(config: &ClusterConfig) -> anyhow::Result<Self> {
         Ok(Self {
             kind: Self::kind(config, ProtocolVersion::RESP2)?,
             live: Self::kind(config, ProtocolVersion::RESP3)?,
@@ -191,13 +191,13 @@ impl RedisTarget {
     }
 
     /// Whether Redis runs as a Redis Cluster (keys used together need one hash tag).
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.kind, Kind::Cluster(_))
     }
 
     /// The stream of shard `shard`. In a Redis Cluster, `{<prefix>:<shard>}:stream`: the hash
     /// tag keeps a stream and its epoch on one slot, and the shards spread over the masters.
-    pub fn stream_key(&self, shard: u32) -> String {
+    pub(crate) fn stream_key(&self, shard: u32) -> String {
         if self.is_cluster() {
             format!("{{{}:{shard}}}:stream", self.prefix)
         } else {
@@ -206,7 +206,7 @@ impl RedisTarget {
     }
 
     /// The epoch key of shard `shard` (same slot as its stream).
-    pub fn epoch_key(&self, shard: u32) -> String {
+    pub(crate) fn epoch_key(&self, shard: u32) -> String {
         if self.is_cluster() {
             format!("{{{}:{shard}}}:epoch", self.prefix)
         } else {
@@ -217,7 +217,7 @@ impl RedisTarget {
     /// The pub/sub channel that carries shard `shard`'s new entries to the nodes following it
     /// (the live path): `<prefix>:live:<shard>`, or on a Redis Cluster the shard channel
     /// `{<prefix>:<shard>}:live`, in its stream's slot (the append script publishes to it).
-    pub fn live_channel(&self, shard: u32) -> String {
+    pub(crate) fn live_channel(&self, shard: u32) -> String {
         if self.is_cluster() {
             format!("{{{}:{shard}}}:live", self.prefix)
         } else {
@@ -227,7 +227,7 @@ impl RedisTarget {
 
     /// The key that remembers, for `cluster.idempotency_window`, the entry a publish with
     /// idempotency key `key` to `topic` (of shard `shard`) appended (same slot as the stream).
-    pub fn idempotency_key(&self, shard: u32, topic: &str, key: &str) -> String {
+    pub(crate) fn idempotency_key(&self, shard: u32, topic: &str, key: &str) -> String {
         if self.is_cluster() {
             format!(
                 "{{{}:{shard}}}:idem:{}:{topic}:{key}",
@@ -241,7 +241,7 @@ impl RedisTarget {
 
     /// The prefix of the presence keys. In a Redis Cluster they share one hash tag,
     /// `{<prefix>}`, so that a flush is one pipeline to one master.
-    pub fn presence_prefix(&self) -> String {
+    pub(crate) fn presence_prefix(&self) -> String {
         if self.is_cluster() {
             format!("{{{}}}", self.prefix)
         } else {
@@ -250,7 +250,7 @@ impl RedisTarget {
     }
 
     /// Opens a connection (in sentinel mode, to the master the sentinels name now).
-    pub async fn connect(&self, purpose: Purpose) -> RedisResult<RedisConn> {
+    pub(crate) async fn connect(&self, purpose: Purpose) -> RedisResult<RedisConn> {
         Self::open(&self.kind, purpose, None).await
     }
 
@@ -259,7 +259,7 @@ impl RedisTarget {
     /// answered within 10 s beside them.
     /// On a Redis Cluster it is one connection per master (sharded pub/sub is served by the
     /// master of the channel's slot), whatever the number of channels.
-    pub async fn connect_live(
+    pub(crate) async fn connect_live(
         &self,
         push: impl redis::aio::AsyncPushSender,
     ) -> RedisResult<RedisConn> {
@@ -326,7 +326,7 @@ impl RedisTarget {
 
 /// A connection to a single Redis (or the sentinels' master) or to a Redis Cluster.
 #[derive(Clone)]
-pub enum RedisConn {
+pub(crate) enum RedisConn {
     /// One server.
     Single(MultiplexedConnection),
     /// A Redis Cluster: commands routed by slot.

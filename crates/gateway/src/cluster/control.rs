@@ -28,7 +28,7 @@ use crate::bridge::redis_conn::{Purpose, RedisTarget, SharedConn};
 
 /// The connections of this node subscribed to a topic whose members are kept, but one
 /// ([`super::members::Members`]): where a [`Target::Topic`] command goes.
-pub trait TopicSubscribers: Send + Sync {
+pub(crate) trait TopicSubscribers: Send + Sync {
     /// The ids of `topic`'s subscribers on this node, but `except`.
     fn ids_of(&self, topic: &str, except: u64) -> Vec<u64>;
 }
@@ -41,7 +41,7 @@ pub(crate) const MAX_REASON: usize = 120;
 
 /// What a disconnected client is told.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Disconnect {
+pub(crate) struct Disconnect {
     /// Why, for the client (at most [`MAX_REASON`] bytes).
     pub reason: String,
     /// Whether the client should come back (false: it should stay away, e.g. logged out).
@@ -51,7 +51,7 @@ pub struct Disconnect {
 /// Which connections a command is for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Target {
+pub(crate) enum Target {
     /// Every connection of a user (a token's `sub`), on every node.
     User(String),
     /// One connection, by its id.
@@ -64,7 +64,7 @@ pub enum Target {
 /// What a command does to each connection it is for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Action {
+pub(crate) enum Action {
     /// End the connection, telling the client why.
     Disconnect(Disconnect),
     /// Subscribe the connection to these topics (valid names), from their live head (as
@@ -115,7 +115,7 @@ impl Action {
 
 /// A command for live connections, as relayed between nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Command {
+pub(crate) struct Command {
     /// Who it is for.
     pub target: Target,
     /// What it does.
@@ -132,7 +132,7 @@ pub(crate) const MAX_PENDING: usize = 16;
 /// the connection holds its id and user. A connection learns that a command ended it by one
 /// atomic load per wake-up ([`Self::poll_action`]): the table is locked only after a command.
 #[derive(Debug, Default)]
-pub struct Connections {
+pub(crate) struct Connections {
     table: parking_lot::Mutex<Table>,
     /// Bumped by every command that ended a connection here.
     commands: AtomicU64,
@@ -151,7 +151,7 @@ struct Table {
 /// Where a connection stands with the commands: kept by the connection, passed to
 /// [`Connections::poll_action`].
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// The command count when the connection last looked.
     commands: u64,
     /// Whether its waker is in the table.
@@ -160,14 +160,14 @@ pub struct Seen {
 
 impl Connections {
     /// Enters connection `id` of `user`; returns the user's name as the table shares it.
-    pub fn enter(&self, id: u64, user: Option<&str>) -> Option<Arc<str>> {
+    pub(crate) fn enter(&self, id: u64, user: Option<&str>) -> Option<Arc<str>> {
         let mut table = self.table.lock();
         table.wakers.insert(id, None);
         user.map(|u| table.index(u, id))
     }
 
     /// Files connection `id` under `user` instead of `old`; returns the new name, shared.
-    pub fn set_user(
+    pub(crate) fn set_user(
         &self,
         id: u64,
         old: Option<&Arc<str>>,
@@ -181,7 +181,7 @@ impl Connections {
     }
 
     /// Removes connection `id` of `user` (it closed).
-    pub fn leave(&self, id: u64, user: Option<&Arc<str>>) {
+    pub(crate) fn leave(&self, id: u64, user: Option<&Arc<str>>) {
         let mut table = self.table.lock();
         table.wakers.remove(&id);
         table.pending.remove(&id);
@@ -193,7 +193,7 @@ impl Connections {
     /// Hands `command` to the connections it is for on this node; returns how many took it.
     /// A topic's subscribers are found in the members table ([`carry_out`]): here a
     /// [`Target::Topic`] reaches none.
-    pub fn apply(&self, command: &Command) -> usize {
+    pub(crate) fn apply(&self, command: &Command) -> usize {
         let mut table = self.table.lock();
         let ids = match &command.target {
             Target::Connection(id) => vec![*id],
@@ -209,7 +209,7 @@ impl Connections {
 
     /// Hands `action` to connections `ids` of this node (those still open, with room in
     /// their queue); returns how many took it.
-    pub fn apply_to(&self, ids: Vec<u64>, action: &Action) -> usize {
+    pub(crate) fn apply_to(&self, ids: Vec<u64>, action: &Action) -> usize {
         if ids.is_empty() {
             return 0;
         }
@@ -255,7 +255,12 @@ impl Connections {
 
     /// The next command for connection `id`, in the order they came. Called from the
     /// connection's own task (its waker is kept from the first call).
-    pub fn poll_action(&self, id: u64, seen: &mut Seen, cx: &mut Context<'_>) -> Poll<Action> {
+    pub(crate) fn poll_action(
+        &self,
+        id: u64,
+        seen: &mut Seen,
+        cx: &mut Context<'_>,
+    ) -> Poll<Action> {
         let now = self.commands.load(Ordering::Acquire);
         if seen.registered && now == seen.commands {
             return Poll::Pending;
@@ -282,7 +287,7 @@ impl Connections {
 
     /// The ids of `user`'s live connections on this node (not those a command ended), in
     /// the order they opened.
-    pub fn of_user(&self, user: &str) -> Vec<u64> {
+    pub(crate) fn of_user(&self, user: &str) -> Vec<u64> {
         let table = self.table.lock();
         let ids = table.by_user.get(user).map_or(&[][..], Vec::as_slice);
         ids.iter()
@@ -292,12 +297,14 @@ impl Connections {
     }
 
     /// How many connections are live and not ended (for tests and stats).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.table.lock().wakers.len()
     }
 
     /// Whether no connection is entered.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -341,7 +348,7 @@ impl Table {
 
 /// Relays commands to every node through the control stream in Redis.
 #[derive(Debug)]
-pub struct Relay {
+pub(crate) struct Relay {
     target: Arc<RedisTarget>,
     conn: SharedConn,
     key: String,
@@ -368,7 +375,7 @@ struct Relayed {
 
 impl Relay {
     /// A relay through the Redis at `target`, for node `node`.
-    pub fn new(target: Arc<RedisTarget>, node: &str) -> Self {
+    pub(crate) fn new(target: Arc<RedisTarget>, node: &str) -> Self {
         let (outbox, inbox) = tokio::sync::mpsc::channel(OUTBOX_LEN);
         Self {
             outbox,
@@ -382,12 +389,12 @@ impl Relay {
     }
 
     /// Whether commands from the other nodes reach this one now.
-    pub fn is_reading(&self) -> bool {
+    pub(crate) fn is_reading(&self) -> bool {
         self.reading.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sends `command` to the other nodes.
-    pub async fn send(&self, command: &Command) -> redis::RedisResult<()> {
+    pub(crate) async fn send(&self, command: &Command) -> redis::RedisResult<()> {
         self.send_all(std::slice::from_ref(command)).await
     }
 
@@ -415,14 +422,14 @@ impl Relay {
 
     /// Queues `command` for the other nodes without waiting ([`Self::forward`] sends it);
     /// false when [`OUTBOX_LEN`] commands wait already (it is dropped).
-    pub fn queue(&self, command: Command) -> bool {
+    pub(crate) fn queue(&self, command: Command) -> bool {
         self.outbox.try_send(command).is_ok()
     }
 
     /// Sends the queued commands ([`Self::queue`]) until `stop`, up to 64 per round trip. A
     /// batch Redis refuses is dropped (logged): these are join and leave events, which a
     /// client can make up for by listing the members.
-    pub async fn forward(self: Arc<Self>, stop: CancellationToken) {
+    pub(crate) async fn forward(self: Arc<Self>, stop: CancellationToken) {
         let Some(mut inbox) = self.inbox.lock().take() else {
             return;
         };
@@ -441,7 +448,7 @@ impl Relay {
 
     /// Carries out on `connections` every command another node sends, from now until `stop`
     /// (a topic's subscribers as `members` lists them).
-    pub async fn run(
+    pub(crate) async fn run(
         self: Arc<Self>,
         connections: Arc<Connections>,
         members: Arc<dyn TopicSubscribers>,

@@ -26,7 +26,7 @@ pub struct ConnectionIds {
 
 impl ConnectionIds {
     /// Ids of node number `node` (taken modulo `NODES`).
-    pub fn new(node: u16) -> Self {
+    pub(crate) fn new(node: u16) -> Self {
         Self {
             node: AtomicU64::new(u64::from(node % NODES)),
             last: AtomicU64::new(0),
@@ -42,17 +42,12 @@ impl ConnectionIds {
     }
 
     /// Sets the node number (a lease taken or moved).
-    pub fn set_node(&self, node: u16) {
+    pub(crate) fn set_node(&self, node: u16) {
         self.node.store(u64::from(node % NODES), Ordering::Relaxed);
     }
 
-    /// The node number in use.
-    pub fn node(&self) -> u16 {
-        self.node.load(Ordering::Relaxed) as u16
-    }
-
     /// The next id.
-    pub fn next(&self) -> u64 {
+    pub(crate) fn next(&self) -> u64 {
         self.next_at(crate::bridge::now_ms())
     }
 

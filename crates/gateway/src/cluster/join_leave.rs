@@ -32,7 +32,7 @@ use super::presence_event::{PresenceEvent, PresenceKind, Who};
 
 /// Which namespaces announce joins and leaves, and how many per second per topic.
 #[derive(Clone, Debug, Default)]
-pub struct Rules {
+pub(crate) struct Rules {
     /// This node's id, named in each event.
     node: Arc<str>,
     /// Namespace → events per second per topic.
@@ -42,7 +42,7 @@ pub struct Rules {
 impl Rules {
     /// As the configuration says: the namespaces with `join_leave = true` (validation made
     /// sure their members are kept).
-    pub fn from_config(config: &crate::config::Config) -> Self {
+    pub(crate) fn from_config(config: &crate::config::Config) -> Self {
         Self {
             node: Arc::from(config.cluster.node_id.as_str()),
             rates: config
@@ -60,12 +60,13 @@ impl Rules {
     }
 
     /// No namespace announces anything.
-    pub fn none() -> Self {
+    #[cfg(test)]
+    pub(crate) fn none() -> Self {
         Self::default()
     }
 
     /// Whether any namespace announces.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         !self.rates.is_empty()
     }
 
@@ -80,7 +81,7 @@ impl Rules {
 
 /// Announces joins and leaves to the subscribers of their topics.
 #[derive(Debug)]
-pub struct Announcer {
+pub(crate) struct Announcer {
     rules: Rules,
     connections: Arc<control::Connections>,
     relay: Option<Arc<control::Relay>>,
@@ -135,7 +136,7 @@ impl Buckets {
 impl Announcer {
     /// Announces as `rules` say, to `connections` here and through `relay` to the other
     /// nodes; `None` when no namespace announces.
-    pub fn new(
+    pub(crate) fn new(
         rules: Rules,
         connections: Arc<control::Connections>,
         relay: Option<Arc<control::Relay>>,
@@ -152,7 +153,7 @@ impl Announcer {
     /// here `subscribers` lists (asked only when the event goes out): tells them and the other
     /// nodes, within the topic's rate. Called on the connection's task, after the table
     /// changed.
-    pub fn announce(
+    pub(crate) fn announce(
         &self,
         subscribers: impl FnOnce() -> Vec<u64>,
         kind: PresenceKind,

@@ -32,7 +32,7 @@ const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 
 /// This node's leases on its id and its node number.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     conn: SharedConn,
     prefix: String,
     node_id: String,
@@ -58,7 +58,7 @@ enum Held {
 impl Lease {
     /// Leases for node `node_id` in the Redis at `target`, renewed every `interval`; sets the
     /// node number of `ids`.
-    pub fn new(
+    pub(crate) fn new(
         target: Arc<RedisTarget>,
         node_id: &str,
         interval: Duration,
@@ -88,7 +88,7 @@ impl Lease {
     /// Takes both leases before the node serves, waiting up to one lease period for its id to
     /// be free. Fails when another running process holds the id; a Redis that does not answer
     /// only delays the leases (logged), since the node is not ready without Redis anyway.
-    pub async fn acquire(&self) -> anyhow::Result<()> {
+    pub(crate) async fn acquire(&self) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + self.ttl + Duration::from_millis(500);
         loop {
             match tokio::time::timeout(Duration::from_secs(5), self.hold()).await {
@@ -119,7 +119,7 @@ impl Lease {
     }
 
     /// Renews the leases every interval until `stop`, then gives them up.
-    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+    pub(crate) async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.interval);
         loop {
             tokio::select! {
@@ -163,7 +163,7 @@ impl Lease {
     }
 
     /// Why the node does not hold its id, when it does not.
-    pub fn not_ready_reason(&self) -> Option<String> {
+    pub(crate) fn not_ready_reason(&self) -> Option<String> {
         self.lost.lock().clone()
     }
 

@@ -29,7 +29,7 @@ pub(crate) const MAX_CHANGES: usize = 1_000_000;
 
 /// One subscription of one connection to one topic.
 #[derive(Clone, Debug)]
-pub struct Member {
+pub(crate) struct Member {
     /// When the connection subscribed to the topic (Unix milliseconds).
     pub since: u64,
     /// Who it is.
@@ -39,7 +39,7 @@ pub struct Member {
 impl Member {
     /// The member as stored in Redis: `{"since":..,"transport":..,"user":..,"info":{..}}`
     /// (`user` null when anonymous; no `info` when the token had none).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let mut text = serde_json::json!({
             "since": self.since,
             "transport": self.who.transport,
@@ -56,7 +56,7 @@ impl Member {
     }
 
     /// The member as the admin API lists it, on `node` under connection id `conn`.
-    pub fn listed(&self, conn: u64, node: &str) -> serde_json::Value {
+    pub(crate) fn listed(&self, conn: u64, node: &str) -> serde_json::Value {
         let mut value = serde_json::json!({
             "conn": conn.to_string(),
             "node": node,
@@ -79,14 +79,14 @@ impl Member {
 /// Which topics' members are kept: `topics.presence`, and `presence` of each namespace
 /// that sets it ([`crate::config::NamespaceConfig::presence`]).
 #[derive(Clone, Debug, Default)]
-pub struct Kept {
+pub(crate) struct Kept {
     default: bool,
     namespaces: HashMap<String, bool>,
 }
 
 impl Kept {
     /// As the configuration says.
-    pub fn from_config(config: &crate::config::Config) -> Self {
+    pub(crate) fn from_config(config: &crate::config::Config) -> Self {
         Self {
             default: config.topics.presence,
             namespaces: config
@@ -98,7 +98,8 @@ impl Kept {
     }
 
     /// Every topic's members (for tests).
-    pub fn all() -> Self {
+    #[cfg(test)]
+    pub(crate) fn all() -> Self {
         Self {
             default: true,
             namespaces: HashMap::new(),
@@ -107,12 +108,12 @@ impl Kept {
 
     /// Whether the members of any topic are kept: when none are, connections hold nothing
     /// for them.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.default || self.namespaces.values().any(|&kept| kept)
     }
 
     /// Whether the members of `topic` are kept.
-    pub fn keeps(&self, topic: &str) -> bool {
+    pub(crate) fn keeps(&self, topic: &str) -> bool {
         crate::config::namespaces::namespace_of(topic)
             .and_then(|ns| self.namespaces.get(ns))
             .copied()
@@ -122,7 +123,7 @@ impl Kept {
 
 /// The members of every topic on this node.
 #[derive(Debug)]
-pub struct Members {
+pub(crate) struct Members {
     table: parking_lot::Mutex<Table>,
     /// Whether a flusher takes the changes ([`Self::take_changes`]); a lone node keeps none.
     tracked: bool,
@@ -164,7 +165,7 @@ impl Table {
 
 /// What changed in one topic since the last flush.
 #[derive(Debug, PartialEq)]
-pub struct TopicChange {
+pub(crate) struct TopicChange {
     /// The topic.
     pub topic: TopicName,
     /// Members added or changed: connection id → stored JSON ([`Member::to_json`]).
@@ -177,7 +178,7 @@ pub struct TopicChange {
 
 /// What changed since the last flush.
 #[derive(Debug, Default, PartialEq)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Too much changed to remember: rewrite every member.
     pub overflow: bool,
     /// Each changed topic, by name.
@@ -187,12 +188,13 @@ pub struct Changes {
 impl Members {
     /// An empty table of the members of the topics `kept` names; `tracked` when a flusher
     /// will take its changes (in a cluster).
-    pub fn new(tracked: bool, kept: Kept) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(tracked: bool, kept: Kept) -> Self {
         Self::with_announcer(tracked, kept, None)
     }
 
     /// Like [`Self::new`], announcing joins and leaves with `announcer`.
-    pub fn with_announcer(
+    pub(crate) fn with_announcer(
         tracked: bool,
         kept: Kept,
         announcer: Option<super::join_leave::Announcer>,
@@ -222,7 +224,7 @@ impl Members {
     }
 
     /// Which topics' members are kept.
-    pub fn kept(&self) -> &Kept {
+    pub(crate) fn kept(&self) -> &Kept {
         &self.kept
     }
 
@@ -265,7 +267,7 @@ impl Members {
 
     /// Up to `limit` members of `topic`, by connection id after `after`, and whether more
     /// follow.
-    pub fn page(
+    pub(crate) fn page(
         &self,
         topic: &str,
         after: Option<u64>,
@@ -291,7 +293,7 @@ impl Members {
 
     /// The changes since the last call, each resolved against the table now (a member that
     /// came and went between two flushes is a deletion), sorted by topic and id.
-    pub fn take_changes(&self) -> Changes {
+    pub(crate) fn take_changes(&self) -> Changes {
         let mut table = self.table.lock();
         let changed = std::mem::take(&mut table.changed);
         table.changes = 0;
@@ -324,7 +326,7 @@ impl Members {
 
     /// Every member of every topic, for a rewrite (entries are copied under the lock, their
     /// JSON made after it).
-    pub fn snapshot(&self) -> Vec<(TopicName, Vec<(u64, String)>)> {
+    pub(crate) fn snapshot(&self) -> Vec<(TopicName, Vec<(u64, String)>)> {
         let copied: Vec<(TopicName, Vec<(u64, Member)>)> = {
             let table = self.table.lock();
             table
@@ -347,12 +349,14 @@ impl Members {
     }
 
     /// How many subscriptions the table holds (every topic's members).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.table.lock().topics.values().map(BTreeMap::len).sum()
     }
 
     /// Whether no connection is subscribed to anything.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.table.lock().topics.is_empty()
     }
 }
@@ -459,6 +463,7 @@ impl Membership {
     }
 
     /// The token's `info` the entries carry.
+    #[cfg(test)]
     pub(crate) fn info(&self) -> Option<&Arc<String>> {
         self.who.info.as_ref()
     }

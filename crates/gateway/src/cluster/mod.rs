@@ -26,7 +26,7 @@ use crate::telemetry::metrics::{CloseReason, ConnectionGuard, Transport};
 
 /// Something told about every client connection's life (upstream events, the cluster's
 /// connection registry). Called on the connection's own task: must not block.
-pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
+pub(crate) trait ConnectionObserver: Send + Sync + std::fmt::Debug {
     /// Connection `id` opened over `transport`, for `user` (a token's `sub`) when known.
     fn opened(&self, id: &str, transport: &'static str, user: Option<&str>);
     /// Connection `id` closed for `reason`.
@@ -35,7 +35,7 @@ pub trait ConnectionObserver: Send + Sync + std::fmt::Debug {
 
 /// Who observes client connections besides the cluster's own bookkeeping.
 #[derive(Debug, Default)]
-pub struct Observers {
+pub(crate) struct Observers {
     /// The connection registry and topic presence in Redis.
     pub presence: Option<Arc<presence::Presence>>,
     /// Client events produced to Kafka.
@@ -47,7 +47,7 @@ pub struct Observers {
 /// This node in the cluster as its connections see it, built once at start-up: connection
 /// ids, the node's leases, and the observers of connections.
 #[derive(Debug)]
-pub struct Cluster {
+pub(crate) struct Cluster {
     ids: Arc<ids::ConnectionIds>,
     lease: Option<Arc<lease::Lease>>,
     connections: Arc<control::Connections>,
@@ -60,12 +60,13 @@ pub struct Cluster {
 
 impl Cluster {
     /// A node alone: no observer, no lease; the members of the topics `kept` names listed.
-    pub fn alone(kept: members::Kept) -> Self {
+    #[cfg(test)]
+    pub(crate) fn alone(kept: members::Kept) -> Self {
         Self::alone_announcing(kept, join_leave::Rules::none())
     }
 
     /// Like [`Self::alone`], announcing joins and leaves as `rules` say.
-    pub fn alone_announcing(kept: members::Kept, rules: join_leave::Rules) -> Self {
+    pub(crate) fn alone_announcing(kept: members::Kept, rules: join_leave::Rules) -> Self {
         Self::new(
             Arc::new(ids::ConnectionIds::new(0)),
             None,
@@ -79,7 +80,7 @@ impl Cluster {
     /// A node making connection ids with `ids` (its number leased by `lease` when Redis is
     /// configured), observed by `observers`, relaying commands for connections through
     /// `relay` when in a cluster, announcing joins and leaves as `rules` say.
-    pub fn new(
+    pub(crate) fn new(
         ids: Arc<ids::ConnectionIds>,
         lease: Option<Arc<lease::Lease>>,
         observers: Observers,
@@ -119,23 +120,23 @@ impl Cluster {
     }
 
     /// The cluster's presence and connection registry, when Redis is configured.
-    pub fn presence(&self) -> Option<&Arc<presence::Presence>> {
+    pub(crate) fn presence(&self) -> Option<&Arc<presence::Presence>> {
         self.presence.as_ref()
     }
 
     /// The upstream event producer, when configured.
-    pub fn upstream(&self) -> Option<&Arc<upstream::Upstream>> {
+    pub(crate) fn upstream(&self) -> Option<&Arc<upstream::Upstream>> {
         self.upstream.as_ref()
     }
 
     /// The node's leases on its id and number, when Redis is configured.
-    pub fn lease(&self) -> Option<&Arc<lease::Lease>> {
+    pub(crate) fn lease(&self) -> Option<&Arc<lease::Lease>> {
         self.lease.as_ref()
     }
 
     /// Why the node should not take clients (another process holds its node id, or commands
     /// for connections cannot reach it yet), if so.
-    pub fn not_ready_reason(&self) -> Option<String> {
+    pub(crate) fn not_ready_reason(&self) -> Option<String> {
         if let Some(reason) = self.lease.as_ref().and_then(|l| l.not_ready_reason()) {
             return Some(reason);
         }
@@ -146,23 +147,23 @@ impl Cluster {
     }
 
     /// This node's live connections, for commands ([`control`]).
-    pub fn connections(&self) -> &Arc<control::Connections> {
+    pub(crate) fn connections(&self) -> &Arc<control::Connections> {
         &self.connections
     }
 
     /// Who is subscribed to each topic on this node.
-    pub fn members(&self) -> &Arc<members::Members> {
+    pub(crate) fn members(&self) -> &Arc<members::Members> {
         &self.members
     }
 
     /// The relay of commands to the other nodes, when Redis is configured.
-    pub fn relay(&self) -> Option<&Arc<control::Relay>> {
+    pub(crate) fn relay(&self) -> Option<&Arc<control::Relay>> {
         self.relay.as_ref()
     }
 
     /// Carries out `command` on this node's connections and, in a cluster, sends it to the
     /// other nodes. Returns how many connections it ended here, or why it could not be sent.
-    pub async fn command(&self, command: &control::Command) -> Result<usize, String> {
+    pub(crate) async fn command(&self, command: &control::Command) -> Result<usize, String> {
         let here = control::carry_out(&self.connections, &*self.members, command);
         if let Some(relay) = &self.relay {
             relay.send(command).await.map_err(|e| e.to_string())?;
@@ -175,7 +176,7 @@ impl Cluster {
     /// connections commands reach and, when anything observes connections, reported. Its
     /// subscriptions are entered in [`members`] as the transport reports them
     /// ([`Connection::subscribed_to`]).
-    pub fn open(
+    pub(crate) fn open(
         &self,
         transport: Transport,
         user: Option<&str>,
@@ -186,12 +187,12 @@ impl Cluster {
 
     /// A connection id unique in the cluster, for a connection that is not open yet (the
     /// hooks name it before it opens with [`Self::open_as`]).
-    pub fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         self.ids.next()
     }
 
     /// Like [`Self::open`], with an id from [`Self::next_id`].
-    pub fn open_as(
+    pub(crate) fn open_as(
         &self,
         id: u64,
         transport: Transport,
@@ -235,7 +236,7 @@ impl Cluster {
 
 /// One open client connection: counted as open, and reported to the observers, until dropped.
 #[derive(Debug)]
-pub struct Connection {
+pub(crate) struct Connection {
     guard: ConnectionGuard,
     id: u64,
     /// The user it acts for (a token's `sub`), as the command table shares the name.
@@ -258,18 +259,19 @@ struct Observed {
 
 impl Connection {
     /// Sets the reason reported when the connection closes.
-    pub fn closing(&mut self, reason: CloseReason) {
+    pub(crate) fn closing(&mut self, reason: CloseReason) {
         self.guard.closing(reason);
     }
 
     /// The connection's id, unique in the cluster.
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
     /// The connection now acts for `user` (a WebSocket client sent a new token): commands
     /// for that user reach it, those for the one before no longer do.
-    pub fn set_user(&mut self, user: Option<&str>) {
+    #[cfg(test)]
+    pub(crate) fn set_user(&mut self, user: Option<&str>) {
         let info = self.membership.as_ref().and_then(|m| m.info().cloned());
         self.set_identity(user, info);
     }
@@ -277,7 +279,7 @@ impl Connection {
     /// The connection now acts for `user` with a token whose `info` claim is `info` (a
     /// WebSocket client sent a new token): commands for that user reach it, and its entries
     /// in [`members`] name the new user and info.
-    pub fn set_identity(&mut self, user: Option<&str>, info: Option<Arc<String>>) {
+    pub(crate) fn set_identity(&mut self, user: Option<&str>, info: Option<Arc<String>>) {
         if self.user.as_deref() != user {
             self.user = self.connections.set_user(self.id, self.user.as_ref(), user);
         }
@@ -289,7 +291,7 @@ impl Connection {
     /// The connection is subscribed to exactly `topics` now (its feed's topics, after it
     /// subscribed or unsubscribed): [`members`] lists it under those. Called only when the
     /// subscriptions change, never on delivery.
-    pub fn subscribed_to<'a>(
+    pub(crate) fn subscribed_to<'a>(
         &mut self,
         topics: impl IntoIterator<Item = &'a herald_core::TopicName>,
     ) {
@@ -300,7 +302,7 @@ impl Connection {
 
     /// The next command for this connection (in the order they came); never after one that
     /// ended it. Cancel-safe; polled from the connection's own task.
-    pub async fn next_action(&mut self) -> control::Action {
+    pub(crate) async fn next_action(&mut self) -> control::Action {
         if self.heard {
             return std::future::pending().await;
         }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Who a member is: shared by every subscription of one connection.
 #[derive(Debug)]
-pub struct Who {
+pub(crate) struct Who {
     /// `sse`, `ws` or `poll`.
     pub transport: &'static str,
     /// The user (a token's `sub`); `None` for an anonymous client.
@@ -21,7 +21,7 @@ pub struct Who {
 /// Whether a member joined or left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum PresenceKind {
+pub(crate) enum PresenceKind {
     /// It subscribed to the topic.
     Join,
     /// It unsubscribed or closed.
@@ -30,7 +30,7 @@ pub enum PresenceKind {
 
 impl PresenceKind {
     /// `join` or `leave`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Join => "join",
             Self::Leave => "leave",
@@ -40,7 +40,7 @@ impl PresenceKind {
 
 /// A member joined or left a topic ([`super::join_leave`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PresenceEvent {
+pub(crate) struct PresenceEvent {
     /// Joined or left.
     pub kind: PresenceKind,
     /// The member's connection, which is not told of its own join.
@@ -54,7 +54,7 @@ pub struct PresenceEvent {
 impl PresenceEvent {
     /// The member object with `"type":"join"` or `"leave"` first: a WebSocket frame, and an
     /// entry of a long-poll's `presence`.
-    pub fn typed_json(&self) -> String {
+    pub(crate) fn typed_json(&self) -> String {
         let body = self.member.strip_prefix('{').unwrap_or(&self.member);
         let mut text = String::with_capacity(body.len() + 20);
         text.push_str(r#"{"type":""#);

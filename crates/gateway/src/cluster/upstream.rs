@@ -26,7 +26,7 @@ use crate::telemetry::metrics;
 const NAME: &str = "kafka_upstream";
 
 /// Produces client events to one Kafka topic.
-pub struct Upstream {
+pub(crate) struct Upstream {
     producer: FutureProducer<KafkaContext>,
     topic: String,
     node_id: String,
@@ -43,7 +43,7 @@ impl std::fmt::Debug for Upstream {
 impl Upstream {
     /// A producer for `topic` on `brokers`, with `properties` (`cluster.kafka_properties`)
     /// applied over Herald's defaults.
-    pub fn new(
+    pub(crate) fn new(
         brokers: &str,
         topic: &str,
         node_id: &str,
@@ -69,7 +69,7 @@ impl Upstream {
     }
 
     /// The `publish` event: a client published (the WebSocket `publish` command).
-    pub fn publish_event(
+    pub(crate) fn publish_event(
         &self,
         connection: &str,
         topic: &TopicName,
@@ -147,7 +147,7 @@ impl Upstream {
     }
 
     /// Waits up to `timeout` for queued events to be delivered (at shutdown).
-    pub fn flush(&self, timeout: Duration) {
+    pub(crate) fn flush(&self, timeout: Duration) {
         use rdkafka::producer::Producer as _;
         let _ = self.producer.flush(timeout);
     }

@@ -22,7 +22,7 @@ use tokio_rustls::server::TlsStream;
 use crate::config::TlsConfig;
 
 /// The public listener's TLS settings; [`Tls::reload`] swaps the certificate in place.
-pub struct Tls {
+pub(crate) struct Tls {
     files: TlsConfig,
     current: RwLock<Acceptors>,
 }
@@ -43,7 +43,7 @@ impl std::fmt::Debug for Tls {
 
 impl Tls {
     /// Reads the certificate chain and key named in `files`.
-    pub fn load(files: &TlsConfig) -> anyhow::Result<Self> {
+    pub(crate) fn load(files: &TlsConfig) -> anyhow::Result<Self> {
         let acceptors = Acceptors::load(files)?;
         Ok(Self {
             files: files.clone(),
@@ -53,14 +53,18 @@ impl Tls {
 
     /// Reads the files again; new connections use the new certificate, open ones keep theirs.
     /// On error the certificate in use stays.
-    pub fn reload(&self) -> anyhow::Result<()> {
+    pub(crate) fn reload(&self) -> anyhow::Result<()> {
         let acceptors = Acceptors::load(&self.files)?;
         *self.current.write() = acceptors;
         Ok(())
     }
 
     /// The TLS handshake on an accepted connection. `refusing` offers HTTP/1.1 only.
-    pub async fn accept(&self, tcp: TcpStream, refusing: bool) -> io::Result<TlsStream<TcpStream>> {
+    pub(crate) async fn accept(
+        &self,
+        tcp: TcpStream,
+        refusing: bool,
+    ) -> io::Result<TlsStream<TcpStream>> {
         let acceptor = {
             let current = self.current.read();
             if refusing {

@@ -253,7 +253,7 @@ fn describe() {
 
 /// A client transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// Server-Sent Events.
     Sse,
     /// WebSocket.
@@ -264,7 +264,7 @@ pub enum Transport {
 
 impl Transport {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Sse => "sse",
             Self::Ws => "ws",
@@ -348,7 +348,7 @@ impl herald_core::DeliveryCounter for TransportMetrics {
 
 /// Why a connection closed (the `reason` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// The client went away or closed.
     Client,
     /// The gateway is shutting down.
@@ -369,7 +369,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Client => "client",
             Self::Shutdown => "shutdown",

@@ -54,7 +54,7 @@ pub(crate) const MAX_SCANS: usize = 64;
 /// cursor in its hash of the topic's members, and how many of that scan's members the last
 /// page took already.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeCursor {
+pub(crate) struct NodeCursor {
     /// The node's id.
     pub node: String,
     /// The `HSCAN` cursor.
@@ -77,7 +77,7 @@ enum Change {
 
 /// Feeds the connection registry and topic presence of one node into Redis.
 #[derive(Debug)]
-pub struct Presence {
+pub(crate) struct Presence {
     tx: mpsc::Sender<Change>,
     rx: parking_lot::Mutex<Option<mpsc::Receiver<Change>>>,
     lost: std::sync::atomic::AtomicBool,
@@ -92,7 +92,7 @@ pub struct Presence {
 impl Presence {
     /// For the Redis at `target` (the bridge's); each flush also writes how many topic
     /// groups of each of `logs` the node reads.
-    pub fn new(
+    pub(crate) fn new(
         config: &ClusterConfig,
         target: Arc<RedisTarget>,
         logs: Arc<Logs>,
@@ -142,7 +142,7 @@ impl Presence {
     }
 
     /// The connections of `user` on each live node.
-    pub async fn user_connections(
+    pub(crate) async fn user_connections(
         &self,
         user: &str,
     ) -> redis::RedisResult<Vec<(String, Vec<String>)>> {
@@ -177,7 +177,7 @@ impl Presence {
 
     /// Flushes changes, `registry`'s subscriber counts and the changes of `members`, every
     /// interval until `stop`.
-    pub async fn run(
+    pub(crate) async fn run(
         self: Arc<Self>,
         registry: Arc<Registry>,
         members: Arc<Members>,
@@ -308,7 +308,7 @@ impl Presence {
     /// `HSCAN`; a page may hold fewer than `limit` members and still have a next one (it
     /// stops after [`MAX_SCANS`] scans). Like `SCAN`, a member that joins or leaves during
     /// the walk may be listed twice or missed; members present throughout are listed.
-    pub async fn topic_members(
+    pub(crate) async fn topic_members(
         &self,
         topic: &str,
         from: Option<&NodeCursor>,
@@ -373,7 +373,7 @@ impl Presence {
     }
 
     /// Live nodes (refreshed within the TTL).
-    pub async fn live_nodes(&self) -> redis::RedisResult<Vec<String>> {
+    pub(crate) async fn live_nodes(&self) -> redis::RedisResult<Vec<String>> {
         let since = now_ms().saturating_sub(self.ttl().as_millis() as u64);
         let mut pipe = redis::pipe();
         pipe.cmd("ZRANGEBYSCORE")
@@ -385,7 +385,10 @@ impl Presence {
     }
 
     /// Subscribers of `topic` on each live node.
-    pub async fn topic_presence(&self, topic: &str) -> redis::RedisResult<Vec<(String, u64)>> {
+    pub(crate) async fn topic_presence(
+        &self,
+        topic: &str,
+    ) -> redis::RedisResult<Vec<(String, u64)>> {
         let nodes = self.live_nodes().await?;
         let mut pipe = redis::pipe();
         for node in &nodes {
@@ -401,7 +404,7 @@ impl Presence {
 
     /// Each live node: its open connections, and the topic groups of each log it reads
     /// (`{"<bridge>": [followed, total]}`, empty when not written yet).
-    pub async fn nodes(&self) -> redis::RedisResult<Vec<(String, u64, serde_json::Value)>> {
+    pub(crate) async fn nodes(&self) -> redis::RedisResult<Vec<(String, u64, serde_json::Value)>> {
         let nodes = self.live_nodes().await?;
         let mut pipe = redis::pipe();
         for node in &nodes {

@@ -7,7 +7,7 @@ use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState}
 /// request's headers, a WebSocket publish frame's fields, a Kafka record's headers or a Redis
 /// stream entry's fields. Parsed only when tracing is on.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Carried<'a> {
+pub(crate) struct Carried<'a> {
     /// `00-<trace id>-<parent id>-<flags>`.
     pub traceparent: Option<&'a str>,
     /// Vendor entries, `key=value,...`.
