@@ -12,9 +12,10 @@ use crate::config::namespaces::DeltaCodec;
 use crate::error::ApiError;
 use crate::hooks::{Caller, Forwarded, Grant, Hook, SubscribeVerdict};
 
-/// The form of an SSE stream's messages (`format` query parameter).
+/// The form of an SSE stream's messages (`format` query parameter); not to be confused
+/// with a WebSocket connection's wire format (`ws::format::Format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Format {
+pub(crate) enum SseForm {
     /// `format=text` (the default): `event:` when named, the payload as `data:` lines, as a
     /// browser's `EventSource` expects it.
     #[default]
@@ -45,7 +46,7 @@ pub(crate) struct SubscribeQuery {
     /// `token`: a JWT, for clients that cannot set `Authorization`.
     pub token: Option<String>,
     /// `format`: `text` or `json`.
-    pub format: Format,
+    pub format: SseForm,
     /// `delta=fossil`: the client takes deltas where the topics' namespaces allow them
     /// (every topic's must: [`deltas_allowed`]). On SSE it implies the JSON form.
     pub delta: bool,
@@ -86,8 +87,8 @@ impl SubscribeQuery {
                 "format" => {
                     text_asked = &*value == "text";
                     parsed.format = match &*value {
-                        "text" => Format::Text,
-                        "json" => Format::Json,
+                        "text" => SseForm::Text,
+                        "json" => SseForm::Json,
                         other => {
                             return Err(ApiError::bad_request(
                                 "bad_format",
@@ -107,7 +108,7 @@ impl SubscribeQuery {
                     "delta=fossil sends the JSON form: leave out format=text",
                 ));
             }
-            parsed.format = Format::Json;
+            parsed.format = SseForm::Json;
         }
         if parsed.topics.is_empty() && !topics_may_come {
             return Err(no_topic());

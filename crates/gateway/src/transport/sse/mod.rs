@@ -280,7 +280,7 @@ async fn try_open(
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1 || feed.has_patterns(),
-        json: query.format == crate::transport::access::Format::Json,
+        json: query.format == crate::transport::access::SseForm::Json,
         feed,
         metrics,
         guard: state.open_connection_as(id, Transport::Sse, &who),
