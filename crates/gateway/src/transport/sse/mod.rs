@@ -147,7 +147,7 @@ pub(crate) async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeou
                     unexpected += n;
                     if unexpected > MAX_UNEXPECTED_INPUT {
                         metrics::client_error("sse", "unexpected_input");
-                        sse.guard.closing(CloseReason::Protocol);
+                        sse.connection.closing(CloseReason::Protocol);
                         break;
                     }
                     continue;
@@ -168,7 +168,7 @@ pub(crate) async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeou
             Ok(Err(_)) => break,
             Err(_) => {
                 metrics::slow_consumer("disconnected");
-                sse.guard.closing(CloseReason::Slow);
+                sse.connection.closing(CloseReason::Slow);
                 sink.abort();
                 break;
             }
@@ -283,7 +283,7 @@ async fn try_open(
         json: query.format == crate::transport::access::SseForm::Json,
         feed,
         metrics,
-        guard: state.open_connection_as(id, Transport::Sse, &who),
+        connection: state.open_connection_as(id, Transport::Sse, &who),
         state: state.clone(),
         sleep: Box::pin(tokio::time::sleep_until(crate::transport::next_keep_alive(
             Instant::now(),
@@ -306,7 +306,7 @@ async fn try_open(
         refresh: None,
     };
     stream
-        .guard
+        .connection
         .subscribed_to(stream.feed.positions().map(|(t, _)| t));
     if who.expires.is_some() && state.hooks().has(crate::hooks::Hook::Refresh) {
         stream.refresh = Some(Box::new(Refresh {
@@ -328,7 +328,7 @@ pub(crate) struct SseStream {
     /// `format=json`: messages in their JSON form.
     json: bool,
     metrics: &'static TransportMetrics,
-    guard: crate::cluster::Connection,
+    connection: crate::cluster::Connection,
     /// For server-side subscriptions (the registry, the topic limit).
     state: AppState,
     /// The heartbeat interval, in milliseconds (`sse.heartbeat`, or the client's `heartbeat`).

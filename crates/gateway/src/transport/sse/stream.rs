@@ -35,7 +35,7 @@ impl SseStream {
             Ok(started) if started.is_empty() => None,
             Ok(started) => {
                 self.multi = self.feed.len() > 1 || self.feed.has_patterns();
-                self.guard
+                self.connection
                     .subscribed_to(self.feed.positions().map(|(t, _)| t));
                 let names: Vec<String> = started.iter().map(|(t, _)| t.to_string()).collect();
                 Some(self.topics_event("herald.subscribed", &names))
@@ -55,7 +55,7 @@ impl SseStream {
         if let Some(refresh) = &mut self.refresh {
             let caller = crate::hooks::Caller {
                 transport: "sse",
-                client: Some(self.guard.id()),
+                client: Some(self.connection.id()),
                 remote: refresh.peer,
                 who: &refresh.who,
                 headers: &refresh.forwarded,
@@ -63,7 +63,7 @@ impl SseStream {
             match self.state.hooks().refresh(&caller).await {
                 Ok(Some(grant)) => {
                     grant.apply(&mut refresh.who);
-                    self.guard
+                    self.connection
                         .set_identity(refresh.who.sub.as_deref(), refresh.who.info.clone());
                     self.expiry = refresh
                         .who
@@ -81,7 +81,7 @@ impl SseStream {
             }
         }
         self.done = true;
-        self.guard.closing(CloseReason::Expired);
+        self.connection.closing(CloseReason::Expired);
         let data = serde_json::json!({ "reason": reason });
         Some(Bytes::from(format!(
             "event: herald.disconnect\ndata: {data}\n\n"
@@ -124,14 +124,14 @@ impl SseStream {
                 biased;
                 _ = &mut self.shutdown => {
                     self.done = true;
-                    self.guard.closing(CloseReason::Shutdown);
+                    self.connection.closing(CloseReason::Shutdown);
                     let retry = jitter(self.state.config().shutdown.reconnect_jitter).as_millis();
                     let frame = format!(
                         "retry: {retry}\nevent: herald.shutdown\ndata: {{\"reason\":\"shutdown\",\"retry_ms\":{retry}}}\n\n"
                     );
                     return Some(Bytes::from(frame));
                 }
-                action = self.guard.next_action() => match action {
+                action = self.connection.next_action() => match action {
                     Action::Disconnect(disconnect) => {
                         self.done = true;
                         return Some(disconnect_event(&disconnect));
@@ -153,7 +153,7 @@ impl SseStream {
                     Action::Unsubscribe(topics) => {
                         let removed = crate::transport::unsubscribe_from_server(&mut self.feed, &topics);
                         if !removed.is_empty() {
-                            self.guard
+                            self.connection
                                 .subscribed_to(self.feed.positions().map(|(t, _)| t));
                             return Some(self.topics_event("herald.unsubscribed", &removed));
                         }
@@ -166,7 +166,7 @@ impl SseStream {
                 }
                 _ = end_of_life(&mut self.lifetime) => {
                     self.done = true;
-                    self.guard.closing(CloseReason::Done);
+                    self.connection.closing(CloseReason::Done);
                     // The lifetime itself is jittered; the client comes back after `sse.retry`.
                     let retry = self.state.config().sse.retry;
                     return Some(Bytes::from(format!("retry: {}\n\n", retry.as_millis())));
@@ -248,7 +248,7 @@ impl SseStream {
             Delivery::Rest(rest) => Some(rest),
             Delivery::Disconnect { topic } => {
                 self.done = true;
-                self.guard.closing(CloseReason::Slow);
+                self.connection.closing(CloseReason::Slow);
                 Some(Bytes::from(format!(
                     "event: herald.disconnect\ndata: {{\"reason\":\"slow consumer\",\"topic\":\"{topic}\"}}\n\n"
                 )))

@@ -134,19 +134,19 @@ async fn serve<S: PeerStream>(
         .max_frame_size(Some(ws.max_message_size));
     let socket = socket::WebSocket::new(stream, Role::Server, Some(config));
     let granted = std::mem::take(&mut opened.granted);
-    let mut connection = Session::new(state.clone(), socket, who, opened);
+    let mut session = Session::new(state.clone(), socket, who, opened);
     // The connect hook's topics are subscribed and told here, before the connection's task
     // starts, so that its state holds nothing for them.
     if !granted.is_empty()
-        && let Flow::Close(reason) = connection.subscribed_by_server(&live(&granted)).await
+        && let Flow::Close(reason) = session.subscribed_by_server(&live(&granted)).await
     {
-        connection.guard.closing(reason);
+        session.connection.closing(reason);
         return;
     }
     // Combinators, not an `async move` block (see `spawn_connection`): a block would keep the
     // connection a second time beside `run`'s state (measured: ~1 KB per idle connection).
     use futures_util::FutureExt as _;
-    let served = connection.run().map(move |()| drop(permits));
+    let served = session.run().map(move |()| drop(permits));
     crate::shutdown::spawn_connection(state.tracker(), "ws", served);
 }
 

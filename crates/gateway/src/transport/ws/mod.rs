@@ -140,13 +140,13 @@ enum Flow {
 
 /// One WebSocket connection's life, on any client stream (a socket in production, an
 /// in-memory pipe in the unit tests): the WebSocket side of a connection, beside its
-/// cluster-side [`crate::cluster::Connection`] (`guard`).
+/// cluster-side [`crate::cluster::Connection`] (`connection`).
 struct Session<S> {
     state: AppState,
     socket: Socket<S>,
     feed: Feed,
     metrics: &'static TransportMetrics,
-    guard: crate::cluster::Connection,
+    connection: crate::cluster::Connection,
     who: crate::auth::Identity,
     /// When the client's token expires, if it presented one (boxed only then).
     expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,

@@ -49,7 +49,7 @@ impl<S: PeerStream> Session<S> {
         })?;
         if let Some(upstream) = self.state.upstream() {
             upstream.publish_event(
-                &self.guard.id().to_string(),
+                &self.connection.id().to_string(),
                 &prepared.topic,
                 prepared.event.as_ref(),
                 &prepared.payload,

@@ -28,7 +28,7 @@ impl<S: PeerStream> Session<S> {
         };
         let caller = Caller {
             transport: "ws",
-            client: Some(self.guard.id()),
+            client: Some(self.connection.id()),
             remote: peer,
             who: &who,
             headers: &self.forwarded,
@@ -38,7 +38,7 @@ impl<S: PeerStream> Session<S> {
         }
         // What is held is judged again by the subscribe decision, the hook not asked again
         // ([`access::may_keep`]); the connection's own topic stays.
-        let own = format!("conn:{}", self.guard.id());
+        let own = format!("conn:{}", self.connection.id());
         let denied: Vec<TopicName> = self
             .feed
             .subscriptions()
@@ -55,7 +55,7 @@ impl<S: PeerStream> Session<S> {
         if !denied.is_empty() {
             self.members_follow();
         }
-        self.guard
+        self.connection
             .set_identity(who.sub.as_deref(), who.info.clone());
         let expires = who
             .expires
@@ -92,7 +92,7 @@ impl<S: PeerStream> Session<S> {
             match self.state.hooks().refresh(&self.caller(peer)).await {
                 Ok(Some(grant)) => {
                     grant.apply(&mut self.who);
-                    self.guard
+                    self.connection
                         .set_identity(self.who.sub.as_deref(), self.who.info.clone());
                     self.expiry = expiry_of(&self.who);
                     return Flow::Continue;

@@ -38,7 +38,7 @@ impl<S: PeerStream> Session<S> {
     ) -> Self {
         let config = state.config();
         let metrics = metrics::transport(Transport::Ws);
-        let guard = match opened.id {
+        let connection = match opened.id {
             Some(id) => state.open_connection_as(id, Transport::Ws, &who),
             None => state.open_connection(Transport::Ws, &who),
         };
@@ -54,7 +54,7 @@ impl<S: PeerStream> Session<S> {
             feed: herald_core::Feed::new(config.lag_policy, config.limits.max_subscriptions),
             socket,
             metrics,
-            guard,
+            connection,
             state,
         }
     }
@@ -77,7 +77,7 @@ impl<S: PeerStream> Session<S> {
                 // Boxed: inbound frames are rare on a subscriber, and inlining this path would
                 // size every idle connection's task for it (measured: 2.2 KB vs 1 KB).
                 frame = self.socket.next() => Box::pin(self.on_frame(frame)).await,
-                action = self.guard.next_action() => Box::pin(self.on_action(action)).await,
+                action = self.connection.next_action() => Box::pin(self.on_action(action)).await,
                 _ = expired(&mut self.expiry) => Box::pin(self.on_expiry()).await,
                 // Boxed too (384 bytes: the write and its timeout): inline, it sized every
                 // connection's task (measured: the task's future 2,144 -> ~1,800 bytes). A
@@ -108,7 +108,7 @@ impl<S: PeerStream> Session<S> {
             }
             self.relink();
         };
-        self.guard.closing(reason);
+        self.connection.closing(reason);
     }
 
     /// How often the server pings the client.
@@ -139,7 +139,7 @@ impl<S: PeerStream> Session<S> {
     /// Tells the presence members this connection's topics, after they changed (never on
     /// delivery).
     pub(super) fn members_follow(&mut self) {
-        self.guard
+        self.connection
             .subscribed_to(self.feed.positions().map(|(t, _)| t));
     }
 
@@ -147,7 +147,7 @@ impl<S: PeerStream> Session<S> {
     pub(super) fn caller(&self, peer: std::net::IpAddr) -> Caller<'_> {
         Caller {
             transport: "ws",
-            client: Some(self.guard.id()),
+            client: Some(self.connection.id()),
             remote: peer,
             who: &self.who,
             headers: &self.forwarded,
