@@ -15,7 +15,7 @@ impl Feed {
     /// ([`crate::direct`]). Only for a feed of one topic; subscribing to another topic ends
     /// it. False when not taken (or when `link` is attached elsewhere).
     ///
-    /// The transport must call [`Self::hold`] before it writes anything itself, and write
+    /// The transport must call [`Self::park`] before it writes anything itself, and write
     /// what it returns first, and write [`FeedEvent::Rest`] when it comes.
     pub fn link(&mut self, link: Arc<DirectSub>) -> bool {
         if self.subs.len() != 1 || self.link.is_some() || self.has_patterns() {
@@ -35,7 +35,7 @@ impl Feed {
     /// Stops direct delivery for a moment, before the transport writes something of its own:
     /// the live receiver takes over from the position reached. Returns the rest of a frame
     /// the fan-out wrote in part, to write first. The feed goes direct again when it is idle.
-    pub fn hold(&mut self) -> Option<Bytes> {
+    pub fn park(&mut self) -> Option<Bytes> {
         if self.link.as_ref().is_some_and(|l| l.live) {
             self.take_over();
         }
@@ -98,7 +98,7 @@ impl Feed {
         let mut again = sub.topic.subscribe(Some(sub.position));
         match again.lost {
             // Parked further behind than the live channel holds: a lag, as a receiver would
-            // report it (a hold for the transport's own write is not one).
+            // report it (a park for the transport's own write is not one).
             None if policy == LagPolicy::Coalesce
                 && again.replay.len() > sub.topic.channel_capacity() =>
             {

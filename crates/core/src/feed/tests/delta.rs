@@ -136,7 +136,7 @@ async fn direct_delivery_sends_deltas_only_after_a_delivered_base() {
         assert_eq!(json["id"], format!("5-{}", i + 2));
     }
     // Held for a write of the transport's own, then direct again: still based.
-    assert!(feed.hold().is_none());
+    assert!(feed.park().is_none());
     assert!(feed.try_next().is_none());
     assert!(feed.is_direct());
     publish_states(&t, 1);

@@ -76,7 +76,7 @@ async fn hold_hands_the_stream_to_the_task_until_it_is_idle_again() {
     let socket = Socket::with_room(usize::MAX);
     let mut feed = linked(&a, &socket);
     publish(&a, 1);
-    assert_eq!(feed.hold(), None);
+    assert_eq!(feed.park(), None);
     assert!(!feed.is_direct());
     publish(&a, 2);
     assert_eq!(

@@ -157,7 +157,7 @@ pub(crate) async fn serve<S: Sink>(mut sink: S, mut sse: SseStream, write_timeou
         let Some(mut chunk) = chunk else { break };
         // The topic's fan-out stops writing before this task does; what it left half-written
         // goes first.
-        if let Some(rest) = sse.feed.hold() {
+        if let Some(rest) = sse.feed.park() {
             let mut whole = Vec::with_capacity(rest.len() + chunk.len());
             whole.extend_from_slice(&rest);
             whole.extend_from_slice(&chunk);

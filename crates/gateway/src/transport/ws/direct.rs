@@ -331,7 +331,7 @@ mod tests {
         // (`Session::rest_first`).
         half_written_then_a_pong(|feed, socket| {
             feed.unsubscribe("t");
-            if let Some(rest) = feed.hold() {
+            if let Some(rest) = feed.park() {
                 socket.write_rest(rest);
             }
         })

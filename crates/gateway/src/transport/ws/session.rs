@@ -283,7 +283,7 @@ impl<S: PeerStream> Session<S> {
     /// before tungstenite writes, but a feed that just unlinked (an unsubscribe, a second
     /// topic) took that rest over, and a reply written before it would cut the frame.
     pub(super) fn rest_first(&mut self) {
-        if let Some(rest) = self.feed.hold() {
+        if let Some(rest) = self.feed.park() {
             self.socket.get_mut().get_mut().write_rest(rest);
         }
     }
