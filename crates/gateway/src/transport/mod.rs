@@ -16,4 +16,6 @@ pub(crate) mod ws;
 pub(crate) use access::{SubscribeQuery, may_subscribe, peer_ip};
 pub(crate) use deliver::{Delivery, deliver, lost_json};
 pub(crate) use keep_alive::{asked_interval, jitter, next_keep_alive};
-pub(crate) use topics::{open_feed, start_of, subscribe_from_server, unsubscribe_from_server};
+pub(crate) use topics::{
+    open_feed, open_query_feed, start_of, subscribe_from_server, unsubscribe_from_server,
+};

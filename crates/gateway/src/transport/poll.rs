@@ -13,7 +13,7 @@ use herald_core::{FeedEvent, LossReason, ResumeList};
 
 use super::access::authorize;
 use super::answer::{Budget, JsonAnswer};
-use super::{Delivery, SubscribeQuery, deliver, lost_json, open_feed};
+use super::{Delivery, SubscribeQuery, deliver, lost_json, open_query_feed};
 use crate::app::AppState;
 use crate::cluster::control::{Action, Disconnect, PresenceEvent};
 use crate::error::ApiError;
@@ -67,15 +67,7 @@ async fn poll(
         .await?
         .who;
     let client = state.client_key(who.sub.as_deref(), peer);
-    let (mut feed, _charges) = open_feed(
-        state,
-        &query.topics,
-        &resume,
-        query.last,
-        query.delta,
-        &client,
-    )
-    .await?;
+    let (mut feed, _charges) = open_query_feed(state, &query, &resume, &client).await?;
     let metrics = metrics::transport(Transport::Poll);
     let mut disconnect = None;
     let mut presence: Vec<PresenceEvent> = Vec::new();

@@ -348,6 +348,25 @@ pub(crate) async fn open_feed(
     Ok((feed, added.charges.into_iter().map(|(_, c)| c).collect()))
 }
 
+/// [`open_feed`] for an SSE or long-poll request: its topics, `last` and `delta`, resumed
+/// from `resume`.
+pub(crate) async fn open_query_feed(
+    state: &AppState,
+    query: &super::access::SubscribeQuery,
+    resume: &ResumeList,
+    client: &str,
+) -> Result<(Feed, Charges), ApiError> {
+    open_feed(
+        state,
+        &query.topics,
+        resume,
+        query.last,
+        query.delta,
+        client,
+    )
+    .await
+}
+
 /// A feed's refusal: the connection's limit (`400 too_many_topics`) or the node's
 /// (`503 topic_limit`).
 pub(crate) fn feed_error(e: herald_core::FeedError) -> ApiError {

@@ -3,7 +3,6 @@
 //! that rebuild exactly the bytes the publisher's message has, and requests that cannot
 //! have deltas are refused with a clear code.
 
-use futures_util::StreamExt as _;
 use herald_core::delta::apply;
 use herald_gateway::Config;
 use herald_gateway::config::NamespaceConfig;
@@ -13,7 +12,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use crate::common::*;
 
-fn delta_config() -> Config {
+pub(crate) fn delta_config() -> Config {
     let mut config = test_config();
     let ns = NamespaceConfig {
         delta: Some(DeltaCodec::Fossil),
@@ -24,7 +23,7 @@ fn delta_config() -> Config {
 }
 
 /// A match's full state after `minute` minutes (~1.5 KB): a little changes each time.
-fn state(minute: u64) -> Value {
+pub(crate) fn state(minute: u64) -> Value {
     let players: Vec<Value> = (0..22)
         .map(|i| {
             json!({
@@ -42,15 +41,15 @@ fn state(minute: u64) -> Value {
 /// A client's view of one topic: the base text it holds, rebuilt from full messages and
 /// deltas, as docs/protocol.md says a client keeps it.
 #[derive(Default)]
-struct Rebuilt {
-    base: Option<Vec<u8>>,
-    deltas: usize,
-    full: usize,
+pub(crate) struct Rebuilt {
+    pub(crate) base: Option<Vec<u8>>,
+    pub(crate) deltas: usize,
+    pub(crate) full: usize,
 }
 
 impl Rebuilt {
     /// Takes one JSON `message` frame's text; returns its data.
-    fn take(&mut self, frame_text: &str) -> Value {
+    pub(crate) fn take(&mut self, frame_text: &str) -> Value {
         let frame: Value = serde_json::from_str(frame_text).unwrap();
         assert_eq!(frame["type"], "message", "{frame_text}");
         let data = if frame["delta"] == true {
@@ -84,21 +83,6 @@ async fn ws_subscribe_delta(ws: &mut WsStream, topic: &str, cursor: Option<&str>
     assert_eq!(reply["type"], "subscribed", "{reply}");
 }
 
-async fn ws_text(ws: &mut WsStream) -> String {
-    loop {
-        match tokio::time::timeout(WAIT, ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap()
-        {
-            WsMessage::Text(t) => return t.to_string(),
-            WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
-            other => panic!("unexpected frame {other:?}"),
-        }
-    }
-}
-
 #[tokio::test]
 async fn every_transport_sends_full_data_first_then_deltas_that_rebuild_each_message() {
     let gw = spawn_gateway(delta_config()).await;
@@ -127,8 +111,8 @@ async fn every_transport_sends_full_data_first_then_deltas_that_rebuild_each_mes
         // writes to it directly (the fan-out's path) as well as through its task.
         let event = sse.next_event().await.unwrap();
         assert_eq!(by_sse.take(event.data.as_deref().unwrap()), published);
-        assert_eq!(by_ws.take(&ws_text(&mut ws).await), published);
-        let full = ws_text(&mut plain).await;
+        assert_eq!(by_ws.take(&ws_next_text(&mut ws).await), published);
+        let full = ws_next_text(&mut plain).await;
         assert!(!full.contains(r#""delta""#), "{full}");
     }
     for (name, got) in [("sse", &by_sse), ("ws", &by_ws)] {
@@ -202,7 +186,10 @@ async fn every_resume_starts_with_full_data() {
         ws_subscribe_delta(&mut ws, topic, Some(&ids[3])).await;
         let mut rebuilt = Rebuilt::default();
         for minute in 4..6 {
-            assert_eq!(rebuilt.take(&ws_text(&mut ws).await), state(minute * 10));
+            assert_eq!(
+                rebuilt.take(&ws_next_text(&mut ws).await),
+                state(minute * 10)
+            );
         }
         assert_eq!((rebuilt.full, rebuilt.deltas), (1, 1));
         ws_send(&mut ws, json!({"type": "unsubscribe", "topics": [topic]})).await;
@@ -258,17 +245,9 @@ async fn a_msgpack_subscriber_gets_deltas_of_the_msgpack_data() {
 }
 
 async fn next_binary(ws: &mut WsStream) -> Vec<u8> {
-    loop {
-        match tokio::time::timeout(WAIT, ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap()
-        {
-            WsMessage::Binary(b) => return b.to_vec(),
-            WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
-            other => panic!("unexpected frame {other:?}"),
-        }
+    match ws_next_frame(ws).await {
+        WsMessage::Binary(b) => b.to_vec(),
+        other => panic!("unexpected frame {other:?}"),
     }
 }
 
@@ -353,8 +332,8 @@ async fn random_payloads_cost_nothing_with_deltas_asked() {
             .map(|_| char::from(b'a' + rand::random::<u8>() % 26))
             .collect();
         publish(&gw, topic, json!({"i": i, "noise": noise})).await;
-        with += ws_text(&mut ws).await.len();
-        without += ws_text(&mut plain).await.len();
+        with += ws_next_text(&mut ws).await.len();
+        without += ws_next_text(&mut plain).await.len();
     }
     assert!(
         with <= without + without / 100,
@@ -381,7 +360,7 @@ async fn across_nodes_each_node_sends_deltas_that_rebuild_and_a_resume_elsewhere
     for minute in 0..6 {
         // Published through node a; node b computes its own deltas from the log.
         ids.push(publish(&a, topic, state(minute * 11)).await);
-        let text = ws_text(&mut on_b).await;
+        let text = ws_next_text(&mut on_b).await;
         assert_eq!(rebuilt.take(&text), state(minute * 11));
     }
     assert_eq!((rebuilt.full, rebuilt.deltas), (1, 5));
@@ -390,7 +369,10 @@ async fn across_nodes_each_node_sends_deltas_that_rebuild_and_a_resume_elsewhere
     ws_subscribe_delta(&mut on_a, topic, Some(&ids[2])).await;
     let mut moved = Rebuilt::default();
     for minute in 3..6 {
-        assert_eq!(moved.take(&ws_text(&mut on_a).await), state(minute * 11));
+        assert_eq!(
+            moved.take(&ws_next_text(&mut on_a).await),
+            state(minute * 11)
+        );
     }
     assert_eq!((moved.full, moved.deltas), (1, 2));
     // And over SSE on b, with the id the stream gave on a.
@@ -441,7 +423,7 @@ async fn a_coalescing_subscriber_gets_full_data_after_it_skipped() {
     };
     let mut rebuilt = Rebuilt::default();
     publish(&gw, topic, big(0)).await;
-    assert_eq!(rebuilt.take(&ws_text(&mut ws).await), big(0));
+    assert_eq!(rebuilt.take(&ws_next_text(&mut ws).await), big(0));
     // Not read while ~7.5 MB of deltas go out: far behind the channel and history.
     for n in 1..=300 {
         publish(&gw, topic, big(n)).await;
@@ -449,7 +431,7 @@ async fn a_coalescing_subscriber_gets_full_data_after_it_skipped() {
     // Reading now: some were skipped; each message rebuilds (a delta only on its own base).
     let mut last = 0;
     while last < 300 {
-        let text = ws_text(&mut ws).await;
+        let text = ws_next_text(&mut ws).await;
         let value = rebuilt.take(&text);
         last = value["minute"].as_u64().unwrap();
         assert_eq!(value, big(last));

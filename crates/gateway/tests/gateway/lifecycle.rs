@@ -300,3 +300,30 @@ async fn a_client_that_stops_reading_is_dropped_as_slow_on_every_path() {
             .unwrap();
     }
 }
+
+#[tokio::test]
+async fn deltas_on_every_path() {
+    // The stream's first message is full, the rest deltas that rebuild each message, however
+    // the client reached the stream.
+    for path in PATHS {
+        let mut config = config(path);
+        config.namespaces = crate::delta::delta_config().namespaces;
+        config.auth.public_prefixes.push("score".into());
+        let gw = spawn_gateway(config).await;
+        let mut s = open(&gw, path, "topic=score:life&delta=fossil", None).await;
+        s.sse.next_block().await.unwrap();
+        let mut rebuilt = crate::delta::Rebuilt::default();
+        for minute in 0..4 {
+            let published = crate::delta::state(minute * 13);
+            publish(&gw, "score:life", published.clone()).await;
+            let event = s.sse.next_event().await.unwrap();
+            assert_eq!(
+                rebuilt.take(event.data.as_deref().unwrap()),
+                published,
+                "{path:?}"
+            );
+        }
+        assert_eq!((rebuilt.full, rebuilt.deltas), (1, 3), "{path:?}");
+        gw.stop().await.unwrap();
+    }
+}

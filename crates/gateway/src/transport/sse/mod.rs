@@ -37,7 +37,7 @@ use crate::server::stream::{ClientStream, PeerInput};
 use crate::shutdown::DrainWait;
 use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 use crate::transport::access::authorize;
-use crate::transport::{SubscribeQuery, jitter, open_feed};
+use crate::transport::{SubscribeQuery, jitter, open_query_feed};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
@@ -268,15 +268,7 @@ async fn try_open(
         heartbeat,
     } = check(state, headers, query, Some(id), peer).await?;
     let client = state.client_key(who.sub.as_deref(), peer);
-    let (feed, charges) = open_feed(
-        state,
-        &query.topics,
-        &resume,
-        query.last,
-        query.delta,
-        &client,
-    )
-    .await?;
+    let (feed, charges) = open_query_feed(state, &query, &resume, &client).await?;
     let metrics = metrics::transport(Transport::Sse);
     let mut stream = SseStream {
         multi: feed.len() > 1 || feed.has_patterns(),

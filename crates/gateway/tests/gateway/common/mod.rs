@@ -388,8 +388,8 @@ pub(crate) async fn ws_send(ws: &mut WsStream, frame: Value) {
         .unwrap();
 }
 
-/// The next JSON text frame (control frames skipped).
-pub(crate) async fn ws_next(ws: &mut WsStream) -> Value {
+/// The next data frame (control frames skipped).
+pub(crate) async fn ws_next_frame(ws: &mut WsStream) -> WsMessage {
     loop {
         let msg = tokio::time::timeout(WAIT, ws.next())
             .await
@@ -397,11 +397,23 @@ pub(crate) async fn ws_next(ws: &mut WsStream) -> Value {
             .expect("websocket ended")
             .expect("websocket error");
         match msg {
-            WsMessage::Text(t) => return serde_json::from_str(&t).unwrap(),
             WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
-            other => panic!("unexpected frame {other:?}"),
+            other => return other,
         }
     }
+}
+
+/// The next text frame's text, exactly as sent (control frames skipped).
+pub(crate) async fn ws_next_text(ws: &mut WsStream) -> String {
+    match ws_next_frame(ws).await {
+        WsMessage::Text(t) => t.to_string(),
+        other => panic!("unexpected frame {other:?}"),
+    }
+}
+
+/// The next JSON text frame (control frames skipped).
+pub(crate) async fn ws_next(ws: &mut WsStream) -> Value {
+    serde_json::from_str(&ws_next_text(ws).await).unwrap()
 }
 
 /// The close frame's code and reason, reading past anything else.
