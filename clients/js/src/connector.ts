@@ -46,8 +46,8 @@ export class Connector {
   private updateQueued = false;
   /** A connection attempt waits for its token. */
   private starting = false;
-  /** Deltas applied, and those that could not be. */
-  readonly stats = { deltas: 0, deltaFailures: 0 };
+  /** Deltas applied, those that could not be, and WebSocket batch frames received. */
+  readonly stats = { deltas: 0, deltaFailures: 0, batches: 0 };
 
   constructor(private readonly p: ConnectorParts) {}
 
@@ -189,6 +189,9 @@ export class Connector {
         this.stats.deltaFailures++;
         const e = new DeltaError(`${transport}: a delta of ${topic} did not apply (${error.message}): subscribed again from its cursor`);
         this.p.events.emit("error", e);
+      },
+      batch: () => {
+        if (main() || probing()) this.stats.batches++;
       },
       serverUnsubscribed: (topics, ended) => {
         if (main() || probing()) server.unsubscribed(conn!, topics, ended, main());

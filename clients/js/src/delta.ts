@@ -188,6 +188,38 @@ export function pollMessageTexts(answer: string): string[] {
   }
 }
 
+/** The raw text of each element of a WebSocket batch frame (a JSON array of frames, already
+ *  known to be valid JSON), in order: an element's base is read from its own text. */
+export function jsonArrayTexts(text: string): string[] {
+  let i = 0;
+  while (i < text.length && " \t\r\n".includes(text[i]!)) i++;
+  if (text[i] !== "[") throw new DeltaError("batch: not an array");
+  i++;
+  const out: string[] = [];
+  for (;;) {
+    while (i < text.length && " \t\r\n,".includes(text[i]!)) i++;
+    if (i >= text.length) throw new DeltaError("batch: unterminated array");
+    if (text[i] === "]") return out;
+    const end = skipJson(text, i);
+    out.push(text.slice(i, end));
+    i = end;
+  }
+}
+
+/** The bytes of each element of a WebSocket batch frame (a MessagePack array of maps), in
+ *  order, as views into `frame`. */
+export function msgpackArrayItems(frame: Uint8Array): Uint8Array[] {
+  const r = new MsgpackSkipper(frame);
+  const n = r.arrayHeader();
+  const out: Uint8Array[] = [];
+  for (let k = 0; k < n; k++) {
+    const start = r.pos;
+    r.skip(0);
+    out.push(frame.subarray(start, r.pos));
+  }
+  return out;
+}
+
 /** The bytes of the `data` value of a MessagePack message frame (a map), exactly as sent. */
 export function msgpackDataBytes(frame: Uint8Array): Uint8Array {
   const r = new MsgpackSkipper(frame);
@@ -222,6 +254,14 @@ class MsgpackSkipper {
     let v = 0;
     for (let i = 0; i < n; i++) v = v * 256 + this.b[at + i]!;
     return v;
+  }
+
+  arrayHeader(): number {
+    const c = this.b[this.need(1)]!;
+    if (c >= 0x90 && c <= 0x9f) return c & 0x0f;
+    if (c === 0xdc) return this.uint(2);
+    if (c === 0xdd) return this.uint(4);
+    throw new DeltaError("a MessagePack batch that is not an array");
   }
 
   mapHeader(): number {
@@ -315,12 +355,13 @@ export class Bases {
     return true;
   }
 
-  /** A message read from a MessagePack frame (`frame`: its bytes). Throws `DeltaError`. */
-  msgpack(m: HeraldMessage, frame: Uint8Array): boolean {
+  /** A message read from a MessagePack frame (`frame`: its bytes, or a function giving them,
+   *  called only when a base is kept). Throws `DeltaError`. */
+  msgpack(m: HeraldMessage, frame: Uint8Array | (() => Uint8Array)): boolean {
     const delta = deltaMessages.has(m);
     if (!delta) {
       // A copy: the frame's buffer is not ours to keep a view of.
-      if (this.wants(m.topic)) this.bases.set(m.topic, msgpackDataBytes(frame).slice());
+      if (this.wants(m.topic)) this.bases.set(m.topic, msgpackDataBytes(typeof frame === "function" ? frame() : frame).slice());
       else this.bases.delete(m.topic);
       return false;
     }

@@ -79,7 +79,10 @@ type Events = HeraldEvents;
 
 export class Herald {
   private readonly opts: Required<
-    Pick<HeraldOptions, "openTimeout" | "pollTimeout" | "maxTopics" | "credentials" | "format" | "deadTimeout">
+    Pick<
+      HeraldOptions,
+      "openTimeout" | "pollTimeout" | "maxTopics" | "credentials" | "format" | "deadTimeout" | "batch" | "perMessageDeflate"
+    >
   >;
   private readonly events = new Emitter<Events>({
     state: new Set(),
@@ -107,6 +110,11 @@ export class Herald {
     if (transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
     const format = options.format ?? "json";
     if (format !== "json" && format !== "msgpack") throw new TypeError(`Herald: unknown format ${JSON.stringify(format)}`);
+    for (const k of ["batch", "perMessageDeflate"] as const) {
+      if (options[k] !== undefined && typeof options[k] !== "boolean") {
+        throw new TypeError(`Herald: ${k} must be true or false, not ${String(options[k])}`);
+      }
+    }
     const deadTimeout = options.deadTimeout ?? 45000;
     if (!(typeof deadTimeout === "number" && deadTimeout >= 0)) {
       throw new RangeError(`Herald: deadTimeout must be a number of ms >= 0, not ${String(deadTimeout)}`);
@@ -118,6 +126,8 @@ export class Herald {
       credentials: options.credentials ?? "same-origin",
       format,
       deadTimeout,
+      batch: options.batch ?? true,
+      perMessageDeflate: options.perMessageDeflate ?? false,
     };
     // The parts call each other through these closures: each part is made before any runs.
     this.tokens = new TokenKeeper(
@@ -268,8 +278,9 @@ export class Herald {
   }
 
   /** Counters: `deltas`, the deltas applied; `deltaFailures`, those that could not be (each
-   *  also an `error` event), whose topics were subscribed again from their cursors. */
-  stats(): { deltas: number; deltaFailures: number } {
+   *  also an `error` event), whose topics were subscribed again from their cursors;
+   *  `batches`, the WebSocket batch frames received (`options.batch`). */
+  stats(): { deltas: number; deltaFailures: number; batches: number } {
     return { ...this.link.stats };
   }
 
@@ -291,6 +302,8 @@ export class Herald {
       // A constructor like the WHATWG one (Node's `ws`) is used as one.
       WebSocket: (this.options.WebSocket ?? globalThis.WebSocket) as typeof WebSocket | undefined,
       format: this.opts.format,
+      batch: this.opts.batch,
+      perMessageDeflate: this.opts.perMessageDeflate,
       deadTimeout: this.opts.deadTimeout,
       credentials: this.opts.credentials,
       openTimeout: this.opts.openTimeout,

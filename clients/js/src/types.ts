@@ -89,6 +89,9 @@ export interface ConnectionHandlers {
   /** A delta was applied (`error` undefined), or one could not be (its topic is subscribed
    *  again from its cursor by the transport: nothing of it was delivered). */
   delta(topic: string, error?: Error): void;
+  /** A WebSocket batch frame came (several frames in one); its elements follow as they would
+   *  alone (`message`, `lost`, ...). */
+  batch(): void;
   close(info: CloseInfo): void;
 }
 
@@ -116,6 +119,10 @@ export interface ConnectionContext {
   /** The WebSocket's format: JSON, or MessagePack (`herald.msgpack`). SSE and long-poll
    *  always read JSON. */
   format: "json" | "msgpack";
+  /** Ask for WebSocket batch frames (`?batch=1`). */
+  batch: boolean;
+  /** Let a WebSocket constructor that takes options (Node's `ws`) offer permessage-deflate. */
+  perMessageDeflate: boolean;
   /** A connection that receives nothing for this long, in ms, is dead (0: never). */
   deadTimeout: number;
   /** Credentials mode of fetches (cookies). */

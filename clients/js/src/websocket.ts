@@ -1,14 +1,15 @@
 // The WebSocket transport: frames on `/v1/ws` (JSON text, or MessagePack binary with the
-// `herald.msgpack` subprotocol; wire.ts reads and writes them), subscriptions changed in
-// place, and a `ping` when the connection has been silent for half the dead-connection
-// timeout (watchdog.ts).
+// `herald.msgpack` subprotocol; wire.ts reads and writes them), batch frames asked for with
+// `?batch=1` (several frames in one: a JSON or MessagePack array, each element processed as if
+// it had come alone), subscriptions changed in place, and a `ping` when the connection has
+// been silent for half the dead-connection timeout (watchdog.ts).
 
 import type { Connection, ConnectionContext, ConnectionHandlers, CloseInfo } from "./types.js";
 import { HeraldError, asError } from "./types.js";
 import { isPattern, matchedBy, matchesPattern } from "./pattern.js";
-import { ProtocolError, WS_MSGPACK, decodeWsFrame, encodeWsFrame, type ServerFrame } from "./wire.js";
+import { ProtocolError, WS_MSGPACK, encodeWsFrame, loadWsFrame, readWsFrame, type ServerFrame } from "./wire.js";
 import { Watchdog } from "./watchdog.js";
-import { Bases, DeltaError } from "./delta.js";
+import { Bases, DeltaError, jsonArrayTexts, msgpackArrayItems } from "./delta.js";
 import { decode as decodeMsgpack } from "./msgpack.js";
 
 /** Replies awaited, in the order the commands were sent (the gateway answers every command,
@@ -43,12 +44,22 @@ function frameBytes(raw: unknown): Uint8Array {
   throw new ProtocolError("ws: not a binary frame");
 }
 
-export function wsUrl(base: string, token: string | undefined): string {
+/** The raw bytes of one frame (a frame alone, or an element of a batch), read only when a
+ *  delta base is kept: its text on a JSON connection, its MessagePack bytes on the other. */
+type RawFrame = () => string | Uint8Array;
+
+/** The WebSocket URL: `batch`: ask for batch frames (`batch=1`). */
+export function wsUrl(base: string, token: string | undefined, batch = false): string {
   const u = new URL("/v1/ws", base);
   u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
   if (token) u.searchParams.set("token", token);
+  if (batch) u.searchParams.set("batch", "1");
   return u.toString();
 }
+
+/** A WebSocket constructor that may take the options of Node's `ws` as its third argument
+ *  (the WHATWG one, and undici's, ignore a third argument). */
+type WsWithOptions = new (url: string, protocols: string[], options: { perMessageDeflate: boolean }) => WebSocket;
 
 export class WsConnection implements Connection {
   readonly transport = "websocket" as const;
@@ -72,8 +83,14 @@ export class WsConnection implements Connection {
     this.bases = new Bases((t) => ctx.delta(t), decodeMsgpack);
     const WS = ctx.WebSocket;
     if (!WS) throw new Error("no WebSocket implementation");
-    const url = wsUrl(ctx.url, ctx.token());
-    this.socket = ctx.format === "msgpack" ? new WS(url, [WS_MSGPACK]) : new WS(url);
+    const url = wsUrl(ctx.url, ctx.token(), ctx.batch);
+    const protocols = ctx.format === "msgpack" ? [WS_MSGPACK] : [];
+    // Node's `ws` offers permessage-deflate unless told not to (its third argument), and the
+    // gateway does not batch a connection that took it: not offered unless asked for. A
+    // browser always offers it (nothing can stop it): such a connection gets single frames.
+    this.socket = ctx.perMessageDeflate
+      ? new WS(url, protocols)
+      : new (WS as unknown as WsWithOptions)(url, protocols, { perMessageDeflate: false });
     try {
       // Binary frames as ArrayBuffer (a browser's default is Blob, Node's `ws` a Buffer).
       this.socket.binaryType = "arraybuffer";
@@ -220,14 +237,53 @@ export class WsConnection implements Connection {
   private onFrame(raw: unknown): void {
     if (this.closed) return;
     this.watchdog?.feed();
+    let v: unknown;
+    try {
+      v = loadWsFrame(raw, this.ctx.format);
+    } catch (e) {
+      this.malformed(e);
+      return;
+    }
+    const json = this.ctx.format === "json";
+    if (!Array.isArray(v)) {
+      this.onValue(v, json ? () => raw as string : () => frameBytes(raw));
+      return;
+    }
+    // A batch frame (`?batch=1`): its elements in order, each exactly as if it had come alone
+    // (cursors, deltas, loss, malformed). An element's delta base is read from its own bytes,
+    // split out of the frame only when a base is kept.
+    this.handlers.batch();
+    let parts: (string | Uint8Array)[] | undefined;
+    const split = () => (parts ??= json ? jsonArrayTexts(raw as string) : msgpackArrayItems(frameBytes(raw)));
+    for (let i = 0; i < v.length && !this.closed; i++) {
+      const at = i;
+      this.onValue(
+        v[i],
+        () => {
+          const part = split()[at];
+          if (part === undefined) throw new DeltaError(`batch: element ${at} not found in the frame`);
+          return part;
+        },
+        ` (element ${i + 1} of a batch of ${v.length})`,
+      );
+    }
+  }
+
+  /** A frame's value is not what the gateway sends: the stream cannot be trusted past it.
+   *  Reconnect from the cursors (what it held is asked for again), and say so. */
+  private malformed(e: unknown, where = ""): void {
+    let error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
+    if (where) error = new ProtocolError(`${error.message}${where}`);
+    this.fail({ reason: `ws: malformed frame: ${error.message}`, error }, true);
+  }
+
+  /** One frame, alone or an element of a batch (`where` says which, for errors). */
+  private onValue(v: unknown, rawFrame: RawFrame, where = ""): void {
     let f: ServerFrame;
     try {
-      f = decodeWsFrame(raw, this.ctx.format);
+      f = readWsFrame(v);
     } catch (e) {
-      // Not what the gateway sends: the stream cannot be trusted past it. Reconnect from the
-      // cursors (what it held is asked for again), and say so.
-      const error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
-      this.fail({ reason: `ws: malformed frame: ${error.message}`, error }, true);
+      this.malformed(e, where);
       return;
     }
     switch (f.type) {
@@ -236,7 +292,10 @@ export class WsConnection implements Connection {
         if (this.resyncing.has(m.topic)) break;
         let delta: boolean;
         try {
-          delta = this.ctx.format === "json" ? this.bases.json(m, () => raw as string) : this.bases.msgpack(m, frameBytes(raw));
+          delta =
+            this.ctx.format === "json"
+              ? this.bases.json(m, rawFrame as () => string)
+              : this.bases.msgpack(m, rawFrame as () => Uint8Array);
         } catch (e) {
           if (!(e instanceof DeltaError)) throw e;
           this.resubscribe(m.topic, e);

@@ -94,28 +94,33 @@ export type ServerFrame =
   /** A frame this client does not act on (`join`, `leave`, a type of a later version). */
   | { type: "other" };
 
-/** Reads a WebSocket frame: a text frame on a JSON connection, a binary frame (an
- *  `ArrayBuffer`, a typed array or a Node `Buffer`) on a MessagePack one. */
-export function decodeWsFrame(raw: unknown, format: WireFormat): ServerFrame {
-  let f: unknown;
+/** A WebSocket frame's top-level value, parsed once: a text frame on a JSON connection, a
+ *  binary frame (an `ArrayBuffer`, a typed array or a Node `Buffer`) on a MessagePack one.
+ *  An array is a batch frame (asked for with `?batch=1`): its elements are frames, each read
+ *  by `readWsFrame` in order; anything else is one frame. */
+export function loadWsFrame(raw: unknown, format: WireFormat): unknown {
   if (format === "json") {
     if (typeof raw !== "string") throw new ProtocolError("ws: a binary frame on a JSON connection");
-    f = parseJson(raw, "ws frame");
-  } else {
-    const bytes =
-      raw instanceof ArrayBuffer
-        ? new Uint8Array(raw)
-        : ArrayBuffer.isView(raw)
-          ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength)
-          : undefined;
-    if (!bytes) throw new ProtocolError("ws: a text frame on a herald.msgpack connection");
-    try {
-      f = decodeMsgpack(bytes);
-    } catch (e) {
-      if (e instanceof MsgpackError) throw new ProtocolError(`ws frame: not MessagePack: ${e.message}`);
-      throw e;
-    }
+    return parseJson(raw, "ws frame");
   }
+  const bytes =
+    raw instanceof ArrayBuffer
+      ? new Uint8Array(raw)
+      : ArrayBuffer.isView(raw)
+        ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength)
+        : undefined;
+  if (!bytes) throw new ProtocolError("ws: a text frame on a herald.msgpack connection");
+  try {
+    return decodeMsgpack(bytes);
+  } catch (e) {
+    if (e instanceof MsgpackError) throw new ProtocolError(`ws frame: not MessagePack: ${e.message}`);
+    throw e;
+  }
+}
+
+/** Reads one server frame from its parsed value (a frame alone, or an element of a batch):
+ *  anything but an object (a MessagePack map) is a `ProtocolError`. */
+export function readWsFrame(f: unknown): ServerFrame {
   if (!isObj(f)) throw new ProtocolError("ws frame: not an object");
   const what = `ws ${typeof f.type === "string" ? f.type : "frame"}`;
   switch (f.type) {

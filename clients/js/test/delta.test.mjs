@@ -187,7 +187,7 @@ for (const format of ["json", "msgpack"]) {
       assert.deepEqual(got.map((m) => m.data), [1, 2, 3, 4].map(state));
       assert.deepEqual(got.map((m) => m.id), ["e-1", "e-2", "e-3", "e-4"]);
       // 2 applied, 3 failed (not delivered), then 3 full and 4 applied.
-      assert.deepEqual(h.stats(), { deltas: 2, deltaFailures: 1 });
+      assert.deepEqual(h.stats(), { deltas: 2, deltaFailures: 1, batches: 0 });
       assert.ok(errors.some((e) => e.code === "bad_delta"));
       const subs = g.frames.filter((f) => f.type === "subscribe");
       assert.equal(subs[0].delta, "fossil");
@@ -243,7 +243,7 @@ test("long-poll: deltas within an answer; after a bad one nothing more of the to
   try {
     await until("4 messages", () => got.length >= 4);
     assert.deepEqual(got.map((m) => m.data), [1, 2, 3, 4].map(state));
-    assert.deepEqual(h.stats(), { deltas: 2, deltaFailures: 1 });
+    assert.deepEqual(h.stats(), { deltas: 2, deltaFailures: 1, batches: 0 });
     assert.equal(urls[0].searchParams.get("delta"), "fossil");
     assert.equal(urls[1].searchParams.get("cursor"), "a=e-2");
   } finally {
@@ -276,7 +276,7 @@ test("sse: deltas applied; a bad one restarts the stream from the last delivered
   try {
     await until("4 messages", () => got.length >= 4);
     assert.deepEqual(got.map((m) => m.data), [1, 2, 3, 4].map(state));
-    assert.deepEqual(h.stats(), { deltas: 2, deltaFailures: 1 });
+    assert.deepEqual(h.stats(), { deltas: 2, deltaFailures: 1, batches: 0 });
     assert.equal(reqs[0].u.searchParams.get("delta"), "fossil");
     assert.equal(reqs[0].u.searchParams.get("format"), "json");
     assert.equal(reqs[1].last, "a=e-2");

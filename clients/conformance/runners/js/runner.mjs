@@ -7,7 +7,9 @@
 // it: the `ws` package (a dev dependency of clients/js, installed by `npm ci` there), which
 // can drop a connection given up as dead at once (undici's, Node's own, waits for a closing
 // handshake that a silent peer never answers, and keeps the process alive); Node's own where
-// `ws` is not installed (Node >= 22, or Node 20 with --experimental-websocket).
+// `ws` is not installed (Node >= 22, or Node 20 with --experimental-websocket). The client
+// tells `ws` not to offer permessage-deflate (its default), so the gateway sends it batch
+// frames (`?batch=1`, the client's default); Node's own always offers deflate (no batches).
 
 import { createInterface } from "node:readline";
 import { createRequire } from "node:module";
@@ -58,6 +60,8 @@ async function start(c) {
     tokenRefreshMargin: c.token_margin_ms ?? 2000,
     WebSocket: webSocketImpl(),
   };
+  // Batch frames (`?batch=1`) are the client's default; `"batch": false` turns them off.
+  if (c.batch === false) options.batch = false;
   if (c.heartbeat_ms !== null && c.heartbeat_ms !== undefined) options.deadTimeout = c.heartbeat_ms;
   herald = new Herald(c.urls, options);
   // `state` listeners read the transport that opened; a transport that takes over while open
@@ -97,7 +101,7 @@ async function command(c) {
       out({ event: "cursors", ref, cursors: herald.cursors() });
     } else if (c.cmd === "stats") {
       const s = herald.stats();
-      out({ event: "stats", ref, deltas: s.deltas, delta_failures: s.deltaFailures });
+      out({ event: "stats", ref, deltas: s.deltas, delta_failures: s.deltaFailures, batches: s.batches });
     } else if (c.cmd === "history") {
       const page = await herald.history(c.topic, { limit: c.limit });
       out({ event: "history", ref, messages: page.messages.map((m) => ({ id: m.id, data: m.data })) });
