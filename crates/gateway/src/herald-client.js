@@ -787,6 +787,32 @@ function pollMessageTexts(answer) {
     }
   }
 }
+function jsonArrayTexts(text) {
+  let i = 0;
+  while (i < text.length && " 	\r\n".includes(text[i])) i++;
+  if (text[i] !== "[") throw new DeltaError("batch: not an array");
+  i++;
+  const out = [];
+  for (; ; ) {
+    while (i < text.length && " 	\r\n,".includes(text[i])) i++;
+    if (i >= text.length) throw new DeltaError("batch: unterminated array");
+    if (text[i] === "]") return out;
+    const end = skipJson(text, i);
+    out.push(text.slice(i, end));
+    i = end;
+  }
+}
+function msgpackArrayItems(frame) {
+  const r = new MsgpackSkipper(frame);
+  const n = r.arrayHeader();
+  const out = [];
+  for (let k = 0; k < n; k++) {
+    const start = r.pos;
+    r.skip(0);
+    out.push(frame.subarray(start, r.pos));
+  }
+  return out;
+}
 function msgpackDataBytes(frame) {
   const r = new MsgpackSkipper(frame);
   const n = r.mapHeader();
@@ -819,6 +845,13 @@ var MsgpackSkipper = class {
     let v = 0;
     for (let i = 0; i < n; i++) v = v * 256 + this.b[at + i];
     return v;
+  }
+  arrayHeader() {
+    const c = this.b[this.need(1)];
+    if (c >= 144 && c <= 159) return c & 15;
+    if (c === 220) return this.uint(2);
+    if (c === 221) return this.uint(4);
+    throw new DeltaError("a MessagePack batch that is not an array");
   }
   mapHeader() {
     const c = this.b[this.need(1)];
@@ -933,11 +966,12 @@ var Bases = class {
     if (this.wants(m.topic)) this.bases.set(m.topic, text);
     return true;
   }
-  /** A message read from a MessagePack frame (`frame`: its bytes). Throws `DeltaError`. */
+  /** A message read from a MessagePack frame (`frame`: its bytes, or a function giving them,
+   *  called only when a base is kept). Throws `DeltaError`. */
   msgpack(m, frame) {
     const delta = deltaMessages.has(m);
     if (!delta) {
-      if (this.wants(m.topic)) this.bases.set(m.topic, msgpackDataBytes(frame).slice());
+      if (this.wants(m.topic)) this.bases.set(m.topic, msgpackDataBytes(typeof frame === "function" ? frame() : frame).slice());
       else this.bases.delete(m.topic);
       return false;
     }
@@ -991,8 +1025,8 @@ var Connector = class {
   updateQueued = false;
   /** A connection attempt waits for its token. */
   starting = false;
-  /** Deltas applied, and those that could not be. */
-  stats = { deltas: 0, deltaFailures: 0 };
+  /** Deltas applied, those that could not be, and WebSocket batch frames received. */
+  stats = { deltas: 0, deltaFailures: 0, batches: 0 };
   get state() {
     return this._state;
   }
@@ -1118,6 +1152,9 @@ var Connector = class {
         this.stats.deltaFailures++;
         const e = new DeltaError(`${transport}: a delta of ${topic} did not apply (${error.message}): subscribed again from its cursor`);
         this.p.events.emit("error", e);
+      },
+      batch: () => {
+        if (main() || probing()) this.stats.batches++;
       },
       serverUnsubscribed: (topics, ended) => {
         if (main() || probing()) server.unsubscribed(conn, topics, ended, main());
@@ -1563,21 +1600,21 @@ function toMessage(f, what = "message") {
 function topicsOf(data, what) {
   return strings(parseObject(data, what).topics);
 }
-function decodeWsFrame(raw, format) {
-  let f;
+function loadWsFrame(raw, format) {
   if (format === "json") {
     if (typeof raw !== "string") throw new ProtocolError("ws: a binary frame on a JSON connection");
-    f = parseJson(raw, "ws frame");
-  } else {
-    const bytes = raw instanceof ArrayBuffer ? new Uint8Array(raw) : ArrayBuffer.isView(raw) ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) : void 0;
-    if (!bytes) throw new ProtocolError("ws: a text frame on a herald.msgpack connection");
-    try {
-      f = decode(bytes);
-    } catch (e) {
-      if (e instanceof MsgpackError) throw new ProtocolError(`ws frame: not MessagePack: ${e.message}`);
-      throw e;
-    }
+    return parseJson(raw, "ws frame");
   }
+  const bytes = raw instanceof ArrayBuffer ? new Uint8Array(raw) : ArrayBuffer.isView(raw) ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) : void 0;
+  if (!bytes) throw new ProtocolError("ws: a text frame on a herald.msgpack connection");
+  try {
+    return decode(bytes);
+  } catch (e) {
+    if (e instanceof MsgpackError) throw new ProtocolError(`ws frame: not MessagePack: ${e.message}`);
+    throw e;
+  }
+}
+function readWsFrame(f) {
   if (!isObj(f)) throw new ProtocolError("ws frame: not an object");
   const what = `ws ${typeof f.type === "string" ? f.type : "frame"}`;
   switch (f.type) {
@@ -1727,10 +1764,11 @@ function frameBytes(raw) {
   if (ArrayBuffer.isView(raw)) return new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength);
   throw new ProtocolError("ws: not a binary frame");
 }
-function wsUrl(base, token) {
+function wsUrl(base, token, batch = false) {
   const u = new URL("/v1/ws", base);
   u.protocol = u.protocol === "https:" ? "wss:" : u.protocol === "http:" ? "ws:" : u.protocol;
   if (token) u.searchParams.set("token", token);
+  if (batch) u.searchParams.set("batch", "1");
   return u.toString();
 }
 var WsConnection = class {
@@ -1740,8 +1778,9 @@ var WsConnection = class {
     this.bases = new Bases((t) => ctx.delta(t), decode);
     const WS = ctx.WebSocket;
     if (!WS) throw new Error("no WebSocket implementation");
-    const url = wsUrl(ctx.url, ctx.token());
-    this.socket = ctx.format === "msgpack" ? new WS(url, [WS_MSGPACK]) : new WS(url);
+    const url = wsUrl(ctx.url, ctx.token(), ctx.batch);
+    const protocols = ctx.format === "msgpack" ? [WS_MSGPACK] : [];
+    this.socket = ctx.perMessageDeflate ? new WS(url, protocols) : new WS(url, protocols, { perMessageDeflate: false });
     try {
       this.socket.binaryType = "arraybuffer";
     } catch {
@@ -1884,12 +1923,48 @@ var WsConnection = class {
   onFrame(raw) {
     if (this.closed) return;
     this.watchdog?.feed();
+    let v;
+    try {
+      v = loadWsFrame(raw, this.ctx.format);
+    } catch (e) {
+      this.malformed(e);
+      return;
+    }
+    const json = this.ctx.format === "json";
+    if (!Array.isArray(v)) {
+      this.onValue(v, json ? () => raw : () => frameBytes(raw));
+      return;
+    }
+    this.handlers.batch();
+    let parts;
+    const split = () => parts ??= json ? jsonArrayTexts(raw) : msgpackArrayItems(frameBytes(raw));
+    for (let i = 0; i < v.length && !this.closed; i++) {
+      const at = i;
+      this.onValue(
+        v[i],
+        () => {
+          const part = split()[at];
+          if (part === void 0) throw new DeltaError(`batch: element ${at} not found in the frame`);
+          return part;
+        },
+        ` (element ${i + 1} of a batch of ${v.length})`
+      );
+    }
+  }
+  /** A frame's value is not what the gateway sends: the stream cannot be trusted past it.
+   *  Reconnect from the cursors (what it held is asked for again), and say so. */
+  malformed(e, where = "") {
+    let error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
+    if (where) error = new ProtocolError(`${error.message}${where}`);
+    this.fail({ reason: `ws: malformed frame: ${error.message}`, error }, true);
+  }
+  /** One frame, alone or an element of a batch (`where` says which, for errors). */
+  onValue(v, rawFrame, where = "") {
     let f;
     try {
-      f = decodeWsFrame(raw, this.ctx.format);
+      f = readWsFrame(v);
     } catch (e) {
-      const error = e instanceof ProtocolError ? e : new ProtocolError(`ws frame: ${asError(e).message}`);
-      this.fail({ reason: `ws: malformed frame: ${error.message}`, error }, true);
+      this.malformed(e, where);
       return;
     }
     switch (f.type) {
@@ -1898,7 +1973,7 @@ var WsConnection = class {
         if (this.resyncing.has(m.topic)) break;
         let delta;
         try {
-          delta = this.ctx.format === "json" ? this.bases.json(m, () => raw) : this.bases.msgpack(m, frameBytes(raw));
+          delta = this.ctx.format === "json" ? this.bases.json(m, rawFrame) : this.bases.msgpack(m, rawFrame);
         } catch (e) {
           if (!(e instanceof DeltaError)) throw e;
           this.resubscribe(m.topic, e);
@@ -2573,6 +2648,11 @@ var Herald = class {
     if (transports.length === 0) throw new TypeError("Herald: no usable transport (no WebSocket here?)");
     const format = options.format ?? "json";
     if (format !== "json" && format !== "msgpack") throw new TypeError(`Herald: unknown format ${JSON.stringify(format)}`);
+    for (const k of ["batch", "perMessageDeflate"]) {
+      if (options[k] !== void 0 && typeof options[k] !== "boolean") {
+        throw new TypeError(`Herald: ${k} must be true or false, not ${String(options[k])}`);
+      }
+    }
     const deadTimeout = options.deadTimeout ?? 45e3;
     if (!(typeof deadTimeout === "number" && deadTimeout >= 0)) {
       throw new RangeError(`Herald: deadTimeout must be a number of ms >= 0, not ${String(deadTimeout)}`);
@@ -2583,7 +2663,9 @@ var Herald = class {
       maxTopics: options.maxTopics ?? 64,
       credentials: options.credentials ?? "same-origin",
       format,
-      deadTimeout
+      deadTimeout,
+      batch: options.batch ?? true,
+      perMessageDeflate: options.perMessageDeflate ?? false
     };
     this.tokens = new TokenKeeper(
       options.token,
@@ -2739,7 +2821,8 @@ var Herald = class {
     );
   }
   /** Counters: `deltas`, the deltas applied; `deltaFailures`, those that could not be (each
-   *  also an `error` event), whose topics were subscribed again from their cursors. */
+   *  also an `error` event), whose topics were subscribed again from their cursors;
+   *  `batches`, the WebSocket batch frames received (`options.batch`). */
   stats() {
     return { ...this.link.stats };
   }
@@ -2760,6 +2843,8 @@ var Herald = class {
       // A constructor like the WHATWG one (Node's `ws`) is used as one.
       WebSocket: this.options.WebSocket ?? globalThis.WebSocket,
       format: this.opts.format,
+      batch: this.opts.batch,
+      perMessageDeflate: this.opts.perMessageDeflate,
       deadTimeout: this.opts.deadTimeout,
       credentials: this.opts.credentials,
       openTimeout: this.opts.openTimeout,
