@@ -95,7 +95,8 @@ class Runner:
                 out({"event": "cursors", "ref": ref, "cursors": client.cursors})
             elif cmd == "stats":
                 s = client.stats
-                out({"event": "stats", "ref": ref, "deltas": s.deltas, "delta_failures": s.delta_failures})
+                out({"event": "stats", "ref": ref, "deltas": s.deltas, "delta_failures": s.delta_failures,
+                     "batches": s.batches})
             else:
                 raise RuntimeError(f"unknown command {cmd!r}")
         except HeraldError as e:

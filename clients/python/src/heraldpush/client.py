@@ -73,6 +73,8 @@ class Stats:
     #: Deltas that could not be applied (each also an :class:`ErrorEvent` ``bad_delta``):
     #: never delivered; their topics were subscribed again from their cursors.
     delta_failures: int = 0
+    #: WebSocket batch frames received (several frames packed into one; ``batch=True``).
+    batches: int = 0
 
 
 def _delta_flag(delta: str | None) -> bool:
@@ -120,6 +122,12 @@ class Client:
     ``delta``: ``"fossil"`` asks for Fossil deltas (docs/protocol.md "Delta compression") on the
     ``topics`` given here; :meth:`subscribe` takes its own. The client applies them: a
     :class:`Message` always holds the full data. :attr:`stats` counts them.
+    ``batch``: the WebSocket asks the gateway to pack the messages it has ready into one frame
+    (``?batch=1``; each is delivered as if it had come alone; :attr:`stats` counts the batch
+    frames); False asks for one frame per message. ``deflate``: offer permessage-deflate on
+    the WebSocket. Off by default: at 10k msg/s inflating cost this client ~11 % and the
+    gateway node ~35 % CPU per message, and the gateway does not batch on a deflate
+    connection; turn it on for large, compressible messages on a slow link.
     """
 
     def __init__(
@@ -142,6 +150,8 @@ class Client:
         max_topics: int = 64,
         max_buffered: int = MAX_BUFFERED_EVENTS,
         delta: Literal["fossil"] | None = None,
+        batch: bool = True,
+        deflate: bool = False,
     ) -> None:
         self._urls = [urls] if isinstance(urls, str) else list(urls)
         if not self._urls:
@@ -155,6 +165,8 @@ class Client:
         if fmt not in ("json", "msgpack"):
             raise ValueError(f"unknown format {fmt!r}")
         self._fmt = fmt
+        self._batch = batch
+        self._deflate = deflate
         self._token_source = token
         self._token: str | None = token if isinstance(token, str) else None
         self._api_key = api_key
@@ -346,8 +358,8 @@ class Client:
 
     @property
     def stats(self) -> Stats:
-        """Counters: deltas applied, and deltas that could not be."""
-        return Stats(self._stats.deltas, self._stats.delta_failures)
+        """Counters: deltas applied, deltas that could not be, batch frames received."""
+        return Stats(self._stats.deltas, self._stats.delta_failures, self._stats.batches)
 
     def _add_topic(self, topic: str, delta: bool = False) -> bool:
         err = wire.pattern_error(topic)
@@ -417,6 +429,8 @@ class Client:
                 await self._events.put(ErrorEvent(
                     "bad_delta", f"{conn.transport}: a delta of {ev.topic} did not apply ({ev.error}): "
                     "subscribed again from its cursor"))
+        elif isinstance(ev, wire.Batch):
+            self._stats.batches += 1
         elif isinstance(ev, wire.Message):
             # Cursors only move forward: the overlap of two connections never shows twice.
             if not wire.is_after(ev.id, self._cursors.get(ev.topic)):
@@ -463,7 +477,8 @@ class Client:
         return ConnContext(url=url, fmt=self._fmt, topics=self._resume, pattern_cursors=self._pattern_cursors,
                            token=lambda: self._token, http=self._http_client(),
                            open_timeout=self._open_timeout, dead_timeout=self._dead_timeout,
-                           poll_timeout=self._poll_timeout, delta=lambda t: self._subs.get(t, False))
+                           poll_timeout=self._poll_timeout, delta=lambda t: self._subs.get(t, False),
+                           batch=self._batch, deflate=self._deflate)
 
     def _spawn(self, ti: int) -> Connection:
         conn = open_connection(self._transports[ti], self._ctx(self._urls[self._retry.url]), self._sink)

@@ -16,13 +16,14 @@ consumes input).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 __all__ = ["DeltaError", "MAX_DELTA_TARGET", "apply_fossil", "fossil_checksum", "json_data_text",
-           "poll_message_texts", "msgpack_data_bytes", "Bases"]
+           "poll_message_texts", "msgpack_data_bytes", "json_array_texts", "msgpack_array_items", "Bases"]
 
 #: The largest result a delta may claim (64 MiB): past it the delta is refused unread.
 MAX_DELTA_TARGET = 64 << 20
@@ -215,6 +216,37 @@ def poll_message_texts(answer: str) -> list[str]:
             i = end
 
 
+#: A JSON string, or one of the characters that open, close or separate values.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+
+
+def json_array_texts(frame: str) -> list[str]:
+    """The raw text of each element of a JSON array (a batch frame ``[{..},{..}]``), in
+    order, in a document already known to be valid JSON. Strings are skipped whole by the
+    regular expression (not a character at a time)."""
+    start = frame.find("[")
+    if start < 0:
+        raise DeltaError("a batch frame that is not an array")
+    out: list[str] = []
+    depth = 0
+    item = start + 1
+    for m in _JSON_TOKEN.finditer(frame, start + 1):
+        c = m.group()
+        if c in "{[":
+            depth += 1
+        elif c in "}]":
+            if depth == 0:  # the array's own ]
+                last = frame[item:m.start()].strip()
+                if last:
+                    out.append(last)
+                return out
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(frame[item:m.start()].strip())
+            item = m.end()
+    raise DeltaError("an unterminated batch frame")
+
+
 class _Skipper:
     def __init__(self, b: bytes) -> None:
         self.b = b
@@ -294,6 +326,26 @@ def msgpack_data_bytes(frame: bytes) -> bytes:
     raise DeltaError("a message frame without data")
 
 
+def msgpack_array_items(frame: bytes) -> list[bytes]:
+    """The bytes of each element of a MessagePack array (a batch frame), exactly as sent."""
+    r = _Skipper(frame)
+    c = frame[r.need(1)] if frame else -1
+    if 0x90 <= c <= 0x9F:
+        n = c & 0x0F
+    elif c == 0xDC:
+        n = r.uint(2)
+    elif c == 0xDD:
+        n = r.uint(4)
+    else:
+        raise DeltaError("a MessagePack batch frame that is not an array")
+    out: list[bytes] = []
+    for _ in range(n):
+        start = r.pos
+        r.skip()
+        out.append(frame[start:r.pos])
+    return out
+
+
 # ---------------------------------------------------------------------------- bases
 
 
@@ -346,10 +398,11 @@ class Bases:
             self._bases[topic] = text
         return data
 
-    def full_msgpack(self, topic: str, frame: bytes) -> None:
-        """A full message read from a MessagePack frame (``frame``: its bytes)."""
+    def full_msgpack(self, topic: str, frame: bytes | Callable[[], bytes]) -> None:
+        """A full message read from a MessagePack frame (``frame``: its bytes, or a function
+        giving them, called only for a topic that asked for deltas)."""
         if self._wants(topic):
-            self._bases[topic] = msgpack_data_bytes(frame)
+            self._bases[topic] = msgpack_data_bytes(frame if isinstance(frame, bytes) else frame())
         else:
             self._bases.pop(topic, None)
 

@@ -6,7 +6,7 @@ state machine (``client.py``) and the transports' I/O (``transports.py``):
 - cursors ``<epoch>-<seq>`` and resume lists ``topic=cursor,...``;
 - topic names and prefix patterns;
 - the frames of every transport, parsed into the events below: WebSocket frames (JSON text or
-  ``herald.msgpack`` binary), SSE blocks in the JSON form (``format=json``) and the gateway's
+  ``herald.msgpack`` binary, one frame or a batch of them), SSE blocks in the JSON form (``format=json``) and the gateway's
   ``herald.*`` blocks, long-poll answers;
 - the loss signal (:class:`Lost`), the same object on every transport.
 
@@ -36,6 +36,7 @@ __all__ = [
     "Ended",
     "Presence",
     "Ignored",
+    "Batch",
     "WireEvent",
     "ProtocolError",
     "parse_cursor",
@@ -49,6 +50,8 @@ __all__ = [
     "SseParser",
     "SseBlock",
     "decode_ws_frame",
+    "load_ws_frame",
+    "decode_object",
     "encode_ws_frame",
     "decode_sse_block",
     "decode_poll_answer",
@@ -289,9 +292,17 @@ class Ignored:
     kind: str
 
 
+@dataclass(frozen=True)
+class Batch:
+    """A WebSocket batch frame came (``?batch=1``): ``size`` frames packed into one, each
+    processed after this as if it had come alone. Counted (``Client.stats.batches``)."""
+
+    size: int
+
+
 WireEvent = Union[
     Message, Lost, Opened, ServerSubscribed, ServerUnsubscribed, Published, CommandError, Ended,
-    Presence, Ignored, DeltaResult,
+    Presence, Ignored, DeltaResult, Batch,
 ]
 
 
@@ -385,19 +396,27 @@ def _unpack(raw: bytes) -> Any:
         raise ProtocolError(f"not MessagePack: {e}") from e
 
 
-def decode_ws_frame(raw: str | bytes, fmt: Literal["json", "msgpack"]) -> WireEvent:
-    """A WebSocket frame as an event: a text frame on a JSON connection, a binary one on a
-    ``herald.msgpack`` connection; anything else is a :class:`ProtocolError`."""
+def load_ws_frame(raw: str | bytes, fmt: Literal["json", "msgpack"]) -> Any:
+    """A WebSocket frame's top-level value, parsed once: a text frame on a JSON connection, a
+    binary one on a ``herald.msgpack`` connection; anything else is a :class:`ProtocolError`.
+    A list is a batch frame (asked for with ``?batch=1``): its elements are frames, each for
+    :func:`decode_object` in order; anything else is one frame."""
     if fmt == "json":
         if not isinstance(raw, str):
             raise ProtocolError("a binary frame on a JSON connection")
         try:
-            return decode_object(json.loads(raw))
+            return json.loads(raw)
         except json.JSONDecodeError as e:
             raise ProtocolError(f"not JSON: {e}") from e
     if not isinstance(raw, bytes):
         raise ProtocolError("a text frame on a herald.msgpack connection")
-    return decode_object(_unpack(raw))
+    return _unpack(raw)
+
+
+def decode_ws_frame(raw: str | bytes, fmt: Literal["json", "msgpack"]) -> WireEvent:
+    """A single (not batch) WebSocket frame as an event (:func:`load_ws_frame`,
+    :func:`decode_object`); a batch is a :class:`ProtocolError` here."""
+    return decode_object(load_ws_frame(raw, fmt))
 
 
 def encode_ws_frame(frame: Mapping[str, Any], fmt: Literal["json", "msgpack"]) -> str | bytes:
