@@ -7,6 +7,7 @@
 //! receives the same `Arc`, and the message's SSE and WebSocket encodings are built once and
 //! shared as `bytes::Bytes`.
 
+pub mod batch;
 pub mod cursor;
 pub mod deflate;
 pub mod delta;

@@ -31,6 +31,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::batch::{self, BatchForm};
 use crate::cursor::Cursor;
 use crate::message::Message;
 
@@ -55,6 +56,33 @@ pub trait DirectWriter: Send + Sync + 'static {
     /// has a frame half out).
     fn ready(&self) -> bool {
         true
+    }
+    /// Writes what the socket takes of `bufs` now, in order, in one go: how many bytes, or
+    /// `WouldBlock`. The fan-out writes the messages ready for a subscriber at once this way
+    /// (their frames, or one batch frame). By default [`Self::try_write`] for each buffer in
+    /// turn, until one is not taken whole.
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let mut written = 0;
+        for buf in bufs {
+            match self.try_write(buf) {
+                Ok(n) => {
+                    written += n;
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(e) if written == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(written)
+    }
+    /// How this subscriber takes several messages ready at once: `None` (the default), a
+    /// frame each; `Some(form)`, one batch frame ([`crate::batch`]), the client having asked.
+    /// Only a writer whose [`Self::frame`] is a whole uncompressed WebSocket frame may say
+    /// `Some`: the batch holds those frames' payloads.
+    fn batch(&self) -> Option<BatchForm> {
+        None
     }
 }
 
@@ -335,6 +363,133 @@ impl<W: ?Sized + DirectWriter> DirectSub<W> {
             }
         }
     }
+
+    /// Writes the messages of `messages` (in the topic's order, each with the topic's head
+    /// before it) from this subscriber's next one on, as [`Self::offer`] writes one, in as
+    /// few writes as the socket takes: runs of consecutive messages (at most
+    /// [`batch::MAX_MESSAGES`], and [`batch::MAX_BYTES`] of frames unless one frame is larger
+    /// alone), each in one vectored write, as one batch frame when the writer takes batches
+    /// ([`DirectWriter::batch`]). Parks the subscriber where [`Self::offer`] would.
+    /// `delivered(i, counter, bytes)` is told of each `messages[i]` delivered.
+    fn offer_run(
+        &self,
+        messages: &[(Arc<Message>, Cursor)],
+        now: Instant,
+        generation: u32,
+        mut delivered: impl FnMut(usize, &'static dyn DeliveryCounter, usize),
+    ) {
+        let mut state = self.state.lock();
+        if !state.direct || state.generation != generation {
+            return;
+        }
+        let writer = &self.writer;
+        let form = writer.batch();
+        let mut next = 0;
+        while let Some((message, previous)) = messages.get(next) {
+            let cursor = message.cursor();
+            if cursor.epoch == state.position.epoch && cursor.seq <= state.position.seq {
+                next += 1;
+                continue;
+            }
+            if state.position != *previous {
+                state.park();
+                return;
+            }
+            // The run: consecutive messages from `next`, each the one after the one before.
+            let mut frames: [Option<&Bytes>; batch::MAX_MESSAGES] = [None; batch::MAX_MESSAGES];
+            let mut deltas = [false; batch::MAX_MESSAGES];
+            let mut n = 0;
+            let mut bytes = 0;
+            let mut based = state.based;
+            let mut after = *previous;
+            for (message, previous) in &messages[next..] {
+                if n == batch::MAX_MESSAGES || *previous != after {
+                    break;
+                }
+                let delta = state.delta && based && message.delta_base() == Some(after);
+                let frame = writer.frame(message, delta);
+                if n > 0 && bytes + frame.len() > batch::MAX_BYTES {
+                    break;
+                }
+                frames[n] = Some(frame);
+                deltas[n] = delta;
+                n += 1;
+                bytes += frame.len();
+                based = true;
+                after = message.cursor();
+            }
+            let frames = &frames[..n];
+            let head;
+            let mut parts = [io::IoSlice::new(&[]); 2 * batch::MAX_MESSAGES + 1];
+            let mut count = 0;
+            let mut push = |part| push_part(&mut parts, &mut count, part);
+            match form.filter(|_| n > 1) {
+                Some(form) => {
+                    // Each frame's payload, without its header, inside the array.
+                    let elements: usize = frames
+                        .iter()
+                        .flatten()
+                        .map(|f| f.len() - crate::frame::ws_header_len(f.len()))
+                        .sum();
+                    head = form.head(n, elements);
+                    push(head.as_slice());
+                    for (i, frame) in frames.iter().flatten().enumerate() {
+                        if i > 0 {
+                            push(form.separator());
+                        }
+                        push(&frame[crate::frame::ws_header_len(frame.len())..]);
+                    }
+                    push(form.tail());
+                }
+                None => {
+                    for frame in frames.iter().flatten() {
+                        push(frame);
+                    }
+                }
+            }
+            let parts = &parts[..count];
+            let total: usize = parts.iter().map(|p| p.len()).sum();
+            match writer.try_write_vectored(parts) {
+                Ok(written) => {
+                    for (i, frame) in frames.iter().flatten().enumerate() {
+                        let (message, _) = &messages[next + i];
+                        let bytes = writer.counted_bytes(frame.len(), message, deltas[i]);
+                        delivered(next + i, writer.counter(), bytes);
+                    }
+                    state.position = after;
+                    state.based = true;
+                    state.last_write = Some(now);
+                    if written < total {
+                        // Part of the run is on the wire: the task writes the rest, then goes
+                        // on after the run's last message.
+                        let mut rest = Vec::with_capacity(total - written);
+                        let mut skip = written;
+                        for part in parts {
+                            let from = skip.min(part.len());
+                            skip -= from;
+                            rest.extend_from_slice(&part[from..]);
+                        }
+                        state.cut(rest.into());
+                        return;
+                    }
+                    next += n;
+                }
+                // Would block, or failed: the task writes (or finds the error) from here on.
+                Err(_) => {
+                    state.park();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Appends `part` (unless empty) to the first `count` of `parts`.
+fn push_part<'a>(parts: &mut [io::IoSlice<'a>], count: &mut usize, part: &'a [u8]) {
+    if !part.is_empty() {
+        parts[*count] = io::IoSlice::new(part);
+        *count += 1;
+    }
 }
 
 /// One message's deliveries to consecutive subscribers that share a counter, counted once.
@@ -369,12 +524,12 @@ impl Tally {
     }
 }
 
-/// Subscribers per fan-out group: a topic's direct subscribers are fanned out by group, the
+/// Subscribers per fan-out cohort: a topic's direct subscribers are fanned out by cohort, the
 /// first on the publishing thread and each other one on a task of its own, so a large topic's
 /// fan-out spreads over the runtime's workers as the per-subscriber tasks did.
-const GROUP: usize = 1024;
+const COHORT: usize = 1024;
 
-/// A topic's direct subscribers, in groups of [`GROUP`] slots (attach and detach in O(1)).
+/// A topic's direct subscribers, in cohorts of [`COHORT`] slots (attach and detach in O(1)).
 #[derive(Default)]
 pub(crate) struct DirectSet {
     slots: Mutex<Slots>,
@@ -386,29 +541,29 @@ pub(crate) struct DirectSet {
 
 #[derive(Default)]
 struct Slots {
-    groups: Vec<Arc<Group>>,
-    /// Free slots (`group * GROUP + index`).
+    cohorts: Vec<Arc<Cohort>>,
+    /// Free slots (`cohort * COHORT + index`).
     free: Vec<usize>,
 }
 
-/// One group's subscribers, the messages waiting to be fanned out to them, and the lock of
+/// One cohort's subscribers, the messages waiting to be fanned out to them, and the lock of
 /// the one thread or task fanning out to them.
 #[derive(Default)]
-pub(crate) struct Group {
-    subs: Mutex<GroupSubs>,
+pub(crate) struct Cohort {
+    subs: Mutex<CohortSubs>,
     queue: Mutex<Queue>,
     pub(crate) running: Mutex<()>,
 }
 
 #[derive(Default)]
-struct GroupSubs {
+struct CohortSubs {
     slots: Vec<Option<Entry>>,
     len: usize,
     /// What the fan-out walks, rebuilt only after a change.
     snapshot: Option<Arc<[Entry]>>,
 }
 
-/// An attached link in its group, with the attachment's number ([`LinkState::generation`]).
+/// An attached link in its cohort, with the attachment's number ([`LinkState::generation`]).
 #[derive(Clone)]
 struct Entry {
     sub: Arc<DirectSub>,
@@ -419,7 +574,7 @@ struct Entry {
 struct Queue {
     /// Each message with the topic's head before it.
     messages: Vec<(Arc<Message>, Cursor)>,
-    /// Messages were dropped from a full queue: every subscriber of the group is parked and
+    /// Messages were dropped from a full queue: every subscriber of the cohort is parked and
     /// recovers from history.
     overflowed: bool,
 }
@@ -453,10 +608,10 @@ impl DirectSet {
         let slot = match slots.free.pop() {
             Some(slot) => slot,
             None => {
-                slots.groups.push(Arc::default());
-                let first = (slots.groups.len() - 1) * GROUP;
-                slots.free.extend((first..first + GROUP).rev());
-                slots.free.pop().expect("a fresh group has free slots")
+                slots.cohorts.push(Arc::default());
+                let first = (slots.cohorts.len() - 1) * COHORT;
+                slots.free.extend((first..first + COHORT).rev());
+                slots.free.pop().expect("a fresh cohort has free slots")
             }
         };
         state.generation = state.generation.wrapping_add(1);
@@ -468,17 +623,17 @@ impl DirectSet {
         state.position = position;
         state.rest = None;
         state.last_write = None;
-        let mut group = slots.groups[slot / GROUP].subs.lock();
-        let index = slot % GROUP;
-        if group.slots.len() <= index {
-            group.slots.resize(index + 1, None);
+        let mut cohort = slots.cohorts[slot / COHORT].subs.lock();
+        let index = slot % COHORT;
+        if cohort.slots.len() <= index {
+            cohort.slots.resize(index + 1, None);
         }
-        group.slots[index] = Some(Entry {
+        cohort.slots[index] = Some(Entry {
             sub: sub.clone(),
             generation: state.generation,
         });
-        group.len += 1;
-        group.snapshot = None;
+        cohort.len += 1;
+        cohort.snapshot = None;
         self.attached.fetch_add(1, Ordering::AcqRel);
         true
     }
@@ -497,19 +652,19 @@ impl DirectSet {
         };
         let Some(slot) = slot else { return };
         let mut slots = self.slots.lock();
-        let Some(group) = slots.groups.get(slot / GROUP).cloned() else {
+        let Some(cohort) = slots.cohorts.get(slot / COHORT).cloned() else {
             return;
         };
-        let mut subs = group.subs.lock();
+        let mut subs = cohort.subs.lock();
         let same = subs
             .slots
-            .get(slot % GROUP)
+            .get(slot % COHORT)
             .and_then(|s| s.as_ref())
             .is_some_and(|s| std::ptr::addr_eq(Arc::as_ptr(&s.sub), sub));
         if !same {
             return;
         }
-        subs.slots[slot % GROUP] = None;
+        subs.slots[slot % COHORT] = None;
         subs.len -= 1;
         subs.snapshot = None;
         drop(subs);
@@ -519,17 +674,17 @@ impl DirectSet {
         }
     }
 
-    /// Queues `message` for the fan-out of every group with subscribers; called under the
+    /// Queues `message` for the fan-out of every cohort with subscribers; called under the
     /// topic's lock, so each queue is in the topic's order. At most `capacity` wait in a
-    /// group: past that the oldest are dropped and the group's subscribers are parked (they
+    /// cohort: past that the oldest are dropped and the cohort's subscribers are parked (they
     /// recover from history, as a lagging subscriber does).
     pub(crate) fn queue(&self, message: &Arc<Message>, previous: Cursor, capacity: usize) {
         let slots = self.slots.lock();
-        for group in &slots.groups {
-            if group.subs.lock().len == 0 {
+        for cohort in &slots.cohorts {
+            if cohort.subs.lock().len == 0 {
                 continue;
             }
-            let mut queue = group.queue.lock();
+            let mut queue = cohort.queue.lock();
             if queue.messages.len() >= capacity.max(1) {
                 queue.messages.clear();
                 queue.overflowed = true;
@@ -538,40 +693,40 @@ impl DirectSet {
         }
     }
 
-    /// Fans the queued messages out: the first group with work on this thread, every other
-    /// one on a task of its own (when there is a runtime). A group another thread is at
+    /// Fans the queued messages out: the first cohort with work on this thread, every other
+    /// one on a task of its own (when there is a runtime). A cohort another thread is at
     /// already is left to it: it takes these messages too.
     pub(crate) fn fan_out(&self) {
-        let groups: Vec<Arc<Group>> = self.slots.lock().groups.clone();
+        let cohorts: Vec<Arc<Cohort>> = self.slots.lock().cohorts.clone();
         let mut here = None;
-        for group in groups {
-            if !group.has_work() {
+        for cohort in cohorts {
+            if !cohort.has_work() {
                 continue;
             }
             if here.is_none() {
-                here = Some(group);
+                here = Some(cohort);
                 continue;
             }
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(async move { group.fan_out() });
+                    runtime.spawn(async move { cohort.fan_out() });
                 }
-                Err(_) => group.fan_out(),
+                Err(_) => cohort.fan_out(),
             }
         }
-        if let Some(group) = here {
-            group.fan_out();
+        if let Some(cohort) = here {
+            cohort.fan_out();
         }
     }
 
-    /// Holds every group's fan-out, as another thread fanning out would.
+    /// Holds every cohort's fan-out, as another thread fanning out would.
     #[cfg(test)]
-    pub(crate) fn running_for_test(&self) -> Vec<Arc<Group>> {
-        self.slots.lock().groups.clone()
+    pub(crate) fn running_for_test(&self) -> Vec<Arc<Cohort>> {
+        self.slots.lock().cohorts.clone()
     }
 }
 
-impl Group {
+impl Cohort {
     fn has_work(&self) -> bool {
         let queue = self.queue.lock();
         !queue.messages.is_empty() || queue.overflowed
@@ -587,7 +742,7 @@ impl Group {
         snapshot
     }
 
-    /// Fans the group's queued messages out until its queue is empty, unless another thread
+    /// Fans the cohort's queued messages out until its queue is empty, unless another thread
     /// is at it.
     fn fan_out(&self) {
         loop {
@@ -613,7 +768,7 @@ impl Group {
                     continue;
                 }
                 let now = Instant::now();
-                for (message, previous) in &messages {
+                if let [(message, previous)] = &messages[..] {
                     let latency = now.saturating_duration_since(message.published_at());
                     let mut tally = Tally::default();
                     for entry in subs.iter() {
@@ -624,6 +779,24 @@ impl Group {
                         }
                     }
                     tally.flush(latency);
+                    continue;
+                }
+                // Several messages: each subscriber takes all it can in one write, and each
+                // message's deliveries are still counted by the run of subscribers.
+                let latencies: Vec<std::time::Duration> = messages
+                    .iter()
+                    .map(|(m, _)| now.saturating_duration_since(m.published_at()))
+                    .collect();
+                let mut tallies: Vec<Tally> = messages.iter().map(|_| Tally::default()).collect();
+                for entry in subs.iter() {
+                    entry
+                        .sub
+                        .offer_run(&messages, now, entry.generation, |i, counter, bytes| {
+                            tallies[i].add(counter, bytes, latencies[i]);
+                        });
+                }
+                for (tally, latency) in tallies.iter_mut().zip(&latencies) {
+                    tally.flush(*latency);
                 }
             }
             drop(running);

@@ -1,3 +1,5 @@
+use std::sync::atomic::AtomicUsize;
+
 use super::*;
 use crate::TopicName;
 use crate::message::Payload;
@@ -94,4 +96,230 @@ fn a_fan_out_still_walking_an_earlier_attachment_does_not_write_to_the_link() {
     b.direct.detach(&link);
     assert_eq!((b.direct.len(), b.direct.direct_now()), (0, 0));
     assert!(!link.is_direct());
+}
+
+/// A socket that takes up to `room` bytes, counts its writes, and takes batches in `form`.
+struct Batching {
+    written: Mutex<Vec<u8>>,
+    writes: AtomicUsize,
+    room: AtomicUsize,
+    form: Option<BatchForm>,
+}
+
+impl Batching {
+    fn new(form: Option<BatchForm>, room: usize) -> Arc<DirectSub<Self>> {
+        Arc::new(DirectSub::new(Self {
+            written: Mutex::default(),
+            writes: AtomicUsize::new(0),
+            room: AtomicUsize::new(room),
+            form,
+        }))
+    }
+}
+
+impl DirectWriter for Batching {
+    fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes {
+        let sent = crate::message::Outbound::new(message, delta);
+        match self.form {
+            Some(BatchForm::Msgpack) => sent.ws_msgpack_wire_frame(),
+            _ => sent.ws_wire_frame(),
+        }
+    }
+
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.try_write_vectored(&[io::IoSlice::new(buf)])
+    }
+
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        let room = self.room.load(Ordering::SeqCst);
+        if room == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        let n = room.min(all.len());
+        self.room.fetch_sub(n, Ordering::SeqCst);
+        self.written.lock().extend_from_slice(&all[..n]);
+        Ok(n)
+    }
+
+    fn counter(&self) -> &'static dyn DeliveryCounter {
+        &NoCount
+    }
+
+    fn batch(&self) -> Option<BatchForm> {
+        self.form
+    }
+}
+
+/// The (opcode, payload) of each whole server frame in `wire`.
+fn ws_frames(wire: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < wire.len() {
+        let (len, head) = match wire[at + 1] {
+            126 => (
+                usize::from(u16::from_be_bytes([wire[at + 2], wire[at + 3]])),
+                4,
+            ),
+            127 => (
+                usize::try_from(u64::from_be_bytes(
+                    wire[at + 2..at + 10].try_into().unwrap(),
+                ))
+                .unwrap(),
+                10,
+            ),
+            n => (usize::from(n), 2),
+        };
+        out.push((wire[at], wire[at + head..at + head + len].to_vec()));
+        at += head + len;
+    }
+    assert_eq!(at, wire.len(), "a frame cut short");
+    out
+}
+
+/// A topic (deltas on when `delta`) with `socket` attached and direct at its head.
+fn direct_topic<W: DirectWriter>(
+    socket: &Arc<DirectSub<W>>,
+    delta: bool,
+) -> (Topic, Arc<DirectSub>) {
+    let config = TopicConfig {
+        delta,
+        ..TopicConfig::default()
+    };
+    let topic = Topic::with_epoch(TopicName::new("t").unwrap(), &config, 5);
+    let link: Arc<DirectSub> = socket.clone();
+    assert!(topic.direct.attach(&link, Cursor::new(5, 0)));
+    assert!(link.go_direct(Cursor::new(5, 0), delta, false));
+    (topic, link)
+}
+
+fn publish_unsent(topic: &Topic, n: usize) -> Vec<Arc<Message>> {
+    (0..n)
+        .map(|i| topic.publish_unsent(None, Payload::from_value(&serde_json::json!({"n": i}))))
+        .collect()
+}
+
+#[test]
+fn a_burst_reaches_a_batching_subscriber_in_one_batch_frame() {
+    let socket = Batching::new(Some(BatchForm::Json), usize::MAX);
+    let (topic, link) = direct_topic(&socket, false);
+    let sent = publish_unsent(&topic, 5);
+    assert!(
+        socket.writer().written.lock().is_empty(),
+        "nothing before the fan-out"
+    );
+    topic.fan_out();
+    assert_eq!(
+        socket.writer().writes.load(Ordering::SeqCst),
+        1,
+        "one write"
+    );
+    let frames = ws_frames(&socket.writer().written.lock());
+    assert_eq!(frames.len(), 1, "one frame");
+    assert_eq!(frames[0].0, 0x81, "text");
+    let batch: Vec<serde_json::Value> = serde_json::from_slice(&frames[0].1).unwrap();
+    let want: Vec<serde_json::Value> = sent
+        .iter()
+        .map(|m| serde_json::from_slice(m.ws_frame()).unwrap())
+        .collect();
+    assert_eq!(batch, want);
+    assert!(link.is_direct(), "still direct");
+    assert_eq!(link.position(), sent[4].cursor());
+    // One message alone goes as its own frame.
+    socket.writer().written.lock().clear();
+    let one = topic.publish(None, Payload::from_value(&serde_json::json!("one")));
+    assert_eq!(
+        &socket.writer().written.lock()[..],
+        &one.ws_wire_frame()[..]
+    );
+    topic.direct.detach(&link);
+}
+
+#[test]
+fn a_burst_to_a_subscriber_without_batches_is_one_write_of_its_frames() {
+    let socket = Batching::new(None, usize::MAX);
+    let (topic, link) = direct_topic(&socket, false);
+    let sent = publish_unsent(&topic, 5);
+    topic.fan_out();
+    assert_eq!(
+        socket.writer().writes.load(Ordering::SeqCst),
+        1,
+        "one write"
+    );
+    let want: Vec<u8> = sent
+        .iter()
+        .flat_map(|m| m.ws_wire_frame().to_vec())
+        .collect();
+    assert_eq!(*socket.writer().written.lock(), want);
+    topic.direct.detach(&link);
+}
+
+#[test]
+fn a_long_burst_is_cut_into_batches_of_at_most_max_messages() {
+    let socket = Batching::new(Some(BatchForm::Msgpack), usize::MAX);
+    let (topic, link) = direct_topic(&socket, false);
+    let n = batch::MAX_MESSAGES + 36;
+    let sent = publish_unsent(&topic, n);
+    topic.fan_out();
+    let frames = ws_frames(&socket.writer().written.lock());
+    let sizes: Vec<usize> = frames
+        .iter()
+        .map(|(opcode, payload)| {
+            assert_eq!(*opcode, 0x82, "binary");
+            crate::msgpack::array_items(payload).unwrap().len()
+        })
+        .collect();
+    assert_eq!(sizes, [batch::MAX_MESSAGES, 36]);
+    assert_eq!(link.position(), sent[n - 1].cursor());
+    topic.direct.detach(&link);
+}
+
+#[test]
+fn a_batch_the_socket_takes_in_part_leaves_the_rest_to_the_task() {
+    let socket = Batching::new(Some(BatchForm::Json), 100);
+    let (topic, link) = direct_topic(&socket, false);
+    let sent = publish_unsent(&topic, 8);
+    topic.fan_out();
+    assert!(!link.is_direct(), "parked");
+    let handover = link.take();
+    assert_eq!(
+        handover.position,
+        sent[7].cursor(),
+        "the whole run is the task's to finish"
+    );
+    let mut wire = socket.writer().written.lock().clone();
+    assert_eq!(wire.len(), 100);
+    wire.extend_from_slice(&handover.rest.expect("the rest of the batch"));
+    let frames = ws_frames(&wire);
+    assert_eq!(frames.len(), 1);
+    let batch: Vec<serde_json::Value> = serde_json::from_slice(&frames[0].1).unwrap();
+    assert_eq!(batch.len(), 8);
+    topic.direct.detach(&link);
+}
+
+#[test]
+fn deltas_inside_a_batch_apply_each_to_the_element_before() {
+    let socket = Batching::new(Some(BatchForm::Json), usize::MAX);
+    let (topic, link) = direct_topic(&socket, true);
+    let state = |i: usize| serde_json::json!({"score": [i, 2], "clock": "the same long text every time, a base worth a delta"});
+    let sent: Vec<Arc<Message>> = (0..4)
+        .map(|i| topic.publish_unsent(None, Payload::from_value(&state(i))))
+        .collect();
+    topic.fan_out();
+    let frames = ws_frames(&socket.writer().written.lock());
+    assert_eq!(frames.len(), 1);
+    let batch: Vec<serde_json::Value> = serde_json::from_slice(&frames[0].1).unwrap();
+    // The first is full (the subscriber held no base), each later one a delta.
+    for (i, (got, message)) in batch.iter().zip(&sent).enumerate() {
+        let want = crate::message::Outbound::new(message, i > 0).ws_frame();
+        assert_eq!(
+            got,
+            &serde_json::from_slice::<serde_json::Value>(want).unwrap()
+        );
+        if i > 0 {
+            assert_ne!(want, message.ws_frame(), "message {i} went as a delta");
+        }
+    }
+    topic.direct.detach(&link);
 }

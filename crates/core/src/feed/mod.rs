@@ -311,11 +311,24 @@ impl Feed {
     /// `select!` beside timers and socket reads. Never returns while there is no subscription
     /// (or while the topic's publisher delivers directly).
     pub async fn next(&mut self) -> FeedEvent {
-        std::future::poll_fn(|cx| self.poll_next_event(cx)).await
+        std::future::poll_fn(|cx| self.poll_next_event(cx, true)).await
     }
 
-    fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<FeedEvent> {
-        let event = self.poll_next_inner(cx);
+    /// The next event if one is ready now, without waiting and without handing the socket to
+    /// the topic's publisher ([`crate::direct`]): for a transport that gathers what is ready
+    /// into one write, which must go out before the publisher may write again. The waker
+    /// registered is a no-op one: the transport waits with [`Self::next`] afterwards.
+    pub fn next_ready(&mut self) -> Option<FeedEvent> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.poll_next_event(&mut cx, false) {
+            Poll::Ready(event) => Some(event),
+            Poll::Pending => None,
+        }
+    }
+
+    /// The next event; `direct`: the feed may go direct on the way (when idle).
+    fn poll_next_event(&mut self, cx: &mut Context<'_>, direct: bool) -> Poll<FeedEvent> {
+        let event = self.poll_next_inner(cx, direct);
         if let Poll::Ready(FeedEvent::Lost { topic, .. }) = &event
             && let Some(sub) = self.subs.iter_mut().find(|s| s.topic.name() == topic)
         {
@@ -325,7 +338,7 @@ impl Feed {
         event
     }
 
-    fn poll_next_inner(&mut self, cx: &mut Context<'_>) -> Poll<FeedEvent> {
+    fn poll_next_inner(&mut self, cx: &mut Context<'_>, direct: bool) -> Poll<FeedEvent> {
         loop {
             if let Some(rest) = self.rest.take() {
                 return Poll::Ready(FeedEvent::Rest(*rest));
@@ -343,7 +356,7 @@ impl Feed {
             }
             // Caught up with the topic: go direct before the receiver is ever polled (it
             // holds nothing this feed has not seen).
-            if self.try_go_direct() {
+            if direct && self.try_go_direct() {
                 continue;
             }
             match std::pin::Pin::new(&mut self.streams).poll_next(cx) {

@@ -262,16 +262,25 @@ impl Topic {
 
     /// Publishes a message at the next position and returns it.
     pub fn publish(&self, event: Option<EventName>, data: Payload) -> Arc<Message> {
-        let message = {
-            let mut state = self.state.lock();
-            let cursor = Cursor::new(state.epoch, state.head + 1);
-            self.append(
-                &mut state,
-                Message::new(self.name.clone(), cursor, event, data),
-            )
-        };
+        let message = self.publish_unsent(event, data);
         self.fan_out();
         message
+    }
+
+    /// Publishes as [`Self::publish`] does, except that the message waits for the next
+    /// [`Self::fan_out`] to reach the subscribers the publisher writes to itself
+    /// ([`crate::direct`]); subscribers with a task of their own get it now. A publisher of
+    /// several messages in a row calls [`Self::fan_out`] once after the last, so each such
+    /// subscriber takes them in one write (one batch frame when it asked for batches),
+    /// instead of a write per message. The messages wait in the fan-out's bounded queue
+    /// (past `channel_capacity` the subscribers recover from history, as laggards do).
+    pub fn publish_unsent(&self, event: Option<EventName>, data: Payload) -> Arc<Message> {
+        let mut state = self.state.lock();
+        let cursor = Cursor::new(state.epoch, state.head + 1);
+        self.append(
+            &mut state,
+            Message::new(self.name.clone(), cursor, event, data),
+        )
     }
 
     /// Delivers a message whose position was assigned elsewhere (a shared log such as a
@@ -308,8 +317,8 @@ impl Topic {
     }
 
     /// Writes queued messages to the direct subscribers, unless no one is attached or
-    /// another thread is at it.
-    fn fan_out(&self) {
+    /// another thread is at it (which then writes them).
+    pub fn fan_out(&self) {
         if self.direct.len() > 0 {
             self.direct.fan_out();
         }

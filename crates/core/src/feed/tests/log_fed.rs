@@ -57,8 +57,8 @@ async fn a_queue_overflow_parks_direct_subscribers_who_recover_under_the_lag_pol
     let socket = Socket::with_room(usize::MAX);
     let mut feed = linked(&a, &socket);
     // Hold the fan-out so that messages queue past the channel's capacity.
-    let groups = a.direct.running_for_test();
-    let running: Vec<_> = groups.iter().map(|g| g.running.lock()).collect();
+    let cohorts = a.direct.running_for_test();
+    let running: Vec<_> = cohorts.iter().map(|g| g.running.lock()).collect();
     publish(&a, 5);
     drop(running);
     publish(&a, 1);

@@ -147,8 +147,8 @@ async fn a_parked_direct_subscriber_of_a_coalescing_topic_skips_to_the_newest() 
     let a = Arc::new(Topic::with_epoch(TopicName::new("a").unwrap(), &config, 5));
     let socket = Socket::with_room(usize::MAX);
     let mut feed = linked(&a, &socket);
-    let groups = a.direct.running_for_test();
-    let running: Vec<_> = groups.iter().map(|g| g.running.lock()).collect();
+    let cohorts = a.direct.running_for_test();
+    let running: Vec<_> = cohorts.iter().map(|g| g.running.lock()).collect();
     publish(&a, 9);
     drop(running);
     publish(&a, 1);
