@@ -100,7 +100,7 @@ node_start() { # N
     HERALD_LOG_FILTER=${HERALD_CHAOS_LOG:-warn} \
     nohup "$(cat "$DIR/herald.bin")" --config "$DIR/herald.toml" --redis-mode sentinel --node-id "chaos-$n" \
     --listen "127.0.0.1:$(cat "$DIR/node$n.port")" --admin-listen "127.0.0.1:$(cat "$DIR/node$n.admin")" \
-    --kafka-brokers "127.0.0.1:$(cat "$DIR/kafka.proxy")" --kafka-topics "$KAFKA_TOPIC" --kafka-feeds kf. \
+    --kafka-brokers "127.0.0.1:$(cat "$DIR/kafka.proxy")" --kafka-topics "$KAFKA_TOPIC" --kafka-prefixes kf. \
     </dev/null >>"$DIR/node$n.log" 2>&1 &
   echo $! >"$DIR/node$n.pid"
 }

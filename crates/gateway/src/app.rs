@@ -87,7 +87,7 @@ impl AppState {
 
     /// Like [`Self::new`], with the token rules and hooks (`access`) as validation loaded
     /// them (`crate::validate::Loaded`), in a cluster: `logs` carry and position every publish
-    /// (each topic through the one log that feeds it), and must all be connected for the node
+    /// (each topic through the one log that carries it), and must all be connected for the node
     /// to be ready; `cluster` observes the client connections; `telemetry` is the metrics
     /// recorder's handle and the tracer.
     pub(crate) fn clustered(
@@ -228,7 +228,7 @@ impl AppState {
         why
     }
 
-    /// The logs that carry messages between nodes, and which topics each feeds.
+    /// The logs that carry messages between nodes, and which topics each carries.
     pub(crate) fn logs(&self) -> &Arc<Logs> {
         &self.0.logs
     }
@@ -284,7 +284,7 @@ impl AppState {
             .open_as(id, transport, who.sub.as_deref(), who.info.clone())
     }
 
-    /// Appends a prepared message to its topic: to the log that feeds the topic when the node
+    /// Appends a prepared message to its topic: to the log that carries the topic when the node
     /// is in a cluster ([`crate::bridge::Logs::append`]; the message then reaches this node's
     /// subscribers through the log, like every other node's), else to the local registry
     /// ([`herald_core::Registry::publish`]). Returns the message's position. A traced publish
@@ -322,7 +322,7 @@ impl AppState {
             let log = self
                 .0
                 .logs
-                .feeder(topic.as_str())
+                .carrier(topic.as_str())
                 .map_or("none", |l| l.name());
             let log = opentelemetry::KeyValue::new("herald.log", log);
             publish.child(trace::APPEND, SpanKind::Producer, vec![log])
@@ -406,7 +406,7 @@ mod tests {
     use herald_core::{Cursor, EventName, Payload, TopicName};
 
     use super::*;
-    use crate::bridge::{BoxFuture, Bridge, BridgeError, Feeds, Ingest};
+    use crate::bridge::{BoxFuture, Bridge, BridgeError, Claim, Ingest};
 
     /// A log that answers publishes with a fixed position, up or down at will.
     #[derive(Debug, Default)]
@@ -495,7 +495,7 @@ mod tests {
     #[tokio::test]
     async fn in_a_cluster_publishes_go_to_the_log_and_readiness_follows_it() {
         let log = Arc::new(FakeLog::default());
-        let (state, _shutdown) = state(Logs::none().with(log.clone(), Feeds::Rest));
+        let (state, _shutdown) = state(Logs::none().with(log.clone(), Claim::Rest));
         let topic = TopicName::new("t").unwrap();
         let refused = state
             .append(&topic, None, payload(), None, None)

@@ -50,8 +50,11 @@ fn main() -> ExitCode {
             Some(closest) => format!("{name} is not a Herald setting (ignored); did you mean {closest}?"),
             None => format!("{name} is not a Herald setting (ignored); `herald --help` lists the HERALD_* variables"),
         });
+    // A former name still works; the node says once that it is deprecated.
+    let deprecated = cli.deprecated_names();
     if cli.print_config {
         unknown.for_each(|warning| eprintln!("herald: warning: {warning}"));
+        (deprecated.iter()).for_each(|warning| eprintln!("herald: warning: {warning}"));
         return match cli.printed_config(&config) {
             Ok(text) => {
                 print!("{text}");
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
     }
     herald_gateway::init_logging(&config);
     unknown.for_each(|warning| tracing::warn!("unknown environment variable: {warning}"));
+    (deprecated.iter()).for_each(|warning| tracing::warn!("deprecated setting: {warning}"));
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if config.worker_threads > 0 {
         builder.worker_threads(config.worker_threads);

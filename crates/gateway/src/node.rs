@@ -193,7 +193,7 @@ fn spawn_cluster(state: &AppState, stop: &CancellationToken) -> Vec<JoinHandle<(
     tasks
 }
 
-/// The node's logs (Redis, Kafka; which topics each feeds), its connection ids and their
+/// The node's logs (Redis, Kafka; which topics each carries), its connection ids and their
 /// leases, and its connection observers (Redis presence, Kafka upstream events), as
 /// configured. Fails when another running node holds this node's id.
 async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cluster::Cluster)> {
@@ -209,15 +209,15 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
     };
     let mut logs = bridge::Logs::none();
     if let Some(b) = &redis {
-        logs = logs.with(b.clone(), bridge::Feeds::Rest);
+        logs = logs.with(b.clone(), bridge::Claim::Rest);
     }
     if let Some(brokers) = &c.kafka_brokers {
-        // Alone, Kafka feeds every topic; beside Redis, the prefixes configured for it.
-        let feeds = match redis {
-            Some(_) => bridge::Feeds::Prefixes(c.kafka_feeds.clone()),
-            None => bridge::Feeds::Rest,
+        // Alone, Kafka carries every topic; beside Redis, the prefixes configured for it.
+        let claim = match redis {
+            Some(_) => bridge::Claim::Prefixes(c.kafka_prefixes.clone()),
+            None => bridge::Claim::Rest,
         };
-        logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, feeds);
+        logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, claim);
     }
     let logs = Arc::new(logs);
     let ids = Arc::new(cluster::ids::ConnectionIds::new(

@@ -246,9 +246,9 @@ impl Config {
             }
         }
         ensure!(
-            c.redis_url.is_none() || c.kafka_brokers.is_none() || !c.kafka_feeds.is_empty(),
-            "with both cluster.redis_url and cluster.kafka_brokers, cluster.kafka_feeds must name \
-             the topic prefixes Kafka feeds (\"\" for all); Redis feeds the rest"
+            c.redis_url.is_none() || c.kafka_brokers.is_none() || !c.kafka_prefixes.is_empty(),
+            "with both cluster.redis_url and cluster.kafka_brokers, cluster.kafka_prefixes must \
+             name the topic prefixes Kafka carries (\"\" for all); Redis carries the rest"
         );
         if c.redis_url.is_some() {
             crate::bridge::redis_conn::RedisTarget::from_config(c)?;

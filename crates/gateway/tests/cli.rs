@@ -406,7 +406,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
         )
         .env("HERALD_REDIS_MODE", "cluster")
         .env("HERALD_KAFKA_BROKERS", "127.0.0.1:9093")
-        .env("HERALD_KAFKA_FEEDS", "svc.,prices")
+        .env("HERALD_KAFKA_PREFIXES", "svc.,prices")
         .env("HERALD_KAFKA_PROPERTIES_SASL_USERNAME", "app")
         .env("HERALD_KAFKA_PROPERTIES_SASL_PASSWORD", "s3cret-pw")
         .output()
@@ -424,7 +424,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
     );
     assert!(text.contains("redis_mode = \"cluster\""), "{text}");
     assert!(
-        text.contains("kafka_feeds = [\"svc.\", \"prices\"]"),
+        text.contains("kafka_prefixes = [\"svc.\", \"prices\"]"),
         "{text}"
     );
     assert!(
@@ -477,6 +477,94 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
 /// `worker_threads` sets the runtime's workers (named `herald-worker`; the blocking pool's
 /// threads would share the name, and none has started yet); one more than the CPUs, so that
 /// the default could not pass for it.
+/// `cluster.kafka_prefixes` was `cluster.kafka_feeds` (a *feed* is a connection's stream of
+/// events: docs/architecture.md, "Vocabulary"). Both names set it, in the file, as a flag and
+/// in the environment; the former one with a warning, once, that it is deprecated (on stderr
+/// with `--print-config`, a log line when serving). The new name wins over the old; a file
+/// giving both is refused.
+#[test]
+fn kafka_prefixes_is_read_by_its_name_and_by_its_deprecated_former_one() {
+    let dir = std::env::temp_dir().join(format!("herald-cli-renamed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let new = file("new.toml", "[cluster]\nkafka_prefixes = [\"svc.\"]\n");
+    let old = file("old.toml", "[cluster]\nkafka_feeds = [\"svc.\"]\n");
+    let cases: [(&[&str], Option<&str>, bool); 6] = [
+        (&["--config", &new], None, false),
+        (&["--kafka-prefixes", "svc."], None, false),
+        (&[], Some("HERALD_KAFKA_PREFIXES"), false),
+        (&["--config", &old], None, true),
+        (&["--kafka-feeds", "svc."], None, true),
+        (&[], Some("HERALD_KAFKA_FEEDS"), true),
+    ];
+    for (args, env, deprecated) in cases {
+        let mut cmd = herald();
+        cmd.arg("--print-config").args(args);
+        if let Some(env) = env {
+            cmd.env(env, "svc.");
+        }
+        let out = cmd.output().unwrap();
+        let (text, err) = (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        );
+        assert!(out.status.success(), "{args:?} {env:?}: {err}");
+        let config: toml::Value = toml::from_str(&text).unwrap();
+        assert_eq!(
+            config["cluster"]["kafka_prefixes"],
+            toml::Value::Array(vec!["svc.".into()]),
+            "{args:?} {env:?}: {text}"
+        );
+        assert!(!text.contains("kafka_feeds"), "{text}");
+        assert_eq!(
+            err.matches("deprecated").count(),
+            usize::from(deprecated),
+            "{args:?} {env:?}: {err}"
+        );
+        assert!(!deprecated || err.contains("kafka_prefixes") || err.contains("kafka-prefixes"));
+    }
+
+    let text = print_config(&["--kafka-prefixes", "new.", "--kafka-feeds", "old."]);
+    assert!(text.contains("kafka_prefixes = [\"new.\"]"), "{text}");
+    let both = file(
+        "both.toml",
+        "[cluster]\nkafka_prefixes = [\"a\"]\nkafka_feeds = [\"b\"]\n",
+    );
+    let out = herald()
+        .args(["--print-config", "--config", &both])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+
+    let mut child = herald_on_any_port()
+        .args(["--log-format", "json"])
+        .env("HERALD_KAFKA_FEEDS", "svc.")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let mut seen = Vec::new();
+    for line in lines.map_while(Result::ok) {
+        if line.contains("herald listening") {
+            break;
+        }
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let warned = seen
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("deprecated"))
+        .collect::<Vec<_>>();
+    assert_eq!(warned.len(), 1, "{seen:?}");
+    assert!(warned[0].contains("HERALD_KAFKA_PREFIXES"), "{seen:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn worker_threads_sets_the_runtime_s_workers() {
     let wanted = std::thread::available_parallelism().map_or(1, usize::from) + 1;

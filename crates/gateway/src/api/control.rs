@@ -214,7 +214,7 @@ pub(crate) fn personal_topic(user: &str) -> Result<herald_core::TopicName, ApiEr
 }
 
 /// `POST /v1/users/{user}/send {"data", "event"?}`: publishes to the user's personal topic
-/// `user:<user>` (through the log that feeds it, so it has an id, history and resume like any
+/// `user:<user>` (through the log that carries it, so it has an id, history and resume like any
 /// message) and subscribes every live connection of the user to that topic, on every node,
 /// from just before the message, so each gets it once whichever arrives first.
 pub(crate) async fn send_user(

@@ -1,8 +1,8 @@
 //! Bridges to the distributed logs that join nodes into a cluster. A bridge gives every
 //! message its position in a shared log, so the same message has the same id on every node,
-//! and feeds every node's registry from that log.
+//! and delivers that log's records to every node's registry.
 //!
-//! Each topic is fed by exactly one log ([`Logs`], decided by configuration): publishes to it
+//! Each topic is carried by exactly one log ([`Logs`], decided by configuration): publishes to it
 //! go to that log, and a record for it read from another log is refused (counted in
 //! `herald_bridge_messages_total{direction="refused"}` and logged), because two logs give one
 //! topic two position streams and every switch between them would look like lost history.
@@ -45,7 +45,7 @@ pub(crate) enum BridgeError {
     },
 }
 
-/// A cluster bridge: a shared log that positions messages and feeds every node.
+/// A cluster bridge: a shared log that positions messages and delivers them to every node.
 pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
     /// Short name for logs, metrics and `/readyz`.
     fn name(&self) -> &'static str;
@@ -70,7 +70,7 @@ pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
     fn run(self: Arc<Self>, ingest: Ingest, stop: CancellationToken) -> BoxFuture<'static, ()>;
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
-    /// topic this log feeds) need, and waits until it has read their history from the log,
+    /// topic this log carries) need, and waits until it has read their history from the log,
     /// for at most `cluster.backfill_timeout` (then `Err`). Immediate when the node reads the
     /// whole log (`cluster.routing = "broadcast"`) or follows their groups already.
     fn backfill<'a>(
@@ -98,20 +98,20 @@ pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Which topics a log feeds.
+/// Which topics a log carries: its claim on them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Feeds {
+pub(crate) enum Claim {
     /// Topics whose name starts with one of these prefixes (`""` matches every topic).
     Prefixes(Vec<String>),
     /// Every topic no other log's prefixes claim.
     Rest,
 }
 
-/// The node's logs and which topics each one feeds: the one place that decides where a
+/// The node's logs and which topics each one carries: the one place that decides where a
 /// publish goes and whether a record read from a log is accepted.
 #[derive(Debug, Default)]
 pub(crate) struct Logs {
-    logs: Vec<(Arc<dyn Bridge>, Feeds)>,
+    logs: Vec<(Arc<dyn Bridge>, Claim)>,
 }
 
 impl Logs {
@@ -120,9 +120,9 @@ impl Logs {
         Self::default()
     }
 
-    /// Adds `bridge`, feeding `feeds`.
-    pub(crate) fn with(mut self, bridge: Arc<dyn Bridge>, feeds: Feeds) -> Self {
-        self.logs.push((bridge, feeds));
+    /// Adds `bridge`, carrying the topics of `claim`.
+    pub(crate) fn with(mut self, bridge: Arc<dyn Bridge>, claim: Claim) -> Self {
+        self.logs.push((bridge, claim));
         self
     }
 
@@ -136,19 +136,19 @@ impl Logs {
         self.logs.iter().map(|(b, _)| b)
     }
 
-    /// The log that feeds `topic`: the one whose prefixes match, else the one taking the
+    /// The log that carries `topic`: the one whose prefixes match, else the one taking the
     /// rest. `None` when no log claims it (no log configured, or prefixes only).
-    pub(crate) fn feeder(&self, topic: &str) -> Option<&Arc<dyn Bridge>> {
-        let claimed = self.logs.iter().find(|(_, feeds)| match feeds {
-            Feeds::Prefixes(prefixes) => prefixes.iter().any(|p| topic.starts_with(p.as_str())),
-            Feeds::Rest => false,
+    pub(crate) fn carrier(&self, topic: &str) -> Option<&Arc<dyn Bridge>> {
+        let claimed = self.logs.iter().find(|(_, claim)| match claim {
+            Claim::Prefixes(prefixes) => prefixes.iter().any(|p| topic.starts_with(p.as_str())),
+            Claim::Rest => false,
         });
         claimed
-            .or_else(|| self.logs.iter().find(|(_, f)| *f == Feeds::Rest))
+            .or_else(|| self.logs.iter().find(|(_, c)| *c == Claim::Rest))
             .map(|(b, _)| b)
     }
 
-    /// Appends a message to the log that feeds `topic`, its record carrying `trace`.
+    /// Appends a message to the log that carries `topic`, its record carrying `trace`.
     pub(crate) async fn append(
         &self,
         topic: &TopicName,
@@ -157,17 +157,17 @@ impl Logs {
         trace: Carried<'_>,
         idempotency: Option<&str>,
     ) -> Result<Cursor, BridgeError> {
-        match self.feeder(topic.as_str()) {
+        match self.carrier(topic.as_str()) {
             Some(log) => log.append(topic, event, data, trace, idempotency).await,
             None => Err(BridgeError::Unavailable {
                 bridge: "none",
-                reason: format!("no configured log feeds topic {topic}"),
+                reason: format!("no configured log carries topic {topic}"),
             }),
         }
     }
 
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
-    /// topic) need from every log that feeds them, waiting until it has ([`Bridge::backfill`]):
+    /// topic) need from every log that carries them, waiting until it has ([`Bridge::backfill`]):
     /// the first step of every subscription, so that it resumes, replays and answers history
     /// on a node that did not follow these topics until now as on one that did.
     pub(crate) async fn backfill(
@@ -180,7 +180,7 @@ impl Logs {
         }
         for (log, _) in &self.logs {
             let own: Vec<&str> = (topics.iter().copied())
-                .filter(|t| self.feeder(t).is_some_and(|f| Arc::ptr_eq(f, log)))
+                .filter(|t| self.carrier(t).is_some_and(|c| Arc::ptr_eq(c, log)))
                 .collect();
             if own.is_empty() && !patterns {
                 continue;
@@ -206,7 +206,7 @@ impl Logs {
             .collect()
     }
 
-    /// Runs every log's loop until `stop`, feeding `registry`, each record traced with
+    /// Runs every log's loop until `stop`, delivering into `registry`, each record traced with
     /// `tracing` (its ingest and fan-out).
     pub(crate) fn spawn(
         self: &Arc<Self>,
@@ -229,7 +229,7 @@ impl Logs {
     }
 }
 
-/// Where one log's records go: this node's registry, for the topics the log feeds.
+/// Where one log's records go: this node's registry, for the topics the log carries.
 #[derive(Clone, Debug)]
 pub(crate) struct Ingest {
     bridge: &'static str,
@@ -257,7 +257,7 @@ impl Ingest {
     /// Delivers a message read from the log to this node's subscribers, at the position the
     /// log gave it; `age_ms` is how long ago it was written (for the lag metric). A position
     /// already delivered (an at-least-once replay) is dropped here, and so is a record for a
-    /// topic another log feeds (counted and logged: a producer writes to the wrong log).
+    /// topic another log carries (counted and logged: a producer writes to the wrong log).
     /// A record whose `trace` context is sampled gets this node's ingest and fan-out spans.
     pub(crate) fn deliver(
         &self,
@@ -268,7 +268,7 @@ impl Ingest {
         age_ms: u64,
         trace: Carried<'_>,
     ) {
-        if self.logs.feeder(topic.as_str()).map(|b| b.name()) != Some(self.bridge) {
+        if !self.carries(topic.as_str()) {
             self.refuse(&topic);
             return;
         }
@@ -297,21 +297,21 @@ impl Ingest {
         }
     }
 
-    /// Whether `topic` is one this log feeds.
-    fn feeds(&self, topic: &str) -> bool {
-        self.logs.feeder(topic).map(|b| b.name()) == Some(self.bridge)
+    /// Whether `topic` is one this log carries.
+    fn carries(&self, topic: &str) -> bool {
+        self.logs.carrier(topic).map(|b| b.name()) == Some(self.bridge)
     }
 
-    /// Calls `f` with every topic this log feeds that has a subscriber on this node.
+    /// Calls `f` with every topic this log carries that has a subscriber on this node.
     pub(crate) fn each_subscribed(&self, mut f: impl FnMut(&str)) {
         self.registry.each_subscribed(|t| {
-            if self.feeds(t.as_str()) {
+            if self.carries(t.as_str()) {
                 f(t.as_str())
             }
         });
     }
 
-    /// Tells this node's registry where `epoch_of` starts a topic this log feeds before any
+    /// Tells this node's registry where `epoch_of` starts a topic this log carries before any
     /// message of it was read (see [`herald_core::Registry::set_epoch_source`]).
     pub(crate) fn set_epoch_source(
         &self,
@@ -319,7 +319,7 @@ impl Ingest {
     ) {
         let (logs, bridge) = (self.logs.clone(), self.bridge);
         self.registry.set_epoch_source(Box::new(move |topic| {
-            match logs.feeder(topic).map(|b| b.name()) == Some(bridge) {
+            match logs.carrier(topic).map(|b| b.name()) == Some(bridge) {
                 true => epoch_of(topic),
                 false => None,
             }
@@ -331,11 +331,11 @@ impl Ingest {
         !self.registry.patterns().is_empty()
     }
 
-    /// Forgets the topics this log feeds that `pick` chooses and no subscriber holds (the
+    /// Forgets the topics this log carries that `pick` chooses and no subscriber holds (the
     /// node stopped reading them: see [`herald_core::Registry::forget`]).
     pub(crate) fn forget(&self, pick: impl Fn(&str) -> bool) -> usize {
         self.registry
-            .forget(|t| self.feeds(t.as_str()) && pick(t.as_str()))
+            .forget(|t| self.carries(t.as_str()) && pick(t.as_str()))
     }
 
     fn refuse(&self, topic: &TopicName) {
@@ -348,14 +348,14 @@ impl Ingest {
         {
             let owner = self
                 .logs
-                .feeder(topic.as_str())
+                .carrier(topic.as_str())
                 .map_or("none", |b| b.name());
             tracing::warn!(
                 bridge = self.bridge,
                 %topic,
-                fed_by = owner,
+                carried_by = owner,
                 refused = refused.since_logged,
-                "record refused: the topic is fed by another log (see cluster.kafka_feeds)"
+                "record refused: the topic is carried by another log (see cluster.kafka_prefixes)"
             );
             refused.since_logged = 0;
             refused.logged_at = Some(Instant::now());
@@ -443,24 +443,24 @@ mod tests {
 
     fn logs() -> Logs {
         Logs::none()
-            .with(Arc::new(Named("redis")), Feeds::Rest)
+            .with(Arc::new(Named("redis")), Claim::Rest)
             .with(
                 Arc::new(Named("kafka")),
-                Feeds::Prefixes(vec!["orders.".into(), "prices".into()]),
+                Claim::Prefixes(vec!["orders.".into(), "prices".into()]),
             )
     }
 
     #[test]
-    fn each_topic_has_exactly_one_feeding_log() {
+    fn each_topic_has_exactly_one_carrying_log() {
         let logs = logs();
-        let feeder = |t: &str| logs.feeder(t).map(|b| b.name());
-        assert_eq!(feeder("orders.1"), Some("kafka"));
-        assert_eq!(feeder("prices"), Some("kafka"));
-        assert_eq!(feeder("orders"), Some("redis"));
-        assert_eq!(feeder("chat"), Some("redis"));
-        assert_eq!(Logs::none().feeder("chat").map(|b| b.name()), None);
-        let only = Logs::none().with(Arc::new(Named("kafka")), Feeds::Prefixes(vec!["a".into()]));
-        assert_eq!(only.feeder("b").map(|b| b.name()), None);
+        let carrier = |t: &str| logs.carrier(t).map(|b| b.name());
+        assert_eq!(carrier("orders.1"), Some("kafka"));
+        assert_eq!(carrier("prices"), Some("kafka"));
+        assert_eq!(carrier("orders"), Some("redis"));
+        assert_eq!(carrier("chat"), Some("redis"));
+        assert_eq!(Logs::none().carrier("chat").map(|b| b.name()), None);
+        let only = Logs::none().with(Arc::new(Named("kafka")), Claim::Prefixes(vec!["a".into()]));
+        assert_eq!(only.carrier("b").map(|b| b.name()), None);
     }
 
     #[test]

@@ -80,8 +80,8 @@ pub struct Cli {
     /// How Redis is deployed: single, sentinel or cluster.
     #[arg(long, env = "HERALD_REDIS_MODE", value_name = "MODE")]
     pub redis_mode: Option<RedisMode>,
-    /// How a node receives the cluster's messages: interest (only the topic groups it has
-    /// subscribers for) or broadcast (everything).
+    /// How a node receives the cluster's messages: interest (only the log's partitions it
+    /// has subscribers for) or broadcast (everything).
     #[arg(long, env = "HERALD_CLUSTER_ROUTING", value_name = "MODE")]
     pub cluster_routing: Option<Routing>,
     /// Kafka bootstrap servers enabling the Kafka bridge, e.g. `127.0.0.1:9092`.
@@ -95,13 +95,23 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub kafka_topics: Option<Vec<String>>,
-    /// With Redis and Kafka both configured, the Herald topic prefixes Kafka feeds,
-    /// comma-separated ("" for all); Redis feeds the rest.
+    /// With Redis and Kafka both configured, the Herald topic prefixes Kafka carries,
+    /// comma-separated ("" for all); Redis carries the rest.
+    #[arg(
+        long,
+        env = "HERALD_KAFKA_PREFIXES",
+        value_name = "PREFIXES",
+        value_delimiter = ','
+    )]
+    pub kafka_prefixes: Option<Vec<String>>,
+    /// `--kafka-prefixes`' former name, still read (deprecated: a warning at start; the new
+    /// name wins when both are given).
     #[arg(
         long,
         env = "HERALD_KAFKA_FEEDS",
         value_name = "PREFIXES",
-        value_delimiter = ','
+        value_delimiter = ',',
+        hide = true
     )]
     pub kafka_feeds: Option<Vec<String>>,
     /// This node's id in the cluster.
@@ -263,9 +273,9 @@ fn defaults() -> Vec<(&'static str, String)> {
         ("kafka_brokers", "none".into()),
         ("kafka_topics", list(&d.cluster.kafka_topics, "none")),
         (
-            "kafka_feeds",
+            "kafka_prefixes",
             list(
-                &d.cluster.kafka_feeds,
+                &d.cluster.kafka_prefixes,
                 "none (needed with both Redis and Kafka)",
             ),
         ),
@@ -426,8 +436,8 @@ impl Cli {
         if let Some(v) = &self.kafka_topics {
             config.cluster.kafka_topics = v.clone();
         }
-        if let Some(v) = &self.kafka_feeds {
-            config.cluster.kafka_feeds = v.clone();
+        if let Some(v) = self.kafka_prefixes.as_ref().or(self.kafka_feeds.as_ref()) {
+            config.cluster.kafka_prefixes = v.clone();
         }
         for (flag, url) in [
             (&self.hooks_connect_url, &mut config.hooks.connect_url),
@@ -481,14 +491,39 @@ impl Cli {
 
     /// Whether the node id is set (flag, environment or file) rather than picked at random.
     fn pins_node_id(&self) -> bool {
-        self.node_id.is_some()
-            || self.config.as_ref().is_some_and(|path| {
-                std::fs::read_to_string(path)
-                    .ok()
-                    .and_then(|text| text.parse::<toml::Table>().ok())
-                    .and_then(|file| file.get("cluster")?.get("node_id").cloned())
-                    .is_some()
-            })
+        self.node_id.is_some() || self.file_sets("cluster", "node_id")
+    }
+
+    /// Whether the configuration file sets `key` in `[section]`.
+    fn file_sets(&self, section: &str, key: &str) -> bool {
+        self.config.as_ref().is_some_and(|path| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.parse::<toml::Table>().ok())
+                .and_then(|file| file.get(section)?.get(key).cloned())
+                .is_some()
+        })
+    }
+
+    /// The former names this start was given (flag, environment or file), each with the name
+    /// that replaced it: they still work, and the node says so once at start.
+    pub fn deprecated_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.kafka_feeds.is_some() {
+            out.push(
+                "--kafka-feeds / HERALD_KAFKA_FEEDS is deprecated; use --kafka-prefixes / \
+                 HERALD_KAFKA_PREFIXES"
+                    .to_string(),
+            );
+        }
+        if self.file_sets("cluster", "kafka_feeds") {
+            out.push(
+                "cluster.kafka_feeds in the configuration file is deprecated; use \
+                 cluster.kafka_prefixes"
+                    .to_string(),
+            );
+        }
+        out
     }
 
     /// The `HERALD_*` variables among `vars` that set nothing (a typo, or a setting that has

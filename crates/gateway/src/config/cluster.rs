@@ -38,26 +38,27 @@ pub struct ClusterConfig {
     /// Prefix of every Redis key the bridge uses (several clusters can share one Redis).
     pub redis_prefix: String,
     /// How a node receives the messages of the cluster: `interest` (the default) reads only
-    /// the topic groups (Redis streams, Kafka partitions) holding a topic it has a subscriber
-    /// for, so the cluster's publish capacity grows with its nodes; `broadcast` reads every
-    /// group on every node. Resume, `last` and history behave the same in both (see
+    /// the partitions of the log (Redis streams, Kafka partitions) holding a topic it has a
+    /// subscriber for, so the cluster's publish capacity grows with its nodes; `broadcast`
+    /// reads every partition on every node. Resume, `last` and history behave the same in both (see
     /// docs/cluster.md, "Interest routing").
     pub routing: Routing,
-    /// With `routing = "interest"`, how long a node keeps following a group after its last
+    /// With `routing = "interest"`, how long a node keeps following a partition after its last
     /// local subscriber to it left, so that subscription churn does not start and stop reads
     /// every second. Bound: 1s to 1h.
     #[serde(with = "humantime_serde")]
     pub interest_linger: Duration,
-    /// With `routing = "interest"`, the longest a subscription to a topic whose group the
-    /// node does not follow yet waits while the node reads that group's history from the
+    /// With `routing = "interest"`, the longest a subscription to a topic whose partition the
+    /// node does not follow yet waits while the node reads that partition's history from the
     /// log; past it the subscription is refused `503 bridge_unavailable`.
     /// Bound: 100ms to 1m.
     #[serde(with = "humantime_serde")]
     pub backfill_timeout: Duration,
-    /// Number of Redis streams (topic groups) messages are spread over, by a stable hash of
-    /// the topic. Every node of a cluster must use the same value. More groups make a node
-    /// under interest routing read less of what it has no subscriber for, and cost one
-    /// stream each (on a Redis Cluster, one reading connection per followed group).
+    /// Number of Redis streams (the log's partitions) messages are spread over, by a stable
+    /// hash of the topic. Every node of a cluster must use the same value. More partitions
+    /// make a node under interest routing read less of what it has no subscriber for, and
+    /// cost one stream each (on a Redis Cluster, one reading connection per followed
+    /// partition).
     /// Bound: 1 to 16384.
     pub redis_shards: u32,
     /// Approximate entries kept per stream (`XADD MAXLEN ~`) with `routing = "broadcast"`.
@@ -95,15 +96,16 @@ pub struct ClusterConfig {
     pub kafka_brokers: Option<String>,
     /// Kafka topics to consume: every partition on every node with `routing = "broadcast"`,
     /// the partitions holding a subscribed topic with `"interest"`. Publishes through the
-    /// HTTP API to a topic Kafka feeds are produced to the first one.
+    /// HTTP API to a topic Kafka carries are produced to the first one.
     pub kafka_topics: Vec<String>,
-    /// With both Redis and Kafka configured, the Herald topics Kafka feeds, by name prefix
-    /// (`""` for all); Redis feeds every other topic. Each topic is fed by exactly one log:
-    /// publishes go to it, and a record for the topic read from the other log is refused
+    /// With both Redis and Kafka configured, the Herald topics Kafka carries, by name prefix
+    /// (`""` for all); Redis carries every other topic. Each topic is carried by exactly one
+    /// log: publishes go to it, and a record for the topic read from the other log is refused
     /// (`herald_bridge_messages_total{direction="refused"}` and a log line). Required (not
-    /// empty) when both are configured; unused otherwise, since one log feeds every topic.
-    /// Default: none.
-    pub kafka_feeds: Vec<String>,
+    /// empty) when both are configured; unused otherwise, since one log carries every topic.
+    /// Formerly `kafka_feeds`, still read (deprecated: a warning at start). Default: none.
+    #[serde(alias = "kafka_feeds")]
+    pub kafka_prefixes: Vec<String>,
     /// Each node commits its consumed position under the group `<prefix>-<node_id>`.
     pub kafka_group_prefix: String,
     /// Which partition of a Kafka topic holds a Herald topic's records: the partitioner of the
@@ -133,10 +135,10 @@ pub struct ClusterConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Routing {
-    /// Read only the topic groups holding a topic with a local subscriber.
+    /// Read only the partitions holding a topic with a local subscriber.
     #[default]
     Interest,
-    /// Read every group on every node.
+    /// Read every partition on every node.
     Broadcast,
 }
 
@@ -189,7 +191,7 @@ impl Default for ClusterConfig {
             idempotency_max_keys: 100_000,
             kafka_brokers: None,
             kafka_topics: vec!["herald".into()],
-            kafka_feeds: Vec::new(),
+            kafka_prefixes: Vec::new(),
             kafka_group_prefix: "herald".into(),
             kafka_partitioner: KafkaPartitioner::Consistent,
             kafka_upstream_topic: None,

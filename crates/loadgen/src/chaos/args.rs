@@ -43,7 +43,7 @@ pub(crate) struct ChaosArgs {
     /// Topics with a single subscriber (given to the first clients, one each).
     #[arg(long, default_value_t = 100)]
     pub(crate) solo_topics: usize,
-    /// Prefix of the topics the cluster feeds from Kafka (its `cluster.kafka_feeds`, e.g.
+    /// Prefix of the topics Kafka carries in the cluster (its `cluster.kafka_prefixes`, e.g.
     /// `kf.`): half the shared topics and a third of the solo topics get it. Without it every
     /// topic goes through Redis.
     #[arg(long)]

@@ -1,6 +1,6 @@
 //! Publishing for the chaos run: one sequential publisher per topic, each message carrying
 //! the topic's next sequence number, sent through the admin API (`POST /v1/publish`) of a
-//! node chosen from the seed. A topic the cluster feeds from Kafka (`cluster.kafka_feeds`)
+//! node chosen from the seed. A topic Kafka carries in the cluster (`cluster.kafka_prefixes`)
 //! is published the same way: the node produces it to Kafka (its producer is idempotent,
 //! `acks=all`) and every node consumes it from there, so those messages travel through the
 //! broker with Kafka-derived ids.

@@ -35,7 +35,7 @@ use crate::config::{Config, TelemetryConfig};
 
 /// A publish, on the node that took it.
 pub(crate) const PUBLISH: &str = "herald.publish";
-/// The publish's append to the log that feeds its topic (Redis, Kafka).
+/// The publish's append to the log that carries its topic (Redis, Kafka).
 pub(crate) const APPEND: &str = "herald.append";
 /// A node's ingest of the message from the log.
 pub(crate) const INGEST: &str = "herald.ingest";

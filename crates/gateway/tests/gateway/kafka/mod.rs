@@ -286,23 +286,23 @@ async fn client_events_are_produced_upstream_with_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_topic_is_fed_by_one_log_and_records_from_the_other_are_refused() {
+async fn each_topic_is_carried_by_one_log_and_records_from_the_other_are_refused() {
     skip_without!("HERALD_TEST_KAFKA_BROKERS", "HERALD_TEST_REDIS_URL");
-    let kt = unique("feeds");
+    let kt = unique("carried");
     create_topic(&kt).await;
     let node = unique("both");
-    let mut config = cluster_config(&unique("test-feeds"), &node);
+    let mut config = cluster_config(&unique("test-carried"), &node);
     config.cluster.kafka_brokers = Some(brokers());
     config.cluster.kafka_topics = vec![kt.clone()];
-    // Both logs and no say in who feeds what: refused at start, not an epoch flip later.
+    // Both logs and no say in which carries what: refused at start, not an epoch flip later.
     let refused = herald_gateway::Gateway::start(config.clone())
         .await
         .unwrap_err();
     assert!(
-        format!("{refused:#}").contains("cluster.kafka_feeds"),
+        format!("{refused:#}").contains("cluster.kafka_prefixes"),
         "{refused:#}"
     );
-    config.cluster.kafka_feeds = vec!["orders.".into()];
+    config.cluster.kafka_prefixes = vec!["orders.".into()];
     // Every partition read: under interest routing a record for `chat` lands in a partition
     // this node need not follow (only `orders.1`'s), and would never be seen to be refused.
     config.cluster.routing = herald_gateway::config::Routing::Broadcast;
@@ -312,7 +312,7 @@ async fn each_topic_is_fed_by_one_log_and_records_from_the_other_are_refused() {
     let mut chat = SseClient::connect(&gw, "topic=chat", None).await;
     chat.next_block().await.unwrap();
 
-    // The HTTP API publishes each topic to the log that feeds it: orders.* to Kafka (the
+    // The HTTP API publishes each topic to the log that carries it: orders.* to Kafka (the
     // position is a Kafka offset: sequence 1 of a fresh partition), the rest to Redis.
     let via_kafka = publish(&gw, "orders.1", json!("o1")).await;
     assert_eq!(
