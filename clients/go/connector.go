@@ -382,6 +382,9 @@ func (l *link) delta(ctx context.Context, err error) error {
 	return l.c.emit(ctx, &ErrorEvent{Err: err})
 }
 
+// batch counts a batch frame received.
+func (l *link) batch() { l.c.stats.batches.Add(1) }
+
 // position: where a topic starts on this connection.
 func (l *link) position(topic, cursor string) { l.c.store.position(topic, cursor) }
 

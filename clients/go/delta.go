@@ -50,9 +50,11 @@ type Stats struct {
 	// DeltaFailures: deltas that could not be applied (each also an ErrorEvent with a
 	// *DeltaError): never delivered; their topics were subscribed again from their cursors.
 	DeltaFailures uint64
+	// Batches: WebSocket batch frames received (several frames in one, Options.NoBatch).
+	Batches uint64
 }
 
-type stats struct{ deltas, deltaFailures atomic.Uint64 }
+type stats struct{ deltas, deltaFailures, batches atomic.Uint64 }
 
 var fossilValue = func() (v [256]int8) {
 	for i := range v {

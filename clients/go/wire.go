@@ -1,20 +1,19 @@
 package heraldpush
 
 // The wire: what goes over the connection, as docs/protocol.md defines it. Topic names and
-// prefix patterns, cursors and resume lists, the loss signal, the WebSocket frames (JSON and
-// MessagePack); the event stream and the long-poll answer are in wire_stream.go. Nothing
-// here knows about
+// prefix patterns, cursors and resume lists, the loss signal, the frame the client reads and
+// the commands it writes. The JSON frames (batch frames included) are read in wire_json.go,
+// the MessagePack ones in wire_msgpack.go (their data's JSON form: wire_jsonform.go); the
+// event stream and the long-poll answer are in wire_stream.go. Nothing here knows about
 // connections, retries or state; the transports (ws.go, sse.go, poll.go) read and write
-// through these functions only, so this file can be checked against the protocol on its own.
+// through these functions only, so these files can be checked against the protocol on their
+// own.
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -33,13 +32,27 @@ const (
 	LostLagged  = "lagged"  // the client fell too far behind the live stream
 )
 
-var (
-	topicRe  = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
-	cursorRe = regexp.MustCompile(`^([0-9a-f]{1,16})-([0-9]{1,20})$`)
-)
+// topicByte: the bytes of a topic name, A-Z a-z 0-9 _ . : @ -.
+var topicByte = func() (t [256]bool) {
+	for _, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:@-" {
+		t[c] = true
+	}
+	return t
+}()
 
 // ValidTopic reports whether name is a topic name: 1-128 characters of A-Z a-z 0-9 _ . : @ -.
-func ValidTopic(name string) bool { return topicRe.MatchString(name) }
+// (Checked byte by byte rather than with a regular expression: it runs for every message.)
+func ValidTopic(name string) bool {
+	if len(name) == 0 || len(name) > 128 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !topicByte[name[i]] {
+			return false
+		}
+	}
+	return true
+}
 
 // IsPattern reports whether name is meant as a prefix pattern (it ends in `*`).
 func IsPattern(name string) bool { return strings.HasSuffix(name, "*") }
@@ -90,11 +103,24 @@ type Cursor struct {
 	Seq   string
 }
 
-// ParseCursor parses `<epoch>-<seq>`; ok is false when text is not a cursor.
+// ParseCursor parses `<epoch>-<seq>` (1-16 lowercase hex digits, `-`, 1-20 decimal digits);
+// ok is false when text is not a cursor. It runs several times per message: no regular
+// expression, no allocation.
 func ParseCursor(text string) (c Cursor, ok bool) {
-	m := cursorRe.FindStringSubmatch(text)
-	if m == nil {
+	dash := strings.IndexByte(text, '-')
+	if dash < 1 || dash > 16 || len(text)-dash-1 < 1 || len(text)-dash-1 > 20 {
 		return Cursor{}, false
+	}
+	epoch, seq := text[:dash], text[dash+1:]
+	for i := 0; i < len(epoch); i++ {
+		if c := epoch[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return Cursor{}, false
+		}
+	}
+	for i := 0; i < len(seq); i++ {
+		if c := seq[i]; c < '0' || c > '9' {
+			return Cursor{}, false
+		}
 	}
 	trim := func(s string) string {
 		t := strings.TrimLeft(s, "0")
@@ -103,7 +129,7 @@ func ParseCursor(text string) (c Cursor, ok bool) {
 		}
 		return t
 	}
-	return Cursor{Epoch: trim(m[1]), Seq: trim(m[2])}, true
+	return Cursor{Epoch: trim(epoch), Seq: trim(seq)}, true
 }
 
 func compareSeq(a, b string) int {
@@ -218,16 +244,6 @@ func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
 }
 
-// decodeJSONFrame reads a JSON WebSocket frame (or an SSE/poll message object).
-func decodeJSONFrame(b []byte) (frame, error) {
-	var f frame
-	if err := json.Unmarshal(b, &f); err != nil {
-		return frame{}, malformed("not a JSON frame: %v", err)
-	}
-	f.src = b
-	return f, f.check()
-}
-
 // check refuses frames that lack what their type needs.
 func (f *frame) check() error {
 	switch f.Type {
@@ -249,180 +265,6 @@ func (f *frame) check() error {
 		}
 	}
 	return nil
-}
-
-// decodeMsgpackFrame reads a `herald.msgpack` WebSocket frame: one map with string keys. The
-// message's `data` is kept as sent (frame.raw) and given its JSON form (frame.Data).
-func decodeMsgpackFrame(b []byte) (frame, error) {
-	dec := msgpack.NewDecoder(bytes.NewReader(b))
-	n, err := dec.DecodeMapLen()
-	if err != nil || n < 0 {
-		return frame{}, malformed("not a MessagePack map")
-	}
-	var f frame
-	str := func() (string, error) {
-		v, err := dec.DecodeInterfaceLoose()
-		if err != nil {
-			return "", err
-		}
-		switch v := v.(type) {
-		case string:
-			return v, nil
-		case nil:
-			return "", nil
-		}
-		return "", fmt.Errorf("not a string: %T", v)
-	}
-	for i := 0; i < n; i++ {
-		key, err := dec.DecodeString()
-		if err != nil {
-			return frame{}, malformed("a map key that is not a string")
-		}
-		var ferr error
-		switch key {
-		case "type":
-			f.Type, ferr = str()
-		case "topic":
-			f.Topic, ferr = str()
-		case "id":
-			f.ID, ferr = str()
-		case "event":
-			f.Event, ferr = str()
-		case "reason":
-			f.Reason, ferr = str()
-		case "code":
-			f.Code, ferr = str()
-		case "by":
-			f.By, ferr = str()
-		case "conn":
-			f.Conn, ferr = str()
-		case "node":
-			f.Node, ferr = str()
-		case "transport":
-			f.Transport, ferr = str()
-		case "sub":
-			f.Sub, ferr = str()
-		case "user":
-			var u string
-			u, ferr = str()
-			if ferr == nil && u != "" {
-				f.User = &u
-			}
-		case "data", "info":
-			var raw msgpack.RawMessage
-			if raw, ferr = dec.DecodeRaw(); ferr == nil {
-				var j []byte
-				if j, ferr = msgpackToJSON(raw); ferr == nil {
-					if key == "data" {
-						f.raw, f.Data = raw, j
-					} else {
-						f.Info = j
-					}
-				}
-			}
-		case "topics":
-			var v []string
-			ferr = dec.Decode(&v)
-			f.Topics = v
-		case "cursors":
-			var v map[string]string
-			ferr = dec.Decode(&v)
-			f.Cursor = v
-		case "expires":
-			f.Expires, ferr = dec.DecodeInt64()
-		case "delta":
-			f.Delta, ferr = dec.DecodeBool()
-		default:
-			ferr = dec.Skip()
-		}
-		if ferr != nil {
-			return frame{}, malformed("field %q: %v", key, ferr)
-		}
-	}
-	return f, f.check()
-}
-
-// msgpackToJSON gives a MessagePack value its JSON form, as the gateway does: string map keys,
-// `bin` as standard padded base64, finite floats, no extension types.
-func msgpackToJSON(raw []byte) ([]byte, error) {
-	dec := msgpack.NewDecoder(bytes.NewReader(raw))
-	dec.SetMapDecoder(func(d *msgpack.Decoder) (any, error) { return d.DecodeUntypedMap() })
-	v, err := dec.DecodeInterfaceLoose()
-	if err != nil {
-		return nil, err
-	}
-	j, err := jsonForm(v, 0)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(j)
-}
-
-func jsonForm(v any, depth int) (any, error) {
-	if depth > 64 {
-		return nil, errors.New("nested deeper than 64")
-	}
-	switch v := v.(type) {
-	case nil, bool, string, int64, uint64:
-		return v, nil
-	case int8:
-		return int64(v), nil
-	case int16:
-		return int64(v), nil
-	case int32:
-		return int64(v), nil
-	case int:
-		return int64(v), nil
-	case uint8:
-		return uint64(v), nil
-	case uint16:
-		return uint64(v), nil
-	case uint32:
-		return uint64(v), nil
-	case uint:
-		return uint64(v), nil
-	case float64:
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, errors.New("a float that is not finite")
-		}
-		return v, nil
-	case float32:
-		return jsonForm(float64(v), depth)
-	case []byte:
-		return base64.StdEncoding.EncodeToString(v), nil
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			var err error
-			if out[i], err = jsonForm(e, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	case map[any]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			ks, ok := k.(string)
-			if !ok {
-				return nil, fmt.Errorf("a map key that is not a string (%T)", k)
-			}
-			var err error
-			if out[ks], err = jsonForm(e, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			var err error
-			if out[k], err = jsonForm(e, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("no JSON form for %T", v)
 }
 
 // jsonToValue reads JSON into plain values for MessagePack: integers stay integers, other

@@ -85,6 +85,9 @@ func (w *wsConn) run(parent context.Context) error {
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/ws"
 	u.RawPath, u.RawQuery = "", ""
+	if !o.NoBatch {
+		u.RawQuery = "batch=1"
+	}
 	header := http.Header{}
 	if t := w.l.token(); t != "" {
 		header.Set("authorization", "Bearer "+t)
@@ -197,31 +200,67 @@ func (w *wsConn) run(parent context.Context) error {
 			return w.readError(ctx, err)
 		}
 		w.alive()
-		var f frame
-		if o.MsgPack {
-			if typ != websocket.MessageBinary {
-				err = malformed("a text frame on a herald.msgpack connection")
-			} else {
-				f, err = decodeMsgpackFrame(b)
-			}
-		} else if typ != websocket.MessageText {
-			err = malformed("a binary frame on a JSON connection")
-		} else {
-			f, err = decodeJSONFrame(b)
-		}
-		if err == nil {
-			w.busy.Store(true)
-			err = w.handle(ctx, &f)
-			w.busy.Store(false)
-			w.alive()
-		}
-		if err != nil {
+		if err := w.receive(ctx, typ, b); err != nil {
 			if errors.Is(err, errMalformed) {
 				return &endError{err: err}
 			}
 			if ctx.Err() != nil {
 				return w.readError(ctx, ctx.Err())
 			}
+			return err
+		}
+	}
+}
+
+// receive decodes one WebSocket frame and acts on it: a batch frame's elements one by one, in
+// order, each as if it had come alone (docs/protocol.md "Batch frames"); the elements before
+// a malformed one have been acted on.
+func (w *wsConn) receive(ctx context.Context, typ websocket.MessageType, b []byte) error {
+	// The time spent acting on the frame (waiting for the application included) is not the
+	// gateway's silence.
+	w.busy.Store(true)
+	defer func() {
+		w.busy.Store(false)
+		w.alive()
+	}()
+	var f frame
+	if w.l.opts().MsgPack {
+		if typ != websocket.MessageBinary {
+			return malformed("a text frame on a herald.msgpack connection")
+		}
+		frames := newMsgpackFrames(b)
+		if frames.batch {
+			w.l.batch()
+		}
+		for {
+			ok, err := frames.next(&f)
+			if !ok || err != nil {
+				return err
+			}
+			if err := w.handle(ctx, &f); err != nil {
+				return err
+			}
+		}
+	}
+	if typ != websocket.MessageText {
+		return malformed("a binary frame on a JSON connection")
+	}
+	frames := newJSONFrames(b)
+	if frames.batch {
+		w.l.batch()
+	}
+	for {
+		elem, ok, err := frames.next()
+		if !ok || err != nil {
+			return err
+		}
+		if f, err = decodeJSONFrame(elem); err != nil {
+			if frames.batch {
+				err = fmt.Errorf("%w (element %d of a batch frame)", err, frames.k-1)
+			}
+			return err
+		}
+		if err := w.handle(ctx, &f); err != nil {
 			return err
 		}
 	}

@@ -46,6 +46,9 @@ type command struct {
 	TokenMarginMS *int64 `json:"token_margin_ms"`
 	// Delta: "fossil" asks for deltas on every topic and pattern of start.
 	Delta string `json:"delta"`
+	// Batch: false, the WebSocket does not ask for batch frames; absent or true, it asks
+	// (the client's default).
+	Batch *bool `json:"batch"`
 }
 
 // ms is a start field in ms, def when absent.
@@ -153,6 +156,7 @@ func run(stdin io.Reader, stdout io.Writer) {
 				TokenRefreshMargin: ms(cmd.TokenMarginMS, 2*time.Second),
 				Backoff:            heraldpush.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second},
 				Delta:              cmd.Delta,
+				NoBatch:            cmd.Batch != nil && !*cmd.Batch,
 			}
 			if os.Getenv("HERALD_RUNNER_DEBUG") != "" {
 				opts.HTTPClient = &http.Client{Transport: logged{http.DefaultTransport.(*http.Transport).Clone()}}
@@ -234,7 +238,8 @@ func request(ctx context.Context, o *out, c *heraldpush.Client, cmd command) {
 		o.event(map[string]any{"event": "cursors", "ref": cmd.Ref, "cursors": c.Cursors()})
 	case "stats":
 		s := c.Stats()
-		o.event(map[string]any{"event": "stats", "ref": cmd.Ref, "deltas": s.Deltas, "delta_failures": s.DeltaFailures})
+		o.event(map[string]any{"event": "stats", "ref": cmd.Ref, "deltas": s.Deltas, "delta_failures": s.DeltaFailures,
+			"batches": s.Batches})
 	}
 }
 
