@@ -93,7 +93,7 @@ func (l *lines) next(what string, match func(map[string]any) bool) map[string]an
 }
 
 // The runner speaks RUNNER.md: start, state and message events, publish, history, cursors,
-// stop with `closed` and nothing left running.
+// stats, stop with `closed` and nothing left running.
 func TestRunnerContract(t *testing.T) {
 	url := startHerald(t)
 	for _, format := range []string{"json", "msgpack"} {
@@ -151,6 +151,13 @@ func TestRunnerContract(t *testing.T) {
 			c := l.next("cursors", func(e map[string]any) bool { return e["ref"] == "c1" })
 			if cur, _ := c["cursors"].(map[string]any); c["event"] != "cursors" || cur[topic] != pub["id"] {
 				t.Fatalf("%v", c)
+			}
+			send(`{"cmd":"stats","ref":"s1"}`)
+			st := l.next("stats", func(e map[string]any) bool { return e["ref"] == "s1" })
+			for _, k := range []string{"deltas", "delta_failures", "batches"} {
+				if _, ok := st[k].(float64); st["event"] != "stats" || !ok {
+					t.Fatalf("stats without %s: %v", k, st)
+				}
 			}
 			send(`{"cmd":"stop"}`)
 			l.next("closed", func(e map[string]any) bool { return e["event"] == "closed" })
