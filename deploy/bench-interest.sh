@@ -7,11 +7,11 @@
 # through the four nodes' admin APIs at each rate of RATES, alternating the routing modes.
 # For each run: the cluster-wide rate published and delivered, missing and duplicate
 # messages, publish→receive p50/p99, each node's messages read from Redis against the total
-# published (herald_bridge_messages_total{direction="in"}), the groups each node follows,
+# published (herald_bridge_messages_total{direction="in"}), the partitions each node follows,
 # the four nodes' CPU per message published, and Redis's CPU.
 #
 #   deploy/bench-interest.sh [RATES...]     (default: 1000 2000 4000 6000 8000)
-#   env: MODES ("interest broadcast"; MODE:GROUPS sets redis_shards for that mode, e.g.
+#   env: MODES ("interest broadcast"; MODE:PARTITIONS sets redis_shards for that mode, e.g.
 #        "broadcast:16", the layout before interest routing), DURATION (20s), CONNS (4000),
 #        OUT (a temp dir), HERALD_BIN / LOADGEN_BIN (target/release/...), SHARDS (every
 #        mode's redis_shards when not given; default: Herald's, 16,384), NODES (4: how many
@@ -42,13 +42,13 @@ mkdir -p "$OUT"
 # shellcheck source=deploy/bench/cluster-lib.sh
 source "$repo/deploy/bench/cluster-lib.sh"
 
-run() { # MODE[:GROUPS] RATE
-    local mode=${1%%:*} groups=${SHARDS:-} rate=$2 name="${1/:/-}-$2" i
-    [[ $1 == *:* ]] && groups=${1#*:}
+run() { # MODE[:PARTITIONS] RATE
+    local mode=${1%%:*} partitions=${SHARDS:-} rate=$2 name="${1/:/-}-$2" i
+    [[ $1 == *:* ]] && partitions=${1#*:}
     mkdir -p "$OUT/$name"
     {
         echo "[cluster]"
-        if [[ -n $groups ]]; then echo "redis_shards = $groups"; fi
+        if [[ -n $partitions ]]; then echo "redis_shards = $partitions"; fi
     } >"$OUT/$name/herald.toml"
     start_cluster "$OUT/$name" "$mode" "$NODES"
     echo "== $mode at $rate msg/s" >&2

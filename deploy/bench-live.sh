@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/bench-live.sh: what Redis pays per published message as the groups the nodes follow
+# deploy/bench-live.sh: what Redis pays per published message as the partitions the nodes follow
 # grow (issue 38, the cluster's live path), in one sitting.
 #
 # NODES nodes (3) and one Redis on this machine; TOPICS topics (1,000, named t.0 ... t.999)
@@ -7,15 +7,15 @@
 # measured subscribers: one SSE connection per node on 60 topics (herald-loadgen: delivery,
 # missing, duplicates, publish→receive p50/p99). What changes is what else each node follows:
 #
-#   interest-60      nothing else: each node follows ~60 groups
+#   interest-60      nothing else: each node follows ~60 partitions
 #   interest-1000    each node also holds 17 SSE clients on 60 topics each (every topic: ~1,000
-#                    groups per node)
-#   interest-all     each node also holds one SSE client on the pattern `t.*` (every group)
+#                    partitions per node)
+#   interest-all     each node also holds one SSE client on the pattern `t.*` (every partition)
 #   broadcast-16     routing = "broadcast", redis_shards = 16: the layout before interest
 #                    routing, every node reading everything (the reference)
 #
 # For each run: the rate published, delivered, missing and duplicate messages, p50/p99, the
-# groups each node follows, Redis's CPU per published message (its own CPU time, from
+# partitions each node follows, Redis's CPU per published message (its own CPU time, from
 # /proc) and the nodes' CPU per message. The summary is printed and written to
 # $OUT/summary.json.
 #
@@ -54,14 +54,14 @@ follower() { # PUBLIC-PORT QUERY
 }
 
 run() { # SHAPE ROUND
-    local shape=$1 name="$1-r$2" routing=interest groups="" i k
+    local shape=$1 name="$1-r$2" routing=interest partitions="" i k
     case $shape in
-        broadcast-*) routing=broadcast groups=${shape#broadcast-} ;;
+        broadcast-*) routing=broadcast partitions=${shape#broadcast-} ;;
     esac
     mkdir -p "$OUT/$name"
     {
         echo "[cluster]"
-        if [[ -n $groups ]]; then echo "redis_shards = $groups"; fi
+        if [[ -n $partitions ]]; then echo "redis_shards = $partitions"; fi
         echo "[limits]"
         echo "max_subscriptions = 100"
     } >"$OUT/$name/herald.toml"

@@ -57,7 +57,7 @@ start_cluster() {
 }
 
 # record_nodes FILE: a line per node of the cluster start_cluster made: its name, the
-# messages it read from Redis and the groups it follows (what cluster-summary.py reads).
+# messages it read from Redis and the partitions it follows (what cluster-summary.py reads).
 record_nodes() {
     local i
     : >"$1"

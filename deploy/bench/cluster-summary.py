@@ -4,7 +4,7 @@
     cluster-summary.py OUT live|interest
 
 Each run's directory in OUT holds the loadgen's report (loadgen.json) and what its nodes
-read (nodes.txt, from cluster-lib.sh's record_nodes: "NODE INGESTED GROUPS" a line). Every
+read (nodes.txt, from cluster-lib.sh's record_nodes: "NODE INGESTED PARTITIONS" a line). Every
 run becomes a row of OUT/summary.json, and of the Markdown table printed.
 """
 import json
@@ -14,7 +14,7 @@ import sys
 
 def measured(out, name):
     """What every cluster benchmark reads of one run: delivery, latency, the nodes' ingest
-    and groups, the nodes' and Redis's CPU."""
+    and partitions, the nodes' and Redis's CPU."""
     r = json.load(open(os.path.join(out, name, "loadgen.json")))
     d = r.get("delivery") or {}
     lat = d.get("latency_ms") or {}
@@ -36,7 +36,7 @@ def measured(out, name):
         "p50_ms": lat.get("p50_ms"), "p99_ms": lat.get("p99_ms"),
         "ingest_per_node": [int(n[1]) for n in nodes],
         "ingest_ratio_max": round(max(int(n[1]) for n in nodes) / published, 3) if published and nodes else None,
-        "groups_per_node": [int(n[2]) for n in nodes],
+        "partitions_per_node": [int(n[2]) for n in nodes],
         "nodes_cpu_s": round(cpu, 2),
         "nodes_cpu_us_per_message": per_message(cpu),
         "nodes_cores": round(cpu / wall, 2),
@@ -53,16 +53,16 @@ KINDS = {
         lambda x: (x["round"], x["shape"]),
         [("shape", "shape"), ("round", "round"), ("published/s", "published_per_sec"),
          ("missing", "missing"), ("dups", "duplicates"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"),
-         ("groups per node", "groups_per_node"), ("Redis µs per message", "redis_cpu_us_per_message"),
+         ("partitions per node", "partitions_per_node"), ("Redis µs per message", "redis_cpu_us_per_message"),
          ("Redis cores", "redis_cores"), ("nodes' µs per message", "nodes_cpu_us_per_message")],
     ),
-    # bench-interest.sh: runs MODE[-GROUPS]-RATE
+    # bench-interest.sh: runs MODE[-PARTITIONS]-RATE
     "interest": (
         lambda name: {"mode": name.rsplit("-", 1)[0].replace("-", ":"), "rate": int(name.rsplit("-", 1)[1])},
         lambda x: (x["rate"], x["mode"]),
         [("mode", "mode"), ("rate asked", "rate"), ("published/s", "published_per_sec"),
          ("missing", "missing"), ("dups", "duplicates"), ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"),
-         ("max node ingest / published", "ingest_ratio_max"), ("groups per node", "groups_per_node"),
+         ("max node ingest / published", "ingest_ratio_max"), ("partitions per node", "partitions_per_node"),
          ("nodes' CPU µs per message", "nodes_cpu_us_per_message"), ("nodes' cores", "nodes_cores"),
          ("Redis cores", "redis_cores")],
     ),

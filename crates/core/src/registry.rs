@@ -313,7 +313,7 @@ impl Registry {
     }
 
     /// Calls `f` with the name of every topic that has a subscriber on this node (interest
-    /// routing asks which topic groups the node must follow).
+    /// routing asks which partitions of the log the node must follow).
     pub fn each_subscribed(&self, mut f: impl FnMut(&TopicName)) {
         for shard in self.shards.iter() {
             for topic in shard.read().values() {

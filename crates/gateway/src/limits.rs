@@ -306,9 +306,9 @@ pub(crate) const ADMIN_CLIENT: &str = "admin";
 
 /// Topics per minute each client (its [`publisher_key`]) may ask this node for that the
 /// node holds no topic for (`limits.cold_topics_per_minute`): on a node that reads the
-/// cluster's log by interest, each such topic may make it follow one more group, so this
-/// bounds how fast subscriptions, long-polls and history reads (which hold no
-/// subscription) can walk a node onto every group. Charged after every other refusal, just
+/// cluster's log by interest, each such topic may make it follow one more partition, so
+/// this bounds how fast subscriptions, long-polls and history reads (which hold no
+/// subscription) can walk a node onto every partition. Charged after every other refusal, just
 /// before the node is made to read ([`crate::app::AppState::backfill`]).
 #[derive(Debug)]
 pub(crate) struct ColdTopics {

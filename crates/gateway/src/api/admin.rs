@@ -280,8 +280,9 @@ async fn members(
     })))
 }
 
-/// `GET /v1/cluster/nodes`: live nodes, their open connections, and the topic groups of each
-/// log they read (`"groups": {"redis": [followed, total]}`; needs Redis).
+/// `GET /v1/cluster/nodes`: live nodes, their open connections, and the partitions of each
+/// log they read (`"groups": {"redis": [followed, total]}`, the API's name for them; needs
+/// Redis).
 pub(crate) async fn nodes(
     State(state): State<AppState>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
@@ -297,8 +298,8 @@ pub(crate) async fn nodes(
         .await
         .map_err(unavailable)?
         .into_iter()
-        .map(|(node, connections, groups)| {
-            serde_json::json!({ "node": node, "connections": connections, "groups": groups })
+        .map(|(node, connections, partitions)| {
+            serde_json::json!({ "node": node, "connections": connections, "groups": partitions })
         })
         .collect();
     Ok(Json(serde_json::json!({ "nodes": nodes })))

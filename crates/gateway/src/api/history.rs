@@ -70,8 +70,8 @@ pub(crate) async fn public(
         let remote = access::peer_of(&extensions);
         let caller = admitted.caller("http", None, remote);
         access::may_subscribe(&state, &caller, &[topic.as_str()]).await?;
-        // A read of a topic this node does not hold may make it follow one more group of
-        // the cluster's log: charged to the client, after every other refusal.
+        // A read of a topic this node does not hold may make it follow one more partition
+        // of the cluster's log: charged to the client, after every other refusal.
         let client = state.client_key(admitted.who.sub.as_deref(), remote);
         state.charge_cold(&client, &[topic.as_str()])?;
         page(&state, &topic, &query).await
@@ -81,8 +81,8 @@ pub(crate) async fn public(
         .inspect_err(|e| crate::telemetry::metrics::client_error("http", e.code()))
 }
 
-/// One page of `name`'s history. On a node that did not follow the topic's group of the
-/// cluster's log until now, it first reads the group's history ([`AppState::backfill`]).
+/// One page of `name`'s history. On a node that did not follow the topic's partition of the
+/// cluster's log until now, it first reads the partition's history ([`AppState::backfill`]).
 async fn page(state: &AppState, name: &str, query: &HistoryQuery) -> Result<Response, ApiError> {
     herald_core::name::validate_topic(name)?;
     let limit = query::limit(query.limit.as_deref(), 100, 1..=MAX_LIMIT)?;

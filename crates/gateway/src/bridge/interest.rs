@@ -1,24 +1,24 @@
-//! Interest routing: which topic groups of a log this node follows.
+//! Interest routing: which partitions of a log this node follows.
 //!
-//! A log's topics hash into a fixed number of groups (Redis streams, Kafka partitions). Under
-//! `cluster.routing = "interest"` a node reads only the groups holding a topic it has a
+//! A log's topics hash into a fixed number of partitions (Redis streams, Kafka partitions). Under
+//! `cluster.routing = "interest"` a node reads only the partitions holding a topic it has a
 //! subscriber for; under `"broadcast"` it reads them all, always. [`Interest`] is the set of
-//! followed groups and the one place that changes it:
+//! followed partitions and the one place that changes it:
 //!
-//! - a subscription first [`Interest::want`]s the groups of its topics (every group for a
-//!   pattern): a group not followed yet is added, and the subscription waits
-//!   ([`Interest::wait`]) until the log's reader has read that group's history, so that it
+//! - a subscription first [`Interest::want`]s the partitions of its topics (every partition for a
+//!   pattern): a partition not followed yet is added, and the subscription waits
+//!   ([`Interest::wait`]) until the log's reader has read that partition's history, so that it
 //!   resumes, replays `last` and answers history as on a node that had followed it all along;
-//! - a sweep ([`Interest::sweep`], every second) marks the groups that still hold a subscribed
+//! - a sweep ([`Interest::sweep`], every second) marks the partitions that still hold a subscribed
 //!   topic, and drops those that held none for `cluster.interest_linger`; the node then
-//!   forgets those groups' topics (their history would have a hole once it reads the group
+//!   forgets those partitions' topics (their history would have a hole once it reads the partition
 //!   again), under the same lock, so no subscription can pick a topic up half-way;
-//! - the reader ingests a record only while its group is followed ([`Interest::reading`]).
+//! - the reader ingests a record only while its partition is followed ([`Interest::reading`]).
 //!
-//! A group is caught up once the reader has read what the log held when it started reading
-//! it; the node's readiness counts only the groups it followed when its reader (re)connected,
+//! A partition is caught up once the reader has read what the log held when it started reading
+//! it; the node's readiness counts only the partitions it followed when its reader (re)connected,
 //! not those added for a new subscription (a node does not leave its load balancer each time
-//! a client subscribes to a new group).
+//! a client subscribes to a new partition).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,42 +34,42 @@ use super::Ingest;
 
 use crate::telemetry::metrics;
 
-/// The groups of one log that this node follows.
+/// The partitions of one log that this node follows.
 #[derive(Debug)]
 pub(crate) struct Interest {
     bridge: &'static str,
-    /// Every group, always (`routing = "broadcast"`).
+    /// Every partition, always (`routing = "broadcast"`).
     broadcast: bool,
     linger: Duration,
     started: Instant,
-    /// Which groups are followed; changed under the write lock only.
+    /// Which partitions are followed; changed under the write lock only.
     followed: RwLock<Vec<bool>>,
     /// Bumped whenever the followed set changes, for the readers.
     generation: AtomicU64,
-    /// Per group: when a subscription last needed it (ms since `started`).
+    /// Per partition: when a subscription last needed it (ms since `started`).
     wanted_at: Vec<AtomicU64>,
-    /// Per group: the generation at which it was last followed (a reader that read it
+    /// Per partition: the generation at which it was last followed (a reader that read it
     /// before it was dropped and followed again reads it again from its history window).
     since: Vec<AtomicU64>,
-    /// Per group: the reader has read what the log held when it started reading it.
+    /// Per partition: the reader has read what the log held when it started reading it.
     caught_up: Vec<AtomicBool>,
-    /// Per group: followed since the reader's session began, and not caught up yet (what
+    /// Per partition: followed since the reader's pass began, and not caught up yet (what
     /// readiness waits for).
     initial: Vec<AtomicBool>,
-    /// Bumped when a group is caught up (waiters) or the followed set grows (readers).
+    /// Bumped when a partition is caught up (waiters) or the followed set grows (readers).
     changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Interest {
-    /// `groups` groups of `bridge`'s log, all followed for good when `broadcast`, else
+    /// `partitions` partitions of `bridge`'s log, all followed for good when `broadcast`, else
     /// none until wanted, each dropped `linger` after it was last wanted.
     pub(crate) fn new(
         bridge: &'static str,
-        groups: u32,
+        partitions: u32,
         broadcast: bool,
         linger: Duration,
     ) -> Self {
-        let n = groups as usize;
+        let n = partitions as usize;
         let interest = Self {
             bridge,
             broadcast,
@@ -83,11 +83,11 @@ impl Interest {
             initial: (0..n).map(|_| AtomicBool::new(false)).collect(),
             changes: tokio::sync::watch::Sender::new(0),
         };
-        metrics::bridge_groups_followed(bridge, if broadcast { n } else { 0 });
+        metrics::bridge_partitions_followed(bridge, if broadcast { n } else { 0 });
         interest
     }
 
-    /// Whether every group is followed for good.
+    /// Whether every partition is followed for good.
     pub(crate) fn is_broadcast(&self) -> bool {
         self.broadcast
     }
@@ -96,16 +96,16 @@ impl Interest {
         self.started.elapsed().as_millis() as u64 + 1
     }
 
-    /// The generation of the set, and the followed groups in order, each with the
+    /// The generation of the set, and the followed partitions in order, each with the
     /// generation at which it was followed.
     pub(crate) fn followed(&self) -> (u64, Vec<(u32, u64)>) {
         let followed = self.followed.read();
         let generation = self.generation.load(Ordering::Acquire);
-        let groups = (followed.iter().enumerate())
+        let partitions = (followed.iter().enumerate())
             .filter(|(_, f)| **f)
             .map(|(g, _)| (g as u32, self.since[g].load(Ordering::Acquire)))
             .collect();
-        (generation, groups)
+        (generation, partitions)
     }
 
     /// The generation of the followed set: it changes whenever the set does.
@@ -113,26 +113,26 @@ impl Interest {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// How many groups are followed.
+    /// How many partitions are followed.
     pub(crate) fn followed_count(&self) -> usize {
         self.followed.read().iter().filter(|f| **f).count()
     }
 
     /// A view for ingesting a batch of records: the followed set cannot shrink (and the
-    /// node cannot forget a group's topics) while it is held.
+    /// node cannot forget a partition's topics) while it is held.
     pub(crate) fn reading(&self) -> Reading<'_> {
         Reading((self.followed.read(), &self.since))
     }
 
-    /// Marks `groups` as needed now, following those not followed yet. Returns the groups
-    /// of `groups` that are not caught up: the caller waits for them ([`Self::wait`]).
-    pub(crate) fn want(&self, groups: impl IntoIterator<Item = u32>) -> Vec<u32> {
+    /// Marks `partitions` as needed now, following those not followed yet. Returns the partitions
+    /// of `partitions` that are not caught up: the caller waits for them ([`Self::wait`]).
+    pub(crate) fn want(&self, partitions: impl IntoIterator<Item = u32>) -> Vec<u32> {
         let now = self.now_ms();
         let mut pending = Vec::new();
         let mut new = Vec::new();
         {
             let followed = self.followed.read();
-            for g in groups {
+            for g in partitions {
                 self.wanted_at[g as usize].store(now, Ordering::Relaxed);
                 if !followed[g as usize] {
                     new.push(g);
@@ -157,7 +157,7 @@ impl Interest {
             }
             let count = followed.iter().filter(|f| **f).count();
             drop(followed);
-            metrics::bridge_groups_followed(self.bridge, count);
+            metrics::bridge_partitions_followed(self.bridge, count);
             self.changes.send_modify(|v| *v += 1);
             pending.extend(new);
         }
@@ -167,12 +167,12 @@ impl Interest {
         pending
     }
 
-    /// Waits until every group of `groups` is caught up, for at most `timeout`; false when
+    /// Waits until every partition of `partitions` is caught up, for at most `timeout`; false when
     /// the time ran out.
-    pub(crate) async fn wait(&self, groups: &[u32], timeout: Duration) -> bool {
+    pub(crate) async fn wait(&self, partitions: &[u32], timeout: Duration) -> bool {
         let mut changes = self.changes.subscribe();
         let all_caught_up = || {
-            groups
+            partitions
                 .iter()
                 .all(|&g| self.caught_up[g as usize].load(Ordering::Acquire))
         };
@@ -196,31 +196,31 @@ impl Interest {
         self.changes.subscribe()
     }
 
-    /// The reader has read what the log held for `group` (or, `false`, it lost the group
+    /// The reader has read what the log held for `partition` (or, `false`, it lost the partition
     /// and reads it again).
-    pub(crate) fn set_caught_up(&self, group: u32, caught_up: bool) {
-        self.caught_up[group as usize].store(caught_up, Ordering::Release);
+    pub(crate) fn set_caught_up(&self, partition: u32, caught_up: bool) {
+        self.caught_up[partition as usize].store(caught_up, Ordering::Release);
         if caught_up {
-            self.initial[group as usize].store(false, Ordering::Release);
+            self.initial[partition as usize].store(false, Ordering::Release);
             self.changes.send_modify(|v| *v += 1);
         }
     }
 
-    /// Whether `group` is followed and caught up.
+    /// Whether `partition` is followed and caught up.
     #[cfg(test)]
-    pub(crate) fn is_caught_up(&self, group: u32) -> bool {
-        self.caught_up[group as usize].load(Ordering::Acquire)
+    pub(crate) fn is_caught_up(&self, partition: u32) -> bool {
+        self.caught_up[partition as usize].load(Ordering::Acquire)
     }
 
-    /// A reader's session started reading `group`: not caught up until it says so, and,
+    /// A reader's pass started reading `partition`: not caught up until it says so, and,
     /// when `initial` (a reconnect lost it, or the node reads everything and just started),
     /// the node is not ready until then.
-    pub(crate) fn started(&self, group: u32, initial: bool) {
-        self.caught_up[group as usize].store(false, Ordering::Release);
-        self.initial[group as usize].store(initial, Ordering::Release);
+    pub(crate) fn started(&self, partition: u32, initial: bool) {
+        self.caught_up[partition as usize].store(false, Ordering::Release);
+        self.initial[partition as usize].store(initial, Ordering::Release);
     }
 
-    /// Groups whose reader lost them (or, under broadcast, just started) that are not caught
+    /// Partitions whose reader lost them (or, under broadcast, just started) that are not caught
     /// up yet.
     pub(crate) fn initial_pending(&self) -> usize {
         let followed = self.followed.read();
@@ -229,10 +229,10 @@ impl Interest {
             .count()
     }
 
-    /// Marks the groups in `interested` as needed now (every group when `all`), then drops
-    /// the followed groups nobody needed for the linger; `forget` is called with the dropped
-    /// groups while the followed set is locked, so that no subscription and no ingest sees
-    /// them half-way. Returns the dropped groups.
+    /// Marks the partitions in `interested` as needed now (every partition when `all`), then drops
+    /// the followed partitions nobody needed for the linger; `forget` is called with the dropped
+    /// partitions while the followed set is locked, so that no subscription and no ingest sees
+    /// them half-way. Returns the dropped partitions.
     pub(crate) fn sweep(
         &self,
         interested: impl IntoIterator<Item = u32>,
@@ -279,25 +279,25 @@ impl Interest {
         forget(&dropped);
         let count = followed.iter().filter(|f| **f).count();
         drop(followed);
-        metrics::bridge_groups_followed(self.bridge, count);
+        metrics::bridge_partitions_followed(self.bridge, count);
         self.changes.send_modify(|v| *v += 1);
         dropped
     }
 }
 
 impl Interest {
-    /// A subscription's backfill: wants `groups` and waits until every one of them is caught
+    /// A subscription's backfill: wants `partitions` and waits until every one of them is caught
     /// up, for at most `timeout`. `Err` with how many are still not caught up when the time
     /// ran out. Immediate under broadcast routing, or when they are followed and caught up.
     pub(crate) async fn backfill(
         &self,
-        groups: impl IntoIterator<Item = u32>,
+        partitions: impl IntoIterator<Item = u32>,
         timeout: Duration,
     ) -> Result<(), usize> {
         if self.broadcast {
             return Ok(());
         }
-        let pending = self.want(groups);
+        let pending = self.want(partitions);
         if pending.is_empty() || self.wait(&pending, timeout).await {
             return Ok(());
         }
@@ -305,14 +305,14 @@ impl Interest {
     }
 
     /// The sweep of a log's followed set, every [`SWEEP_EVERY`] until `stop`: marks the
-    /// groups that hold a topic subscribed on this node (`groups_of` names a topic's groups;
-    /// every group while a pattern is subscribed), drops those that held none for the
-    /// linger, makes `ingest` forget their topics under the followed set's lock, and hands
-    /// the dropped groups to `dropped` (the log's own state of them goes too).
+    /// partitions that hold a topic subscribed on this node (`partitions_of` names a topic's
+    /// partitions; every partition while a pattern is subscribed), drops those that held none for
+    /// the linger, makes `ingest` forget their topics under the followed set's lock, and hands
+    /// the dropped partitions to `dropped` (the log's own state of them goes too).
     pub(crate) async fn sweep_until(
         &self,
         ingest: &Ingest,
-        groups_of: impl Fn(&str, &mut Vec<u32>),
+        partitions_of: impl Fn(&str, &mut Vec<u32>),
         stop: &CancellationToken,
         mut dropped: impl FnMut(&[u32]),
     ) {
@@ -325,19 +325,19 @@ impl Interest {
                 _ = tokio::time::sleep(SWEEP_EVERY) => {}
             }
             let mut interested = Vec::new();
-            ingest.each_subscribed(|t| groups_of(t, &mut interested));
+            ingest.each_subscribed(|t| partitions_of(t, &mut interested));
             let gone = self.sweep(interested, ingest.has_patterns(), |gone| {
                 let gone: HashSet<u32> = gone.iter().copied().collect();
                 let forgotten = ingest.forget(|t| {
                     let mut of = Vec::new();
-                    groups_of(t, &mut of);
+                    partitions_of(t, &mut of);
                     of.iter().any(|g| gone.contains(g))
                 });
                 tracing::debug!(
                     bridge = self.bridge,
-                    groups = gone.len(),
+                    partitions = gone.len(),
                     topics = forgotten,
-                    "groups no longer followed"
+                    "partitions no longer followed"
                 );
             });
             if !gone.is_empty() {
@@ -354,10 +354,11 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 pub(crate) struct Reading<'a>((RwLockReadGuard<'a, Vec<bool>>, &'a [AtomicU64]));
 
 impl Reading<'_> {
-    /// Whether `group` is followed, since generation `since` (as the reader read it): a
-    /// record of a group that is not is dropped.
-    pub(crate) fn follows(&self, group: u32, since: u64) -> bool {
-        self.0.0[group as usize] && self.0.1[group as usize].load(Ordering::Acquire) == since
+    /// Whether `partition` is followed, since generation `since` (as the reader read it): a
+    /// record of a partition that is not is dropped.
+    pub(crate) fn follows(&self, partition: u32, since: u64) -> bool {
+        self.0.0[partition as usize]
+            && self.0.1[partition as usize].load(Ordering::Acquire) == since
     }
 }
 
@@ -383,7 +384,7 @@ mod tests {
         let mut forgotten = Vec::new();
         interest.sweep([], false, |g| forgotten.extend_from_slice(g));
         assert!(forgotten.is_empty());
-        // Group 5 keeps a subscriber; 3 has none for longer than the linger (paused time:
+        // Partition 5 keeps a subscriber; 3 has none for longer than the linger (paused time:
         // the clock moves on at once).
         tokio::time::advance(Duration::from_millis(1_100)).await;
         let dropped = interest.sweep([5], false, |g| forgotten.extend_from_slice(g));

@@ -9,7 +9,7 @@
 //!
 //! A bridge owns its loop ([`Bridge::run`]) and gets only what that loop uses: an [`Ingest`]
 //! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
-//! the one reconnect-with-backoff loop every bridge runs its sessions in.
+//! the one reconnect-with-backoff loop every bridge runs its passes in.
 
 pub(crate) mod idempotency;
 pub(crate) mod interest;
@@ -72,7 +72,7 @@ pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
     /// Makes this node read what subscriptions to `topics` (and, with `patterns`, to any
     /// topic this log carries) need, and waits until it has read their history from the log,
     /// for at most `cluster.backfill_timeout` (then `Err`). Immediate when the node reads the
-    /// whole log (`cluster.routing = "broadcast"`) or follows their groups already.
+    /// whole log (`cluster.routing = "broadcast"`) or follows their partitions already.
     fn backfill<'a>(
         &'a self,
         topics: &'a [&'a str],
@@ -82,9 +82,9 @@ pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
         Box::pin(async { Ok(()) })
     }
 
-    /// How many of the log's topic groups (streams, partitions) this node reads, and how
-    /// many there are (`herald_bridge_groups_followed`, the console's node view).
-    fn groups_followed(&self) -> (usize, usize) {
+    /// How many of the log's partitions (Redis streams, Kafka partitions) this node reads, and
+    /// how many there are (`herald_bridge_groups_followed`, the console's node view).
+    fn partitions_followed(&self) -> (usize, usize) {
         (0, 0)
     }
 
@@ -370,30 +370,31 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// How a bridge's session ended: `Err` with what failed, `Ok` when it ended on its own.
-pub(crate) type SessionResult = Result<(), String>;
+/// How a bridge's pass (one connected run of its reader, from a connect to what ends it)
+/// ended: `Err` with what failed, `Ok` when it ended on its own.
+pub(crate) type PassResult = Result<(), String>;
 
-/// The reconnect-with-backoff loop of every bridge: runs `session` until `stop`, and after
+/// The reconnect-with-backoff loop of every bridge: runs `pass` until `stop`, and after
 /// each end marks the bridge down (`ended`, with the error), counts a reconnect and waits,
-/// doubling the wait from `first_backoff` up to 5 s. A session that ran for 5 s or more (it
+/// doubling the wait from `first_backoff` up to 5 s. A pass that ran for 5 s or more (it
 /// connected and worked: a connection killed under it, not an engine that refuses) starts the
 /// backoff over.
 pub(crate) async fn reconnect_loop<S, F>(
     bridge: &'static str,
     stop: &CancellationToken,
     first_backoff: Duration,
-    mut session: S,
+    mut pass: S,
     mut ended: impl FnMut(Option<String>),
 ) where
     S: FnMut() -> F,
-    F: Future<Output = SessionResult>,
+    F: Future<Output = PassResult>,
 {
     let mut backoff = first_backoff;
     loop {
         let started = Instant::now();
         let result = tokio::select! {
             _ = stop.cancelled() => break,
-            result = session() => result,
+            result = pass() => result,
         };
         if started.elapsed() >= Duration::from_secs(5) {
             backoff = first_backoff;

@@ -460,7 +460,7 @@ impl Relay {
             "control",
             &stop,
             Duration::from_millis(200),
-            || self.session(&connections, &*members, &last),
+            || self.pass(&connections, &*members, &last),
             |_| {
                 self.reading
                     .store(false, std::sync::atomic::Ordering::Relaxed)
@@ -469,19 +469,21 @@ impl Relay {
         .await;
     }
 
-    async fn session(
+    /// One pass of the relay's reader: a connection reading the command stream from `last`
+    /// until it fails.
+    async fn pass(
         &self,
         connections: &Connections,
         members: &dyn TopicSubscribers,
         last: &parking_lot::Mutex<String>,
-    ) -> crate::bridge::SessionResult {
+    ) -> crate::bridge::PassResult {
         let mut conn = self
             .target
             .connect(Purpose::BlockingReads)
             .await
             .map_err(|e| e.to_string())?;
         if last.lock().as_str() == "$" {
-            // Pin "now" to an id, so a command sent while this session reconnects is read.
+            // Pin "now" to an id, so a command sent while this pass reconnects is read.
             let newest: redis::streams::StreamRangeReply = conn
                 .xrevrange_count(&self.key, "+", "-", 1)
                 .await

@@ -83,9 +83,9 @@ pub struct LimitsConfig {
     /// Topics per minute one client (its token's subject, else its address) may ask this
     /// node for that the node holds no topic for: subscribing (SSE, WebSocket), long-polling
     /// or reading history. In a cluster under `cluster.routing = "interest"` each such topic
-    /// may make the node start reading one more group of the cluster's log, so this bounds
-    /// how fast a client, even one holding no subscription, can walk a node onto every
-    /// group. Past it, 429 `cold_topics` with `retry-after`. Charged only on such a node, after
+    /// may make the node start reading one more partition of the cluster's log, so this
+    /// bounds how fast a client, even one holding no subscription, can walk a node onto every
+    /// partition. Past it, 429 `cold_topics` with `retry-after`. Charged only on such a node, after
     /// every other refusal; bursts of a whole minute's worth. 0 turns the limit off.
     /// Bound: 0 (off), or at least `limits.max_subscriptions`.
     pub cold_topics_per_minute: usize,

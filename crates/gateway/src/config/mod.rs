@@ -175,7 +175,7 @@ pub struct TopicsConfig {
     /// Bound: Above 0, at most 1.
     pub unpublished_share: f64,
     /// Let a topic's publisher write each message to the sockets of its idle single-topic SSE
-    /// and WebSocket subscribers on plain TCP itself (in groups, on the runtime's workers),
+    /// and WebSocket subscribers on plain TCP itself (in cohorts, on the runtime's workers),
     /// instead of waking one task per subscriber per message (docs/architecture.md, "Direct
     /// delivery"). `false` delivers every message through the subscriber's own task.
     pub direct_delivery: bool,

@@ -46,10 +46,10 @@ pub(crate) const TOPICS: &str = "herald_topics";
 pub(crate) const PATTERNS: &str = "herald_patterns";
 /// Whether a bridge is connected and following its log (gauge, 1 or 0), by `bridge`.
 pub(crate) const BRIDGE_UP: &str = "herald_bridge_up";
-/// Topic groups (Redis streams, Kafka partitions) this node reads (gauge), by `bridge`:
-/// all of them under `cluster.routing = "broadcast"`, those holding a subscribed topic under
-/// `"interest"`.
-pub(crate) const BRIDGE_GROUPS_FOLLOWED: &str = "herald_bridge_groups_followed";
+/// Partitions of a bridge's log (Redis streams, Kafka partitions) this node reads (gauge), by
+/// `bridge`: all of them under `cluster.routing = "broadcast"`, those holding a subscribed
+/// topic under `"interest"`. The name keeps the word they had before (dashboards use it).
+pub(crate) const BRIDGE_PARTITIONS_FOLLOWED: &str = "herald_bridge_groups_followed";
 /// Bridge reconnection attempts, by `bridge`.
 pub(crate) const BRIDGE_RECONNECTS: &str = "herald_bridge_reconnects_total";
 /// Gaps the live path found, by `bridge`: a stream whose notices skipped an entry (a notice
@@ -204,8 +204,8 @@ fn describe() {
     );
     describe_gauge!(BRIDGE_UP, "Whether a bridge is connected (1) or not (0).");
     describe_gauge!(
-        BRIDGE_GROUPS_FOLLOWED,
-        "Topic groups (streams, partitions) of a bridge's log this node reads."
+        BRIDGE_PARTITIONS_FOLLOWED,
+        "Partitions of a bridge's log (Redis streams, Kafka partitions) this node reads."
     );
     describe_counter!(BRIDGE_RECONNECTS, "Bridge reconnection attempts.");
     describe_counter!(
@@ -497,9 +497,9 @@ pub(crate) fn bridge_up(bridge: &'static str, up: bool) {
     gauge!(BRIDGE_UP, "bridge" => bridge).set(if up { 1.0 } else { 0.0 });
 }
 
-/// Sets how many topic groups of `bridge`'s log this node reads.
-pub(crate) fn bridge_groups_followed(bridge: &'static str, groups: usize) {
-    gauge!(BRIDGE_GROUPS_FOLLOWED, "bridge" => bridge).set(groups as f64);
+/// Sets how many partitions of `bridge`'s log this node reads.
+pub(crate) fn bridge_partitions_followed(bridge: &'static str, partitions: usize) {
+    gauge!(BRIDGE_PARTITIONS_FOLLOWED, "bridge" => bridge).set(partitions as f64);
 }
 
 /// Counts a reconnection attempt of `bridge`.

@@ -166,7 +166,7 @@ pub(crate) struct Added {
 /// first (the topics and patterns charged to the client, the node's room for patterns, the
 /// client's `limits.cold_topics_per_minute`), then the node made to read what the topics
 /// need from the cluster's logs ([`AppState::backfill`]: on a node that did not follow their
-/// groups until now, this waits for their history), so that a refused subscription makes
+/// partitions until now, this waits for their history), so that a refused subscription makes
 /// the node read nothing; then every topic found or created before any is subscribed, so
 /// that a refusal part-way (the node's topic limit) leaves the feed as it was; patterns
 /// with their resume positions. The one way topics are added to a feed.

@@ -22,7 +22,7 @@ try {
   page.on("response", (r) => { if (r.url().includes("/console/") && r.status() !== 200) problems.push(`${r.url()} ${r.status()}`); });
   await page.goto(`${n1.admin}/console`);
   const text = (sel) => page.locator(sel).innerText();
-  // A node's row: node, connections, topic groups read ("redis 1 / 4").
+  // A node's row: node, connections, partitions read ("redis 1 / 4").
   const nodeCells = async (id) => {
     const rows = await page.locator("#nodes tbody tr").allInnerTexts();
     const row = rows.find((r) => r.startsWith(id));

@@ -372,7 +372,7 @@ async fn redis_cluster_wildcard_subscribers_cost_one_live_connection_per_master(
     let ca = engine("HERALD_TEST_TLS_CA").unwrap();
     let node = |id: &str| {
         let mut c = redis_node(RedisMode::Cluster, &url, &p, id);
-        // Every group, as a production node has them: a pattern follows all 16,384.
+        // Every partition, as a production node has them: a pattern follows all 16,384.
         c.cluster.redis_shards = herald_gateway::Config::default().cluster.redis_shards;
         c.cluster.redis_ca_file = Some(ca.clone().into());
         c.cluster.backfill_timeout = Duration::from_secs(60);
@@ -387,15 +387,15 @@ async fn redis_cluster_wildcard_subscribers_cost_one_live_connection_per_master(
         sse.next_block().await.unwrap();
         subscribers.push(sse);
     }
-    let groups: f64 = metric(&a, r#"herald_bridge_groups_followed{bridge="redis"}"#).await;
-    assert_eq!(groups, 16_384.0, "a pattern follows every group");
-    // Per node, one live connection per master (3 here), not one per group (16,384): what
+    let partitions: f64 = metric(&a, r#"herald_bridge_groups_followed{bridge="redis"}"#).await;
+    assert_eq!(partitions, 16_384.0, "a pattern follows every partition");
+    // Per node, one live connection per master (3 here), not one per partition (16,384): what
     // else the process opens meanwhile (the test's HTTP connections, other tasks) stays well
     // under the bound.
     let grown = open_files().saturating_sub(before);
     assert!(
         grown <= 64,
-        "following every group opened {grown} files: a node holds one live connection per master"
+        "following every partition opened {grown} files: a node holds one live connection per master"
     );
     // Every message arrives, once, on both nodes.
     let topics: Vec<String> = (0..20).map(|i| format!("wild.{i}")).collect();

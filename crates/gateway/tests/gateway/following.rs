@@ -1,10 +1,10 @@
 //! What a node follows is charged to whoever asked, after every refusal (interest routing
-//! over a real Redis): a refused subscription makes the node follow no group, and long-polls
-//! and history reads, which hold no subscription, cannot walk a node onto every group.
+//! over a real Redis): a refused subscription makes the node follow no partition, and long-polls
+//! and history reads, which hold no subscription, cannot walk a node onto every partition.
 
 use crate::common::*;
 
-/// A node under interest routing over 1,024 groups, alone in its cluster.
+/// A node under interest routing over 1,024 partitions, alone in its cluster.
 fn node(test: &str) -> herald_gateway::Config {
     let prefix = format!("test-following-{test}-{:x}", rand::random::<u32>());
     let mut config = cluster_config(&prefix, "a");
@@ -12,7 +12,7 @@ fn node(test: &str) -> herald_gateway::Config {
     config
 }
 
-async fn groups_followed(gw: &herald_gateway::Gateway) -> f64 {
+async fn partitions_followed(gw: &herald_gateway::Gateway) -> f64 {
     metric(gw, r#"herald_bridge_groups_followed{bridge="redis"}"#).await
 }
 
@@ -38,19 +38,19 @@ async fn refused(resp: reqwest::Response, code: &str, status: u16) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_subscription_makes_the_node_follow_no_group() {
+async fn a_refused_subscription_makes_the_node_follow_no_partition() {
     skip_without!("HERALD_TEST_REDIS_URL");
     let mut config = node("refused");
     config.topics.max_patterns = 0;
     config.limits.max_new_topics_per_client = 4;
     let gw = spawn_ready(config).await;
     let base = format!("http://{}", gw.public_addr);
-    assert_eq!(groups_followed(&gw).await, 0.0);
+    assert_eq!(partitions_followed(&gw).await, 0.0);
     // A pattern on a node that takes none (`topics.max_patterns = 0`): before the fix, the
-    // node followed all 1,024 groups before it refused.
+    // node followed all 1,024 partitions before it refused.
     for path in ["/v1/sse?topic=x.*", "/v1/poll?topic=x.*&timeout=0"] {
         refused(get(format!("{base}{path}"), &[]).await, "topic_limit", 503).await;
-        assert_eq!(groups_followed(&gw).await, 0.0, "{path}");
+        assert_eq!(partitions_followed(&gw).await, 0.0, "{path}");
     }
     // Over the topic quota: nothing followed either.
     let resp = get(format!("{base}/v1/poll?{}&timeout=0", query("q", 8)), &[]).await;
@@ -64,11 +64,11 @@ async fn a_refused_subscription_makes_the_node_follow_no_group() {
     .await;
     let answer = ws_next(&mut ws).await;
     assert_eq!(answer["type"], "error", "{answer}");
-    assert_eq!(groups_followed(&gw).await, 0.0);
+    assert_eq!(partitions_followed(&gw).await, 0.0);
     // A subscription that is not refused is followed: the test can fail.
     let resp = get(format!("{base}/v1/poll?{}&timeout=0", query("q", 2)), &[]).await;
     assert_eq!(resp.status().as_u16(), 200);
-    assert!(groups_followed(&gw).await >= 1.0);
+    assert!(partitions_followed(&gw).await >= 1.0);
     gw.stop().await.unwrap();
 }
 
@@ -102,10 +102,10 @@ async fn long_polls_and_history_reads_walking_new_topics_are_refused_past_the_bo
         (4..=4 + refilled() / 16).contains(&answered),
         "{answered} polls of 16 new topics answered: 64 topics a minute"
     );
-    let followed = groups_followed(&gw).await;
+    let followed = partitions_followed(&gw).await;
     assert!(
         (1.0..=64.0).contains(&followed),
-        "{followed} groups followed: at most the bound's"
+        "{followed} partitions followed: at most the bound's"
     );
     // A history walk by the same client: refused too (but for the topics the budget
     // refilled meanwhile), and nothing more followed than those.
@@ -123,7 +123,7 @@ async fn long_polls_and_history_reads_walking_new_topics_are_refused_past_the_bo
         read <= refilled(),
         "{read} of 32 history reads went through"
     );
-    assert!(groups_followed(&gw).await <= followed + read as f64);
+    assert!(partitions_followed(&gw).await <= followed + read as f64);
     // The admin API is not limited.
     let resp = get(
         format!("http://{}/v1/topics/h.0/history", gw.admin_addr),

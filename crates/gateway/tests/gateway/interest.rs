@@ -1,5 +1,5 @@
-//! Interest routing over a real Redis: a node reads only the streams (topic groups) holding a
-//! topic it has a subscriber for, and every promise of a node that reads everything holds.
+//! Interest routing over a real Redis: a node reads only the streams (the log's partitions) holding
+//! a topic it has a subscriber for, and every promise of a node that reads everything holds.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,28 +9,28 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const GROUPS: u32 = 64;
+const PARTITIONS: u32 = 64;
 
 fn prefix(test: &str) -> String {
     format!("test-interest-{test}-{:x}", rand::random::<u32>())
 }
 
-/// A node with the default routing (interest) over `GROUPS` streams.
+/// A node with the default routing (interest) over `PARTITIONS` streams.
 fn node(prefix: &str, id: &str) -> herald_gateway::Config {
     let mut c = cluster_config(prefix, id);
-    c.cluster.redis_shards = GROUPS;
+    c.cluster.redis_shards = PARTITIONS;
     c
 }
 
-/// `n` topic names `<stem>.<i>`, each in a group none of `taken` is in and none other of
-/// them is in; their groups are added to `taken`.
-fn topics_in_own_groups(stem: &str, n: usize, taken: &mut Vec<u32>) -> Vec<String> {
+/// `n` topic names `<stem>.<i>`, each in a partition none of `taken` is in and none other of
+/// them is in; their partitions are added to `taken`.
+fn topics_in_own_partitions(stem: &str, n: usize, taken: &mut Vec<u32>) -> Vec<String> {
     let mut found = Vec::new();
     for i in 0.. {
         let name = format!("{stem}.{i}");
-        let group = herald_gateway::shard_of(&name, GROUPS);
-        if !taken.contains(&group) {
-            taken.push(group);
+        let partition = herald_gateway::shard_of(&name, PARTITIONS);
+        if !taken.contains(&partition) {
+            taken.push(partition);
             found.push(name);
             if found.len() == n {
                 break;
@@ -48,7 +48,7 @@ async fn redis_in(gw: &Gateway) -> f64 {
     .await
 }
 
-async fn groups_followed(gw: &Gateway) -> f64 {
+async fn partitions_followed(gw: &Gateway) -> f64 {
     metric(gw, r#"herald_bridge_groups_followed{bridge="redis"}"#).await
 }
 
@@ -72,7 +72,7 @@ async fn each_node_reads_only_what_its_subscribers_need_and_every_message_arrive
     let mut taken = Vec::new();
     let topics: Vec<Vec<String>> = ["a", "b", "c"]
         .iter()
-        .map(|n| topics_in_own_groups(&format!("room-{n}"), 4, &mut taken))
+        .map(|n| topics_in_own_partitions(&format!("room-{n}"), 4, &mut taken))
         .collect();
     let mut clients = Vec::new();
     for (gw, topics) in nodes.iter().zip(&topics) {
@@ -81,7 +81,11 @@ async fn each_node_reads_only_what_its_subscribers_need_and_every_message_arrive
         clients.push(sse);
     }
     for gw in &nodes {
-        assert_eq!(groups_followed(gw).await, 4.0, "one group per topic");
+        assert_eq!(
+            partitions_followed(gw).await,
+            4.0,
+            "one partition per topic"
+        );
     }
     // Every topic gets 10 messages, published through every node in turn.
     let per_topic = 10;
@@ -144,7 +148,7 @@ async fn a_node_that_never_followed_a_topic_resumes_replays_and_answers_history_
     let a = spawn_ready(node(&p, "a")).await;
     let b = spawn_ready(node(&p, "b")).await;
     let mut taken = Vec::new();
-    let t = topics_in_own_groups("doc", 5, &mut taken);
+    let t = topics_in_own_partitions("doc", 5, &mut taken);
     let (sse_t, ws_t, poll_t, last_t, hist_t) = (&t[0], &t[1], &t[2], &t[3], &t[4]);
     // A client on `a` reads the first three messages of each topic: its cursors.
     let mut on_a = SseClient::connect(&a, &query(&t), None).await;
@@ -165,7 +169,7 @@ async fn a_node_that_never_followed_a_topic_resumes_replays_and_answers_history_
             publish(&a, topic, json!(i)).await;
         }
     }
-    assert_eq!(groups_followed(&b).await, 0.0);
+    assert_eq!(partitions_followed(&b).await, 0.0);
     assert_eq!(redis_in(&b).await, 0.0);
 
     // SSE with Last-Event-ID from `a`: exactly 3, 4, 5, then live.
@@ -225,13 +229,13 @@ async fn a_node_that_never_followed_a_topic_resumes_replays_and_answers_history_
     ))
     .await;
     assert_eq!(data(&page), [json!(3), json!(4), json!(5)], "{page}");
-    assert_eq!(groups_followed(&b).await, 5.0);
+    assert_eq!(partitions_followed(&b).await, 5.0);
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn churn_over_many_groups_stays_within_the_linger_bound_and_costs_no_message() {
+async fn churn_over_many_partitions_stays_within_the_linger_bound_and_costs_no_message() {
     skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("churn");
     let mut config = node(&p, "a");
@@ -239,10 +243,10 @@ async fn churn_over_many_groups_stays_within_the_linger_bound_and_costs_no_messa
     let a = spawn_ready(config).await;
     let b = spawn_ready(node(&p, "b")).await;
     let mut taken = Vec::new();
-    let flips = topics_in_own_groups("flip", 12, &mut taken);
-    let steady = topics_in_own_groups("steady", 1, &mut taken).remove(0);
+    let flips = topics_in_own_partitions("flip", 12, &mut taken);
+    let steady = topics_in_own_partitions("steady", 1, &mut taken).remove(0);
     // One client stays on `steady`, fed all along; another flips between twelve topics of
-    // twelve groups, one subscription at a time.
+    // twelve partitions, one subscription at a time.
     let mut ws = ws_connect(&a).await;
     ws_subscribe(&mut ws, &[&steady]).await;
     let publisher = {
@@ -274,11 +278,11 @@ async fn churn_over_many_groups_stays_within_the_linger_bound_and_costs_no_messa
             "no message lost to churn"
         );
     }
-    // At most the steady group and the flipped ones within the linger; after it, only
+    // At most the steady partition and the flipped ones within the linger; after it, only
     // the steady one is read.
-    assert!(groups_followed(&a).await <= 13.0);
+    assert!(partitions_followed(&a).await <= 13.0);
     eventually(Duration::from_secs(10), || async {
-        groups_followed(&a).await == 1.0
+        partitions_followed(&a).await == 1.0
     })
     .await;
     publish(&b, &steady, json!("after")).await;
@@ -288,23 +292,23 @@ async fn churn_over_many_groups_stays_within_the_linger_bound_and_costs_no_messa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_dropped_and_followed_again_resumes_without_a_hole() {
+async fn a_partition_dropped_and_followed_again_resumes_without_a_hole() {
     skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("refollow");
     let mut config = node(&p, "a");
     config.cluster.interest_linger = Duration::from_secs(1);
     let a = spawn_ready(config).await;
     let b = spawn_ready(node(&p, "b")).await;
-    let topic = topics_in_own_groups("again", 1, &mut Vec::new()).remove(0);
+    let topic = topics_in_own_partitions("again", 1, &mut Vec::new()).remove(0);
     let mut sse = SseClient::connect(&a, &format!("topic={topic}"), None).await;
     sse.next_block().await.unwrap();
     publish(&b, &topic, json!(0)).await;
     sse.next_event().await.unwrap();
     let last = sse.last_event_id.clone().unwrap();
     drop(sse);
-    // `a` drops the group once nobody subscribes to it for the linger...
+    // `a` drops the partition once nobody subscribes to it for the linger...
     eventually(Duration::from_secs(10), || async {
-        groups_followed(&a).await == 0.0
+        partitions_followed(&a).await == 0.0
     })
     .await;
     // ...misses what is published meanwhile, and reads it back when the client returns.
@@ -324,14 +328,14 @@ async fn a_group_dropped_and_followed_again_resumes_without_a_hole() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pattern_makes_its_node_follow_every_group() {
+async fn a_pattern_makes_its_node_follow_every_partition() {
     skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("pattern");
     let a = spawn_ready(node(&p, "a")).await;
     let b = spawn_ready(node(&p, "b")).await;
     let mut sse = SseClient::connect(&a, "topic=orders.*", None).await;
     sse.next_block().await.unwrap();
-    assert_eq!(groups_followed(&a).await, f64::from(GROUPS));
+    assert_eq!(partitions_followed(&a).await, f64::from(PARTITIONS));
     for i in 0..5 {
         publish(&b, &format!("orders.{i}"), json!(i)).await;
     }
@@ -346,14 +350,14 @@ async fn a_pattern_makes_its_node_follow_every_group() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn broadcast_routing_reads_every_group_from_the_start() {
+async fn broadcast_routing_reads_every_partition_from_the_start() {
     skip_without!("HERALD_TEST_REDIS_URL");
     let p = prefix("broadcast");
     let mut config = node(&p, "a");
     config.cluster.routing = herald_gateway::config::Routing::Broadcast;
     let a = spawn_ready(config).await;
     let b = spawn_ready(node(&p, "b")).await;
-    assert_eq!(groups_followed(&a).await, f64::from(GROUPS));
+    assert_eq!(partitions_followed(&a).await, f64::from(PARTITIONS));
     publish(&b, "anything", json!(1)).await;
     eventually(WAIT, || async { redis_in(&a).await == 1.0 }).await;
     assert_eq!(

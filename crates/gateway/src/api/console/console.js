@@ -89,12 +89,12 @@ async function refresh() {
 
   const tbody = $("nodes").tBodies[0];
   if (nodes.status === 200) {
-    // Topic groups read per log (interest routing): "redis 12 / 4096".
-    const groups = (g) =>
+    // Partitions read per log (interest routing): "redis 12 / 4096" (`groups` in the API).
+    const partitions = (g) =>
       Object.entries(g || {})
         .map(([log, [followed, total]]) => `${log} ${fmt(followed)} / ${fmt(total)}`)
         .join(", ") || "—";
-    fill(tbody, nodes.body.nodes.map((n) => [n.node, fmt(n.connections), groups(n.groups)]));
+    fill(tbody, nodes.body.nodes.map((n) => [n.node, fmt(n.connections), partitions(n.groups)]));
     $("nodes-note").textContent = `${nodes.body.nodes.length} live node(s), from Redis`;
   } else if (nodes.body.code === "no_cluster") {
     fill(tbody, [["this node", fmt(ws + sse + poll)]]);

@@ -1,7 +1,7 @@
 //! Broadcast routing (`cluster.routing = "broadcast"`): every partition of the configured
 //! Kafka topics on every node, each from the position the node committed (or the history
 //! window when it has none); the node is ready once it has read what the log held when the
-//! session began.
+//! pass began.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ impl KafkaBridge {
             tokio::task::spawn_blocking(move || assignment(&c, &counts, history_ms)).await??;
         consumer.assign(&assignment)?;
         self.partitions.store(assignment.count(), Ordering::Relaxed);
-        metrics::bridge_groups_followed(NAME, assignment.count());
+        metrics::bridge_partitions_followed(NAME, assignment.count());
         // Where the log ends now, per partition: ready once read up to there.
         let (c, starts) = (consumer.clone(), assignment.clone());
         let mut behind: HashMap<(String, i32), i64> = tokio::task::spawn_blocking(move || {

@@ -8,7 +8,7 @@
 //! up to the high watermark it saw when it added the partition (at once when there was
 //! nothing to read), or its position got there (records that take offsets but are never
 //! delivered, such as transaction markers): the subscriptions waiting for it then go on. A
-//! partition still followed when a session ends is read on, in the next session, from where
+//! partition still followed when a pass ends is read on, in the next pass, from where
 //! the last one stopped; the node is not ready until those are caught up again.
 
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ use super::{Interest, KafkaBridge, NAME};
 use crate::bridge::kafka_props::KafkaContext;
 use crate::bridge::{Ingest, now_ms};
 
-/// One partition as a session reads it.
+/// One partition as a pass reads it.
 #[derive(Debug)]
 struct Part {
     /// The generation at which it was followed (a partition dropped and followed again is
@@ -37,7 +37,7 @@ struct Part {
     target: Option<i64>,
 }
 
-/// Interest routing: one consuming session, until an error.
+/// Interest routing: one consuming pass, until an error.
 pub(super) async fn consume(
     bridge: &KafkaBridge,
     ingest: &Ingest,
@@ -59,7 +59,7 @@ pub(super) async fn consume(
         .interest
         .get_or_init(|| Interest::new(NAME, layout.total(), false, bridge.linger));
     bridge.layout_known.send_replace(true);
-    let mut session = Session {
+    let mut pass = Pass {
         bridge,
         consumer,
         layout,
@@ -76,28 +76,28 @@ pub(super) async fn consume(
     );
     let result = tokio::select! {
         () = bridge.health(consumer) => Ok(()),
-        result = session.run(ingest, &current) => result,
+        result = pass.run(ingest, &current) => result,
     };
-    session.keep_positions();
+    pass.keep_positions();
     result
 }
 
-/// One session of the consumer.
-struct Session<'a> {
+/// One pass of the consumer.
+struct Pass<'a> {
     bridge: &'a KafkaBridge,
     consumer: &'a Arc<StreamConsumer<KafkaContext>>,
     layout: &'a Layout,
     interest: &'a Interest,
-    /// The partitions assigned, by group.
+    /// The partitions assigned, by number.
     parts: HashMap<u32, Part>,
     /// The generation of the followed set the assignment matches.
     generation: Option<u64>,
-    /// Not the bridge's first session: the partitions followed when it starts were lost by a
+    /// Not the bridge's first pass: the partitions followed when it starts were lost by a
     /// reconnect, and the node is not ready until they are caught up.
     restarted: bool,
 }
 
-impl Session<'_> {
+impl Pass<'_> {
     /// Follows the followed set and ingests records until an error.
     async fn run(&mut self, ingest: &Ingest, current: &Layout) -> anyhow::Result<()> {
         let consumer = self.consumer;
@@ -125,16 +125,16 @@ impl Session<'_> {
 
     /// Ingests one record of a followed partition, and tells when its partition caught up.
     fn handle(&mut self, ingest: &Ingest, message: &BorrowedMessage<'_>, current: &Layout) {
-        let Some(group) = self.layout.group(message.topic(), message.partition()) else {
+        let Some(number) = self.layout.number(message.topic(), message.partition()) else {
             return;
         };
-        let Some(part) = self.parts.get_mut(&group) else {
+        let Some(part) = self.parts.get_mut(&number) else {
             return; // unassigned since it was fetched
         };
         part.next = part.next.max(message.offset() + 1);
         {
             let reading = self.interest.reading();
-            if reading.follows(group, part.since) {
+            if reading.follows(number, part.since) {
                 self.bridge.ingest(ingest, message, current);
             }
         }
@@ -144,14 +144,14 @@ impl Session<'_> {
         if part.target.is_some_and(|high| message.offset() + 1 >= high) {
             part.target = None;
             let since = part.since;
-            self.caught_up(group, since);
+            self.caught_up(number, since);
         }
     }
 
-    /// The partition is caught up (when still followed since `since`).
-    fn caught_up(&self, group: u32, since: u64) {
-        if self.interest.reading().follows(group, since) {
-            self.interest.set_caught_up(group, true);
+    /// The partition numbered `number` is caught up (when still followed since `since`).
+    fn caught_up(&self, number: u32, since: u64) {
+        if self.interest.reading().follows(number, since) {
+            self.interest.set_caught_up(number, true);
         }
     }
 
@@ -168,16 +168,16 @@ impl Session<'_> {
             let Offset::Offset(at) = e.offset() else {
                 continue;
             };
-            let Some(group) = self.layout.group(e.topic(), e.partition()) else {
+            let Some(number) = self.layout.number(e.topic(), e.partition()) else {
                 continue;
             };
-            let Some(part) = self.parts.get_mut(&group) else {
+            let Some(part) = self.parts.get_mut(&number) else {
                 continue;
             };
             if part.target.is_some_and(|high| at >= high) {
                 part.target = None;
                 let since = part.since;
-                self.caught_up(group, since);
+                self.caught_up(number, since);
             }
         }
     }
@@ -204,7 +204,7 @@ impl Session<'_> {
             .filter(|(g, _)| !self.parts.contains_key(g))
             .collect();
         if !new.is_empty() {
-            // Read on from where an earlier session stopped, when it was following the
+            // Read on from where an earlier pass stopped, when it was following the
             // partition since the same generation; else from the history window.
             let parts: Vec<(String, i32, Option<i64>)> = {
                 let positions = self.bridge.positions.lock();
@@ -229,11 +229,11 @@ impl Session<'_> {
             }
             self.consumer.incremental_assign(&list)?;
             let initial = self.restarted && self.generation.is_none();
-            for ((group, since), (start, high)) in new.into_iter().zip(starts) {
-                self.interest.started(group, initial);
+            for ((number, since), (start, high)) in new.into_iter().zip(starts) {
+                self.interest.started(number, initial);
                 let target = (start < high).then_some(high);
                 self.parts.insert(
-                    group,
+                    number,
                     Part {
                         since,
                         next: start,
@@ -241,7 +241,7 @@ impl Session<'_> {
                     },
                 );
                 if target.is_none() {
-                    self.caught_up(group, since);
+                    self.caught_up(number, since);
                 }
             }
         }
@@ -255,13 +255,13 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Keeps where each followed partition is, for the next session.
+    /// Keeps where each followed partition is, for the next pass.
     fn keep_positions(&self) {
         let reading = self.interest.reading();
         let mut positions = self.bridge.positions.lock();
-        for (&group, part) in &self.parts {
-            if reading.follows(group, part.since) {
-                positions.insert(group, (part.next, part.since));
+        for (&number, part) in &self.parts {
+            if reading.follows(number, part.since) {
+                positions.insert(number, (part.next, part.since));
             }
         }
     }

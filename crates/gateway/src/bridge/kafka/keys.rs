@@ -1,5 +1,5 @@
-//! Which partition of a Kafka topic holds a Herald topic's records, and which topic groups
-//! (partitions of every configured Kafka topic, numbered once) that makes.
+//! Which partition of a Kafka topic holds a Herald topic's records, and the log's partitions
+//! that makes (the partitions of every configured Kafka topic, numbered once: [`Layout`]).
 //!
 //! Records are keyed by their Herald topic (Herald's producer does; other producers must),
 //! so the producer's partitioner puts each Herald topic in one partition. A node computes the
@@ -75,17 +75,17 @@ pub(crate) fn producer_property(partitioner: KafkaPartitioner) -> &'static str {
 }
 
 /// The configured Kafka topics with their partition counts, as the first metadata a node read
-/// gave them: group `base + p` is partition `p` of the topic at `base`.
+/// gave them: partition number `base + p` is partition `p` of the topic at `base`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Layout {
     partitioner: KafkaPartitioner,
-    /// Each Kafka topic, its partitions and its first group.
+    /// Each Kafka topic, its partitions and its first partition's number.
     topics: Vec<(String, u32, u32)>,
     total: u32,
 }
 
 impl Layout {
-    /// The groups of `topics` (name, partition count), in order.
+    /// The partitions of `topics` (name, partition count), numbered in order.
     pub(crate) fn new(partitioner: KafkaPartitioner, topics: &[(String, u32)]) -> Self {
         let mut base = 0;
         let topics = (topics.iter())
@@ -102,7 +102,7 @@ impl Layout {
         }
     }
 
-    /// How many groups (partitions of every configured topic) there are.
+    /// How many partitions (of every configured topic) there are.
     pub(crate) fn total(&self) -> u32 {
         self.total
     }
@@ -114,27 +114,30 @@ impl Layout {
             .collect()
     }
 
-    /// The groups that can hold `herald_topic`: its partition in each configured Kafka topic
-    /// (any of them may carry it).
-    pub(crate) fn groups_of<'a>(&'a self, herald_topic: &'a str) -> impl Iterator<Item = u32> + 'a {
+    /// The numbers of the partitions that can hold `herald_topic`: its partition in each
+    /// configured Kafka topic (any of them may carry it).
+    pub(crate) fn partitions_of<'a>(
+        &'a self,
+        herald_topic: &'a str,
+    ) -> impl Iterator<Item = u32> + 'a {
         (self.topics.iter()).map(move |(_, partitions, base)| {
             base + partition_of(self.partitioner, herald_topic.as_bytes(), *partitions)
         })
     }
 
-    /// The group of partition `partition` of Kafka topic `topic`, when the layout has it.
-    pub(crate) fn group(&self, topic: &str, partition: i32) -> Option<u32> {
+    /// The number of partition `partition` of Kafka topic `topic`, when the layout has it.
+    pub(crate) fn number(&self, topic: &str, partition: i32) -> Option<u32> {
         let (_, partitions, base) = self.topics.iter().find(|(t, ..)| t == topic)?;
         let p = u32::try_from(partition).ok().filter(|p| p < partitions)?;
         Some(base + p)
     }
 
-    /// The Kafka topic and partition of `group`.
-    pub(crate) fn partition(&self, group: u32) -> (&str, i32) {
+    /// The Kafka topic and partition numbered `number`.
+    pub(crate) fn partition(&self, number: u32) -> (&str, i32) {
         let (name, _, base) = (self.topics.iter())
-            .rfind(|(_, _, base)| *base <= group)
-            .expect("a group of the layout");
-        (name, (group - base) as i32)
+            .rfind(|(_, _, base)| *base <= number)
+            .expect("a partition of the layout");
+        (name, (number - base) as i32)
     }
 
     /// Whether a record of `herald_topic` read from partition `partition` of a topic with
@@ -198,19 +201,19 @@ mod tests {
     }
 
     #[test]
-    fn a_herald_topic_has_one_group_per_configured_kafka_topic() {
+    fn a_herald_topic_has_one_partition_per_configured_kafka_topic() {
         let layout = Layout::new(
             KafkaPartitioner::Consistent,
             &[("a".into(), 3), ("b".into(), 4)],
         );
         assert_eq!(layout.total(), 7);
-        let groups: Vec<u32> = layout.groups_of("orders").collect();
-        assert_eq!(groups.len(), 2);
-        assert_eq!(groups[0], crc32(b"orders") % 3);
-        assert_eq!(groups[1], 3 + crc32(b"orders") % 4);
-        assert_eq!(layout.group("b", 2), Some(5));
-        assert_eq!(layout.group("b", 4), None);
-        assert_eq!(layout.group("c", 0), None);
+        let partitions: Vec<u32> = layout.partitions_of("orders").collect();
+        assert_eq!(partitions.len(), 2);
+        assert_eq!(partitions[0], crc32(b"orders") % 3);
+        assert_eq!(partitions[1], 3 + crc32(b"orders") % 4);
+        assert_eq!(layout.number("b", 2), Some(5));
+        assert_eq!(layout.number("b", 4), None);
+        assert_eq!(layout.number("c", 0), None);
         assert_eq!(layout.partition(5), ("b", 2));
         assert_eq!(layout.partition(0), ("a", 0));
         assert_eq!(layout.partition(2), ("a", 2));

@@ -3,7 +3,7 @@
 //! Each node assigns itself partitions of the configured Kafka topics by hand (manual
 //! assignment, not a shared consumer group: a consumer group would split the partitions
 //! between nodes, and every node must deliver every record of a topic to its own
-//! subscribers). Which partitions ([`super::interest`], the partitions being the topic groups):
+//! subscribers). Which partitions ([`super::interest`]; [`keys::Layout`] numbers them):
 //!
 //! - `cluster.routing = "broadcast"`: every partition, on every node, each from the position
 //!   the node committed under its own group id (`<group_prefix>-<node_id>`), so a restarted
@@ -22,7 +22,7 @@
 //!   Positions of followed partitions are still committed under the node's group, but a
 //!   partition followed anew starts from the history window, never from a commit: what the
 //!   node knew of its topics was forgotten with it. A reconnect reads on from where the
-//!   session stopped, and the node is not ready until the partitions it followed then are
+//!   pass stopped, and the node is not ready until the partitions it followed then are
 //!   caught up again (not those added for a subscription: a subscription waits for those).
 //!   Why not seek to a client's cursor instead of the history window: the node serves
 //!   `last`, history and every later client from the same topic history, which must start
@@ -103,8 +103,8 @@ pub(crate) struct KafkaBridge {
     interest: OnceLock<Interest>,
     /// Becomes true when `layout` and `interest` are set.
     layout_known: tokio::sync::watch::Sender<bool>,
-    /// Interest routing: per followed partition (group), the next offset to read and the
-    /// generation at which it was followed, kept across the consumer's sessions (dropped
+    /// Interest routing: per followed partition (its number), the next offset to read and the
+    /// generation at which it was followed, kept across the consumer's passes (dropped
     /// with the partition).
     positions: parking_lot::Mutex<HashMap<u32, (i64, u64)>>,
     /// Misrouted records since the last log line (one line a minute at most).
@@ -112,7 +112,7 @@ pub(crate) struct KafkaBridge {
     producer: FutureProducer<KafkaContext>,
     /// The consumer's librdkafka errors (a refused login, an untrusted certificate).
     context: KafkaContext,
-    /// Why the last consuming session ended.
+    /// Why the last consuming pass ended.
     last_error: parking_lot::Mutex<Option<String>>,
     ready: AtomicBool,
     /// Broadcast routing: whether this node has read what the log held when it (re)started
@@ -200,8 +200,8 @@ impl KafkaBridge {
         metrics::bridge_up(NAME, ready);
     }
 
-    /// One consuming session: a consumer, the partition counts, then the broadcast or the
-    /// interest loop. `first` when it is the bridge's first session.
+    /// One consuming pass: a consumer, the partition counts, then the broadcast or the
+    /// interest loop. `first` when it is the bridge's first pass.
     async fn consume(&self, ingest: &Ingest, first: bool) -> anyhow::Result<()> {
         let consumer: StreamConsumer<KafkaContext> = kafka_props::client_config(
             &self.brokers,
@@ -229,14 +229,14 @@ impl KafkaBridge {
         }
     }
 
-    /// The session is connected: errors from before are forgotten.
+    /// The pass is connected: errors from before are forgotten.
     fn connected(&self) {
         self.context.clear();
         self.last_error.lock().take();
         self.set_ready(true);
     }
 
-    /// Runs for the session's life: librdkafka reconnects by itself and resumes from its
+    /// Runs for the whole pass: librdkafka reconnects by itself and resumes from its
     /// position; a probe tells readiness whether the broker answers meanwhile.
     async fn health(&self, consumer: &Arc<StreamConsumer<KafkaContext>>) {
         loop {
@@ -272,14 +272,14 @@ impl KafkaBridge {
         let (Some(layout), Some(interest)) = (self.layout.get(), self.interest.get()) else {
             return;
         };
-        let of = |topic: &str, groups: &mut Vec<u32>| groups.extend(layout.groups_of(topic));
+        let of = |topic: &str, out: &mut Vec<u32>| out.extend(layout.partitions_of(topic));
         interest
             .sweep_until(&ingest, of, &stop, |dropped| {
                 let partitions: Vec<_> = dropped.iter().map(|g| layout.partition(*g)).collect();
                 self.retries.forget(&partitions);
                 let mut positions = self.positions.lock();
-                for group in dropped {
-                    positions.remove(group);
+                for number in dropped {
+                    positions.remove(number);
                 }
             })
             .await;
@@ -310,7 +310,7 @@ impl KafkaBridge {
     }
 
     /// Delivers one record to this node's subscribers; `current` has the partition counts
-    /// the session read (to tell a misrouted record).
+    /// the pass read (to tell a misrouted record).
     fn ingest(
         &self,
         ingest: &Ingest,
@@ -570,13 +570,13 @@ impl Bridge for KafkaBridge {
         Box::pin(async move {
             let sweep = (!self.broadcast)
                 .then(|| tokio::spawn(self.clone().sweep(ingest.clone(), stop.clone())));
-            let sessions = AtomicU64::new(0);
+            let passes = AtomicU64::new(0);
             super::reconnect_loop(
                 NAME,
                 &stop,
                 Duration::from_millis(200),
                 || async {
-                    let first = sessions.fetch_add(1, Ordering::Relaxed) == 0;
+                    let first = passes.fetch_add(1, Ordering::Relaxed) == 0;
                     self.consume(&ingest, first).await.map_err(|e| {
                         match self.context.last_error() {
                             Some(cause) => format!("{e:#} ({cause})"),
@@ -624,14 +624,14 @@ impl Bridge for KafkaBridge {
                     self.backfill_timeout
                 )));
             };
-            let groups: Vec<u32> = match patterns {
+            let partitions: Vec<u32> = match patterns {
                 // A pattern may match a topic of any partition.
                 true => (0..layout.total()).collect(),
-                false => topics.iter().flat_map(|t| layout.groups_of(t)).collect(),
+                false => (topics.iter().flat_map(|t| layout.partitions_of(t))).collect(),
             };
             // The consumer sees the followed set change ([`Interest::changes`]).
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            interest.backfill(groups, left).await.map_err(|pending| {
+            interest.backfill(partitions, left).await.map_err(|pending| {
                 unavailable(format!(
                     "this node could not read the history of {pending} kafka partition(s) within {:?}",
                     self.backfill_timeout
@@ -640,7 +640,7 @@ impl Bridge for KafkaBridge {
         })
     }
 
-    fn groups_followed(&self) -> (usize, usize) {
+    fn partitions_followed(&self) -> (usize, usize) {
         if self.broadcast {
             let partitions = self.partitions.load(Ordering::Relaxed);
             return (partitions, partitions);
@@ -666,7 +666,7 @@ impl Bridge for KafkaBridge {
             return None;
         }
         // What librdkafka says now (a refused login) is more telling than how the last
-        // session ended (a metadata request that timed out because of it).
+        // pass ended (a metadata request that timed out because of it).
         if let Some(error) = self.context.last_error() {
             return Some(error);
         }

@@ -1,8 +1,8 @@
 //! The Redis bridge: node-to-node fan-out and shared positions through Redis Streams, with
 //! Redis pub/sub as the live path.
 //!
-//! Every message is appended to one of `cluster.redis_shards` streams (topic groups), chosen
-//! by a stable hash of the topic name, so each topic's messages stay in order in one stream.
+//! Every message is appended to one of `cluster.redis_shards` streams (the log's partitions),
+//! chosen by a stable hash of the topic name, so each topic's messages stay in order in one stream.
 //! The append is one script ([`APPEND`]): it makes the shard's epoch if it is missing, appends
 //! the entry (`XADD`, trimmed), and publishes it on the shard's channel with its id and the
 //! id of the entry before it ([`Notice`]). Each node subscribes to the channels of the streams
@@ -10,7 +10,8 @@
 //! following it or to fill a gap ([`reader`]): each node gets each message of those streams
 //! exactly once, and there is no echo loop, because publishing never delivers locally —
 //! delivery always comes back through the log. Redis's work per message is the append and
-//! one publish to the nodes that follow its group, whatever the number of groups they follow.
+//! one publish to the nodes that follow its partition, whatever the number of partitions they
+//! follow.
 //!
 //! Which streams a node follows ([`super::interest`]): under `cluster.routing = "interest"`
 //! (the default) those holding a topic it has a subscriber for, added when a subscription
@@ -104,7 +105,7 @@ pub(crate) struct RedisBridge {
     last_ids: Mutex<HashMap<u32, reader::Held>>,
     /// The reader's live connection is up.
     connected: AtomicBool,
-    /// Why the reader's last session ended, for `/readyz`.
+    /// Why the reader's last pass ended, for `/readyz`.
     last_error: Mutex<Option<String>>,
 }
 
@@ -354,7 +355,7 @@ impl Bridge for RedisBridge {
             // entry unless the publish carries an idempotency key: without one it is answered
             // 503 (the publisher does not know its fate, and retries with a key to be safe).
             // A connection that broke while idle (Redis restarted, a failover) is not used
-            // again: the reader's new session forgets it before the node is ready again.
+            // again: the reader's new pass forgets it before the node is ready again.
             let mut attempt = 0;
             let (epoch, id) = loop {
                 attempt += 1;
@@ -418,13 +419,13 @@ impl Bridge for RedisBridge {
         patterns: bool,
     ) -> BoxFuture<'a, Result<(), BridgeError>> {
         Box::pin(async move {
-            let groups: Vec<u32> = match patterns {
+            let partitions: Vec<u32> = match patterns {
                 // A pattern may match a topic of any stream.
                 true => (0..self.shards).collect(),
                 false => topics.iter().map(|t| self.shard_of(t)).collect(),
             };
             (self.interest)
-                .backfill(groups, self.backfill_timeout)
+                .backfill(partitions, self.backfill_timeout)
                 .await
                 .map_err(|pending| {
                     Self::unavailable(format!(
@@ -435,7 +436,7 @@ impl Bridge for RedisBridge {
         })
     }
 
-    fn groups_followed(&self) -> (usize, usize) {
+    fn partitions_followed(&self) -> (usize, usize) {
         (self.interest.followed_count(), self.shards as usize)
     }
 

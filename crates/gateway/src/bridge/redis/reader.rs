@@ -18,7 +18,7 @@
 //! `topics.history_ttl` ago until a read comes back short: it is then caught up and the
 //! subscriptions waiting for it go on ([`super::Interest::wait`]); notices that arrived during
 //! the read are dropped or ingested by the rule above. When the live connection closes (Redis
-//! restarted, `CLIENT KILL`, a failover), the session ends; the next one subscribes again and
+//! restarted, `CLIENT KILL`, a failover), the pass ends; the next one subscribes again and
 //! reads every followed stream from where it stopped, and the node is not ready until that is
 //! done. A lost notice that no later notice reveals (the last one before a quiet spell) is
 //! found the same way: a notice can only be lost with its connection, or to the queue's
@@ -63,7 +63,7 @@ const LIVE_QUEUE_BYTES: usize = 64 << 20;
 /// Notices handled in one go.
 const LIVE_BATCH: usize = 512;
 /// How often the live connection is pinged (a connection that stopped answering ends the
-/// session) while no notice arrives.
+/// pass) while no notice arrives.
 const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the bridge's reader and the sweep of its followed set until `stop`.
@@ -72,10 +72,10 @@ pub(super) async fn run(bridge: Arc<RedisBridge>, ingest: Ingest, stop: Cancella
     // position from which this node has read the stream.
     let source = bridge.clone();
     ingest.set_epoch_source(move |topic| {
-        let group = source.shard_of(topic);
-        let epoch = source.epochs.read()[group as usize]?;
-        let held = source.last_ids.lock().get(&group).copied()?;
-        let followed = source.interest.reading().follows(group, held.since);
+        let partition = source.shard_of(topic);
+        let epoch = source.epochs.read()[partition as usize]?;
+        let held = source.last_ids.lock().get(&partition).copied()?;
+        let followed = source.interest.reading().follows(partition, held.since);
         followed.then(|| LogStart {
             at: Cursor::new(epoch, held.last.seq()),
             floor: held.floor,
@@ -92,27 +92,28 @@ pub(super) async fn run(bridge: Arc<RedisBridge>, ingest: Ingest, stop: Cancella
 /// position goes with it.
 async fn sweep(bridge: Arc<RedisBridge>, ingest: Ingest, stop: CancellationToken) {
     let shards = bridge.shards;
-    let of = |topic: &str, groups: &mut Vec<u32>| groups.push(super::shard_of(topic, shards));
+    let of =
+        |topic: &str, partitions: &mut Vec<u32>| partitions.push(super::shard_of(topic, shards));
     (bridge.interest)
         .sweep_until(&ingest, of, &stop, |dropped| {
             let mut last_ids = bridge.last_ids.lock();
-            for group in dropped {
-                last_ids.remove(group);
+            for partition in dropped {
+                last_ids.remove(partition);
             }
         })
         .await;
 }
 
-/// The reader: one session after another in [`reconnect_loop`], until `stop`.
+/// The reader: one pass after another in [`reconnect_loop`], until `stop`.
 async fn follow(bridge: &Arc<RedisBridge>, ingest: &Ingest, stop: &CancellationToken) {
-    let sessions = std::sync::atomic::AtomicU64::new(0);
+    let passes = std::sync::atomic::AtomicU64::new(0);
     reconnect_loop(
         NAME,
         stop,
         Duration::from_millis(100),
         || async {
-            let first = sessions.fetch_add(1, Ordering::Relaxed) == 0;
-            let result = Session::new(bridge, ingest, first).run(stop).await;
+            let first = passes.fetch_add(1, Ordering::Relaxed) == 0;
+            let result = Pass::new(bridge, ingest, first).run(stop).await;
             result.map_err(|e| e.to_string())
         },
         |error| {
@@ -126,7 +127,7 @@ async fn follow(bridge: &Arc<RedisBridge>, ingest: &Ingest, stop: &CancellationT
     .await;
 }
 
-/// What the reader holds of a followed stream, kept across its sessions (dropped with the
+/// What the reader holds of a followed stream, kept across its passes (dropped with the
 /// stream).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Held {
@@ -153,9 +154,9 @@ struct Stream {
     catching_up: Option<u64>,
 }
 
-/// Why the live connection's session must end.
+/// Why the live connection's pass must end.
 #[derive(Debug, thiserror::Error)]
-enum SessionError {
+enum PassError {
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
     #[error("the live connection closed")]
@@ -166,20 +167,20 @@ enum SessionError {
 }
 
 /// The error of making the live connection, saying plainly when it is the credentials.
-fn connect_error(e: redis::RedisError) -> SessionError {
+fn connect_error(e: redis::RedisError) -> PassError {
     let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"));
     match refused {
-        true => SessionError::Auth(e),
-        false => SessionError::Redis(e),
+        true => PassError::Auth(e),
+        false => PassError::Redis(e),
     }
 }
 
-/// One connected session of the reader.
-struct Session<'a> {
+/// One connected pass of the reader.
+struct Pass<'a> {
     bridge: &'a RedisBridge,
     ingest: &'a Ingest,
-    /// The reader's first session: the streams it finds followed were followed for a
+    /// The reader's first pass: the streams it finds followed were followed for a
     /// subscription (or, under broadcast, at start), not lost by a reconnect.
     first: bool,
     streams: HashMap<u32, Stream>,
@@ -187,11 +188,11 @@ struct Session<'a> {
     channels: HashMap<Box<[u8]>, u32>,
     generation: Option<u64>,
     /// The bridge was found ready since the streams read last changed (readiness is not
-    /// looked at again until they do: it walks every group).
+    /// looked at again until they do: it walks every partition).
     ready: bool,
 }
 
-impl<'a> Session<'a> {
+impl<'a> Pass<'a> {
     fn new(bridge: &'a RedisBridge, ingest: &'a Ingest, first: bool) -> Self {
         Self {
             bridge,
@@ -205,7 +206,7 @@ impl<'a> Session<'a> {
     }
 
     /// Subscribes, reads and ingests until the connection fails or `stop`.
-    async fn run(mut self, stop: &CancellationToken) -> Result<(), SessionError> {
+    async fn run(mut self, stop: &CancellationToken) -> Result<(), PassError> {
         let bridge = self.bridge;
         let (tx, mut notices) = mpsc::channel::<PushInfo>(LIVE_QUEUE);
         let overflowed = Arc::new(AtomicBool::new(false));
@@ -251,7 +252,7 @@ impl<'a> Session<'a> {
         let mut batch = Vec::with_capacity(LIVE_BATCH);
         loop {
             if closed.load(Ordering::Acquire) {
-                return Err(SessionError::Closed);
+                return Err(PassError::Closed);
             }
             changes.borrow_and_update();
             if self.generation != Some(bridge.interest.generation()) {
@@ -270,7 +271,7 @@ impl<'a> Session<'a> {
                 _ = changes.changed() => {}
                 n = notices.recv_many(&mut batch, LIVE_BATCH) => {
                     if n == 0 {
-                        return Err(SessionError::Closed);
+                        return Err(PassError::Closed);
                     }
                     let size: usize = batch.iter().map(push_size).sum();
                     queued.fetch_sub(size, Ordering::AcqRel);
@@ -315,25 +316,25 @@ impl<'a> Session<'a> {
             .filter(|(g, _)| !self.streams.contains_key(g))
             .collect();
         if !new.is_empty() {
-            let groups: Vec<u32> = new.iter().map(|(g, _)| *g).collect();
+            let partitions: Vec<u32> = new.iter().map(|(g, _)| *g).collect();
             // Subscribed before the streams are read: an entry appended in between is in the
             // read or in a notice, never in neither.
-            self.subscription(conn, &groups, true).await?;
+            self.subscription(conn, &partitions, true).await?;
             let history_start = EntryId(
                 now_ms().saturating_sub(bridge.history.as_millis() as u64),
                 0,
             );
-            let epochs = self.epochs(conn, &groups, history_start).await?;
+            let epochs = self.epochs(conn, &partitions, history_start).await?;
             let restarted = !self.first || bridge.interest.is_broadcast();
             {
                 let mut last_ids = bridge.last_ids.lock();
                 let mut known = bridge.epochs.write();
-                for ((group, since), (epoch, before)) in new.into_iter().zip(epochs) {
-                    let previous = known[group as usize].replace(epoch);
+                for ((partition, since), (epoch, before)) in new.into_iter().zip(epochs) {
+                    let previous = known[partition as usize].replace(epoch);
                     // Read on from where this node stopped when it never stopped following the
                     // stream; else from the history window: after the last entry before it,
                     // from which on this node then holds every entry.
-                    let mut held = match last_ids.get(&group) {
+                    let mut held = match last_ids.get(&partition) {
                         Some(held) if held.since == since => *held,
                         _ => Held {
                             last: before,
@@ -343,17 +344,17 @@ impl<'a> Session<'a> {
                     };
                     if previous.is_some_and(|old| old != epoch) {
                         tracing::warn!(
-                            shard = group,
+                            shard = partition,
                             "redis lost its streams; clients will be told messages may be lost"
                         );
                         held.last = EntryId::default();
                         held.floor = 0;
                     }
                     let last = held.last;
-                    last_ids.insert(group, held);
-                    bridge.interest.started(group, restarted);
+                    last_ids.insert(partition, held);
+                    bridge.interest.started(partition, restarted);
                     self.streams.insert(
-                        group,
+                        partition,
                         Stream {
                             since,
                             epoch,
@@ -363,7 +364,7 @@ impl<'a> Session<'a> {
                     );
                 }
             }
-            self.catch_up(conn, groups).await?;
+            self.catch_up(conn, partitions).await?;
         }
         self.generation = Some(generation);
         self.ready = false;
@@ -374,19 +375,19 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Subscribes to (or, `!subscribe`, unsubscribes from) the channels of `groups`.
+    /// Subscribes to (or, `!subscribe`, unsubscribes from) the channels of `partitions`.
     async fn subscription(
         &mut self,
         conn: &mut RedisConn,
-        groups: &[u32],
+        partitions: &[u32],
         subscribe: bool,
     ) -> redis::RedisResult<()> {
-        if groups.is_empty() {
+        if partitions.is_empty() {
             return Ok(());
         }
         let target = &self.bridge.target;
-        let channels: Vec<String> = groups.iter().map(|&g| target.live_channel(g)).collect();
-        for (channel, &g) in channels.iter().zip(groups) {
+        let channels: Vec<String> = partitions.iter().map(|&g| target.live_channel(g)).collect();
+        for (channel, &g) in channels.iter().zip(partitions) {
             let key: Box<[u8]> = channel.as_bytes().into();
             match subscribe {
                 true => self.channels.insert(key, g),
@@ -415,16 +416,16 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// The epochs of `groups`, each made if it is missing (`SET NX GET`), and the last entry
+    /// The epochs of `partitions`, each made if it is missing (`SET NX GET`), and the last entry
     /// of each stream before `start` (`0-0` when there is none).
     async fn epochs(
         &self,
         conn: &RedisConn,
-        groups: &[u32],
+        partitions: &[u32],
         start: EntryId,
     ) -> redis::RedisResult<Vec<(u64, EntryId)>> {
-        let mut epochs = Vec::with_capacity(groups.len());
-        for chunk in groups.chunks(READ_STREAMS) {
+        let mut epochs = Vec::with_capacity(partitions.len());
+        for chunk in partitions.chunks(READ_STREAMS) {
             let asked = chunk.iter().map(|&g| {
                 let mut conn = conn.clone();
                 let target = &self.bridge.target;
@@ -466,7 +467,7 @@ impl<'a> Session<'a> {
         &mut self,
         conn: &mut RedisConn,
         batch: &mut Vec<PushInfo>,
-    ) -> Result<(), SessionError> {
+    ) -> Result<(), PassError> {
         let bridge = self.bridge;
         let mut gaps: Vec<u32> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
@@ -475,7 +476,7 @@ impl<'a> Session<'a> {
             for push in batch.drain(..) {
                 match push.kind {
                     PushKind::Message | PushKind::SMessage => {}
-                    PushKind::Disconnection => return Err(SessionError::Closed),
+                    PushKind::Disconnection => return Err(PassError::Closed),
                     _ => continue,
                 }
                 let mut data = push.data.into_iter();
@@ -484,27 +485,27 @@ impl<'a> Session<'a> {
                 else {
                     continue;
                 };
-                let Some(&group) = self.channels.get(channel.as_slice()) else {
+                let Some(&partition) = self.channels.get(channel.as_slice()) else {
                     continue;
                 };
-                if gaps.contains(&group) {
+                if gaps.contains(&partition) {
                     continue; // read from the stream below
                 }
-                let Some(s) = self.streams.get_mut(&group) else {
+                let Some(s) = self.streams.get_mut(&partition) else {
                     continue;
                 };
                 let Some(notice) = Notice::parse(&payload) else {
                     tracing::warn!(
-                        shard = group,
+                        shard = partition,
                         "malformed redis live notice; reading the stream"
                     );
-                    gaps.push(group);
+                    gaps.push(partition);
                     continue;
                 };
                 let (Some(id), Some(prev)) =
                     (EntryId::parse(notice.id), EntryId::parse(notice.prev))
                 else {
-                    gaps.push(group);
+                    gaps.push(partition);
                     continue;
                 };
                 let epoch = parse_epoch(notice.epoch);
@@ -512,25 +513,25 @@ impl<'a> Session<'a> {
                     // The stream was lost with Redis's data and made anew: read it from its
                     // start, in its new epoch.
                     tracing::warn!(
-                        shard = group,
+                        shard = partition,
                         "redis lost its streams; clients will be told messages may be lost"
                     );
                     s.epoch = epoch;
                     s.last = EntryId::default();
-                    bridge.epochs.write()[group as usize] = Some(epoch);
-                    gaps.push(group);
+                    bridge.epochs.write()[partition as usize] = Some(epoch);
+                    gaps.push(partition);
                     continue;
                 }
                 if id <= s.last {
                     continue; // read already
                 }
                 if prev != s.last {
-                    gaps.push(group);
+                    gaps.push(partition);
                     continue;
                 }
                 s.last = id;
-                touched.push(group);
-                if reading.follows(group, s.since) {
+                touched.push(partition);
+                if reading.follows(partition, s.since) {
                     let fields = |name: &str| {
                         (notice.fields.iter())
                             .find(|(n, _)| *n == name.as_bytes())
@@ -550,10 +551,10 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Keeps the last ids of `groups` in the bridge (a reconnect reads on from there).
-    fn remember(&self, groups: impl IntoIterator<Item = u32>) {
+    /// Keeps the last ids of `partitions` in the bridge (a reconnect reads on from there).
+    fn remember(&self, partitions: impl IntoIterator<Item = u32>) {
         let mut last_ids = self.bridge.last_ids.lock();
-        for g in groups {
+        for g in partitions {
             let Some(s) = self.streams.get(&g) else {
                 continue;
             };
@@ -563,11 +564,15 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Reads `groups` from their last ids up to what their streams hold now, ingesting every
+    /// Reads `partitions` from their last ids up to what their streams hold now, ingesting every
     /// entry, and marks them caught up.
-    async fn catch_up(&mut self, conn: &mut RedisConn, groups: Vec<u32>) -> redis::RedisResult<()> {
+    async fn catch_up(
+        &mut self,
+        conn: &mut RedisConn,
+        partitions: Vec<u32>,
+    ) -> redis::RedisResult<()> {
         let bridge = self.bridge;
-        let mut pending = groups;
+        let mut pending = partitions;
         let started = now_ms();
         for g in &pending {
             if let Some(s) = self.streams.get_mut(g) {

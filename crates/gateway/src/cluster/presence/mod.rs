@@ -9,15 +9,15 @@
 //! | --- | --- | --- |
 //! | `<prefix>:nodes` | sorted set | node id → last refresh (unix ms) |
 //! | `<prefix>:node:<id>:conns` | hash | connection id → `{"transport":..,"since":..,"user":..}` |
-//! | `<prefix>:node:<id>:info` | string | `{"groups":{"<bridge>":[followed, total]}}`: the topic groups of each log the node reads (interest routing) |
+//! | `<prefix>:node:<id>:info` | string | `{"groups":{"<bridge>":[followed, total]}}`: the partitions of each log the node reads (interest routing; the key keeps its former word: running nodes read it) |
 //! | `<prefix>:node:<id>:users` | hash | user (token `sub`) → its connection ids, comma-separated |
 //! | `<prefix>:node:<id>:presence` | hash | topic → subscribers on that node |
 //! | `<prefix>:node:<id>:members` | set | topics with members on that node (the hashes below) |
 //! | `<prefix>:node:<id>:members:<topic>` | hash | connection id → `{"since":..,"transport":..,"user":..,"info"?:{..}}` |
 //!
-//! The member hashes hold every subscription of the node's connections (waiting long-polls included)
-//! ([`super::members`]): a flush writes the members that joined, left or changed token since
-//! the last one, deletes the hash of a topic left without members, and refreshes the TTL of
+//! The member hashes hold every subscription of the node's connections (waiting long-polls
+//! included) ([`super::members`]): a flush writes the members that joined, left or changed token
+//! since the last one, deletes the hash of a topic left without members, and refreshes the TTL of
 //! each hash (one `EXPIRE` per topic with members on the node, every interval).
 //!
 //! A node that dies stops refreshing: its keys expire after `3 × presence_interval` and it
@@ -85,13 +85,13 @@ pub(crate) struct Presence {
     prefix: String,
     node_id: String,
     interval: Duration,
-    /// The node's logs, whose followed groups each flush writes.
+    /// The node's logs, whose followed partitions each flush writes.
     logs: Arc<Logs>,
 }
 
 impl Presence {
-    /// For the Redis at `target` (the bridge's); each flush also writes how many topic
-    /// groups of each of `logs` the node reads.
+    /// For the Redis at `target` (the bridge's); each flush also writes how many partitions
+    /// of each of `logs` the node reads.
     pub(crate) fn new(
         config: &ClusterConfig,
         target: Arc<RedisTarget>,
@@ -126,15 +126,16 @@ impl Presence {
         format!("{}:node:{node}:info", self.prefix)
     }
 
-    /// What the node's `info` key holds: the groups of each log it reads.
+    /// What the node's `info` key holds: the partitions of each log it reads (under the key
+    /// `groups`, their former name, which running nodes read).
     fn info(&self) -> String {
-        let groups: serde_json::Map<String, serde_json::Value> = (self.logs.iter())
+        let partitions: serde_json::Map<String, serde_json::Value> = (self.logs.iter())
             .map(|b| {
-                let (followed, total) = b.groups_followed();
+                let (followed, total) = b.partitions_followed();
                 (b.name().to_string(), serde_json::json!([followed, total]))
             })
             .collect();
-        serde_json::json!({ "groups": groups }).to_string()
+        serde_json::json!({ "groups": partitions }).to_string()
     }
 
     fn users_key(&self, node: &str) -> String {
@@ -402,7 +403,7 @@ impl Presence {
             .collect())
     }
 
-    /// Each live node: its open connections, and the topic groups of each log it reads
+    /// Each live node: its open connections, and the partitions of each log it reads
     /// (`{"<bridge>": [followed, total]}`, empty when not written yet).
     pub(crate) async fn nodes(&self) -> redis::RedisResult<Vec<(String, u64, serde_json::Value)>> {
         let nodes = self.live_nodes().await?;
@@ -418,10 +419,10 @@ impl Presence {
                 redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).unwrap_or(0);
             let info: Option<String> =
                 redis::from_redis_value(values.next().unwrap_or(redis::Value::Nil)).unwrap_or(None);
-            let groups = info
+            let partitions = info
                 .and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok())
                 .map_or_else(|| serde_json::json!({}), |i| i["groups"].clone());
-            out.push((node, count, groups));
+            out.push((node, count, partitions));
         }
         Ok(out)
     }

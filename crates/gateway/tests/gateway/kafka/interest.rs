@@ -32,7 +32,7 @@ async fn topics_in_distinct_partitions(prefix: &str, partitions: i32, count: usi
     found.into_iter().map(|(name, _)| name).collect()
 }
 
-const GROUPS_FOLLOWED: &str = r#"herald_bridge_groups_followed{bridge="kafka"}"#;
+const PARTITIONS_FOLLOWED: &str = r#"herald_bridge_groups_followed{bridge="kafka"}"#;
 const MESSAGES_IN: &str = r#"herald_bridge_messages_total{bridge="kafka",direction="in"}"#;
 
 /// Interest routing: two nodes over a Kafka topic of 6 partitions, each with subscribers for
@@ -47,7 +47,7 @@ async fn each_node_reads_only_the_partitions_of_its_subscribed_topics() {
     let a = spawn_ready(kafka_config(&kt, &unique("a"))).await;
     let b = spawn_ready(kafka_config(&kt, &unique("b"))).await;
     assert_eq!(
-        metric(&a, GROUPS_FOLLOWED).await,
+        metric(&a, PARTITIONS_FOLLOWED).await,
         0.0,
         "nothing subscribed yet"
     );
@@ -56,8 +56,8 @@ async fn each_node_reads_only_the_partitions_of_its_subscribed_topics() {
     sse.next_block().await.unwrap();
     let mut ws = ws_connect(&b).await;
     ws_subscribe(&mut ws, &[&topics[2], &topics[3]]).await;
-    assert_eq!(metric(&a, GROUPS_FOLLOWED).await, 2.0);
-    assert_eq!(metric(&b, GROUPS_FOLLOWED).await, 2.0);
+    assert_eq!(metric(&a, PARTITIONS_FOLLOWED).await, 2.0);
+    assert_eq!(metric(&b, PARTITIONS_FOLLOWED).await, 2.0);
 
     let p = producer();
     const EACH: usize = 5;
@@ -108,7 +108,7 @@ async fn each_node_reads_only_the_partitions_of_its_subscribed_topics() {
     );
     // Each node read its own partitions only: below the 6 partitions and what was produced.
     for gw in [&a, &b] {
-        assert_eq!(metric(gw, GROUPS_FOLLOWED).await, 2.0);
+        assert_eq!(metric(gw, PARTITIONS_FOLLOWED).await, 2.0);
         let read = metric(gw, MESSAGES_IN).await;
         assert_eq!(
             read,
@@ -148,7 +148,11 @@ async fn a_client_resumes_exactly_on_a_node_that_never_followed_its_partition() 
     // A cursor from node a, after message 2.
     let cursor = format!("doc={}", ids[1]);
     drop(sse);
-    assert_eq!(metric(&b, GROUPS_FOLLOWED).await, 0.0, "b follows nothing");
+    assert_eq!(
+        metric(&b, PARTITIONS_FOLLOWED).await,
+        0.0,
+        "b follows nothing"
+    );
 
     let mut resumed = SseClient::connect(&b, "topic=doc", Some(&cursor)).await;
     for i in 3..=4 {
@@ -161,7 +165,7 @@ async fn a_client_resumes_exactly_on_a_node_that_never_followed_its_partition() 
             "one id everywhere"
         );
     }
-    assert_eq!(metric(&b, GROUPS_FOLLOWED).await, 1.0);
+    assert_eq!(metric(&b, PARTITIONS_FOLLOWED).await, 1.0);
     // Then live, from a publish on another node.
     let id = publish(&a, "doc", json!(5)).await;
     let e = resumed.next_event().await.unwrap();
@@ -198,7 +202,7 @@ async fn a_client_resumes_exactly_on_a_node_that_never_followed_its_partition() 
         assert_eq!(e.data.as_deref(), Some(i.to_string().as_str()));
     }
     // A node that follows the partition reads only it: below the 6 partitions.
-    assert_eq!(metric(&c, GROUPS_FOLLOWED).await, 1.0);
+    assert_eq!(metric(&c, PARTITIONS_FOLLOWED).await, 1.0);
     a.stop().await.unwrap();
     b.stop().await.unwrap();
     c.stop().await.unwrap();
@@ -213,7 +217,7 @@ async fn broadcast_routing_reads_every_partition() {
     let mut config = kafka_config(&kt, &unique("all"));
     config.cluster.routing = herald_gateway::config::Routing::Broadcast;
     let gw = spawn_ready(config).await;
-    assert_eq!(metric(&gw, GROUPS_FOLLOWED).await, 6.0);
+    assert_eq!(metric(&gw, PARTITIONS_FOLLOWED).await, 6.0);
     let p = producer();
     for i in 0..6 {
         produce(&p, &kt, &format!("t-{i}"), None, json!(i)).await;
@@ -256,9 +260,12 @@ async fn a_partition_is_dropped_after_the_linger_and_read_again_when_wanted() {
             Some(i.to_string().as_str())
         );
     }
-    assert_eq!(metric(&gw, GROUPS_FOLLOWED).await, 1.0);
+    assert_eq!(metric(&gw, PARTITIONS_FOLLOWED).await, 1.0);
     drop(sse);
-    eventually(WAIT, || async { metric(&gw, GROUPS_FOLLOWED).await == 0.0 }).await;
+    eventually(WAIT, || async {
+        metric(&gw, PARTITIONS_FOLLOWED).await == 0.0
+    })
+    .await;
     // Published while the node does not read the partition.
     ids.push(publish(&gw, "note", json!(3)).await);
     let mut sse = SseClient::connect(&gw, "topic=note&last=10", None).await;
@@ -278,7 +285,7 @@ async fn a_partition_is_dropped_after_the_linger_and_read_again_when_wanted() {
         (e.data.as_deref(), e.id),
         (Some("4"), Some(format!("note={id}")))
     );
-    assert_eq!(metric(&gw, GROUPS_FOLLOWED).await, 1.0);
+    assert_eq!(metric(&gw, PARTITIONS_FOLLOWED).await, 1.0);
     gw.stop().await.unwrap();
 }
 
