@@ -1,19 +1,48 @@
 //! The stream's lifecycle driven without a socket: a sink in memory stands for the client.
+//! The tests wait on what the client sees (a chunk written, its input read), never by polling.
 
 use super::*;
 use herald_core::{Payload, TopicName};
 use std::io;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// A client in memory: takes chunks (or, when `stalled`, never does), may send input.
 #[derive(Clone, Default)]
 struct TestClient {
     chunks: Arc<Mutex<Vec<Bytes>>>,
+    /// Told of every chunk taken.
+    wrote: Arc<Notify>,
     stalled: bool,
     input: Arc<Mutex<Vec<usize>>>,
+    /// Told when input is sent ([`TestClient::send`]).
+    sent: Arc<Notify>,
+    /// Told when the stream has read a piece of input.
+    read: Arc<Notify>,
     aborted: Arc<AtomicBool>,
+}
+
+impl TestClient {
+    /// Sends `pieces` of input (bytes each) to the stream.
+    fn send(&self, pieces: impl IntoIterator<Item = usize>) {
+        self.input.lock().unwrap().extend(pieces);
+        self.sent.notify_one();
+    }
+
+    /// Waits until what the stream wrote contains `needle` (woken by each write).
+    async fn until_written(&self, needle: &str) {
+        let written = async {
+            while !text(self).contains(needle) {
+                // A write between the check and the wait leaves its permit: not missed.
+                self.wrote.notified().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), written)
+            .await
+            .unwrap_or_else(|_| panic!("{needle:?} not written: {:?}", text(self)));
+    }
 }
 
 impl Sink for TestClient {
@@ -22,6 +51,7 @@ impl Sink for TestClient {
             std::future::pending::<()>().await;
         }
         self.chunks.lock().unwrap().push(chunk);
+        self.wrote.notify_one();
         Ok(())
     }
 
@@ -29,9 +59,10 @@ impl Sink for TestClient {
         loop {
             let next = self.input.lock().unwrap().pop();
             if let Some(n) = next {
+                self.read.notify_one();
                 return PeerInput::Sent(n);
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.sent.notified().await;
         }
     }
 
@@ -53,16 +84,6 @@ fn text(client: &TestClient) -> String {
         .iter()
         .map(|c| String::from_utf8_lossy(c).into_owned())
         .collect()
-}
-
-async fn eventually(mut condition: impl FnMut() -> bool) {
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("condition met in time");
 }
 
 /// A stream on topic `t` for a client at 127.0.0.1 that sent no headers.
@@ -92,7 +113,7 @@ async fn delivers_then_ends_on_the_drain_with_a_retry_hint() {
             Payload::from_value(&serde_json::json!({"n": 1})),
         )
         .unwrap();
-    eventually(|| text(&client).contains(r#"data: {"n":1}"#)).await;
+    client.until_written(r#"data: {"n":1}"#).await;
     assert!(text(&client).starts_with("retry: "), "{}", text(&client));
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(5), served)
@@ -132,16 +153,14 @@ async fn a_client_that_keeps_sending_is_closed() {
     let sse = open_t(&state).await;
     let client = TestClient::default();
     // A few stray bytes are tolerated...
-    client.input.lock().unwrap().push(100);
+    client.send([100]);
     let served = tokio::spawn(serve(client.clone(), sse, Duration::from_millis(200)));
-    eventually(|| client.input.lock().unwrap().is_empty()).await;
+    tokio::time::timeout(Duration::from_secs(5), client.read.notified())
+        .await
+        .expect("the input is read");
     assert!(!served.is_finished());
     // ...a stream of them is not.
-    client
-        .input
-        .lock()
-        .unwrap()
-        .extend(std::iter::repeat_n(1024, 70));
+    client.send(std::iter::repeat_n(1024, 70));
     tokio::time::timeout(Duration::from_secs(5), served)
         .await
         .expect("closed")
