@@ -98,10 +98,74 @@ pub(crate) async fn batch(
     source: &'static str,
     trace: Carried<'_>,
 ) -> Result<Vec<Result<Routed, ApiError>>, ApiError> {
-    use futures_util::StreamExt as _;
     if let Some(key) = rate_key {
         admit(state, key, drafts.len())?;
     }
+    let routed = UNSENT.scope(
+        std::cell::RefCell::default(),
+        route_batch(state, publisher, drafts, source, trace),
+    );
+    let results = routed.await;
+    Ok(results)
+}
+
+tokio::task_local! {
+    /// The topics a batch published to on a lone node whose direct fan-out waits for the
+    /// batch to pause or end ([`publish_local`]).
+    static UNSENT: std::cell::RefCell<Unsent>;
+}
+
+/// Topics whose fan-out waits ([`UNSENT`]): fanned out when dropped too, so a batch whose
+/// request is dropped half-way (the publisher went away) leaves nothing waiting.
+#[derive(Default)]
+struct Unsent(Vec<std::sync::Arc<herald_core::Topic>>);
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        for topic in self.0.drain(..) {
+            topic.fan_out();
+        }
+    }
+}
+
+/// Publishes to `topic` on a lone node. Inside a batch the fan-out to the subscribers the
+/// publisher writes to itself ([`herald_core::direct`]) waits until the batch pauses or ends
+/// ([`fan_out_unsent`]), so that each takes the batch's messages in one write (one batch
+/// frame when it asked, `batch=1`) rather than one write per message; elsewhere it is now.
+pub(crate) fn publish_local(
+    topic: &std::sync::Arc<herald_core::Topic>,
+    event: Option<EventName>,
+    data: Payload,
+) -> std::sync::Arc<herald_core::Message> {
+    let deferred = UNSENT.try_with(|unsent| {
+        let unsent = &mut unsent.borrow_mut().0;
+        if !unsent.iter().any(|t| std::sync::Arc::ptr_eq(t, topic)) {
+            unsent.push(topic.clone());
+        }
+    });
+    match deferred {
+        Ok(()) => topic.publish_unsent(event, data),
+        Err(_) => topic.publish(event, data),
+    }
+}
+
+/// Fans out what the batch published so far ([`publish_local`]).
+fn fan_out_unsent() {
+    // Dropped: fanned out.
+    let _ = UNSENT.try_with(|unsent| std::mem::take(&mut *unsent.borrow_mut()));
+}
+
+/// [`batch`]'s messages, prepared and routed in order. Whatever it published locally is
+/// fanned out before it waits for a message to be prepared (a hook) and when it ends.
+async fn route_batch(
+    state: &AppState,
+    publisher: &Publisher<'_>,
+    drafts: Vec<Result<Draft<'_>, ApiError>>,
+    source: &'static str,
+    trace: Carried<'_>,
+) -> Vec<Result<Routed, ApiError>> {
+    use futures_util::FutureExt as _;
+    use futures_util::StreamExt as _;
     let window = state.hooks().batch_window();
     let mut results = Vec::with_capacity(drafts.len());
     let mut drafts = drafts.into_iter();
@@ -116,10 +180,20 @@ pub(crate) async fn batch(
         }
         let next = match prepared.pop_front() {
             Some(next) => next,
-            None => match preparing.next().await {
-                Some(next) => next,
-                None => break,
-            },
+            None => {
+                let ready = match preparing.next().now_or_never() {
+                    Some(ready) => ready,
+                    None => {
+                        // A pause (a hook is asked): what was published goes out now.
+                        fan_out_unsent();
+                        preparing.next().await
+                    }
+                };
+                match ready {
+                    Some(next) => next,
+                    None => break,
+                }
+            }
         };
         let result = match next {
             Ok(message) => {
@@ -138,7 +212,8 @@ pub(crate) async fn batch(
         };
         results.push(result);
     }
-    Ok(results)
+    fan_out_unsent();
+    results
 }
 
 async fn prepare_draft(

@@ -159,6 +159,15 @@ pub(crate) fn direct_send(socket: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     socket2::SockRef::from(socket).send(buf)
 }
 
+/// [`direct_send`] of several buffers in one `sendmsg(2)`: the messages ready for a
+/// subscriber at once.
+pub(crate) fn direct_send_vectored(
+    socket: &TcpStream,
+    bufs: &[io::IoSlice<'_>],
+) -> io::Result<usize> {
+    socket2::SockRef::from(socket).send_vectored(bufs)
+}
+
 impl AsyncRead for ClientStream {
     fn poll_read(
         self: Pin<&mut Self>,

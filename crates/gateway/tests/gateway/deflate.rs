@@ -26,9 +26,19 @@ async fn open(gw: &Gateway, extensions: &[&str]) -> (TcpStream, Option<String>) 
 
 /// As [`open`], with `extra` header lines; returns the whole response head.
 async fn open_with(gw: &Gateway, extensions: &[&str], extra: &str) -> (TcpStream, String) {
+    open_at(gw, "/v1/ws", extensions, extra).await
+}
+
+/// As [`open_with`], at `target` (the path and query).
+async fn open_at(
+    gw: &Gateway,
+    target: &str,
+    extensions: &[&str],
+    extra: &str,
+) -> (TcpStream, String) {
     let mut raw = TcpStream::connect(gw.public_addr).await.unwrap();
-    let mut request = String::from(
-        "GET /v1/ws HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+    let mut request = format!(
+        "GET {target} HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
     );
     request.push_str(extra);
     for offer in extensions {
@@ -463,4 +473,37 @@ async fn large_replies_a_client_causes_go_uncompressed() {
     let (first, _) = data_frame(&mut raw).await;
     assert_eq!(first, 0xc1, "final, RSV1, text");
     gw.stop().await.unwrap();
+}
+
+/// A client that asked for batch frames and negotiated compression gets each message in a
+/// frame of its own, compressed once for every subscriber (batches would be made per
+/// connection, uncompressed).
+#[tokio::test]
+async fn a_compressed_connection_gets_no_batch_frames() {
+    let gw = spawn_gateway(test_config()).await;
+    let (mut raw, head) = open_at(&gw, "/v1/ws?batch=1", &[OFFER], "").await;
+    assert!(head.contains(ANSWER), "{head}");
+    subscribe(&mut raw, "squeezed").await;
+    let messages: Vec<Value> = (0..50)
+        .map(|n| json!({"topic": "squeezed", "data": big_with(n)}))
+        .collect();
+    let resp = http()
+        .post(format!("http://{}/v1/publish/batch", gw.admin_addr))
+        .header("content-type", "application/json")
+        .body(json!({ "messages": messages }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    for n in 0..50 {
+        let message = next_json(&mut raw).await;
+        assert_eq!(message["type"], "message", "{message}");
+        assert_eq!(message["data"], big_with(n));
+    }
+    gw.stop().await.unwrap();
+}
+
+/// A message worth compressing (over `ws.deflate_min_size`), numbered.
+fn big_with(n: u64) -> Value {
+    json!({"n": n, "readings": "sensor ok; ".repeat(40)})
 }

@@ -7,6 +7,7 @@ mod common;
 mod admin_auth;
 mod api;
 mod auth;
+mod batch;
 mod clients;
 mod cluster;
 mod control;

@@ -152,6 +152,10 @@ impl DirectWriter for FrameWriter {
         crate::server::stream::direct_send(&self.socket, buf)
     }
 
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        crate::server::stream::direct_send_vectored(&self.socket, bufs)
+    }
+
     fn counter(&self) -> &'static dyn herald_core::DeliveryCounter {
         self.metrics
     }

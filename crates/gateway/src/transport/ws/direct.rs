@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf as _, Bytes};
+use herald_core::batch::BatchForm;
 use herald_core::{DirectSub, DirectWriter, Message, Outbound};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -38,13 +39,15 @@ pub(super) struct SharedSocket {
 
 impl SharedSocket {
     /// Shares `tcp`, which carries frames in `format`, compressed as `deflate` says
-    /// (messages of at least `min_size` bytes; JSON connections only).
+    /// (messages of at least `min_size` bytes; JSON connections only), several ready at once
+    /// in one batch frame when `batch`.
     pub(super) fn new(
         tcp: TcpStream,
         format: Format,
         deflate: Option<Deflate>,
         min_size: usize,
         metrics: &'static TransportMetrics,
+        batch: Option<BatchForm>,
     ) -> Self {
         Self {
             link: Arc::new(DirectSub::new(FrameWriter {
@@ -54,6 +57,7 @@ impl SharedSocket {
                 deflate: deflate.filter(|_| format == Format::Json),
                 min_size: u32::try_from(min_size).unwrap_or(u32::MAX),
                 metrics,
+                batch: batch.filter(|_| deflate.is_none()),
             })),
             rest: None,
         }
@@ -174,6 +178,8 @@ pub(super) struct FrameWriter {
     /// `ws.deflate_min_size`.
     min_size: u32,
     metrics: &'static TransportMetrics,
+    /// Batch frames, when the client asked (never with compression).
+    batch: Option<BatchForm>,
 }
 
 impl DirectWriter for FrameWriter {
@@ -192,6 +198,14 @@ impl DirectWriter for FrameWriter {
 
     fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         crate::server::stream::direct_send(&self.tcp, buf)
+    }
+
+    fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        crate::server::stream::direct_send_vectored(&self.tcp, bufs)
+    }
+
+    fn batch(&self) -> Option<BatchForm> {
+        self.batch
     }
 
     fn counter(&self) -> &'static dyn herald_core::DeliveryCounter {
@@ -280,6 +294,7 @@ mod tests {
             None,
             0,
             metrics::transport(Transport::Ws),
+            None,
         );
         let config = TopicConfig {
             channel_capacity: 64,

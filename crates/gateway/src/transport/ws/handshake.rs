@@ -3,8 +3,10 @@
 //! compression, and the [`Session`] started on a task of its own.
 
 use axum::http::{HeaderMap, StatusCode};
+use herald_core::batch::BatchForm;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
+use super::format::Format;
 use super::{Flow, Opened, Session, deflate, direct, format, inbound, socket};
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -39,16 +41,18 @@ pub(crate) async fn upgrade_raw(
     let id = state.cluster().next_id();
     let handshake = async {
         let key = validate_handshake(state, headers)?;
-        let token = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        let query = || form_urlencoded::parse(query.unwrap_or("").as_bytes());
+        let token = query()
             .find(|(k, _)| k == "token")
             .map(|(_, v)| v.into_owned());
+        let batch = batch_asked(query().find(|(k, _)| k == "batch").map(|(_, v)| v))?;
         // No topics yet: a WebSocket subscribes by command.
         let admitted = admit(state, headers, token.as_deref(), &[], "ws", Some(id), peer).await?;
-        Ok::<_, ApiError>((key, admitted))
+        Ok::<_, ApiError>((key, admitted, batch))
     }
     .await;
     let (format, subprotocol) = format::negotiate(headers);
-    let (key, admitted) = match handshake {
+    let (key, admitted, batch) = match handshake {
         Ok(pair) => pair,
         Err(e) => {
             metrics::client_error("ws", e.code());
@@ -89,6 +93,12 @@ pub(crate) async fn upgrade_raw(
     ) {
         return;
     }
+    // A compressed connection gets each message's frame compressed once for all its
+    // subscribers: no batches there.
+    let batch = (batch && deflate.is_none()).then_some(match format {
+        Format::Json => BatchForm::Json,
+        Format::Msgpack => BatchForm::Msgpack,
+    });
     let who = admitted.who;
     let opened = Opened {
         id: Some(id),
@@ -96,6 +106,7 @@ pub(crate) async fn upgrade_raw(
         granted: admitted.granted,
         format,
         deflate,
+        batch,
     };
     match stream {
         // Plain TCP is shared with the topic's fan-out while the connection is idle.
@@ -106,6 +117,7 @@ pub(crate) async fn upgrade_raw(
                 deflate,
                 state.config().ws.deflate_min_size,
                 metrics::transport(Transport::Ws),
+                batch,
             );
             serve(state, socket, who, opened, permits).await;
         }
@@ -148,6 +160,18 @@ async fn serve<S: PeerStream>(
     use futures_util::FutureExt as _;
     let served = session.run().map(move |()| drop(permits));
     crate::shutdown::spawn_connection(state.tracker(), "ws", served);
+}
+
+/// Whether the client asked for batch frames (`batch=1`; `batch=0` or none: not).
+fn batch_asked(value: Option<std::borrow::Cow<'_, str>>) -> Result<bool, ApiError> {
+    match value.as_deref() {
+        None | Some("0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(_) => Err(ApiError::bad_request(
+            "bad_batch",
+            "batch must be 1 (batch frames) or 0 (a frame per message)",
+        )),
+    }
 }
 
 fn validate_handshake(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {

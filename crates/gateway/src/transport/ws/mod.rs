@@ -103,6 +103,8 @@ struct Opened {
     format: Format,
     /// permessage-deflate, when negotiated.
     deflate: Option<deflate::Deflate>,
+    /// Batch frames, when the client asked (`batch=1`) and compression is off.
+    batch: Option<herald_core::batch::BatchForm>,
 }
 
 /// A refusal sent back as an error frame; the connection stays open.
@@ -164,4 +166,7 @@ struct Session<S> {
     format: Format,
     /// permessage-deflate, when negotiated.
     deflate: Option<deflate::Deflate>,
+    /// Batch frames ([`herald_core::batch`]): the messages ready at once in one frame, when
+    /// the client asked (`batch=1`) and compression is off.
+    batch: Option<herald_core::batch::BatchForm>,
 }

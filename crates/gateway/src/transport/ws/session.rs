@@ -1,9 +1,11 @@
 //! A [`Session`]'s run loop and what every path of it shares: keep-alive, the direct link,
 //! delivery, and sending frames.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
+use herald_core::batch::{self, BatchForm};
 use tokio::time::Instant;
 use tungstenite::{Message as WsMessage, Utf8Bytes};
 
@@ -48,6 +50,7 @@ impl<S: PeerStream> Session<S> {
             charges: Vec::new(),
             forwarded: opened.forwarded,
             deflate: opened.deflate,
+            batch: opened.batch,
             ping_ms: u32::try_from(config.ws.ping_interval.as_millis()).unwrap_or(u32::MAX),
             format: opened.format,
             who,
@@ -155,7 +158,86 @@ impl<S: PeerStream> Session<S> {
     }
 
     async fn on_event(&mut self, event: herald_core::FeedEvent) -> Flow {
-        match crate::transport::deliver(event, "ws", self.state.config()) {
+        let mut next = Some(crate::transport::deliver(event, "ws", self.state.config()));
+        while let Some(delivery) = next.take() {
+            let flow = match (delivery, self.batch) {
+                (crate::transport::Delivery::Message(message, delta), Some(form)) => {
+                    let (flow, after) = self.send_batch(form, message, delta).await;
+                    next = after;
+                    flow
+                }
+                (delivery, _) => self.on_delivery(delivery).await,
+            };
+            if let Flow::Close(_) = flow {
+                return flow;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Sends `first` and the messages ready after it in one batch frame (at most
+    /// [`batch::MAX_MESSAGES`] and [`batch::MAX_BYTES`], unless `first` is larger alone; a
+    /// batch of one is a frame of its own). Returns the delivery that ended the batch, if
+    /// any, to handle next.
+    async fn send_batch(
+        &mut self,
+        form: BatchForm,
+        first: Arc<herald_core::Message>,
+        delta: bool,
+    ) -> (Flow, Option<crate::transport::Delivery>) {
+        let frame = |message: &Arc<herald_core::Message>, delta: bool| {
+            let sent = herald_core::Outbound::new(message, delta);
+            match form {
+                BatchForm::Json => sent.ws_frame().clone(),
+                BatchForm::Msgpack => sent.ws_msgpack_frame().clone(),
+            }
+        };
+        let mut bytes = frame(&first, delta).len();
+        let mut batch = vec![(first, delta)];
+        let mut after = None;
+        while batch.len() < batch::MAX_MESSAGES {
+            let Some(event) = self.feed.next_ready() else {
+                break;
+            };
+            match crate::transport::deliver(event, "ws", self.state.config()) {
+                crate::transport::Delivery::Message(message, delta)
+                    if bytes + frame(&message, delta).len() <= batch::MAX_BYTES =>
+                {
+                    bytes += frame(&message, delta).len();
+                    batch.push((message, delta));
+                }
+                other => {
+                    after = Some(other);
+                    break;
+                }
+            }
+        }
+        if let [(message, delta)] = &batch[..] {
+            let flow = self
+                .on_delivery(crate::transport::Delivery::Message(message.clone(), *delta))
+                .await;
+            return (flow, after);
+        }
+        let frames: Vec<bytes::Bytes> = batch.iter().map(|(m, d)| frame(m, *d)).collect();
+        for ((message, _), frame) in batch.iter().zip(&frames) {
+            self.metrics
+                .delivered(frame.len(), message.published_at().elapsed());
+        }
+        let elements: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+        let payload = form.payload(&elements);
+        let message = match form {
+            // Made of JSON frames: valid UTF-8.
+            BatchForm::Json => match Utf8Bytes::try_from(payload) {
+                Ok(text) => WsMessage::Text(text),
+                Err(_) => return (Flow::Continue, after),
+            },
+            BatchForm::Msgpack => WsMessage::Binary(payload),
+        };
+        (self.send(message).await, after)
+    }
+
+    async fn on_delivery(&mut self, delivery: crate::transport::Delivery) -> Flow {
+        match delivery {
             crate::transport::Delivery::Message(message, delta)
                 if self.format == Format::Msgpack =>
             {
