@@ -297,23 +297,33 @@ impl Topic {
         event: Option<EventName>,
         data: Payload,
     ) -> Option<Arc<Message>> {
-        let message = {
-            let mut state = self.state.lock();
-            if position.epoch == state.epoch && position.seq <= state.head {
-                return None;
-            }
-            state.anchored = true;
-            if position.epoch != state.epoch {
-                state.epoch = position.epoch;
-                state.history.reset(position.seq.saturating_sub(1));
-            }
-            self.append(
-                &mut state,
-                Message::new(self.name.clone(), position, event, data),
-            )
-        };
+        let message = self.ingest_unsent(position, event, data)?;
         self.fan_out();
         Some(message)
+    }
+
+    /// [`Self::ingest`], leaving the direct subscribers' fan-out to a later
+    /// [`Self::fan_out`], as [`Self::publish_unsent`] does: a reader of several records in a
+    /// row fans out once after the last.
+    pub fn ingest_unsent(
+        &self,
+        position: Cursor,
+        event: Option<EventName>,
+        data: Payload,
+    ) -> Option<Arc<Message>> {
+        let mut state = self.state.lock();
+        if position.epoch == state.epoch && position.seq <= state.head {
+            return None;
+        }
+        state.anchored = true;
+        if position.epoch != state.epoch {
+            state.epoch = position.epoch;
+            state.history.reset(position.seq.saturating_sub(1));
+        }
+        Some(self.append(
+            &mut state,
+            Message::new(self.name.clone(), position, event, data),
+        ))
     }
 
     /// Writes queued messages to the direct subscribers, unless no one is attached or

@@ -229,6 +229,55 @@ impl Logs {
     }
 }
 
+thread_local! {
+    /// The topics records were delivered to inside a [`Together`], whose fan-out waits for
+    /// its end; `None` outside one.
+    static UNSENT: std::cell::RefCell<Option<Vec<Arc<herald_core::Topic>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Whether a [`Together`] is open on this thread; if so `topic` is fanned out at its end.
+fn together(topic: &Arc<herald_core::Topic>) -> bool {
+    UNSENT.with(|unsent| match &mut *unsent.borrow_mut() {
+        Some(topics) => {
+            if !topics.iter().any(|t| Arc::ptr_eq(t, topic)) {
+                topics.push(topic.clone());
+            }
+            true
+        }
+        None => false,
+    })
+}
+
+/// While held, records [`Ingest::deliver`]s on this thread wait for the fan-out to the
+/// subscribers the publisher writes to itself ([`herald_core::direct`]) until it is dropped:
+/// each then takes what a reader's pass over a batch of records brought its topic in one
+/// write (one batch frame when it asked for them) rather than a write per record. Not
+/// `Send`: it cannot be held across an `await`, so it covers a synchronous loop only.
+pub(crate) struct Together {
+    outer: Option<Vec<Arc<herald_core::Topic>>>,
+    _here: std::marker::PhantomData<*const ()>,
+}
+
+impl Together {
+    pub(crate) fn new() -> Self {
+        Self {
+            outer: UNSENT.with(|unsent| unsent.borrow_mut().replace(Vec::new())),
+            _here: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Together {
+    fn drop(&mut self) {
+        let topics =
+            UNSENT.with(|unsent| std::mem::replace(&mut *unsent.borrow_mut(), self.outer.take()));
+        for topic in topics.into_iter().flatten() {
+            topic.fan_out();
+        }
+    }
+}
+
 /// Where one log's records go: this node's registry, for the topics the log carries.
 #[derive(Clone, Debug)]
 pub(crate) struct Ingest {
@@ -279,7 +328,12 @@ impl Ingest {
         match self.registry.get_or_create(&topic) {
             Ok(t) => {
                 let fan_out = traced.as_ref().and_then(|span| span.fan_out(&t));
-                let ingested = t.ingest(position, event, payload).is_some();
+                let ingested = match fan_out {
+                    // Traced: the span times the fan-out, now.
+                    None if together(&t) => t.ingest_unsent(position, event, payload),
+                    _ => t.ingest(position, event, payload),
+                }
+                .is_some();
                 if let Some(fan_out) = fan_out {
                     fan_out.end(&t);
                 }

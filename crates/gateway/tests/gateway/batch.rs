@@ -258,3 +258,31 @@ async fn a_bad_batch_value_is_refused_before_the_upgrade() {
     }
     gw.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_nodes_a_burst_read_from_redis_arrives_in_batch_frames() {
+    skip_without!("HERALD_TEST_REDIS_URL");
+    let p = format!("test-batch-{:x}", rand::random::<u32>());
+    let (a, b) = (
+        spawn_ready(cluster_config(&p, "a")).await,
+        spawn_ready(cluster_config(&p, "b")).await,
+    );
+    let mut on_b = ws_connect_query(&b, "batch=1").await;
+    ws_subscribe(&mut on_b, &["relayed"]).await;
+    // Node b reads what node a appended in batches of notices, each batch's records fanned
+    // out once: the subscriber takes several in one frame.
+    let mut sizes = Vec::new();
+    for round in 0..5 {
+        publish_batch(&a, "relayed", round * 100..round * 100 + 100).await;
+        let (got, messages) = read_messages(&mut on_b, 100).await;
+        assert_eq!(
+            numbers(&messages),
+            (round * 100..round * 100 + 100).collect::<Vec<_>>()
+        );
+        sizes.extend(got);
+    }
+    assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
+    assert!(sizes.len() < 500, "no batch in 500 messages: {sizes:?}");
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}

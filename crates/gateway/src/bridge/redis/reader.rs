@@ -473,6 +473,8 @@ impl<'a> Pass<'a> {
         let mut touched: Vec<u32> = Vec::new();
         {
             let reading = bridge.interest.reading();
+            // The batch's records fanned out once, at the end of this block.
+            let _together = crate::bridge::Together::new();
             for push in batch.drain(..) {
                 match push.kind {
                     PushKind::Message | PushKind::SMessage => {}
@@ -608,6 +610,7 @@ impl<'a> Pass<'a> {
                     };
                     let entries = range_entries(reply);
                     let follows = reading.follows(g, s.since);
+                    let _together = crate::bridge::Together::new();
                     for (id, fields) in &entries {
                         let Some(entry) = EntryId::parse(id) else {
                             continue;
