@@ -249,9 +249,9 @@ impl<'a> Reader<'a> {
             )));
         }
         match marker {
-            Marker::Null => out.raw(b"null"),
-            Marker::True => out.raw(b"true"),
-            Marker::False => out.raw(b"false"),
+            Marker::Null => out.verbatim(b"null"),
+            Marker::True => out.verbatim(b"true"),
+            Marker::False => out.verbatim(b"false"),
             Marker::FixPos(n) => {
                 out.number(n);
             }
@@ -327,14 +327,14 @@ impl<'a> Reader<'a> {
                     Marker::Array16 => u32::from(self.u16()?),
                     _ => self.u32()?,
                 };
-                out.raw(b"[");
+                out.verbatim(b"[");
                 for i in 0..len {
                     if i > 0 {
-                        out.raw(b",");
+                        out.verbatim(b",");
                     }
                     self.value(out, depth + 1)?;
                 }
-                out.raw(b"]");
+                out.verbatim(b"]");
             }
             Marker::FixMap(_) | Marker::Map16 | Marker::Map32 => {
                 let len = match marker {
@@ -342,13 +342,13 @@ impl<'a> Reader<'a> {
                     Marker::Map16 => u32::from(self.u16()?),
                     _ => self.u32()?,
                 };
-                out.raw(b"{");
+                out.verbatim(b"{");
                 // A key twice would read differently to different readers (first or last
                 // wins): refused, as a JSON publish (parsed into one object) never has it.
                 let mut keys = std::collections::HashSet::with_capacity((len as usize).min(64));
                 for i in 0..len {
                     if i > 0 {
-                        out.raw(b",");
+                        out.verbatim(b",");
                     }
                     let key = self.key()?;
                     if !keys.insert(key) {
@@ -357,10 +357,10 @@ impl<'a> Reader<'a> {
                         )));
                     }
                     out.string(key);
-                    out.raw(b":");
+                    out.verbatim(b":");
                     self.value(out, depth + 1)?;
                 }
-                out.raw(b"}");
+                out.verbatim(b"}");
             }
             Marker::FixExt1
             | Marker::FixExt2
@@ -389,7 +389,7 @@ impl<'a> Reader<'a> {
 
 /// Where [`Reader::value`] writes a value's JSON form.
 trait JsonOut {
-    fn raw(&mut self, text: &[u8]);
+    fn verbatim(&mut self, text: &[u8]);
     fn number(&mut self, n: impl std::fmt::Display);
     fn float(&mut self, f: impl serde::Serialize);
     fn string(&mut self, s: &str);
@@ -398,7 +398,7 @@ trait JsonOut {
 
 impl JsonOut for Vec<u8> {
     // Writing to a Vec cannot fail.
-    fn raw(&mut self, text: &[u8]) {
+    fn verbatim(&mut self, text: &[u8]) {
         self.extend_from_slice(text);
     }
 
@@ -427,7 +427,7 @@ impl JsonOut for Vec<u8> {
 struct Check;
 
 impl JsonOut for Check {
-    fn raw(&mut self, _: &[u8]) {}
+    fn verbatim(&mut self, _: &[u8]) {}
     fn number(&mut self, _: impl std::fmt::Display) {}
     fn float(&mut self, _: impl serde::Serialize) {}
     fn string(&mut self, _: &str) {}

@@ -191,7 +191,7 @@ impl Connections {
     }
 
     /// Hands `command` to the connections it is for on this node; returns how many took it.
-    /// A topic's subscribers are found in the members table ([`carry_out`]): here a
+    /// A topic's subscribers are found in the members table ([`hand_out`]): here a
     /// [`Target::Topic`] reaches none.
     pub(crate) fn apply(&self, command: &Command) -> usize {
         let mut table = self.table.lock();
@@ -311,7 +311,7 @@ impl Connections {
 
 /// Hands `command` to the connections it is for on this node, a topic's subscribers as
 /// `members` lists them (but the member itself); returns how many took it.
-pub(crate) fn carry_out(
+pub(crate) fn hand_out(
     connections: &Connections,
     members: &dyn TopicSubscribers,
     command: &Command,
@@ -511,7 +511,7 @@ impl Relay {
                 };
                 match serde_json::from_str::<Relayed>(&body) {
                     Ok(relayed) if relayed.from != self.node => {
-                        carry_out(connections, members, &relayed.command);
+                        hand_out(connections, members, &relayed.command);
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "unreadable control command skipped"),

@@ -164,7 +164,7 @@ impl Cluster {
     /// Carries out `command` on this node's connections and, in a cluster, sends it to the
     /// other nodes. Returns how many connections it ended here, or why it could not be sent.
     pub(crate) async fn command(&self, command: &control::Command) -> Result<usize, String> {
-        let here = control::carry_out(&self.connections, &*self.members, command);
+        let here = control::hand_out(&self.connections, &*self.members, command);
         if let Some(relay) = &self.relay {
             relay.send(command).await.map_err(|e| e.to_string())?;
         }
