@@ -71,7 +71,7 @@ fn first_frame_of(t: &Topic, seq: u64) -> String {
 }
 
 #[tokio::test]
-async fn hold_hands_the_stream_to_the_task_until_it_is_idle_again() {
+async fn park_hands_the_stream_to_the_task_until_it_is_idle_again() {
     let a = topic("a", 8, 8);
     let socket = Socket::with_room(usize::MAX);
     let mut feed = linked(&a, &socket);
@@ -82,7 +82,7 @@ async fn hold_hands_the_stream_to_the_task_until_it_is_idle_again() {
     assert_eq!(
         socket.frames().0,
         ["0"],
-        "held: the publisher does not write"
+        "parked: the publisher does not write"
     );
     assert_eq!(drain(&mut feed), ["a:2", "a:3"]);
     assert!(feed.is_direct());

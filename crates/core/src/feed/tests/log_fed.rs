@@ -136,7 +136,7 @@ async fn lag_beyond_history_follows_the_policy() {
 }
 
 #[tokio::test]
-async fn unsubscribe_drops_queued_events_and_limits_hold() {
+async fn unsubscribe_drops_queued_events_and_the_limit_still_applies() {
     let (a, b) = (topic("a", 8, 8), topic("b", 8, 8));
     publish(&a, 2);
     let mut feed = Feed::new(LagPolicy::default(), 1);

@@ -107,8 +107,8 @@ impl futures_util::Stream for SinkBody {
 
 /// A plain TCP socket shared by a stream's task and its topic's fan-out, which writes to it
 /// while the stream is idle ([`herald_core::direct`]); the task writes only after
-/// [`Feed::hold`], so the two never write at once. The socket lives in the link itself
-/// ([`DirectSub`]): the fan-out reaches it with no pointer of its own to follow.
+/// [`herald_core::Feed::park`], so the two never write at once. The socket lives in the link
+/// itself ([`DirectSub`]): the fan-out reaches it with no pointer of its own to follow.
 pub(super) struct SharedTcp(pub(super) Arc<DirectSub<FrameWriter>>);
 
 impl Sink for SharedTcp {
