@@ -60,6 +60,7 @@ class Runner:
             poll_timeout=(c.get("poll_timeout_ms") or 5000) / 1000,
             token_refresh_margin=(c.get("token_margin_ms") or 2000) / 1000,
             delta=c.get("delta"),
+            batch=c.get("batch") is not False,
         )
         await self.client.connect()
         self.pump = asyncio.ensure_future(self._pump(self.client))

@@ -337,7 +337,7 @@ class Scenario:
             "heartbeat_ms": c.get("heartbeat_ms"),
             "backoff_ms": c.get("backoff_ms", [50, 500]),
         }
-        for k in ("open_timeout_ms", "upgrade_ms", "stable_ms", "poll_timeout_ms", "token_margin_ms", "delta"):
+        for k in ("open_timeout_ms", "upgrade_ms", "stable_ms", "poll_timeout_ms", "token_margin_ms", "delta", "batch"):
             if k in c:
                 cmd[k] = c[k]
         await lane.proc.start()
@@ -345,35 +345,55 @@ class Scenario:
         lane.mark = 0
 
     async def _publish(self, lane: Lane, step: dict[str, Any]) -> None:
-        topic = step["topic"]
+        """``count`` messages to ``topic`` (or to each of ``topics``, interleaved), one request
+        each, or with ``batch`` in requests to ``POST /v1/publish/batch`` of ``batch_size``
+        messages at most (default: all of them in one)."""
+        topics = list(step["topics"]) if "topics" in step else [step["topic"]]
         node = self.nodes[int(step.get("node", 0))]
         count = int(step.get("count", 1))
         fmt = step.get("format", "json")
+        bodies: list[tuple[str, dict[str, Any]]] = []
         for _ in range(count):
-            k = self.counter.get(topic, 0) + 1
-            self.counter[topic] = k
-            data: Any = {"n": k, "topic": topic, "text": "héllo ✓", "list": [1, 2.5, None, True]}
-            if step.get("payload") == "state":
-                data = _state(topic, k)
-            if "data" in step:
-                data = step["data"]
-            body: dict[str, Any] = {"topic": topic, "data": data}
-            if step.get("event"):
-                body["event"] = step["event"]
+            for topic in topics:
+                k = self.counter.get(topic, 0) + 1
+                self.counter[topic] = k
+                data: Any = {"n": k, "topic": topic, "text": "héllo ✓", "list": [1, 2.5, None, True]}
+                if step.get("payload") == "state":
+                    data = _state(topic, k)
+                if "data" in step:
+                    data = step["data"]
+                if fmt == "msgpack":
+                    data = {"n": k, "topic": topic, "nested": {"a": [1, -2, 3.25]}, "big": 2 ** 40}
+                body: dict[str, Any] = {"topic": topic, "data": data}
+                if step.get("event"):
+                    body["event"] = step["event"]
+                bodies.append((topic, body))
+        size = int(step.get("batch_size", len(bodies))) if step.get("batch") else 1
+        for at in range(0, len(bodies), max(1, size)):
+            chunk = bodies[at:at + max(1, size)]
+            if step.get("batch"):
+                path, payload = "/v1/publish/batch", {"messages": [b for _, b in chunk]}
+            else:
+                path, payload = "/v1/publish", chunk[0][1]
             if fmt == "msgpack":
-                data = {"n": k, "topic": topic, "nested": {"a": [1, -2, 3.25]}, "big": 2 ** 40}
-                body["data"] = data
-                r = await self.http.post(f"{node.admin_url}/v1/publish", content=msgpack.packb(body),
+                r = await self.http.post(f"{node.admin_url}{path}", content=msgpack.packb(payload),
                                          headers={"content-type": "application/msgpack"})
             else:
-                r = await self.http.post(f"{node.admin_url}/v1/publish", json=body)
+                r = await self.http.post(f"{node.admin_url}{path}", json=payload)
             if r.status_code != 200:
-                raise StepFailed(f"publish to {topic} on {node.name}: {r.status_code} {r.text}")
-            if step.get("unseen"):
-                # Published where the client must not see it (a topic its patterns do not match).
-                lane.unseen.add(topic)
-                continue
-            lane.published.setdefault(topic, []).append(Published(r.json()["id"], _json_form(data), time.monotonic()))
+                raise StepFailed(f"publish to {', '.join(topics)} on {node.name}: {r.status_code} {r.text[:300]}")
+            answers = r.json()["results"] if step.get("batch") else [r.json()]
+            if len(answers) != len(chunk):
+                raise StepFailed(f"publish batch of {len(chunk)}: {len(answers)} results")
+            now = time.monotonic()
+            for (topic, body), answer in zip(chunk, answers):
+                if "id" not in answer:
+                    raise StepFailed(f"publish to {topic} on {node.name} (in a batch): {answer}")
+                if step.get("unseen"):
+                    # Published where the client must not see it (a topic its patterns do not match).
+                    lane.unseen.add(topic)
+                    continue
+                lane.published.setdefault(topic, []).append(Published(answer["id"], _json_form(body["data"]), now))
             if step.get("interval_s"):
                 await asyncio.sleep(float(step["interval_s"]))
 
@@ -397,7 +417,8 @@ class Scenario:
 
     async def _command(self, lane: Lane, step: dict[str, Any], timeout: float) -> None:
         cmd = {k: v for k, v in step.items()
-               if k not in ("do", "expect", "error_code", "timeout_s", "since", "deltas_min", "delta_failures_max")}
+               if k not in ("do", "expect", "error_code", "timeout_s", "since", "deltas_min", "delta_failures_max",
+                             "batches_min", "batches_max")}
         answer = await lane.proc.request(cmd, timeout)
         expect = step.get("expect")
         if cmd["cmd"] == "publish":
@@ -419,10 +440,18 @@ class Scenario:
             if got != want:
                 raise StepFailed(f"history of {cmd['topic']}: got {got}, want the last published {want}")
         elif cmd["cmd"] == "stats":
-            # The client's delta counters: that deltas came and were applied, and how many
-            # did not apply.
+            # The client's counters: that deltas came and were applied, how many did not
+            # apply, and that batch frames came (a runner that reports no `batches` fails a
+            # `batches_min`).
             if answer.get("event") != "stats":
                 raise StepFailed(f"stats: {answer}")
+            batches = int(answer.get("batches", -1))
+            if "batches_min" in step and batches < int(step["batches_min"]):
+                raise StepFailed(f"{answer.get('batches')} batch frames received, at least "
+                                 f"{step['batches_min']} expected ({answer})")
+            if "batches_max" in step and not 0 <= batches <= int(step["batches_max"]):
+                raise StepFailed(f"{answer.get('batches')} batch frames received, at most "
+                                 f"{step['batches_max']} expected ({answer})")
             deltas, failures = int(answer.get("deltas", -1)), int(answer.get("delta_failures", -1))
             if "deltas_min" in step and deltas < int(step["deltas_min"]):
                 raise StepFailed(f"{deltas} deltas applied, at least {step['deltas_min']} expected ({answer})")
