@@ -18,7 +18,7 @@ pub fn topic(name: &str, capacity: usize) -> Arc<Topic> {
         channel_capacity: capacity,
         history_len: 64,
         history_ttl: Duration::from_secs(60),
-        log_fed: false,
+        log_carried: false,
         lag_policy: None,
         delta: false,
     };

@@ -249,7 +249,7 @@ impl Registry {
             });
         }
         let config = self.config.topic_config(name.as_str());
-        let known = match config.log_fed {
+        let known = match config.log_carried {
             true => self.known_epoch(name.as_str()),
             false => None,
         };
@@ -397,7 +397,7 @@ mod tests {
                 channel_capacity: 4,
                 history_len: 4,
                 history_ttl: Duration::from_millis(1),
-                log_fed: false,
+                log_carried: false,
                 lag_policy: None,
                 delta: false,
             },

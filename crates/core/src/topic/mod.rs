@@ -28,7 +28,7 @@ pub struct TopicConfig {
     /// Positions come from a shared log (a cluster bridge), not from this node: a topic's
     /// epoch is not known here until the log delivers its first message, so until then a
     /// resume cursor of any epoch is taken as "not arrived yet" rather than as lost.
-    pub log_fed: bool,
+    pub log_carried: bool,
     /// What happens to this topic's subscribers that fall behind, when not the feed's own
     /// policy (a namespace's `lag_policy`).
     pub lag_policy: Option<LagPolicy>,
@@ -43,7 +43,7 @@ impl Default for TopicConfig {
             channel_capacity: 128,
             history_len: 256,
             history_ttl: Duration::from_secs(300),
-            log_fed: false,
+            log_carried: false,
             lag_policy: None,
             delta: false,
         }
@@ -213,7 +213,7 @@ impl Topic {
                 history: History::new(config.history_len, config.history_ttl),
                 last_active: Instant::now(),
                 keep_idle: config.history_ttl,
-                anchored: !config.log_fed,
+                anchored: !config.log_carried,
                 unpublished,
                 sender,
                 capacity,

@@ -6,7 +6,7 @@ fn topic(history_len: usize) -> Topic {
         channel_capacity: 4,
         history_len,
         history_ttl: Duration::from_secs(60),
-        log_fed: false,
+        log_carried: false,
         lag_policy: None,
         delta: false,
     };
@@ -138,9 +138,9 @@ fn a_cursor_ahead_of_the_head_is_not_arrived_yet() {
 }
 
 #[test]
-fn a_log_fed_topic_waits_for_its_log_to_name_the_epoch() {
+fn a_log_carried_topic_waits_for_its_log_to_name_the_epoch() {
     let config = TopicConfig {
-        log_fed: true,
+        log_carried: true,
         ..TopicConfig::default()
     };
     let t = Topic::with_epoch(TopicName::new("t").unwrap(), &config, 7);

@@ -171,7 +171,7 @@ pub(crate) async fn subscribe_user(
             let held = match state.registry().get(name.as_str()) {
                 Some(held) => Some(held),
                 // A topic of this node alone: made now, its opening id known.
-                None if !state.registry().config().topic.log_fed => {
+                None if !state.registry().config().topic.log_carried => {
                     Some(state.registry().get_or_create(&name)?)
                 }
                 None => None,

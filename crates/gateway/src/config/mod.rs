@@ -435,7 +435,7 @@ impl Config {
             channel_capacity: self.topics.channel_capacity,
             history_len: self.topics.history_len,
             history_ttl: self.topics.history_ttl,
-            log_fed: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
+            log_carried: self.cluster.redis_url.is_some() || self.cluster.kafka_brokers.is_some(),
             lag_policy: None,
             delta: false,
         };

@@ -13,7 +13,7 @@ fn delta_topic(
         channel_capacity: capacity,
         history_len,
         history_ttl: Duration::from_secs(60),
-        log_fed: false,
+        log_carried: false,
         lag_policy: lag,
         delta: true,
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 mod delta;
 mod direct;
-mod log_fed;
+mod log_carried;
 mod patterns;
 
 fn topic(name: &str, capacity: usize, history_len: usize) -> Arc<Topic> {
@@ -16,7 +16,7 @@ fn topic(name: &str, capacity: usize, history_len: usize) -> Arc<Topic> {
         channel_capacity: capacity,
         history_len,
         history_ttl: Duration::from_secs(60),
-        log_fed: false,
+        log_carried: false,
         lag_policy: None,
         delta: false,
     };
@@ -114,7 +114,7 @@ fn a_coalescing_topic_s_slow_subscriber_skips_to_the_newest_message() {
         channel_capacity: 4,
         history_len: 8,
         history_ttl: Duration::from_secs(60),
-        log_fed: false,
+        log_carried: false,
         lag_policy: Some(LagPolicy::Coalesce),
         delta: false,
     };
@@ -140,7 +140,7 @@ async fn a_parked_direct_subscriber_of_a_coalescing_topic_skips_to_the_newest() 
         channel_capacity: 2,
         history_len: 64,
         history_ttl: Duration::from_secs(60),
-        log_fed: false,
+        log_carried: false,
         lag_policy: Some(LagPolicy::Coalesce),
         delta: false,
     };

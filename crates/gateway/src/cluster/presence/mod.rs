@@ -75,7 +75,7 @@ enum Change {
     },
 }
 
-/// Feeds the connection registry and topic presence of one node into Redis.
+/// Writes the connection registry and topic presence of one node to Redis.
 #[derive(Debug)]
 pub(crate) struct Presence {
     tx: mpsc::Sender<Change>,

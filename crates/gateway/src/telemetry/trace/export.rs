@@ -79,7 +79,7 @@ fn client_tls() -> rustls::ClientConfig {
 
 /// An exporter whose exports run on the runtime it was made on: the SDK's batch thread (one
 /// per node, which wakes once a second or when 512 spans wait, not once per span as a task
-/// fed by a channel would) only waits for them.
+/// reading a channel would) only waits for them.
 #[derive(Debug)]
 pub(super) struct OnRuntime<E> {
     inner: Arc<E>,

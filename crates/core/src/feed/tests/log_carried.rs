@@ -1,14 +1,14 @@
-//! Topics fed by a shared log: positions assigned elsewhere.
+//! Topics carried by a shared log: positions assigned elsewhere.
 
 use super::*;
 
-/// A topic fed by a shared log (positions assigned elsewhere), epoch 5.
-fn log_fed(name: &str) -> Arc<Topic> {
+/// A topic carried by a shared log (positions assigned elsewhere), epoch 5.
+fn log_carried(name: &str) -> Arc<Topic> {
     let config = TopicConfig {
         channel_capacity: 8,
         history_len: 8,
         history_ttl: Duration::from_secs(60),
-        log_fed: true,
+        log_carried: true,
         lag_policy: None,
         delta: false,
     };
@@ -21,7 +21,7 @@ fn text(v: &str) -> Payload {
 
 #[tokio::test]
 async fn a_direct_subscriber_whose_log_moves_to_another_epoch_is_told_then_gets_the_message() {
-    let a = log_fed("a");
+    let a = log_carried("a");
     a.ingest(Cursor::new(5, 1), None, text("before")).unwrap();
     let socket = Socket::with_room(usize::MAX);
     let mut feed = linked(&a, &socket);
@@ -34,10 +34,10 @@ async fn a_direct_subscriber_whose_log_moves_to_another_epoch_is_told_then_gets_
 }
 
 #[tokio::test]
-async fn a_log_fed_topic_s_gapped_positions_are_written_directly_without_waking_the_task() {
+async fn a_log_carried_topic_s_gapped_positions_are_written_directly_without_waking_the_task() {
     // A Redis stream's ids or a shared Kafka partition's offsets: one topic's positions
     // are not consecutive numbers.
-    let a = log_fed("a");
+    let a = log_carried("a");
     a.ingest(Cursor::new(5, 10), None, text("before")).unwrap();
     let socket = Socket::with_room(usize::MAX);
     let mut feed = linked(&a, &socket);
@@ -235,7 +235,7 @@ async fn a_topic_created_by_a_subscriber_grows_its_channel_without_losing_a_mess
 }
 
 #[tokio::test]
-async fn a_log_fed_topic_created_by_a_subscriber_follows_the_log_s_epoch() {
+async fn a_log_carried_topic_created_by_a_subscriber_follows_the_log_s_epoch() {
     let registry = crate::Registry::new(crate::RegistryConfig {
         shards: 1,
         max_topics: 8,
@@ -243,7 +243,7 @@ async fn a_log_fed_topic_created_by_a_subscriber_follows_the_log_s_epoch() {
         max_patterns: 16,
         namespaces: Default::default(),
         topic: TopicConfig {
-            log_fed: true,
+            log_carried: true,
             lag_policy: None,
             delta: false,
             ..TopicConfig::default()
