@@ -44,7 +44,7 @@ impl DeliveryCounter for Deliveries {
 
 static DELIVERIES: Deliveries = Deliveries(AtomicUsize::new(0));
 
-/// N feeds linked to one topic's fan-out and gone direct. Outside a runtime, so every group
+/// N feeds linked to one topic's fan-out and gone direct. Outside a runtime, so every cohort
 /// is fanned out on the publishing thread.
 fn direct(c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, n: usize) {
     let t = topic("bench-direct", 16);

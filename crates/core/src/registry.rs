@@ -83,8 +83,8 @@ pub struct Registry {
     last_pressure_scan: AtomicU64,
     /// The prefix patterns subscribed to on this node; every topic hands its messages here.
     patterns: Arc<PatternIndex>,
-    /// Where a log-fed topic's epoch is known before its first message (a cluster bridge
-    /// that follows the topic's group): see [`Registry::set_epoch_source`].
+    /// Where a log-carried topic's epoch is known before its first message (a cluster bridge
+    /// that follows the topic's partition): see [`Registry::set_epoch_source`].
     epochs: Epochs,
 }
 
@@ -102,7 +102,7 @@ impl std::fmt::Debug for Epochs {
     }
 }
 
-/// Where a log-fed topic starts before any message of it was read (`None`: not known).
+/// Where a log-carried topic starts before any message of it was read (`None`: not known).
 pub type EpochSource = Box<dyn Fn(&str) -> Option<LogStart> + Send + Sync>;
 
 impl Registry {
@@ -126,7 +126,7 @@ impl Registry {
         }
     }
 
-    /// Tells the registry where a log-fed topic's epoch is known before the log delivered a
+    /// Tells the registry where a log-carried topic's epoch is known before the log delivered a
     /// message of it: a topic created then starts in that epoch, anchored, at the position
     /// from which the node holds all of it, so the opening cursor a subscriber gets is one the
     /// log will honour (a resume from it replays what was published since, on any node that

@@ -466,7 +466,7 @@ impl Feed {
             return;
         };
         // A subscriber that has seen nothing takes everything the topic holds, in the epoch
-        // its first message set (on a log-fed node that is the log's, learned from this very
+        // its first message set (on a log-carried node that is the log's, learned from this very
         // message), as `accept` follows an epoch for it. One whose position the topic can no
         // longer continue from is told so, then gets everything held, as `accept` would.
         let (lost, again) = if sub.position.seq == 0 {

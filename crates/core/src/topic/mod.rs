@@ -116,7 +116,7 @@ struct State {
     last_active: Instant,
     /// How long an unused topic is kept (its epoch with it) after `last_active`.
     keep_idle: Duration,
-    /// Whether `epoch` is the stream's real one: always for a local topic; for a log-fed
+    /// Whether `epoch` is the stream's real one: always for a local topic; for a log-carried
     /// topic once the log delivered a message.
     anchored: bool,
     /// The registry's count of topics a subscription created and no message reached yet,
@@ -163,7 +163,7 @@ impl Topic {
         Self::create(name, config, epoch, None)
     }
 
-    /// A new, empty log-fed topic whose place the log already gave ([`LogStart`]): anchored
+    /// A new, empty log-carried topic whose place the log already gave ([`LogStart`]): anchored
     /// from the start, its head where this node has read the log to, its history complete
     /// from the floor, so its opening cursor is one the log honours on any node.
     pub fn anchored_in(name: TopicName, config: &TopicConfig, start: LogStart) -> Self {
@@ -253,7 +253,7 @@ impl Topic {
     }
 
     /// [`Self::head`] when it is a position in the topic's real stream (always for a local
-    /// topic; for a log-fed one once the log gave its epoch), so that a subscription after it
+    /// topic; for a log-carried one once the log gave its epoch), so that a subscription after it
     /// on any node misses nothing published later.
     pub fn anchored_head(&self) -> Option<Cursor> {
         let state = self.state.lock();
@@ -422,7 +422,7 @@ impl Topic {
         {
             // Ahead of this node: the client saw messages (on another node) that this node's
             // log reader has not delivered yet. Nothing is lost; the feed skips them when they
-            // arrive. On a log-fed topic whose epoch is not known yet the log decides: its
+            // arrive. On a log-carried topic whose epoch is not known yet the log decides: its
             // first message either continues the cursor's epoch or is reported as a new one.
             return Subscription {
                 receiver,

@@ -135,7 +135,7 @@ fn publishers_on_several_threads_are_written_in_order_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_large_topic_is_fanned_out_by_groups_on_several_tasks_in_order() {
+async fn a_large_topic_is_fanned_out_by_cohorts_on_several_tasks_in_order() {
     let a = topic("a", 64, 64);
     let sockets: Vec<Socket> = (0..2500).map(|_| Socket::with_room(usize::MAX)).collect();
     let _feeds: Vec<Feed> = sockets.iter().map(|s| linked(&a, s)).collect();
@@ -147,7 +147,7 @@ async fn a_large_topic_is_fanned_out_by_groups_on_several_tasks_in_order() {
         while socket.frames().0.len() < 20 {
             assert!(
                 std::time::Instant::now() < deadline,
-                "a group was not fanned out"
+                "a cohort was not fanned out"
             );
             tokio::task::yield_now().await;
         }

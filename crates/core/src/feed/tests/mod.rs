@@ -1,4 +1,4 @@
-//! The feed's tests: replay, lag and loss here; direct delivery, log-fed topics and
+//! The feed's tests: replay, lag and loss here; direct delivery, log-carried topics and
 //! patterns in their own files.
 
 use super::*;
