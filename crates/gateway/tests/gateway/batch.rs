@@ -286,3 +286,32 @@ async fn across_nodes_a_burst_read_from_redis_arrives_in_batch_frames() {
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_read_from_kafka_arrives_in_batch_frames() {
+    skip_without!("HERALD_TEST_KAFKA_BROKERS");
+    let kt = crate::kafka::unique("batch");
+    crate::kafka::create_topic(&kt).await;
+    let node = spawn_ready(crate::kafka::kafka_config(&kt, &crate::kafka::unique("n"))).await;
+    let mut ws = ws_connect_query(&node, "batch=1").await;
+    ws_subscribe(&mut ws, &["bursty"]).await;
+    // The records the consumer has received already are ingested together and fanned out
+    // once: the subscriber takes several in one frame. Produced as a service would, many at
+    // once (the node's own publish API waits for each record's acknowledgement in turn).
+    let producer = crate::kafka::producer();
+    let mut sizes = Vec::new();
+    for round in 0..5 {
+        let records = (round * 100..round * 100 + 100)
+            .map(|n| crate::kafka::produce(&producer, &kt, "bursty", None, json!({"n": n})));
+        futures_util::future::join_all(records).await;
+        let (got, messages) = read_messages(&mut ws, 100).await;
+        assert_eq!(
+            numbers(&messages),
+            (round * 100..round * 100 + 100).collect::<Vec<_>>()
+        );
+        sizes.extend(got);
+    }
+    assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
+    assert!(sizes.len() < 500, "no batch in 500 messages: {sizes:?}");
+    node.stop().await.unwrap();
+}

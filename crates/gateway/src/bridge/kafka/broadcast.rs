@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use rdkafka::Message as _;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
@@ -59,19 +60,32 @@ impl KafkaBridge {
             loop {
                 match consumer.recv().await {
                     Ok(message) => {
-                        self.ingest(ingest, &message, current);
-                        consumer.store_offset_from_message(&message)?;
-                        if !behind.is_empty() {
-                            let key = (message.topic().to_string(), message.partition());
-                            if behind
-                                .get(&key)
-                                .is_some_and(|high| message.offset() + 1 >= *high)
-                            {
-                                behind.remove(&key);
-                                if behind.is_empty() {
-                                    tracing::info!("kafka bridge caught up with the log");
-                                    self.caught_up.store(true, Ordering::Relaxed);
+                        // The records already received go with it, their fan-out once at
+                        // the end (batch frames for the subscribers that asked).
+                        let _together = crate::bridge::Together::new();
+                        let mut next = Some(message);
+                        let mut taken = 0;
+                        while let Some(message) = next.take() {
+                            self.ingest(ingest, &message, current);
+                            consumer.store_offset_from_message(&message)?;
+                            if !behind.is_empty() {
+                                let key = (message.topic().to_string(), message.partition());
+                                if behind
+                                    .get(&key)
+                                    .is_some_and(|high| message.offset() + 1 >= *high)
+                                {
+                                    behind.remove(&key);
+                                    if behind.is_empty() {
+                                        tracing::info!("kafka bridge caught up with the log");
+                                        self.caught_up.store(true, Ordering::Relaxed);
+                                    }
                                 }
+                            }
+                            taken += 1;
+                            if taken < super::READY_RECORDS
+                                && let Some(Ok(ready)) = consumer.recv().now_or_never()
+                            {
+                                next = Some(ready);
                             }
                         }
                     }

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
@@ -112,7 +113,18 @@ impl Pass<'_> {
                 _ = changes.changed() => {}
                 _ = tick.tick() => self.check_positions(),
                 received = consumer.recv() => match received {
-                    Ok(message) => self.handle(ingest, &message, current),
+                    Ok(message) => {
+                        // The records already received go with it, their fan-out once at
+                        // the end (batch frames for the subscribers that asked).
+                        let _together = crate::bridge::Together::new();
+                        self.handle(ingest, &message, current);
+                        for _ in 1..super::READY_RECORDS {
+                            match consumer.recv().now_or_never() {
+                                Some(Ok(message)) => self.handle(ingest, &message, current),
+                                _ => break,
+                            }
+                        }
+                    }
                     Err(e) => {
                         // Transient (broker away): librdkafka retries.
                         tracing::debug!(error = %e, "kafka consumer error");

@@ -58,7 +58,7 @@ pub(crate) fn producer() -> FutureProducer {
 }
 
 /// Produces a record the way another service would: routing in headers, JSON value.
-async fn produce(
+pub(crate) async fn produce(
     p: &FutureProducer,
     kafka_topic: &str,
     herald_topic: &str,
