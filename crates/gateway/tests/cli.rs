@@ -387,13 +387,7 @@ fn sighup_reloads_the_tls_certificate_and_a_bad_one_is_not_taken() {
 
 #[test]
 fn engine_settings_are_checked_and_their_secrets_never_printed() {
-    let dir = std::env::temp_dir().join(format!("herald-cli-engines-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    };
+    let (dir, file) = files_dir("engines");
     let good = file(
         "good.toml",
         "[cluster]\nredis_mode = \"sentinel\"\n[cluster.kafka_properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanisms\" = \"SCRAM-SHA-512\"\n",
@@ -484,13 +478,7 @@ fn engine_settings_are_checked_and_their_secrets_never_printed() {
 /// giving both is refused.
 #[test]
 fn kafka_prefixes_is_read_by_its_name_and_by_its_deprecated_former_one() {
-    let dir = std::env::temp_dir().join(format!("herald-cli-renamed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path.display().to_string()
-    };
+    let (dir, file) = files_dir("renamed");
     let new = file("new.toml", "[cluster]\nkafka_prefixes = [\"svc.\"]\n");
     let old = file("old.toml", "[cluster]\nkafka_feeds = [\"svc.\"]\n");
     let cases: [(&[&str], Option<&str>, bool); 6] = [
@@ -540,22 +528,9 @@ fn kafka_prefixes_is_read_by_its_name_and_by_its_deprecated_former_one() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
 
-    let mut child = herald_on_any_port()
-        .args(["--log-format", "json"])
-        .env("HERALD_KAFKA_FEEDS", "svc.")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
-    let mut seen = Vec::new();
-    for line in lines.map_while(Result::ok) {
-        if line.contains("herald listening") {
-            break;
-        }
-        seen.push(line);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut serving = herald_on_any_port();
+    serving.env("HERALD_KAFKA_FEEDS", "svc.");
+    let seen = log_before_listening(serving);
     let warned = seen
         .iter()
         .filter(|l| l.contains("WARN") && l.contains("deprecated"))
@@ -616,6 +591,41 @@ fn http(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u1
         .unwrap_or_else(|| panic!("no status in {answer:?}"));
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     (status, body.to_string())
+}
+
+/// A directory of its own for a test's files (`herald-cli-<name>-<pid>` in the system's
+/// temporary one), and a writer of a file there that gives back its path.
+fn files_dir(name: &str) -> (std::path::PathBuf, impl Fn(&str, &str) -> String) {
+    let dir = std::env::temp_dir().join(format!("herald-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = dir.clone();
+    let file = move |name: &str, text: &str| {
+        let path = at.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    (dir, file)
+}
+
+/// What `command` (a `herald` with its listen addresses) logs, as JSON, before it says it
+/// listens; the process is then killed.
+fn log_before_listening(mut command: Command) -> Vec<String> {
+    let mut child = command
+        .args(["--log-format", "json"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let mut seen = Vec::new();
+    for line in lines.map_while(Result::ok) {
+        if line.contains("herald listening") {
+            break;
+        }
+        seen.push(line);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
 }
 
 /// `herald --print-config` with `args`: its standard output.

@@ -162,22 +162,9 @@ fn an_unknown_herald_variable_is_warned_about() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 
-    let mut child = herald_on_any_port()
-        .args(["--log-format", "json"])
-        .env("HERALD_REDIS_ULR", "redis://127.0.0.1:1")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
-    let mut seen = Vec::new();
-    for line in lines.map_while(Result::ok) {
-        if line.contains("herald listening") {
-            break;
-        }
-        seen.push(line);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut serving = herald_on_any_port();
+    serving.env("HERALD_REDIS_ULR", "redis://127.0.0.1:1");
+    let seen = log_before_listening(serving);
     assert!(
         seen.iter().any(|l| l.contains("WARN")
             && l.contains("HERALD_REDIS_ULR")
