@@ -35,4 +35,4 @@ pub use message::{Message, Outbound, Payload};
 pub use name::{EventName, TopicName};
 pub use pattern::PatternIndex;
 pub use registry::{Registry, RegistryConfig};
-pub use topic::{HistoryPage, LogStart, Subscription, Topic, TopicConfig, TopicStats};
+pub use topic::{HistoryPage, LogStart, Subscription, Topic, TopicConfig, TopicStats, Unsent};

@@ -111,42 +111,28 @@ pub(crate) async fn batch(
 
 tokio::task_local! {
     /// The topics a batch published to on a lone node whose direct fan-out waits for the
-    /// batch to pause or end ([`publish_local`]).
-    static UNSENT: std::cell::RefCell<Unsent>;
-}
-
-/// Topics whose fan-out waits ([`UNSENT`]): fanned out when dropped too, so a batch whose
-/// request is dropped half-way (the publisher went away) leaves nothing waiting.
-#[derive(Default)]
-struct Unsent(Vec<std::sync::Arc<herald_core::Topic>>);
-
-impl Drop for Unsent {
-    fn drop(&mut self) {
-        for topic in self.0.drain(..) {
-            topic.fan_out();
-        }
-    }
+    /// batch to pause or end ([`publish_local`]); fanned out when dropped too, so a batch
+    /// whose request is dropped half-way (the publisher went away) leaves nothing waiting.
+    static UNSENT: std::cell::RefCell<herald_core::Unsent>;
 }
 
 /// Publishes to `topic` on a lone node. Inside a batch the fan-out to the subscribers the
 /// publisher writes to itself ([`herald_core::direct`]) waits until the batch pauses or ends
-/// ([`fan_out_unsent`]), so that each takes the batch's messages in one write (one batch
-/// frame when it asked, `batch=1`) rather than one write per message; elsewhere it is now.
+/// ([`fan_out_unsent`]), or the topic's fan-out queue is full ([`herald_core::Unsent`]), so
+/// that each takes the batch's messages in one write (one batch frame when it asked,
+/// `batch=1`) rather than one write per message; elsewhere it is now.
 pub(crate) fn publish_local(
     topic: &std::sync::Arc<herald_core::Topic>,
     event: Option<EventName>,
     data: Payload,
 ) -> std::sync::Arc<herald_core::Message> {
-    let deferred = UNSENT.try_with(|unsent| {
-        let unsent = &mut unsent.borrow_mut().0;
-        if !unsent.iter().any(|t| std::sync::Arc::ptr_eq(t, topic)) {
-            unsent.push(topic.clone());
-        }
-    });
-    match deferred {
-        Ok(()) => topic.publish_unsent(event, data),
-        Err(_) => topic.publish(event, data),
+    let deferred = UNSENT.try_with(|_| ()).is_ok();
+    if !deferred {
+        return topic.publish(event, data);
     }
+    let message = topic.publish_unsent(event, data);
+    let _ = UNSENT.try_with(|unsent| unsent.borrow_mut().add(topic));
+    message
 }
 
 /// Fans out what the batch published so far ([`publish_local`]).

@@ -323,3 +323,35 @@ fn deltas_inside_a_batch_apply_each_to_the_element_before() {
     }
     topic.direct.detach(&link);
 }
+
+#[test]
+fn a_burst_longer_than_the_fan_out_queue_is_fanned_out_as_the_queue_fills() {
+    // A queue of 4 and a history of 2: a burst of 10 fanned out only at its end would
+    // overflow the queue, park the subscriber and lose what history no longer holds.
+    let socket = Batching::new(Some(BatchForm::Json), usize::MAX);
+    let config = TopicConfig {
+        channel_capacity: 4,
+        history_len: 2,
+        ..TopicConfig::default()
+    };
+    let topic = Arc::new(Topic::with_epoch(TopicName::new("t").unwrap(), &config, 5));
+    let link: Arc<DirectSub> = socket.clone();
+    assert!(topic.direct.attach(&link, Cursor::new(5, 0)));
+    assert!(link.go_direct(Cursor::new(5, 0), false, false));
+    let mut unsent = crate::Unsent::default();
+    for n in 0..10 {
+        topic.publish_unsent(None, Payload::from_value(&serde_json::json!({ "n": n })));
+        unsent.add(&topic);
+    }
+    drop(unsent);
+    assert!(link.is_direct(), "never parked");
+    assert_eq!(link.position(), Cursor::new(5, 10));
+    let sizes: Vec<usize> = ws_frames(&socket.writer().written.lock())
+        .iter()
+        .map(|(_, payload)| {
+            serde_json::from_slice::<Vec<serde_json::Value>>(payload).map_or(1, |batch| batch.len())
+        })
+        .collect();
+    assert_eq!(sizes, [4, 4, 2]);
+    topic.direct.detach(&link);
+}

@@ -15,6 +15,9 @@ use crate::message::{Message, Payload};
 use crate::name::{EventName, TopicName};
 use crate::pattern::PatternIndex;
 
+mod unsent;
+pub use unsent::Unsent;
+
 /// Limits of every topic.
 #[derive(Clone, Debug)]
 pub struct TopicConfig {

@@ -232,49 +232,50 @@ impl Logs {
 thread_local! {
     /// The topics records were delivered to inside a [`Together`], whose fan-out waits for
     /// its end; `None` outside one.
-    static UNSENT: std::cell::RefCell<Option<Vec<Arc<herald_core::Topic>>>> =
+    static UNSENT: std::cell::RefCell<Option<herald_core::Unsent>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// Whether a [`Together`] is open on this thread; if so `topic` is fanned out at its end.
-fn together(topic: &Arc<herald_core::Topic>) -> bool {
-    UNSENT.with(|unsent| match &mut *unsent.borrow_mut() {
-        Some(topics) => {
-            if !topics.iter().any(|t| Arc::ptr_eq(t, topic)) {
-                topics.push(topic.clone());
-            }
-            true
-        }
-        None => false,
-    })
-}
-
 /// While held, records [`Ingest::deliver`]s on this thread wait for the fan-out to the
-/// subscribers the publisher writes to itself ([`herald_core::direct`]) until it is dropped:
-/// each then takes what a reader's pass over a batch of records brought its topic in one
-/// write (one batch frame when it asked for them) rather than a write per record. Not
-/// `Send`: it cannot be held across an `await`, so it covers a synchronous loop only.
+/// subscribers the publisher writes to itself ([`herald_core::direct`]) until it is dropped
+/// (or a topic's fan-out queue is full, [`herald_core::Unsent`]): each then takes what a
+/// reader's pass over a batch of records brought its topic in one write (one batch frame
+/// when it asked for them) rather than a write per record. Not `Send`: it cannot be held
+/// across an `await`, so it covers a synchronous loop only.
 pub(crate) struct Together {
-    outer: Option<Vec<Arc<herald_core::Topic>>>,
+    outer: Option<herald_core::Unsent>,
     _here: std::marker::PhantomData<*const ()>,
 }
 
 impl Together {
     pub(crate) fn new() -> Self {
         Self {
-            outer: UNSENT.with(|unsent| unsent.borrow_mut().replace(Vec::new())),
+            outer: UNSENT
+                .with(|unsent| unsent.borrow_mut().replace(herald_core::Unsent::default())),
             _here: std::marker::PhantomData,
         }
+    }
+
+    /// Whether one is open on this thread.
+    fn open() -> bool {
+        UNSENT.with(|unsent| unsent.borrow().is_some())
+    }
+
+    /// Counts a message delivered to `topic` without its fan-out.
+    fn add(topic: &Arc<herald_core::Topic>) {
+        UNSENT.with(|unsent| {
+            if let Some(unsent) = &mut *unsent.borrow_mut() {
+                unsent.add(topic);
+            }
+        });
     }
 }
 
 impl Drop for Together {
     fn drop(&mut self) {
-        let topics =
+        // The inner list, dropped here: fanned out.
+        let _ =
             UNSENT.with(|unsent| std::mem::replace(&mut *unsent.borrow_mut(), self.outer.take()));
-        for topic in topics.into_iter().flatten() {
-            topic.fan_out();
-        }
     }
 }
 
@@ -328,12 +329,16 @@ impl Ingest {
         match self.registry.get_or_create(&topic) {
             Ok(t) => {
                 let fan_out = traced.as_ref().and_then(|span| span.fan_out(&t));
-                let ingested = match fan_out {
-                    // Traced: the span times the fan-out, now.
-                    None if together(&t) => t.ingest_unsent(position, event, payload),
-                    _ => t.ingest(position, event, payload),
+                // Traced: the span times the fan-out, now.
+                let together = fan_out.is_none() && Together::open();
+                let ingested = match together {
+                    true => t.ingest_unsent(position, event, payload),
+                    false => t.ingest(position, event, payload),
                 }
                 .is_some();
+                if together && ingested {
+                    Together::add(&t);
+                }
                 if let Some(fan_out) = fan_out {
                     fan_out.end(&t);
                 }

@@ -315,3 +315,23 @@ async fn a_burst_read_from_kafka_arrives_in_batch_frames() {
     assert!(sizes.len() < 500, "no batch in 500 messages: {sizes:?}");
     node.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_batch_longer_than_the_live_channel_and_the_history_loses_nothing() {
+    let mut config = test_config();
+    config.limits.max_batch_publish = 300;
+    config.topics.history_len = 10;
+    let gw = spawn_gateway(config).await;
+    let mut batched = ws_connect_query(&gw, "batch=1").await;
+    ws_subscribe(&mut batched, &["long"]).await;
+    let mut plain = ws_connect(&gw).await;
+    ws_subscribe(&mut plain, &["long"]).await;
+    // 300 messages in one request: more than a topic's fan-out queue and live channel
+    // (channel_capacity, 128) and its history (10).
+    publish_batch(&gw, "long", 0..300).await;
+    for ws in [&mut batched, &mut plain] {
+        let (_, messages) = read_messages(ws, 300).await;
+        assert_eq!(numbers(&messages), (0..300).collect::<Vec<_>>());
+    }
+    gw.stop().await.unwrap();
+}
