@@ -6,9 +6,9 @@
 //! the client those once. The elements are the messages' own payloads, made once per message
 //! and shared like every frame: a JSON batch is a JSON array of them (`[`, `,` between, `]`),
 //! a MessagePack batch a MessagePack array. The topic's fan-out writes a batch without
-//! copying ([`BatchForm::head`], [`BatchForm::separator`], [`BatchForm::tail`] around the
+//! copying ([`BatchFormat::head`], [`BatchFormat::separator`], [`BatchFormat::tail`] around the
 //! payloads, one vectored write); a connection's own task, which writes through tungstenite,
-//! copies them into one payload ([`BatchForm::payload`]).
+//! copies them into one payload ([`BatchFormat::payload`]).
 
 use bytes::{BufMut as _, Bytes, BytesMut};
 
@@ -22,7 +22,7 @@ pub const MAX_BYTES: usize = 64 * 1024;
 
 /// How a subscriber that asked for batch frames takes several messages at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BatchForm {
+pub enum BatchFormat {
     /// A text frame holding a JSON array of message frames.
     Json,
     /// A binary frame holding a MessagePack array of message maps.
@@ -50,7 +50,7 @@ impl Head {
     }
 }
 
-impl BatchForm {
+impl BatchFormat {
     /// The array's opening for `n` elements.
     fn open(self, n: usize, head: &mut Head) {
         match self {
@@ -144,7 +144,7 @@ mod tests {
     use super::*;
 
     /// The whole frame as the fan-out writes it: head, elements with separators, tail.
-    fn wire(form: BatchForm, elements: &[&[u8]]) -> Vec<u8> {
+    fn wire(form: BatchFormat, elements: &[&[u8]]) -> Vec<u8> {
         let total = elements.iter().map(|e| e.len()).sum();
         let mut out = form.head(elements.len(), total).as_slice().to_vec();
         for (i, e) in elements.iter().enumerate() {
@@ -176,10 +176,10 @@ mod tests {
         let a = br#"{"type":"message","topic":"t","id":"e-1","data":1}"#;
         let b = br#"{"type":"message","topic":"t","id":"e-2","data":[1,2]}"#;
         for elements in [vec![&a[..]], vec![&a[..], &b[..]], vec![&a[..]; 60]] {
-            let wire = wire(BatchForm::Json, &elements);
+            let wire = wire(BatchFormat::Json, &elements);
             let (opcode, payload) = unframe(&wire);
             assert_eq!(opcode, 0x81);
-            assert_eq!(payload, &BatchForm::Json.payload(&elements)[..]);
+            assert_eq!(payload, &BatchFormat::Json.payload(&elements)[..]);
             let parsed: Vec<serde_json::Value> = serde_json::from_slice(payload).unwrap();
             assert_eq!(parsed.len(), elements.len());
             for (got, sent) in parsed.iter().zip(&elements) {
@@ -198,10 +198,10 @@ mod tests {
         for n in [1usize, 2, 15, 16, 64] {
             let maps: Vec<Vec<u8>> = (0..n as i64).map(map).collect();
             let elements: Vec<&[u8]> = maps.iter().map(|m| &m[..]).collect();
-            let wire = wire(BatchForm::Msgpack, &elements);
+            let wire = wire(BatchFormat::Msgpack, &elements);
             let (opcode, payload) = unframe(&wire);
             assert_eq!(opcode, 0x82);
-            assert_eq!(payload, &BatchForm::Msgpack.payload(&elements)[..]);
+            assert_eq!(payload, &BatchFormat::Msgpack.payload(&elements)[..]);
             let parsed: Vec<serde_json::Value> =
                 serde_json::from_slice(&crate::msgpack::to_json(payload).unwrap()).unwrap();
             let seqs: Vec<i64> = parsed.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
@@ -214,7 +214,7 @@ mod tests {
         let big = vec![b'1'; 70_000];
         for len in [0usize, 100, 123, 124, 200, 65_000, 70_000] {
             let elements = [&big[..len.max(1)]];
-            let wire = wire(BatchForm::Json, &elements);
+            let wire = wire(BatchFormat::Json, &elements);
             let (_, payload) = unframe(&wire);
             assert_eq!(payload.len(), len.max(1) + 2);
         }

@@ -308,7 +308,7 @@ impl AppState {
                 let message = match fan_out {
                     // Traced: the span times the fan-out, now.
                     Some(_) => topic.publish(event, data),
-                    None => crate::publish::publish_local(&topic, event, data),
+                    None => publish_local(&topic, event, data),
                 };
                 if let Some(fan_out) = fan_out {
                     fan_out.end(&topic);
@@ -410,7 +410,7 @@ mod tests {
     use herald_core::{Cursor, EventName, Payload, TopicName};
 
     use super::*;
-    use crate::bridge::{BoxFuture, Bridge, BridgeError, Claim, Ingest};
+    use crate::bridge::{BoxFuture, Bridge, BridgeError, Ingest, Share};
 
     /// A log that answers publishes with a fixed position, up or down at will.
     #[derive(Debug, Default)]
@@ -499,7 +499,7 @@ mod tests {
     #[tokio::test]
     async fn in_a_cluster_publishes_go_to_the_log_and_readiness_follows_it() {
         let log = Arc::new(FakeLog::default());
-        let (state, _shutdown) = state(Logs::none().with(log.clone(), Claim::Rest));
+        let (state, _shutdown) = state(Logs::none().with(log.clone(), Share::Rest));
         let topic = TopicName::new("t").unwrap();
         let refused = state
             .append(&topic, None, payload(), None, None)
@@ -523,4 +523,42 @@ mod tests {
         );
         assert!(state.is_ready());
     }
+}
+
+tokio::task_local! {
+    /// The topics a batch published to on a lone node whose direct fan-out waits for the
+    /// batch to pause or end ([`publish_local`]); fanned out when dropped too, so a batch
+    /// whose request is dropped half-way (the publisher went away) leaves nothing waiting.
+    static UNSENT: std::cell::RefCell<herald_core::Unsent>;
+}
+
+/// Publishes to `topic` on a lone node. Inside a batch the fan-out to the subscribers the
+/// publisher writes to itself ([`herald_core::direct`]) waits until the batch pauses or ends
+/// ([`fan_out_unsent`]), or the topic's fan-out queue is full ([`herald_core::Unsent`]), so
+/// that each takes the batch's messages in one write (one batch frame when it asked,
+/// `batch=1`) rather than one write per message; elsewhere it is now.
+fn publish_local(
+    topic: &std::sync::Arc<herald_core::Topic>,
+    event: Option<herald_core::EventName>,
+    data: herald_core::Payload,
+) -> std::sync::Arc<herald_core::Message> {
+    let deferred = UNSENT.try_with(|_| ()).is_ok();
+    if !deferred {
+        return topic.publish(event, data);
+    }
+    let message = topic.publish_unsent(event, data);
+    let _ = UNSENT.try_with(|unsent| unsent.borrow_mut().add(topic));
+    message
+}
+
+/// Runs `batch` (a batch publish's routing) with [`publish_local`] leaving the fan-out to
+/// [`fan_out_unsent`] or the end.
+pub(crate) async fn unsent_until_done<F: std::future::Future>(batch: F) -> F::Output {
+    UNSENT.scope(std::cell::RefCell::default(), batch).await
+}
+
+/// Fans out what the batch published so far ([`publish_local`]).
+pub(crate) fn fan_out_unsent() {
+    // Dropped: fanned out.
+    let _ = UNSENT.try_with(|unsent| std::mem::take(&mut *unsent.borrow_mut()));
 }

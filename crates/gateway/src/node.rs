@@ -209,13 +209,13 @@ async fn cluster_parts(config: &Config) -> anyhow::Result<(Arc<bridge::Logs>, cl
     };
     let mut logs = bridge::Logs::none();
     if let Some(b) = &redis {
-        logs = logs.with(b.clone(), bridge::Claim::Rest);
+        logs = logs.with(b.clone(), bridge::Share::Rest);
     }
     if let Some(brokers) = &c.kafka_brokers {
         // Alone, Kafka carries every topic; beside Redis, the prefixes configured for it.
         let claim = match redis {
-            Some(_) => bridge::Claim::Prefixes(c.kafka_prefixes.clone()),
-            None => bridge::Claim::Rest,
+            Some(_) => bridge::Share::Prefixes(c.kafka_prefixes.clone()),
+            None => bridge::Share::Rest,
         };
         logs = logs.with(bridge::kafka::KafkaBridge::new(c, brokers, history)?, claim);
     }

@@ -1,6 +1,6 @@
 //! The publish pipeline every publish goes through, whoever sends it (HTTP on either
 //! listener, batches, the admin API's `send`, WebSocket `publish`): [`prepare`] (topic,
-//! rights, rate, event name, payload) then [`route`] (to the log that feeds the topic, or the
+//! rights, rate, event name, payload) then [`route`] (to the log that carries the topic, or the
 //! local registry, through [`AppState::append`]).
 //!
 //! A caller parses its request into a [`Draft`] (or the draft's fields) and calls the pipeline
@@ -101,44 +101,8 @@ pub(crate) async fn batch(
     if let Some(key) = rate_key {
         admit(state, key, drafts.len())?;
     }
-    let routed = UNSENT.scope(
-        std::cell::RefCell::default(),
-        route_batch(state, publisher, drafts, source, trace),
-    );
-    let results = routed.await;
-    Ok(results)
-}
-
-tokio::task_local! {
-    /// The topics a batch published to on a lone node whose direct fan-out waits for the
-    /// batch to pause or end ([`publish_local`]); fanned out when dropped too, so a batch
-    /// whose request is dropped half-way (the publisher went away) leaves nothing waiting.
-    static UNSENT: std::cell::RefCell<herald_core::Unsent>;
-}
-
-/// Publishes to `topic` on a lone node. Inside a batch the fan-out to the subscribers the
-/// publisher writes to itself ([`herald_core::direct`]) waits until the batch pauses or ends
-/// ([`fan_out_unsent`]), or the topic's fan-out queue is full ([`herald_core::Unsent`]), so
-/// that each takes the batch's messages in one write (one batch frame when it asked,
-/// `batch=1`) rather than one write per message; elsewhere it is now.
-pub(crate) fn publish_local(
-    topic: &std::sync::Arc<herald_core::Topic>,
-    event: Option<EventName>,
-    data: Payload,
-) -> std::sync::Arc<herald_core::Message> {
-    let deferred = UNSENT.try_with(|_| ()).is_ok();
-    if !deferred {
-        return topic.publish(event, data);
-    }
-    let message = topic.publish_unsent(event, data);
-    let _ = UNSENT.try_with(|unsent| unsent.borrow_mut().add(topic));
-    message
-}
-
-/// Fans out what the batch published so far ([`publish_local`]).
-fn fan_out_unsent() {
-    // Dropped: fanned out.
-    let _ = UNSENT.try_with(|unsent| std::mem::take(&mut *unsent.borrow_mut()));
+    let routed = route_batch(state, publisher, drafts, source, trace);
+    Ok(crate::app::unsent_until_done(routed).await)
 }
 
 /// [`batch`]'s messages, prepared and routed in order. Whatever it published locally is
@@ -171,7 +135,7 @@ async fn route_batch(
                     Some(ready) => ready,
                     None => {
                         // A pause (a hook is asked): what was published goes out now.
-                        fan_out_unsent();
+                        crate::app::fan_out_unsent();
                         preparing.next().await
                     }
                 };
@@ -198,7 +162,7 @@ async fn route_batch(
         };
         results.push(result);
     }
-    fan_out_unsent();
+    crate::app::fan_out_unsent();
     results
 }
 
@@ -359,7 +323,7 @@ fn token_may_publish(
 }
 
 /// The pipeline's last step: hands the prepared message to the state, which appends it to the
-/// log that feeds its topic or to the local registry ([`AppState::append`]; a retry of an
+/// log that carries its topic or to the local registry ([`AppState::append`]; a retry of an
 /// idempotency key gets the first publish's position); counted in
 /// `herald_messages_published_total{source}`. Traced (the `herald.publish` span, its log
 /// lines with the trace id) when the publisher's context `trace` is sampled, or without one

@@ -1,7 +1,16 @@
-use std::sync::atomic::AtomicUsize;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
 
 use super::*;
 use crate::TopicName;
+use crate::batch::{self, BatchFormat};
+use crate::cursor::Cursor;
+use crate::message::Message;
 use crate::message::Payload;
 use crate::topic::{Topic, TopicConfig};
 
@@ -103,11 +112,11 @@ struct Batching {
     written: Mutex<Vec<u8>>,
     writes: AtomicUsize,
     room: AtomicUsize,
-    form: Option<BatchForm>,
+    form: Option<BatchFormat>,
 }
 
 impl Batching {
-    fn new(form: Option<BatchForm>, room: usize) -> Arc<DirectSub<Self>> {
+    fn new(form: Option<BatchFormat>, room: usize) -> Arc<DirectSub<Self>> {
         Arc::new(DirectSub::new(Self {
             written: Mutex::default(),
             writes: AtomicUsize::new(0),
@@ -121,7 +130,7 @@ impl DirectWriter for Batching {
     fn frame<'m>(&self, message: &'m Message, delta: bool) -> &'m Bytes {
         let sent = crate::message::Outbound::new(message, delta);
         match self.form {
-            Some(BatchForm::Msgpack) => sent.ws_msgpack_wire_frame(),
+            Some(BatchFormat::Msgpack) => sent.ws_msgpack_wire_frame(),
             _ => sent.ws_wire_frame(),
         }
     }
@@ -147,7 +156,7 @@ impl DirectWriter for Batching {
         &NoCount
     }
 
-    fn batch(&self) -> Option<BatchForm> {
+    fn batch(&self) -> Option<BatchFormat> {
         self.form
     }
 }
@@ -202,7 +211,7 @@ fn publish_unsent(topic: &Topic, n: usize) -> Vec<Arc<Message>> {
 
 #[test]
 fn a_burst_reaches_a_batching_subscriber_in_one_batch_frame() {
-    let socket = Batching::new(Some(BatchForm::Json), usize::MAX);
+    let socket = Batching::new(Some(BatchFormat::Json), usize::MAX);
     let (topic, link) = direct_topic(&socket, false);
     let sent = publish_unsent(&topic, 5);
     assert!(
@@ -257,7 +266,7 @@ fn a_burst_to_a_subscriber_without_batches_is_one_write_of_its_frames() {
 
 #[test]
 fn a_long_burst_is_cut_into_batches_of_at_most_max_messages() {
-    let socket = Batching::new(Some(BatchForm::Msgpack), usize::MAX);
+    let socket = Batching::new(Some(BatchFormat::Msgpack), usize::MAX);
     let (topic, link) = direct_topic(&socket, false);
     let n = batch::MAX_MESSAGES + 36;
     let sent = publish_unsent(&topic, n);
@@ -277,7 +286,7 @@ fn a_long_burst_is_cut_into_batches_of_at_most_max_messages() {
 
 #[test]
 fn a_batch_the_socket_takes_in_part_leaves_the_rest_to_the_task() {
-    let socket = Batching::new(Some(BatchForm::Json), 100);
+    let socket = Batching::new(Some(BatchFormat::Json), 100);
     let (topic, link) = direct_topic(&socket, false);
     let sent = publish_unsent(&topic, 8);
     topic.fan_out();
@@ -300,7 +309,7 @@ fn a_batch_the_socket_takes_in_part_leaves_the_rest_to_the_task() {
 
 #[test]
 fn deltas_inside_a_batch_apply_each_to_the_element_before() {
-    let socket = Batching::new(Some(BatchForm::Json), usize::MAX);
+    let socket = Batching::new(Some(BatchFormat::Json), usize::MAX);
     let (topic, link) = direct_topic(&socket, true);
     let state = |i: usize| serde_json::json!({"score": [i, 2], "clock": "the same long text every time, a base worth a delta"});
     let sent: Vec<Arc<Message>> = (0..4)
@@ -328,7 +337,7 @@ fn deltas_inside_a_batch_apply_each_to_the_element_before() {
 fn a_burst_longer_than_the_fan_out_queue_is_fanned_out_as_the_queue_fills() {
     // A queue of 4 and a history of 2: a burst of 10 fanned out only at its end would
     // overflow the queue, park the subscriber and lose what history no longer holds.
-    let socket = Batching::new(Some(BatchForm::Json), usize::MAX);
+    let socket = Batching::new(Some(BatchFormat::Json), usize::MAX);
     let config = TopicConfig {
         channel_capacity: 4,
         history_len: 2,

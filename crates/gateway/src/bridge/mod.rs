@@ -98,12 +98,12 @@ pub(crate) trait Bridge: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Which topics a log carries: its claim on them.
+/// Which topics a log carries: its share of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Claim {
+pub(crate) enum Share {
     /// Topics whose name starts with one of these prefixes (`""` matches every topic).
     Prefixes(Vec<String>),
-    /// Every topic no other log's prefixes claim.
+    /// Every topic no other log's prefixes take.
     Rest,
 }
 
@@ -111,7 +111,7 @@ pub(crate) enum Claim {
 /// publish goes and whether a record read from a log is accepted.
 #[derive(Debug, Default)]
 pub(crate) struct Logs {
-    logs: Vec<(Arc<dyn Bridge>, Claim)>,
+    logs: Vec<(Arc<dyn Bridge>, Share)>,
 }
 
 impl Logs {
@@ -120,9 +120,9 @@ impl Logs {
         Self::default()
     }
 
-    /// Adds `bridge`, carrying the topics of `claim`.
-    pub(crate) fn with(mut self, bridge: Arc<dyn Bridge>, claim: Claim) -> Self {
-        self.logs.push((bridge, claim));
+    /// Adds `bridge`, carrying the topics of `share`.
+    pub(crate) fn with(mut self, bridge: Arc<dyn Bridge>, share: Share) -> Self {
+        self.logs.push((bridge, share));
         self
     }
 
@@ -137,14 +137,14 @@ impl Logs {
     }
 
     /// The log that carries `topic`: the one whose prefixes match, else the one taking the
-    /// rest. `None` when no log claims it (no log configured, or prefixes only).
+    /// rest. `None` when no log carries it (no log configured, or prefixes only).
     pub(crate) fn carrier(&self, topic: &str) -> Option<&Arc<dyn Bridge>> {
-        let claimed = self.logs.iter().find(|(_, claim)| match claim {
-            Claim::Prefixes(prefixes) => prefixes.iter().any(|p| topic.starts_with(p.as_str())),
-            Claim::Rest => false,
+        let carrier = self.logs.iter().find(|(_, share)| match share {
+            Share::Prefixes(prefixes) => prefixes.iter().any(|p| topic.starts_with(p.as_str())),
+            Share::Rest => false,
         });
-        claimed
-            .or_else(|| self.logs.iter().find(|(_, c)| *c == Claim::Rest))
+        carrier
+            .or_else(|| self.logs.iter().find(|(_, c)| *c == Share::Rest))
             .map(|(b, _)| b)
     }
 
@@ -235,6 +235,10 @@ thread_local! {
     static UNSENT: std::cell::RefCell<Option<herald_core::Unsent>> =
         const { std::cell::RefCell::new(None) };
 }
+
+/// Most records a reader takes in one go from those it has received already (ingested
+/// inside one [`Together`]).
+pub(crate) const READY_RECORDS: usize = 256;
 
 /// While held, records [`Ingest::deliver`]s on this thread wait for the fan-out to the
 /// subscribers the publisher writes to itself ([`herald_core::direct`]) until it is dropped
@@ -503,10 +507,10 @@ mod tests {
 
     fn logs() -> Logs {
         Logs::none()
-            .with(Arc::new(Named("redis")), Claim::Rest)
+            .with(Arc::new(Named("redis")), Share::Rest)
             .with(
                 Arc::new(Named("kafka")),
-                Claim::Prefixes(vec!["orders.".into(), "prices".into()]),
+                Share::Prefixes(vec!["orders.".into(), "prices".into()]),
             )
     }
 
@@ -519,7 +523,7 @@ mod tests {
         assert_eq!(carrier("orders"), Some("redis"));
         assert_eq!(carrier("chat"), Some("redis"));
         assert_eq!(Logs::none().carrier("chat").map(|b| b.name()), None);
-        let only = Logs::none().with(Arc::new(Named("kafka")), Claim::Prefixes(vec!["a".into()]));
+        let only = Logs::none().with(Arc::new(Named("kafka")), Share::Prefixes(vec!["a".into()]));
         assert_eq!(only.carrier("b").map(|b| b.name()), None);
     }
 

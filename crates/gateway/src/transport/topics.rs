@@ -396,7 +396,7 @@ mod tests {
 
     use super::open_feed;
     use crate::app::AppState;
-    use crate::bridge::{BoxFuture, Bridge, BridgeError, Claim, Ingest, Logs};
+    use crate::bridge::{BoxFuture, Bridge, BridgeError, Ingest, Logs, Share};
     use crate::config::Config;
     use crate::telemetry::trace::Carried;
 
@@ -446,7 +446,7 @@ mod tests {
             CancellationToken::new(),
             TaskTracker::new(),
             crate::telemetry::Telemetry::untraced(crate::telemetry::metrics::install()),
-            Arc::new(Logs::none().with(log.clone(), Claim::Rest)),
+            Arc::new(Logs::none().with(log.clone(), Share::Rest)),
             crate::cluster::Cluster::alone(crate::cluster::members::Kept::all()),
         );
         (state, log)

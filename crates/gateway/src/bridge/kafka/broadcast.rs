@@ -82,7 +82,7 @@ impl KafkaBridge {
                                 }
                             }
                             taken += 1;
-                            if taken < super::READY_RECORDS
+                            if taken < crate::bridge::READY_RECORDS
                                 && let Some(Ok(ready)) = consumer.recv().now_or_never()
                             {
                                 next = Some(ready);

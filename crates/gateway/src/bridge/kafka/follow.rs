@@ -118,7 +118,7 @@ impl Pass<'_> {
                         // the end (batch frames for the subscribers that asked).
                         let _together = crate::bridge::Together::new();
                         self.handle(ingest, &message, current);
-                        for _ in 1..super::READY_RECORDS {
+                        for _ in 1..crate::bridge::READY_RECORDS {
                             match consumer.recv().now_or_never() {
                                 Some(Ok(message)) => self.handle(ingest, &message, current),
                                 _ => break,

@@ -79,10 +79,6 @@ use crate::telemetry::trace::Carried;
 
 const NAME: &str = "kafka";
 
-/// Most records taken in one go from those the consumer has received already: ingested
-/// together, fanned out once ([`crate::bridge::Together`]).
-const READY_RECORDS: usize = 256;
-
 /// The Kafka bridge.
 pub(crate) struct KafkaBridge {
     brokers: String,

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf as _, Bytes};
-use herald_core::batch::BatchForm;
+use herald_core::batch::BatchFormat;
 use herald_core::{DirectSub, DirectWriter, Message, Outbound};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -47,7 +47,7 @@ impl SharedSocket {
         deflate: Option<Deflate>,
         min_size: usize,
         metrics: &'static TransportMetrics,
-        batch: Option<BatchForm>,
+        batch: Option<BatchFormat>,
     ) -> Self {
         Self {
             link: Arc::new(DirectSub::new(FrameWriter {
@@ -179,7 +179,7 @@ pub(super) struct FrameWriter {
     min_size: u32,
     metrics: &'static TransportMetrics,
     /// Batch frames, when the client asked (never with compression).
-    batch: Option<BatchForm>,
+    batch: Option<BatchFormat>,
 }
 
 impl DirectWriter for FrameWriter {
@@ -204,7 +204,7 @@ impl DirectWriter for FrameWriter {
         crate::server::stream::direct_send_vectored(&self.tcp, bufs)
     }
 
-    fn batch(&self) -> Option<BatchForm> {
+    fn batch(&self) -> Option<BatchFormat> {
         self.batch
     }
 

@@ -3,7 +3,7 @@
 //! compression, and the [`Session`] started on a task of its own.
 
 use axum::http::{HeaderMap, StatusCode};
-use herald_core::batch::BatchForm;
+use herald_core::batch::BatchFormat;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
 use super::format::Format;
@@ -96,8 +96,8 @@ pub(crate) async fn upgrade_raw(
     // A compressed connection gets each message's frame compressed once for all its
     // subscribers: no batches there.
     let batch = (batch && deflate.is_none()).then_some(match format {
-        Format::Json => BatchForm::Json,
-        Format::Msgpack => BatchForm::Msgpack,
+        Format::Json => BatchFormat::Json,
+        Format::Msgpack => BatchFormat::Msgpack,
     });
     let who = admitted.who;
     let opened = Opened {

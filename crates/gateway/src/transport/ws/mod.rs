@@ -104,7 +104,7 @@ struct Opened {
     /// permessage-deflate, when negotiated.
     deflate: Option<deflate::Deflate>,
     /// Batch frames, when the client asked (`batch=1`) and compression is off.
-    batch: Option<herald_core::batch::BatchForm>,
+    batch: Option<herald_core::batch::BatchFormat>,
 }
 
 /// A refusal sent back as an error frame; the connection stays open.
@@ -168,5 +168,5 @@ struct Session<S> {
     deflate: Option<deflate::Deflate>,
     /// Batch frames ([`herald_core::batch`]): the messages ready at once in one frame, when
     /// the client asked (`batch=1`) and compression is off.
-    batch: Option<herald_core::batch::BatchForm>,
+    batch: Option<herald_core::batch::BatchFormat>,
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
-use herald_core::batch::{self, BatchForm};
+use herald_core::batch::{self, BatchFormat};
 use tokio::time::Instant;
 use tungstenite::{Message as WsMessage, Utf8Bytes};
 
@@ -181,15 +181,15 @@ impl<S: PeerStream> Session<S> {
     /// any, to handle next.
     async fn send_batch(
         &mut self,
-        form: BatchForm,
+        form: BatchFormat,
         first: Arc<herald_core::Message>,
         delta: bool,
     ) -> (Flow, Option<crate::transport::Delivery>) {
         let frame = |message: &Arc<herald_core::Message>, delta: bool| {
             let sent = herald_core::Outbound::new(message, delta);
             match form {
-                BatchForm::Json => sent.ws_frame().clone(),
-                BatchForm::Msgpack => sent.ws_msgpack_frame().clone(),
+                BatchFormat::Json => sent.ws_frame().clone(),
+                BatchFormat::Msgpack => sent.ws_msgpack_frame().clone(),
             }
         };
         let mut bytes = frame(&first, delta).len();
@@ -227,11 +227,11 @@ impl<S: PeerStream> Session<S> {
         let payload = form.payload(&elements);
         let message = match form {
             // Made of JSON frames: valid UTF-8.
-            BatchForm::Json => match Utf8Bytes::try_from(payload) {
+            BatchFormat::Json => match Utf8Bytes::try_from(payload) {
                 Ok(text) => WsMessage::Text(text),
                 Err(_) => return (Flow::Continue, after),
             },
-            BatchForm::Msgpack => WsMessage::Binary(payload),
+            BatchFormat::Msgpack => WsMessage::Binary(payload),
         };
         (self.send(message).await, after)
     }
@@ -361,7 +361,7 @@ impl<S: PeerStream> Session<S> {
     }
 
     /// Queues, ahead of tungstenite's next bytes, the rest of a frame the topic's fan-out
-    /// wrote in part and the feed holds ([`herald_core::Feed::hold`]): the link parks itself
+    /// wrote in part and the feed keeps ([`herald_core::Feed::park`] hands it over): the link parks itself
     /// before tungstenite writes, but a feed that just unlinked (an unsubscribe, a second
     /// topic) took that rest over, and a reply written before it would cut the frame.
     pub(super) fn rest_first(&mut self) {
