@@ -12,7 +12,6 @@
 //! is one `write` of the shared bytes, with no chunk framing and no hyper buffers held for the
 //! stream's life. The axum [`handler`] serves the same stream through hyper otherwise.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,24 +21,23 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::future::Either;
-use herald_core::{DirectSub, Feed, ResumeList};
-use tokio::time::{Instant, Sleep};
+use herald_core::{DirectSub, ResumeList};
+use tokio::time::Instant;
 
 mod sink;
 mod stream;
 
 pub(crate) use sink::{BodySink, Sink};
 use sink::{FrameWriter, SharedTcp};
+pub(crate) use stream::SseStream;
+use stream::{Refresh, lifetime_deadline};
 
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::server::stream::{ClientStream, PeerInput};
-use crate::shutdown::DrainWait;
-use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
+use crate::telemetry::metrics::{self, CloseReason, Transport};
 use crate::transport::access::authorize;
-use crate::transport::{SubscribeQuery, jitter, open_query_feed};
-
-const PING: Bytes = Bytes::from_static(b": ping\n\n");
+use crate::transport::{SubscribeQuery, open_query_feed};
 
 /// The route.
 pub(crate) const PATH: &str = "/v1/sse";
@@ -311,77 +309,6 @@ async fn try_open(
     metrics.sent(first.len());
     stream.queued = Some(first);
     Ok(stream)
-}
-
-/// One subscriber's stream of SSE chunks.
-pub(crate) struct SseStream {
-    feed: Feed,
-    multi: bool,
-    /// `format=json`: messages in their JSON form.
-    json: bool,
-    metrics: &'static TransportMetrics,
-    connection: crate::cluster::Connection,
-    /// For server-side subscriptions (the registry, the topic limit).
-    state: AppState,
-    /// The heartbeat interval, in milliseconds (`sse.heartbeat`, or the client's `heartbeat`).
-    heartbeat_ms: u32,
-    /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
-    /// the timer wheel's lock on every delivery): when it fires early it is moved to
-    /// `last_write + heartbeat`.
-    sleep: Pin<Box<Sleep>>,
-    last_write: Instant,
-    /// The drain, waited for with one atomic load per wake-up (see [`crate::shutdown::Drain`]).
-    shutdown: DrainWait,
-    /// Scratch space for the multi-topic `id:` line.
-    id: String,
-    /// A chunk to send before anything else (the body after a multi-topic `id:` line).
-    queued: Option<Bytes>,
-    /// A server-side subscription being made (it may wait for the node to read its topics'
-    /// history), kept here so that a `next_chunk` cancelled part-way takes it up again.
-    pending: Option<Box<crate::cluster::control::ServerSubscription>>,
-    done: bool,
-    /// When the client's token expires, if it presented one (boxed only then).
-    expiry: Option<Pin<Box<Sleep>>>,
-    /// The browser origin allowed to read the stream (CORS), when the request had one.
-    cors: Option<Box<str>>,
-    /// When the stream ends by itself (`sse.max_lifetime`), if ever (boxed only when set).
-    lifetime: Option<Pin<Box<Sleep>>>,
-    /// The topics this stream's subscription created, charged to its client.
-    _charges: Box<[crate::limits::QuotaCharge]>,
-    /// What the refresh hook is told, when it is configured and the stream's credentials
-    /// expire (boxed, only then).
-    refresh: Option<Box<Refresh>>,
-}
-
-/// An SSE client as the refresh hook is told about it.
-struct Refresh {
-    who: crate::auth::Identity,
-    peer: std::net::IpAddr,
-    forwarded: crate::hooks::Forwarded,
-}
-
-/// `event: herald.disconnect` for a connection the server ended on a command.
-fn disconnect_event(disconnect: &crate::cluster::control::Disconnect) -> Bytes {
-    let data = serde_json::to_string(disconnect).expect("a disconnect serialises");
-    Bytes::from(format!("event: herald.disconnect\ndata: {data}\n\n"))
-}
-
-/// The end of a stream's life: `max` ±10 % at random, or never for zero.
-fn lifetime_deadline(max: Duration) -> Option<Pin<Box<Sleep>>> {
-    if max.is_zero() {
-        return None;
-    }
-    let spread = max / 5;
-    let life = max - max / 10 + jitter(spread);
-    Some(Box::pin(tokio::time::sleep(life)))
-}
-
-/// Waits for the stream's end of life; never, when it has none.
-async fn end_of_life(lifetime: &mut Option<Pin<Box<Sleep>>>) {
-    match lifetime {
-        Some(sleep) => sleep.as_mut().await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]

@@ -1,16 +1,91 @@
 //! An [`SseStream`]'s chunks: the opening, messages, heartbeats, server-side subscriptions,
 //! expiry and the end.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use herald_core::{FeedEvent, ResumeList};
-use tokio::time::Instant;
+use herald_core::{Feed, FeedEvent, ResumeList};
+use tokio::time::{Instant, Sleep};
 
-use super::{PING, SseStream, disconnect_event, end_of_life};
+use crate::app::AppState;
 use crate::cluster::control::Action;
-use crate::telemetry::metrics::{self, CloseReason};
+use crate::shutdown::DrainWait;
+use crate::telemetry::metrics::{self, CloseReason, TransportMetrics};
 use crate::transport::{Delivery, deliver, jitter, lost_json};
+
+const PING: Bytes = Bytes::from_static(b": ping\n\n");
+
+/// One subscriber's stream of SSE chunks.
+pub(crate) struct SseStream {
+    pub(super) feed: Feed,
+    pub(super) multi: bool,
+    /// `format=json`: messages in their JSON form.
+    pub(super) json: bool,
+    pub(super) metrics: &'static TransportMetrics,
+    pub(super) connection: crate::cluster::Connection,
+    /// For server-side subscriptions (the registry, the topic limit).
+    pub(super) state: AppState,
+    /// The heartbeat interval, in milliseconds (`sse.heartbeat`, or the client's `heartbeat`).
+    pub(super) heartbeat_ms: u32,
+    /// Fires `heartbeat` after the last write. Not re-armed on every message (that takes
+    /// the timer wheel's lock on every delivery): when it fires early it is moved to
+    /// `last_write + heartbeat`.
+    pub(super) sleep: Pin<Box<Sleep>>,
+    pub(super) last_write: Instant,
+    /// The drain, waited for with one atomic load per wake-up (see [`crate::shutdown::Drain`]).
+    pub(super) shutdown: DrainWait,
+    /// Scratch space for the multi-topic `id:` line.
+    pub(super) id: String,
+    /// A chunk to send before anything else (the body after a multi-topic `id:` line).
+    pub(super) queued: Option<Bytes>,
+    /// A server-side subscription being made (it may wait for the node to read its topics'
+    /// history), kept here so that a `next_chunk` cancelled part-way takes it up again.
+    pub(super) pending: Option<Box<crate::cluster::control::ServerSubscription>>,
+    pub(super) done: bool,
+    /// When the client's token expires, if it presented one (boxed only then).
+    pub(super) expiry: Option<Pin<Box<Sleep>>>,
+    /// The browser origin allowed to read the stream (CORS), when the request had one.
+    pub(super) cors: Option<Box<str>>,
+    /// When the stream ends by itself (`sse.max_lifetime`), if ever (boxed only when set).
+    pub(super) lifetime: Option<Pin<Box<Sleep>>>,
+    /// The topics this stream's subscription created, charged to its client.
+    pub(super) _charges: Box<[crate::limits::QuotaCharge]>,
+    /// What the refresh hook is told, when it is configured and the stream's credentials
+    /// expire (boxed, only then).
+    pub(super) refresh: Option<Box<Refresh>>,
+}
+
+/// An SSE client as the refresh hook is told about it.
+pub(super) struct Refresh {
+    pub(super) who: crate::auth::Identity,
+    pub(super) peer: std::net::IpAddr,
+    pub(super) forwarded: crate::hooks::Forwarded,
+}
+
+/// `event: herald.disconnect` for a connection the server ended on a command.
+fn disconnect_event(disconnect: &crate::cluster::control::Disconnect) -> Bytes {
+    let data = serde_json::to_string(disconnect).expect("a disconnect serialises");
+    Bytes::from(format!("event: herald.disconnect\ndata: {data}\n\n"))
+}
+
+/// The end of a stream's life: `max` ±10 % at random, or never for zero.
+pub(super) fn lifetime_deadline(max: Duration) -> Option<Pin<Box<Sleep>>> {
+    if max.is_zero() {
+        return None;
+    }
+    let spread = max / 5;
+    let life = max - max / 10 + jitter(spread);
+    Some(Box::pin(tokio::time::sleep(life)))
+}
+
+/// Waits for the stream's end of life; never, when it has none.
+async fn end_of_life(lifetime: &mut Option<Pin<Box<Sleep>>>) {
+    match lifetime {
+        Some(sleep) => sleep.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
 
 impl SseStream {
     pub(super) fn opening(&mut self, retry: Duration) -> Bytes {

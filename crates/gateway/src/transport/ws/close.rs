@@ -7,7 +7,7 @@ use tungstenite::Message as WsMessage;
 use tungstenite::Utf8Bytes;
 use tungstenite::protocol::frame::CloseFrame;
 
-use super::Session;
+use super::session::Session;
 use crate::server::stream::PeerStream;
 
 /// How long a closing connection drains what the client still sends.

@@ -7,7 +7,8 @@ use futures_util::SinkExt as _;
 use herald_core::protocol::{self, Command};
 use tungstenite::Message as WsMessage;
 
-use super::{Flow, FrameError, Session, close_code, format, inbound};
+use super::session::{Flow, FrameError, Session};
+use super::{close_code, format, inbound};
 use crate::cluster::control::Action;
 use crate::publish;
 use crate::server::stream::PeerStream;

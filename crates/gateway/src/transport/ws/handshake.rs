@@ -7,7 +7,8 @@ use herald_core::batch::BatchFormat;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
 use super::format::Format;
-use super::{Flow, Opened, Session, deflate, direct, format, inbound, socket};
+use super::session::{Flow, Opened, Session};
+use super::{deflate, direct, format, inbound, socket};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::limits::Rate;

@@ -1,7 +1,7 @@
 //! A [`Session`]'s `publish` command: the connection's own rate, then the publish pipeline
 //! ([`crate::publish`]).
 
-use super::{Flow, FrameError, Session};
+use super::session::{Flow, FrameError, Session};
 use crate::limits::Rate;
 use crate::publish::{self, Publisher};
 use crate::server::stream::PeerStream;

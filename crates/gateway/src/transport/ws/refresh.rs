@@ -3,8 +3,8 @@
 
 use herald_core::TopicName;
 
-use super::session::expiry_of;
-use super::{Flow, FrameError, Session, close_code};
+use super::close_code;
+use super::session::{Flow, FrameError, Session, expiry_of};
 use crate::hooks::Caller;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::{self, CloseReason};

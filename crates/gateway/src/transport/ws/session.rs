@@ -9,13 +9,100 @@ use herald_core::batch::{self, BatchFormat};
 use tokio::time::Instant;
 use tungstenite::{Message as WsMessage, Utf8Bytes};
 
-use super::{Flow, FrameError, Opened, Session, Socket, close_code, format};
+use herald_core::{Feed, TopicName};
+
+use super::socket::Socket;
+use super::{close_code, deflate, format};
 use crate::app::AppState;
+use crate::error::ApiError;
 use crate::hooks::Caller;
+use crate::hooks::Forwarded;
+use crate::limits::TokenBucket;
 use crate::server::stream::PeerStream;
-use crate::telemetry::metrics::{self, CloseReason, Transport};
+use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
 use crate::transport::lost_json;
 use format::Format;
+
+/// What the handshake settled besides the identity.
+#[derive(Debug, Default)]
+pub(super) struct Opened {
+    /// The connection's id, named to the connect hook.
+    pub(super) id: Option<u64>,
+    /// The upgrade request's headers the hooks forward.
+    pub(super) forwarded: Forwarded,
+    /// Topics the connect hook subscribed the connection to.
+    pub(super) granted: Vec<String>,
+    /// The wire format the subprotocol named.
+    pub(super) format: Format,
+    /// permessage-deflate, when negotiated.
+    pub(super) deflate: Option<deflate::Deflate>,
+    /// Batch frames, when the client asked (`batch=1`) and compression is off.
+    pub(super) batch: Option<herald_core::batch::BatchFormat>,
+}
+
+/// A refusal sent back as an error frame; the connection stays open.
+pub(super) struct FrameError {
+    pub(super) code: &'static str,
+    pub(super) reason: String,
+}
+
+impl FrameError {
+    pub(super) fn new(code: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<ApiError> for FrameError {
+    fn from(e: ApiError) -> Self {
+        let text = e.to_string();
+        let reason = text
+            .split_once(": ")
+            .map_or(text.clone(), |(_, r)| r.to_string());
+        Self {
+            code: e.code(),
+            reason,
+        }
+    }
+}
+
+pub(super) enum Flow {
+    Continue,
+    Close(CloseReason),
+}
+
+/// One WebSocket connection's life, on any client stream (a socket in production, an
+/// in-memory pipe in the unit tests): the WebSocket side of a connection, beside its
+/// cluster-side [`crate::cluster::Connection`] (`connection`).
+pub(super) struct Session<S> {
+    pub(super) state: AppState,
+    pub(super) socket: Socket<S>,
+    pub(super) feed: Feed,
+    pub(super) metrics: &'static TransportMetrics,
+    pub(super) connection: crate::cluster::Connection,
+    pub(super) who: crate::auth::Identity,
+    /// When the client's token expires, if it presented one (boxed only then).
+    pub(super) expiry: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// This connection's publish rate limit, from its first publish on (boxed: most
+    /// connections never publish).
+    pub(super) publish_bucket: Option<Box<TokenBucket>>,
+    /// The topics this connection's subscriptions created, charged to its client while
+    /// subscribed (most connections create none).
+    pub(super) charges: Vec<(TopicName, crate::limits::QuotaCharge)>,
+    /// The upgrade request's headers the hooks forward (none without hooks).
+    pub(super) forwarded: Forwarded,
+    /// The ping interval in milliseconds: `ws.ping_interval`, or what the client asked for.
+    pub(super) ping_ms: u32,
+    /// JSON text frames, or MessagePack binary frames (`herald.msgpack`).
+    pub(super) format: Format,
+    /// permessage-deflate, when negotiated.
+    pub(super) deflate: Option<deflate::Deflate>,
+    /// Batch frames ([`herald_core::batch`]): the messages ready at once in one frame, when
+    /// the client asked (`batch=1`) and compression is off.
+    pub(super) batch: Option<herald_core::batch::BatchFormat>,
+}
 
 pub(super) fn expiry_of(
     who: &crate::auth::Identity,

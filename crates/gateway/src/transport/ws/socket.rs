@@ -20,6 +20,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tungstenite::protocol::{Role, WebSocketConfig, WebSocketContext};
 use tungstenite::{Error, Message};
 
+use super::inbound::Inbound;
+
+/// A connection's WebSocket: its frames counted by [`Inbound`] on the client's stream.
+pub(super) type Socket<S> = WebSocket<Inbound<S>>;
+
 /// A WebSocket over `S`, after the handshake.
 #[derive(Debug)]
 pub(super) struct WebSocket<S> {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use herald_core::{Cursor, TopicName};
 
-use super::{Flow, FrameError, Session};
+use super::session::{Flow, FrameError, Session};
 use crate::error::ApiError;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::CloseReason;

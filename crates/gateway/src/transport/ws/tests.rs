@@ -2,13 +2,15 @@
 
 use std::time::SystemTime;
 
-use herald_core::Payload;
+use herald_core::{Payload, TopicName};
 use serde_json::{Value, json};
 use tokio::io::DuplexStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 
+use super::session::{Opened, Session};
 use super::*;
+use crate::app::AppState;
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
