@@ -215,7 +215,7 @@ class Toxiproxy:
                                                           stdout=log, stderr=log)
         log.close()
         await _wait_http(f"{self.api}/version", 20, self._proc)
-        self._http = httpx.AsyncClient(base_url=self.api, trust_env=False, timeout=10)
+        self._http = httpx.AsyncClient(base_url=self.api, trust_env=False, timeout=30)
 
     async def stop(self) -> None:
         if self._http is not None:
