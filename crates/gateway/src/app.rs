@@ -410,7 +410,7 @@ mod tests {
     use herald_core::{Cursor, EventName, Payload, TopicName};
 
     use super::*;
-    use crate::bridge::{BoxFuture, Bridge, BridgeError, Ingest, Share};
+    use crate::bridge::logs::{BoxFuture, Bridge, BridgeError, Ingest, Share};
 
     /// A log that answers publishes with a fixed position, up or down at will.
     #[derive(Debug, Default)]

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use parking_lot::{RwLock, RwLockReadGuard};
 use tokio_util::sync::CancellationToken;
 
-use super::Ingest;
+use super::logs::Ingest;
 
 use crate::telemetry::metrics;
 

@@ -396,7 +396,7 @@ mod tests {
 
     use super::open_feed;
     use crate::app::AppState;
-    use crate::bridge::{BoxFuture, Bridge, BridgeError, Ingest, Logs, Share};
+    use crate::bridge::logs::{BoxFuture, Bridge, BridgeError, Ingest, Logs, Share};
     use crate::config::Config;
     use crate::telemetry::trace::Carried;
 

@@ -14,10 +14,10 @@ use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 
+use super::bridge::{KafkaBridge, NAME};
 use super::keys::Layout;
-use super::{KafkaBridge, NAME};
 use crate::bridge::kafka_props::KafkaContext;
-use crate::bridge::{Ingest, now_ms};
+use crate::bridge::logs::{Ingest, now_ms};
 use crate::telemetry::metrics;
 
 impl KafkaBridge {
@@ -62,7 +62,7 @@ impl KafkaBridge {
                     Ok(message) => {
                         // The records already received go with it, their fan-out once at
                         // the end (batch frames for the subscribers that asked).
-                        let _together = crate::bridge::Together::new();
+                        let _together = crate::bridge::together::Together::new();
                         let mut next = Some(message);
                         let mut taken = 0;
                         while let Some(message) = next.take() {
@@ -82,7 +82,7 @@ impl KafkaBridge {
                                 }
                             }
                             taken += 1;
-                            if taken < crate::bridge::READY_RECORDS
+                            if taken < crate::bridge::together::READY_RECORDS
                                 && let Some(Ok(ready)) = consumer.recv().now_or_never()
                             {
                                 next = Some(ready);

@@ -21,10 +21,11 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message as _, Offset, TopicPartitionList};
 
+use super::bridge::{KafkaBridge, NAME};
 use super::keys::Layout;
-use super::{Interest, KafkaBridge, NAME};
+use crate::bridge::interest::Interest;
 use crate::bridge::kafka_props::KafkaContext;
-use crate::bridge::{Ingest, now_ms};
+use crate::bridge::logs::{Ingest, now_ms};
 
 /// One partition as a pass reads it.
 #[derive(Debug)]
@@ -116,9 +117,9 @@ impl Pass<'_> {
                     Ok(message) => {
                         // The records already received go with it, their fan-out once at
                         // the end (batch frames for the subscribers that asked).
-                        let _together = crate::bridge::Together::new();
+                        let _together = crate::bridge::together::Together::new();
                         self.handle(ingest, &message, current);
-                        for _ in 1..crate::bridge::READY_RECORDS {
+                        for _ in 1..crate::bridge::together::READY_RECORDS {
                             match consumer.recv().now_or_never() {
                                 Some(Ok(message)) => self.handle(ingest, &message, current),
                                 _ => break,

@@ -51,6 +51,7 @@
 //! until then. Records are at-least-once; a replayed record has a position already delivered
 //! and is dropped ([`herald_core::Topic::ingest`]).
 
+mod bridge;
 mod broadcast;
 mod follow;
 pub(crate) mod keys;
@@ -68,73 +69,15 @@ use rdkafka::message::{Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
-use self::keys::Layout;
 use super::idempotency::KAFKA_HEADER;
-use super::interest::Interest;
 use super::kafka_props::{self, KafkaContext};
-use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
-use crate::config::{ClusterConfig, KafkaPartitioner, Routing};
+use super::logs::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
+use crate::config::{ClusterConfig, Routing};
 use crate::telemetry::metrics;
 use crate::telemetry::trace::Carried;
-
-const NAME: &str = "kafka";
-
-/// The Kafka bridge.
-pub(crate) struct KafkaBridge {
-    brokers: String,
-    topics: Vec<String>,
-    group: String,
-    node_id: String,
-    properties: std::collections::BTreeMap<String, String>,
-    /// How far back a node with no committed position starts (`topics.history_ttl`), and
-    /// (interest routing) where a partition followed anew starts.
-    history: Duration,
-    /// The producers' partitioner (`cluster.kafka_partitioner`).
-    partitioner: KafkaPartitioner,
-    /// Every partition, always (`cluster.routing = "broadcast"`).
-    broadcast: bool,
-    /// `cluster.interest_linger`.
-    linger: Duration,
-    /// Longest wait of a subscription for a partition's history (`cluster.backfill_timeout`).
-    backfill_timeout: Duration,
-    /// Interest routing: the configured topics' partitions, as the first metadata gave them.
-    layout: OnceLock<Layout>,
-    /// Interest routing: the partitions followed, made when the layout is known.
-    interest: OnceLock<Interest>,
-    /// Becomes true when `layout` and `interest` are set.
-    layout_known: tokio::sync::watch::Sender<bool>,
-    /// Interest routing: per followed partition (its number), the next offset to read and the
-    /// generation at which it was followed, kept across the consumer's passes (dropped
-    /// with the partition).
-    positions: parking_lot::Mutex<HashMap<u32, (i64, u64)>>,
-    /// Misrouted records since the last log line (one line a minute at most).
-    misrouted: parking_lot::Mutex<(u64, Option<Instant>)>,
-    producer: FutureProducer<KafkaContext>,
-    /// The consumer's librdkafka errors (a refused login, an untrusted certificate).
-    context: KafkaContext,
-    /// Why the last consuming pass ended.
-    last_error: parking_lot::Mutex<Option<String>>,
-    ready: AtomicBool,
-    /// Broadcast routing: whether this node has read what the log held when it (re)started
-    /// consuming: until then it is not ready, so clients are not sent to a node that would
-    /// tell them messages were lost only because it has not read them yet (interest routing
-    /// keeps this per partition, in `interest`).
-    caught_up: AtomicBool,
-    /// Broadcast routing: partitions assigned (every partition of the configured topics).
-    partitions: std::sync::atomic::AtomicUsize,
-    /// The idempotency keys of the records read and produced, per partition.
-    retries: retries::Retries,
-}
-
-impl std::fmt::Debug for KafkaBridge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaBridge")
-            .field("brokers", &self.brokers)
-            .field("topics", &self.topics)
-            .field("group", &self.group)
-            .finish_non_exhaustive()
-    }
-}
+pub(crate) use bridge::KafkaBridge;
+use bridge::NAME;
+use keys::Layout;
 
 /// The epoch of a Kafka partition's stream of positions.
 pub(crate) fn partition_epoch(topic: &str, partition: i32) -> u64 {
@@ -571,7 +514,7 @@ impl Bridge for KafkaBridge {
             let sweep = (!self.broadcast)
                 .then(|| tokio::spawn(self.clone().sweep(ingest.clone(), stop.clone())));
             let passes = AtomicU64::new(0);
-            super::reconnect_loop(
+            super::reconnect::reconnect_loop(
                 NAME,
                 &stop,
                 Duration::from_millis(200),

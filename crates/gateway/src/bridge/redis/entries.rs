@@ -5,8 +5,7 @@
 use herald_core::{Cursor, EventName, Payload, TopicName};
 use redis::Value;
 
-use super::{SEQ_BITS, parse_entry_id};
-use crate::bridge::{Ingest, now_ms};
+use crate::bridge::logs::{Ingest, now_ms};
 use crate::telemetry::trace::Carried;
 
 /// A stream entry id, ordered as Redis orders them.
@@ -117,4 +116,17 @@ pub(super) fn ingest_entry<'f>(
         age_ms,
         trace,
     );
+}
+
+/// Bits of a stream entry's per-millisecond counter kept in a sequence number.
+pub(super) const SEQ_BITS: u32 = 21;
+
+/// `<ms>-<n>` → `ms << 21 | n`.
+pub(super) fn parse_entry_id(id: &str) -> Option<u64> {
+    let (ms, n) = id.split_once('-')?;
+    let (ms, n): (u64, u64) = (ms.parse().ok()?, n.parse().ok()?);
+    if ms >= 1 << (64 - SEQ_BITS) || n >= 1 << SEQ_BITS {
+        return None;
+    }
+    Some(ms << SEQ_BITS | n)
 }

@@ -48,8 +48,13 @@
 //! as MessagePack, its bytes as sent (`m`): a node that reads `m` delivers it as sent to its
 //! `herald.msgpack` subscribers (the JSON form stays, for nodes that do not read `m`).
 
+mod bridge;
 mod entries;
+mod notice;
 mod reader;
+
+pub(crate) use bridge::RedisBridge;
+pub use bridge::shard_of;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,53 +66,14 @@ use parking_lot::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use super::interest::Interest;
+use super::logs::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use super::redis_conn::{RedisTarget, SharedConn};
-use super::{BoxFuture, Bridge, BridgeError, Ingest, now_ms};
 use crate::config::{ClusterConfig, Routing};
 use crate::telemetry::metrics;
 use crate::telemetry::trace::Carried;
-
-const NAME: &str = "redis";
-/// Bits of a stream entry's per-millisecond counter kept in a sequence number.
-const SEQ_BITS: u32 = 21;
-
-/// How the streams are capped.
-#[derive(Clone, Copy, Debug)]
-enum Trim {
-    /// `MAXLEN ~ n` (broadcast routing).
-    MaxLen(usize),
-    /// `MINID ~ <now - age>` (interest routing: what any node reads back).
-    MinAge(Duration),
-}
-
-/// The Redis bridge.
-#[derive(Debug)]
-pub(crate) struct RedisBridge {
-    target: Arc<RedisTarget>,
-    publisher: SharedConn,
-    shards: u32,
-    trim: Trim,
-    /// Replicas a publish waits for (`WAIT`), and for how long.
-    wait: (u32, Duration),
-    /// How long an idempotency key is remembered (`cluster.idempotency_window`).
-    idempotency_window: Duration,
-    node_id: String,
-    /// How far back a node reads a stream it starts following (`topics.history_ttl`).
-    history: Duration,
-    /// The streams this node follows.
-    interest: Arc<Interest>,
-    /// Longest wait of a subscription for a stream's history (`cluster.backfill_timeout`).
-    backfill_timeout: Duration,
-    /// Each shard's epoch, once known.
-    epochs: RwLock<Vec<Option<u64>>>,
-    /// Per followed stream, what the reader holds of it (kept across reconnects; dropped with
-    /// the stream).
-    last_ids: Mutex<HashMap<u32, reader::Held>>,
-    /// The reader's live connection is up.
-    connected: AtomicBool,
-    /// Why the reader's last pass ended, for `/readyz`.
-    last_error: Mutex<Option<String>>,
-}
+use bridge::{NAME, Trim};
+use entries::parse_entry_id;
+use notice::{APPEND, parse_epoch};
 
 impl RedisBridge {
     /// Prepares the bridge (connections are made when it runs: a Redis that is down at start
@@ -213,94 +179,6 @@ impl RedisBridge {
         }
         call
     }
-}
-
-/// The append, in one script so that it is atomic: makes the shard's epoch if it is missing;
-/// with an idempotency key (`KEYS[3]`) seen within the window, returns the entry it appended
-/// then and only rewrites the key as it is (a write, so that `WAIT` after it confirms the
-/// first append on the replicas too); else appends the entry (`XADD`, trimmed), remembers it under
-/// the idempotency key, and publishes it on the shard's channel (`PUBLISH`, or `SPUBLISH` on
-/// a Redis Cluster: the channel shares the stream's hash tag) with the id of the entry before
-/// it, so that a node that missed a notification knows, and reads the gap from the stream.
-/// Returns `{epoch, id, 1 if it was a retry}`.
-///
-/// The message published is a list of netstrings (`<length>:<bytes>`): the epoch, the
-/// previous entry's id (`0-0` for the first), the entry's id, then the entry's fields and
-/// values as in the stream.
-static APPEND: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r"
-local epoch = redis.call('GET', KEYS[2])
-if not epoch then
-  redis.call('SET', KEYS[2], ARGV[5])
-  epoch = ARGV[5]
-end
-if KEYS[3] then
-  local first = redis.call('GET', KEYS[3])
-  if first then
-    redis.call('SET', KEYS[3], first, 'KEEPTTL')
-    return {epoch, first, 1}
-  end
-end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local prev = '0-0'
-if last[1] then prev = last[1][1] end
-local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
-local id = redis.call('XADD', KEYS[1], ARGV[3], '~', ARGV[4], '*', unpack(fields))
-if KEYS[3] then redis.call('SET', KEYS[3], id, 'PX', ARGV[6]) end
-local parts = {#epoch .. ':' .. epoch, #prev .. ':' .. prev, #id .. ':' .. id}
-for i = 7, #ARGV do parts[#parts + 1] = #ARGV[i] .. ':' .. ARGV[i] end
-redis.call(ARGV[2], ARGV[1], table.concat(parts))
-return {epoch, id, 0}
-",
-    )
-});
-
-/// A notification of the live path, as [`APPEND`] publishes it.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Notice<'a> {
-    /// The shard's epoch.
-    pub(super) epoch: &'a str,
-    /// The id of the entry before this one in the stream (`0-0` when none).
-    pub(super) prev: &'a str,
-    /// The entry's id.
-    pub(super) id: &'a str,
-    /// The entry's fields and values, in order.
-    pub(super) fields: Vec<(&'a [u8], &'a [u8])>,
-}
-
-impl<'a> Notice<'a> {
-    /// Parses a notification; `None` when it is not one [`APPEND`] wrote.
-    pub(super) fn parse(mut bytes: &'a [u8]) -> Option<Self> {
-        let mut next = || -> Option<&'a [u8]> {
-            let colon = bytes.iter().take(12).position(|&b| b == b':')?;
-            let len: usize = std::str::from_utf8(&bytes[..colon]).ok()?.parse().ok()?;
-            let rest = &bytes[colon + 1..];
-            let (item, tail) = (rest.get(..len)?, &rest[len..]);
-            bytes = tail;
-            Some(item)
-        };
-        let text = |b: &'a [u8]| std::str::from_utf8(b).ok();
-        let epoch = text(next()?)?;
-        let prev = text(next()?)?;
-        let id = text(next()?)?;
-        let mut fields = Vec::new();
-        while let Some(name) = next() {
-            fields.push((name, next()?));
-        }
-        Some(Self {
-            epoch,
-            prev,
-            id,
-            fields,
-        })
-    }
-}
-
-/// An epoch as kept in Redis (hex).
-fn parse_epoch(epoch: &str) -> u64 {
-    u64::from_str_radix(epoch, 16).unwrap_or(1)
 }
 
 impl RedisBridge {
@@ -464,27 +342,9 @@ impl Bridge for RedisBridge {
     }
 }
 
-/// The shard stream (of `shards`) that carries `topic`: a stable hash of its name, the same
-/// on every node.
-pub fn shard_of(topic: &str, shards: u32) -> u32 {
-    use std::hash::Hasher as _;
-    let mut h = fnv::FnvHasher::default();
-    h.write(topic.as_bytes());
-    (h.finish() % u64::from(shards)) as u32
-}
-
-/// `<ms>-<n>` → `ms << 21 | n`.
-fn parse_entry_id(id: &str) -> Option<u64> {
-    let (ms, n) = id.split_once('-')?;
-    let (ms, n): (u64, u64) = (ms.parse().ok()?, n.parse().ok()?);
-    if ms >= 1 << (64 - SEQ_BITS) || n >= 1 << SEQ_BITS {
-        return None;
-    }
-    Some(ms << SEQ_BITS | n)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::notice::Notice;
     use super::*;
 
     #[test]

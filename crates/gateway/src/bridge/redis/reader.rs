@@ -40,9 +40,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::super::redis_conn::RedisConn;
+use super::bridge::{Held, NAME, RedisBridge, shard_of};
 use super::entries::{EntryId, ingest_entry, range_entries};
-use super::{NAME, Notice, RedisBridge, parse_epoch};
-use crate::bridge::{Ingest, now_ms, reconnect_loop};
+use super::notice::{Notice, parse_epoch};
+use crate::bridge::logs::{Ingest, now_ms};
+use crate::bridge::reconnect::reconnect_loop;
 use crate::telemetry::metrics;
 
 /// Most entries read per stream per `XRANGE`.
@@ -92,8 +94,7 @@ pub(super) async fn run(bridge: Arc<RedisBridge>, ingest: Ingest, stop: Cancella
 /// position goes with it.
 async fn sweep(bridge: Arc<RedisBridge>, ingest: Ingest, stop: CancellationToken) {
     let shards = bridge.shards;
-    let of =
-        |topic: &str, partitions: &mut Vec<u32>| partitions.push(super::shard_of(topic, shards));
+    let of = |topic: &str, partitions: &mut Vec<u32>| partitions.push(shard_of(topic, shards));
     (bridge.interest)
         .sweep_until(&ingest, of, &stop, |dropped| {
             let mut last_ids = bridge.last_ids.lock();
@@ -125,19 +126,6 @@ async fn follow(bridge: &Arc<RedisBridge>, ingest: &Ingest, stop: &CancellationT
         },
     )
     .await;
-}
-
-/// What the reader holds of a followed stream, kept across its passes (dropped with the
-/// stream).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Held {
-    /// The last entry read.
-    last: EntryId,
-    /// The generation at which the stream was followed.
-    since: u64,
-    /// The sequence number from which this node has read every entry of the stream (where
-    /// it started reading it): a topic of the stream created now holds everything from here.
-    floor: u64,
 }
 
 /// One followed stream, as the reader holds it.
@@ -474,7 +462,7 @@ impl<'a> Pass<'a> {
         {
             let reading = bridge.interest.reading();
             // The batch's records fanned out once, at the end of this block.
-            let _together = crate::bridge::Together::new();
+            let _together = crate::bridge::together::Together::new();
             for push in batch.drain(..) {
                 match push.kind {
                     PushKind::Message | PushKind::SMessage => {}
@@ -610,7 +598,7 @@ impl<'a> Pass<'a> {
                     };
                     let entries = range_entries(reply);
                     let follows = reading.follows(g, s.since);
-                    let _together = crate::bridge::Together::new();
+                    let _together = crate::bridge::together::Together::new();
                     for (id, fields) in &entries {
                         let Some(entry) = EntryId::parse(id) else {
                             continue;
