@@ -5,7 +5,6 @@
 //! connection's own task (a replay, over plain TCP and TLS). A client that did not ask gets
 //! a frame per message; a bad value is refused before the upgrade.
 
-use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -21,18 +20,28 @@ async fn ws_connect_query(gw: &herald_gateway::Gateway, query: &str) -> WsStream
 }
 
 /// Publishes `{"n": i}` for each `i` of `range` to `topic` in one `POST /v1/publish/batch`.
-async fn publish_batch(gw: &herald_gateway::Gateway, topic: &str, range: std::ops::Range<u64>) {
-    let messages: Vec<Value> = range
-        .map(|n| json!({"topic": topic, "data": {"n": n}}))
-        .collect();
-    let resp = http()
-        .post(format!("http://{}/v1/publish/batch", gw.admin_addr))
-        .header("content-type", "application/json")
-        .body(json!({ "messages": messages }).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+async fn publish_numbered(gw: &herald_gateway::Gateway, topic: &str, range: std::ops::Range<u64>) {
+    publish_batch(
+        gw,
+        range
+            .map(|n| json!({"topic": topic, "data": {"n": n}}))
+            .collect(),
+    )
+    .await;
+}
+
+/// A data frame's value: JSON text, or MessagePack in its JSON form.
+async fn next_value<S>(ws: &mut WebSocketStream<S>) -> Value
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    match ws_next_frame(ws).await {
+        WsMessage::Text(text) => serde_json::from_str(&text).unwrap(),
+        WsMessage::Binary(bytes) => {
+            serde_json::from_slice(&herald_core::msgpack::to_json(&bytes).unwrap()).unwrap()
+        }
+        other => panic!("unexpected frame {other:?}"),
+    }
 }
 
 /// Reads data frames until `n` messages came: how many each frame carried (1 for a frame of
@@ -43,19 +52,7 @@ where
 {
     let (mut sizes, mut messages) = (Vec::new(), Vec::new());
     while messages.len() < n {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a frame in time")
-            .expect("open")
-            .expect("a frame");
-        let value: Value = match frame {
-            WsMessage::Text(text) => serde_json::from_str(&text).unwrap(),
-            WsMessage::Binary(bytes) => {
-                serde_json::from_slice(&herald_core::msgpack::to_json(&bytes).unwrap()).unwrap()
-            }
-            _ => continue,
-        };
-        match value {
+        match next_value(ws).await {
             Value::Array(items) => {
                 assert!(items.len() > 1, "a batch of one is a frame of its own");
                 sizes.push(items.len());
@@ -73,6 +70,23 @@ where
     (sizes, messages)
 }
 
+/// Reads round `round`'s 100 messages (`{"n": 100 * round + i}`), checks them in order, and
+/// returns how many each frame carried.
+async fn read_round(ws: &mut WsStream, round: u64) -> Vec<usize> {
+    let (sizes, messages) = read_messages(ws, 100).await;
+    assert_eq!(
+        numbers(&messages),
+        (round * 100..round * 100 + 100).collect::<Vec<_>>()
+    );
+    sizes
+}
+
+/// At most 64 messages to a frame, and at least one batch among them.
+fn assert_batched(sizes: &[usize]) {
+    assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
+    assert!(sizes.len() < sizes.iter().sum(), "no batch: {sizes:?}");
+}
+
 fn numbers(messages: &[Value]) -> Vec<u64> {
     messages
         .iter()
@@ -88,7 +102,7 @@ async fn a_batch_publish_reaches_an_idle_subscriber_in_batch_frames() {
     let mut plain = ws_connect(&gw).await;
     ws_subscribe(&mut plain, &["burst"]).await;
     for round in 0..3 {
-        publish_batch(&gw, "burst", round * 100..round * 100 + 100).await;
+        publish_numbered(&gw, "burst", round * 100..round * 100 + 100).await;
         let (sizes, messages) = read_messages(&mut ws, 100).await;
         assert_eq!(
             numbers(&messages),
@@ -178,21 +192,9 @@ async fn read_messages_after_subscribed<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a frame in time")
-            .expect("open")
-            .expect("a frame");
-        let bytes = match frame {
-            WsMessage::Binary(bytes) => herald_core::msgpack::to_json(&bytes).unwrap(),
-            WsMessage::Text(text) => text.as_bytes().to_vec(),
-            _ => continue,
-        };
-        let value: Value = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(value["type"], "subscribed", "{value}");
-        return read_messages(ws, n).await;
-    }
+    let value = next_value(ws).await;
+    assert_eq!(value["type"], "subscribed", "{value}");
+    read_messages(ws, n).await
 }
 
 #[tokio::test]
@@ -217,14 +219,7 @@ async fn two_topics_published_in_one_batch_arrive_each_in_order() {
     let messages: Vec<Value> = (0..100)
         .map(|n| json!({"topic": if n % 2 == 0 { "pair.a" } else { "pair.b" }, "data": {"n": n}}))
         .collect();
-    let resp = http()
-        .post(format!("http://{}/v1/publish/batch", gw.admin_addr))
-        .header("content-type", "application/json")
-        .body(json!({ "messages": messages }).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    publish_batch(&gw, messages).await;
     let (sizes, got) = read_messages(&mut ws, 100).await;
     assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
     for (topic, parity) in [("pair.a", 0), ("pair.b", 1)] {
@@ -273,16 +268,10 @@ async fn across_nodes_a_burst_read_from_redis_arrives_in_batch_frames() {
     // out once: the subscriber takes several in one frame.
     let mut sizes = Vec::new();
     for round in 0..5 {
-        publish_batch(&a, "relayed", round * 100..round * 100 + 100).await;
-        let (got, messages) = read_messages(&mut on_b, 100).await;
-        assert_eq!(
-            numbers(&messages),
-            (round * 100..round * 100 + 100).collect::<Vec<_>>()
-        );
-        sizes.extend(got);
+        publish_numbered(&a, "relayed", round * 100..round * 100 + 100).await;
+        sizes.extend(read_round(&mut on_b, round).await);
     }
-    assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
-    assert!(sizes.len() < 500, "no batch in 500 messages: {sizes:?}");
+    assert_batched(&sizes);
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
@@ -304,15 +293,9 @@ async fn a_burst_read_from_kafka_arrives_in_batch_frames() {
         let records = (round * 100..round * 100 + 100)
             .map(|n| crate::kafka::produce(&producer, &kt, "bursty", None, json!({"n": n})));
         futures_util::future::join_all(records).await;
-        let (got, messages) = read_messages(&mut ws, 100).await;
-        assert_eq!(
-            numbers(&messages),
-            (round * 100..round * 100 + 100).collect::<Vec<_>>()
-        );
-        sizes.extend(got);
+        sizes.extend(read_round(&mut ws, round).await);
     }
-    assert!(sizes.iter().all(|&s| s <= 64), "{sizes:?}");
-    assert!(sizes.len() < 500, "no batch in 500 messages: {sizes:?}");
+    assert_batched(&sizes);
     node.stop().await.unwrap();
 }
 
@@ -328,7 +311,7 @@ async fn a_batch_longer_than_the_live_channel_and_the_history_loses_nothing() {
     ws_subscribe(&mut plain, &["long"]).await;
     // 300 messages in one request: more than a topic's fan-out queue and live channel
     // (channel_capacity, 128) and its history (10).
-    publish_batch(&gw, "long", 0..300).await;
+    publish_numbered(&gw, "long", 0..300).await;
     for ws in [&mut batched, &mut plain] {
         let (_, messages) = read_messages(ws, 300).await;
         assert_eq!(numbers(&messages), (0..300).collect::<Vec<_>>());

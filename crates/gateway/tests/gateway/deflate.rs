@@ -487,14 +487,7 @@ async fn a_compressed_connection_gets_no_batch_frames() {
     let messages: Vec<Value> = (0..50)
         .map(|n| json!({"topic": "squeezed", "data": big_with(n)}))
         .collect();
-    let resp = http()
-        .post(format!("http://{}/v1/publish/batch", gw.admin_addr))
-        .header("content-type", "application/json")
-        .body(json!({ "messages": messages }).to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    publish_batch(&gw, messages).await;
     for n in 0..50 {
         let message = next_json(&mut raw).await;
         assert_eq!(message["type"], "message", "{message}");

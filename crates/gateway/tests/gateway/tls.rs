@@ -230,15 +230,9 @@ async fn ws_next_raw<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> serde
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    loop {
-        let frame = tokio::time::timeout(WAIT, ws.next())
-            .await
-            .expect("a frame in time")
-            .expect("open")
-            .unwrap();
-        if let tokio_tungstenite::tungstenite::Message::Text(text) = frame {
-            return serde_json::from_str(&text).unwrap();
-        }
+    match ws_next_frame(ws).await {
+        tokio_tungstenite::tungstenite::Message::Text(text) => serde_json::from_str(&text).unwrap(),
+        other => panic!("unexpected frame {other:?}"),
     }
 }
 

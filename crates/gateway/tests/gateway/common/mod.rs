@@ -388,8 +388,11 @@ pub(crate) async fn ws_send(ws: &mut WsStream, frame: Value) {
         .unwrap();
 }
 
-/// The next data frame (control frames skipped).
-pub(crate) async fn ws_next_frame(ws: &mut WsStream) -> WsMessage {
+/// The next data frame (control frames skipped), on any stream (plain or TLS).
+pub(crate) async fn ws_next_frame<S>(ws: &mut tokio_tungstenite::WebSocketStream<S>) -> WsMessage
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     loop {
         let msg = tokio::time::timeout(WAIT, ws.next())
             .await
@@ -431,6 +434,19 @@ pub(crate) async fn ws_close_code(ws: &mut WsStream) -> (u16, String) {
             Some(Err(e)) => panic!("websocket error before close: {e}"),
         }
     }
+}
+
+/// `POST /v1/publish/batch` of `messages` (each `{"topic":..,"data":..}`) on the admin
+/// listener; it must answer 200.
+pub(crate) async fn publish_batch(gw: &Gateway, messages: Vec<Value>) {
+    let resp = http()
+        .post(format!("http://{}/v1/publish/batch", gw.admin_addr))
+        .header("content-type", "application/json")
+        .body(json!({ "messages": messages }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
 }
 
 pub(crate) async fn ws_subscribe(ws: &mut WsStream, topics: &[&str]) -> Value {
