@@ -16,22 +16,16 @@ pub(crate) mod ids;
 pub(crate) mod join_leave;
 pub(crate) mod lease;
 pub(crate) mod members;
+pub(crate) mod observer;
 pub(crate) mod presence;
 pub(crate) mod presence_event;
 pub(crate) mod upstream;
 
+pub(crate) use observer::ConnectionObserver;
+
 use std::sync::Arc;
 
 use crate::telemetry::metrics::{CloseReason, ConnectionGuard, Transport};
-
-/// Something told about every client connection's life (upstream events, the cluster's
-/// connection registry). Called on the connection's own task: must not block.
-pub(crate) trait ConnectionObserver: Send + Sync + std::fmt::Debug {
-    /// Connection `id` opened over `transport`, for `user` (a token's `sub`) when known.
-    fn opened(&self, id: &str, transport: &'static str, user: Option<&str>);
-    /// Connection `id` closed for `reason`.
-    fn closed(&self, id: &str, transport: &'static str, reason: &'static str);
-}
 
 /// Who observes client connections besides the cluster's own bookkeeping.
 #[derive(Debug, Default)]

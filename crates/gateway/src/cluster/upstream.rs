@@ -18,7 +18,7 @@ use herald_core::{EventName, Payload, TopicName};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use super::ConnectionObserver;
+use super::observer::ConnectionObserver;
 use crate::bridge::kafka_props::{self, KafkaContext};
 use crate::bridge::now_ms;
 use crate::telemetry::metrics;

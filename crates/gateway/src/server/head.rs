@@ -225,7 +225,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
-    crate::server::forward_async_write!(inner);
+    crate::server::stream::forward_async_write!(inner);
 }
 
 #[cfg(test)]

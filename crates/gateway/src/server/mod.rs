@@ -14,47 +14,6 @@
 //! With TLS configured ([`tls`]) the handshake comes first; HTTP/1.1 then takes the same path,
 //! and HTTP/2 (negotiated by ALPN) is served by hyper's HTTP/2 builder and the router.
 
-/// Forwards every `AsyncWrite` method to the field `$inner`: for stream wrappers that change
-/// only how reading works ([`head::Rewind`], the WebSocket frame counter).
-macro_rules! forward_async_write {
-    ($inner:ident) => {
-        fn poll_write(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            std::pin::Pin::new(&mut self.$inner).poll_write(cx, buf)
-        }
-
-        fn poll_write_vectored(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-            bufs: &[std::io::IoSlice<'_>],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            std::pin::Pin::new(&mut self.$inner).poll_write_vectored(cx, bufs)
-        }
-
-        fn is_write_vectored(&self) -> bool {
-            self.$inner.is_write_vectored()
-        }
-
-        fn poll_flush(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::pin::Pin::new(&mut self.$inner).poll_flush(cx)
-        }
-
-        fn poll_shutdown(
-            mut self: std::pin::Pin<&mut Self>,
-            cx: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::pin::Pin::new(&mut self.$inner).poll_shutdown(cx)
-        }
-    };
-}
-pub(crate) use forward_async_write;
-
 pub(crate) mod head;
 pub(crate) mod raw;
 pub(crate) mod stalled;

@@ -36,10 +36,10 @@ use tokio_util::sync::CancellationToken;
 
 use herald_core::{Registry, TopicName};
 
-use super::ConnectionObserver;
 use super::members::{Changes, Members};
 use crate::bridge::redis_conn::{RedisTarget, SharedConn};
 use crate::bridge::{Logs, now_ms};
+use crate::cluster::observer::ConnectionObserver;
 use crate::config::ClusterConfig;
 use crate::telemetry::metrics;
 

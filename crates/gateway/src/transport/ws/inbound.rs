@@ -285,7 +285,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Inbound<S> {
 }
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Inbound<S> {
-    crate::server::forward_async_write!(inner);
+    crate::server::stream::forward_async_write!(inner);
 }
 
 #[cfg(test)]
