@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Feed, FeedEvent, LagPolicy, Link, LiveStream, coalesce};
+use super::live::LiveStream;
+use super::topics::{Feed, FeedEvent, Link, coalesce};
 use crate::direct::DirectSub;
 use crate::history::LossReason;
+use crate::lag::LagPolicy;
 
 impl Feed {
     /// Lets the topic's publisher write this feed's messages itself through the connection's

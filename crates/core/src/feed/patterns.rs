@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
-use super::{Feed, FeedEvent, LagPolicy, LiveStream};
+use super::live::LiveStream;
+use super::topics::{Feed, FeedEvent};
 use crate::cursor::Cursor;
 use crate::error::FeedError;
 use crate::history::LossReason;
+use crate::lag::LagPolicy;
 use crate::message::Message;
 use crate::name::TopicName;
 use crate::pattern;

@@ -2,8 +2,15 @@
 //! patterns in their own files.
 
 use super::*;
-use crate::message::Payload;
+use crate::cursor::Cursor;
+use crate::direct::DirectSub;
+use crate::error::FeedError;
+use crate::message::{Message, Payload};
+use crate::name::TopicName;
+use crate::topic::Topic;
 use crate::topic::TopicConfig;
+use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Duration;
 
 mod delta;
