@@ -1,141 +1,24 @@
 //! The map in docs/architecture.md, kept true: the gateway's modules import one way, down the
 //! layers the document lists (its ```layers block is the one list, read here), no module
 //! of any crate of the workspace imports in a circle with a sibling (files of one directory,
-//! or the crate's top modules), and each word of its vocabulary (its "Vocabulary" table, read
-//! here too) names types, functions and modules only where the table says.
+//! or the crate's top modules), no file imports what its parent's `mod.rs` defines but the
+//! document's listed exceptions (`architecture/parents.rs`), and each word of its vocabulary
+//! (its "Vocabulary" table, read here too) names types, functions and modules only where the
+//! table says.
 //!
 //! Imports are read from the source: every `crate::…`, `super::…` and `self::…` path outside
 //! comments, outside the `#[cfg(test)] mod tests {` at the end of a file and outside the `tests`
 //! modules in files of their own (tests may reach anywhere), resolved to the module it names.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// A module path inside a crate: `["cluster", "control"]`.
-type ModPath = Vec<String>;
+#[path = "architecture/parents.rs"]
+mod parents;
+#[path = "architecture/source.rs"]
+mod source;
 
-/// One source file: its module path and its code lines (1-based line numbers).
-struct Source {
-    path: ModPath,
-    file: PathBuf,
-    lines: Vec<(usize, String)>,
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Every `.rs` file under `src` (binaries under `src/bin` and the crate root files left out:
-/// they declare modules), with its module path.
-fn sources(src: &Path) -> Vec<Source> {
-    let mut out = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let file = entry.unwrap().path();
-            if file.is_dir() {
-                if file.file_name().is_some_and(|n| n != "bin") {
-                    stack.push(file);
-                }
-                continue;
-            }
-            if file.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let rel = file.strip_prefix(src).unwrap();
-            let mut path: ModPath = rel
-                .iter()
-                .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
-                .collect();
-            if matches!(
-                path.last().map(String::as_str),
-                Some("mod" | "lib" | "main")
-            ) {
-                path.pop();
-            }
-            // A `#[cfg(test)] mod tests;` in a file (or directory) of its own: test code,
-            // as the module at the end of a file is.
-            if path.iter().any(|p| p == "tests") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&file).unwrap();
-            // The test module at the end of a file (clippy's `items_after_test_module` keeps
-            // it last); a `#[cfg(test)] mod tests;` above it is a file of its own.
-            let code = text.split("\n#[cfg(test)]\nmod tests {").next().unwrap();
-            let lines = code
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim_start().starts_with("//"))
-                .map(|(i, l)| (i + 1, l.to_string()))
-                .collect();
-            out.push(Source { path, file, lines });
-        }
-    }
-    out
-}
-
-/// The module paths a line names: `crate::a::b`, `super::x`, `self::y`, and the items of
-/// `super::{x, y}` groups, resolved against the file's module path `at`.
-fn named(line: &str, at: &ModPath) -> Vec<ModPath> {
-    // A trailing comment (` // …`) names nothing.
-    let line = line.find(" //").map_or(line, |i| &line[..i]);
-    let mut found = Vec::new();
-    for start in ["crate::", "super::", "self::"] {
-        for (i, _) in line.match_indices(start) {
-            let before = line[..i].chars().last();
-            let tail = &line[i + start.len()..];
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-                continue; // `mycrate::`, `xsuper::`, the second `super::` of `super::super::`
-            }
-            // The base the path starts from. A `mod.rs` is its directory's module: its
-            // `self` is the directory, its `super` the parent.
-            let mut base: ModPath = match start {
-                "crate::" => Vec::new(),
-                "self::" => at.clone(),
-                _ => {
-                    let mut p = at.clone();
-                    p.pop();
-                    p
-                }
-            };
-            let mut tail = tail;
-            while let Some(more) = tail.strip_prefix("super::") {
-                base.pop();
-                tail = more;
-            }
-            if let Some(group) = tail.strip_prefix('{') {
-                let group = &group[..group.find('}').unwrap_or(group.len())];
-                for item in group.split(',') {
-                    let head = item.trim().split("::").next().unwrap_or("").trim();
-                    if !head.is_empty() && head != "self" {
-                        let mut p = base.clone();
-                        p.push(head.to_string());
-                        found.push(p);
-                    }
-                }
-                continue;
-            }
-            let mut p = base;
-            for seg in tail.split("::") {
-                let seg: String = seg
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if seg.is_empty() {
-                    break;
-                }
-                let last = seg.len() < tail.len() && tail[seg.len()..].starts_with("::");
-                p.push(seg);
-                if !last {
-                    break;
-                }
-                tail = &tail[p.last().unwrap().len() + 2..];
-            }
-            found.push(p);
-        }
-    }
-    found
-}
+use source::{ModPath, item_on, named, sources, workspace};
 
 /// An import between two sibling modules: where siblings `from` and `to` (children of
 /// `parent`) meet, and the line that makes it.
@@ -392,39 +275,6 @@ struct Item {
     at: String,
     /// The file it lives in, from the workspace root.
     place: String,
-}
-
-/// The item a line of code defines, if it defines one: `pub(crate) async fn name(`.
-fn item_on(line: &str) -> Option<(&str, &str)> {
-    let mut rest = line.trim_start();
-    if let Some(r) = rest.strip_prefix("pub") {
-        rest = match r.strip_prefix('(') {
-            Some(r) => r.split_once(')')?.1,
-            None => r,
-        }
-        .trim_start();
-    }
-    loop {
-        let before = rest;
-        for q in ["async ", "const ", "unsafe ", "default "] {
-            rest = rest.strip_prefix(q).unwrap_or(rest).trim_start();
-        }
-        if let Some(r) = rest.strip_prefix("extern \"") {
-            rest = r.split_once('"')?.1.trim_start();
-        }
-        if rest == before {
-            break;
-        }
-    }
-    let (kind, rest) = rest.split_once(' ')?;
-    if !matches!(kind, "fn" | "struct" | "enum" | "trait" | "type" | "mod") {
-        return None;
-    }
-    let name = rest.trim_start();
-    let end = name
-        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .unwrap_or(name.len());
-    (end > 0).then(|| (kind, &name[..end]))
 }
 
 /// Every named item of the crate at `src`, outside tests (as [`sources`] reads it).
