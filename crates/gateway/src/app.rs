@@ -31,7 +31,7 @@ struct Inner {
     tracker: TaskTracker,
     ready: AtomicBool,
     metrics: PrometheusHandle,
-    /// The tracer of every publish (and of the records the logs' [`crate::bridge::Ingest`]s
+    /// The tracer of every publish (and of the records the logs' [`crate::bridge::logs::Ingest`]s
     /// read), built beside the metrics recorder.
     tracing: trace::Tracing,
     logs: Arc<Logs>,

@@ -1,5 +1,5 @@
 //! Interest routing for the Kafka bridge's consumer: it assigns itself the partitions of
-//! [`super::Interest`], adding and removing them as the followed set changes
+//! [`Interest`], adding and removing them as the followed set changes
 //! (`incremental_assign` / `incremental_unassign` on a manually assigned consumer, so the
 //! partitions it keeps are not read again), and ingests their records.
 //!

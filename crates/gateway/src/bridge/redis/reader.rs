@@ -5,7 +5,7 @@
 //! One live connection per node (RESP3: pub/sub messages arrive as pushes beside ordinary
 //! replies; on a Redis Cluster one connection per master, through sharded pub/sub) subscribes
 //! to the channel of every followed stream. The append script publishes each new entry on its
-//! stream's channel with the id of the entry before it ([`super::Notice`]), so the reader
+//! stream's channel with the id of the entry before it ([`Notice`]), so the reader
 //! knows, per stream, whether it holds everything up to that entry:
 //!
 //! - a notice whose previous id is the last id the reader holds is ingested as it is;
