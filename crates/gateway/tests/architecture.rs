@@ -18,7 +18,7 @@ mod parents;
 #[path = "architecture/source.rs"]
 mod source;
 
-use source::{ModPath, item_on, named, sources, workspace};
+use source::{ModPath, doc_block, item_on, named, sources, workspace};
 
 /// An import between two sibling modules: where siblings `from` and `to` (children of
 /// `parent`) meet, and the line that makes it.
@@ -128,20 +128,7 @@ fn circles(edges: &[Edge]) -> Vec<String> {
 /// The gateway's layers as docs/architecture.md lists them, top first (its ```layers block:
 /// one layer a line, module names separated by spaces, `#` starts a comment).
 fn layers() -> Vec<Vec<String>> {
-    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
-    let block = doc
-        .split("```layers\n")
-        .nth(1)
-        .expect("docs/architecture.md has a ```layers block")
-        .split("```")
-        .next()
-        .unwrap();
-    block
-        .lines()
-        .map(|l| l.split('#').next().unwrap())
-        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
-        .filter(|l| !l.is_empty())
-        .collect()
+    doc_block("layers")
 }
 
 #[test]

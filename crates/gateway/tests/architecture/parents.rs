@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use super::source::{ModPath, Source, item_on, path_starts, sources, workspace};
+use super::source::{ModPath, Source, doc_block, item_on, path_starts, sources, workspace};
 
 /// An import of an item an ancestor's `mod.rs` or `lib.rs` defines.
 #[derive(Debug)]
@@ -183,21 +183,8 @@ fn up_imports(src: &Path) -> Vec<UpImport> {
 /// The exceptions docs/architecture.md lists (its ```parent-imports block: a file from the
 /// workspace root, then the items it may take from above, `#` starts the reason).
 fn exceptions() -> Vec<(String, Vec<String>)> {
-    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
-    let block = doc
-        .split("```parent-imports\n")
-        .nth(1)
-        .expect("docs/architecture.md has a ```parent-imports block")
-        .split("```")
-        .next()
-        .unwrap();
-    block
-        .lines()
-        .map(|l| l.split('#').next().unwrap().split_whitespace())
-        .filter_map(|mut words| {
-            let file = words.next()?.to_string();
-            Some((file, words.map(str::to_string).collect()))
-        })
+    (doc_block("parent-imports").into_iter())
+        .map(|mut words| (words.remove(0), words))
         .collect()
 }
 

@@ -174,3 +174,22 @@ pub(crate) fn item_on(line: &str) -> Option<(&str, &str)> {
         .unwrap_or(name.len());
     (end > 0).then(|| (kind, &name[..end]))
 }
+
+/// docs/architecture.md's ```name block: the words of each of its lines, `#` starting a
+/// comment, empty lines left out.
+pub(crate) fn doc_block(name: &str) -> Vec<Vec<String>> {
+    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
+    let block = doc
+        .split(&format!("```{name}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/architecture.md has a ```{name} block"))
+        .split("```")
+        .next()
+        .unwrap();
+    block
+        .lines()
+        .map(|l| l.split('#').next().unwrap())
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
