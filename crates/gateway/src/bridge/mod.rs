@@ -7,9 +7,10 @@
 //! `herald_bridge_messages_total{direction="refused"}` and logged), because two logs give one
 //! topic two position streams and every switch between them would look like lost history.
 //!
-//! A bridge owns its loop ([`Bridge::run`]) and gets only what that loop uses: an [`Ingest`](logs::Ingest)
-//! (the registry, and which topics are its own) and a stop signal. [`reconnect_loop`] is
-//! the one reconnect-with-backoff loop every bridge runs its passes in.
+//! A bridge owns its loop ([`Bridge::run`]) and gets only what that loop uses: an
+//! [`Ingest`](logs::Ingest) (the registry, and which topics are its own) and a stop signal.
+//! [`reconnect_loop`] is the one reconnect-with-backoff loop every bridge runs its passes in.
+//! The trait, [`Logs`] and `Ingest` are in `logs.rs`, the loop in `reconnect.rs`.
 
 pub(crate) mod idempotency;
 pub(crate) mod interest;

@@ -14,8 +14,8 @@ thread_local! {
 /// inside one [`Together`]).
 pub(crate) const READY_RECORDS: usize = 256;
 
-/// While held, records [`Ingest::deliver`](super::logs::Ingest::deliver)s on this thread wait for the fan-out to the
-/// subscribers the publisher writes to itself ([`herald_core::direct`]) until it is dropped
+/// While held, records [`Ingest::deliver`](super::logs::Ingest::deliver)s on this thread
+/// wait for the fan-out to the subscribers the publisher writes to itself ([`herald_core::direct`]) until it is dropped
 /// (or a topic's fan-out queue is full, [`herald_core::Unsent`]): each then takes what a
 /// reader's pass over a batch of records brought its topic in one write (one batch frame
 /// when it asked for them) rather than a write per record. Not `Send`: it cannot be held

@@ -5,13 +5,13 @@
 //! chosen by a stable hash of the topic name, so each topic's messages stay in order in one stream.
 //! The append is one script ([`APPEND`]): it makes the shard's epoch if it is missing, appends
 //! the entry (`XADD`, trimmed), and publishes it on the shard's channel with its id and the
-//! id of the entry before it ([`Notice`](notice::Notice)). Each node subscribes to the channels of the streams
-//! it follows and ingests each notice into its registry, reading a stream only to start
-//! following it or to fill a gap ([`reader`]): each node gets each message of those streams
-//! exactly once, and there is no echo loop, because publishing never delivers locally —
-//! delivery always comes back through the log. Redis's work per message is the append and
-//! one publish to the nodes that follow its partition, whatever the number of partitions they
-//! follow.
+//! id of the entry before it ([`Notice`](notice::Notice)). Each node subscribes to the
+//! channels of the streams it follows and ingests each notice into its registry, reading a
+//! stream only to start following it or to fill a gap ([`reader`]): each node gets each
+//! message of those streams exactly once, and there is no echo loop, because publishing
+//! never delivers locally — delivery always comes back through the log. Redis's work per
+//! message is the append and one publish to the nodes that follow its partition, whatever the
+//! number of partitions they follow.
 //!
 //! Which streams a node follows ([`super::interest`]): under `cluster.routing = "interest"`
 //! (the default) those holding a topic it has a subscriber for, added when a subscription

@@ -1,22 +1,20 @@
-//! A [`Session`]'s run loop and what every path of it shares: keep-alive, the direct link,
-//! delivery, and sending frames.
+//! A WebSocket connection's [`Session`], what it opens with ([`Opened`]), and its run loop
+//! and what every path of it shares: keep-alive, the direct link, delivery, and sending frames.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
 use herald_core::batch::{self, BatchFormat};
+use herald_core::{Feed, TopicName};
 use tokio::time::Instant;
 use tungstenite::{Message as WsMessage, Utf8Bytes};
-
-use herald_core::{Feed, TopicName};
 
 use super::socket::Socket;
 use super::{close_code, deflate, format};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::hooks::Caller;
-use crate::hooks::Forwarded;
+use crate::hooks::{Caller, Forwarded};
 use crate::limits::TokenBucket;
 use crate::server::stream::PeerStream;
 use crate::telemetry::metrics::{self, CloseReason, Transport, TransportMetrics};
