@@ -32,10 +32,15 @@ func benchMessage(n int) map[string]any {
 
 // benchFrames: the ring's messages, per frames of size (1: each alone).
 func benchFrames(b *testing.B, mp bool, size int) [][]byte {
+	return framesOf(b, mp, size, benchRing)
+}
+
+// framesOf: messages 1..count, per frames of size (1: each alone), JSON or MessagePack.
+func framesOf(b *testing.B, mp bool, size, count int) [][]byte {
 	var out [][]byte
-	for first := 1; first <= benchRing; first += size {
+	for first := 1; first <= count; first += size {
 		var items []any
-		for n := first; n < first+size && n <= benchRing; n++ {
+		for n := first; n < first+size && n <= count; n++ {
 			items = append(items, benchMessage(n))
 		}
 		var v any = items
@@ -130,30 +135,7 @@ func benchLoopback(b *testing.B, mp bool, size int) {
 	if mp {
 		typ = websocket.MessageBinary
 	}
-	var frames [][]byte
-	for first := 1; first <= b.N; first += size {
-		var items []any
-		for n := first; n < first+size && n <= b.N; n++ {
-			items = append(items, benchMessage(n))
-		}
-		var v any = items
-		if size == 1 {
-			v = items[0]
-		}
-		var (
-			f   []byte
-			err error
-		)
-		if mp {
-			f, err = msgpack.Marshal(v)
-		} else {
-			f, err = json.Marshal(v)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		frames = append(frames, f)
-	}
+	frames := framesOf(b, mp, size, b.N)
 	start := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		opts := &websocket.AcceptOptions{}
