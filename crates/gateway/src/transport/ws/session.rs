@@ -277,19 +277,23 @@ impl<S: PeerStream> Session<S> {
                 BatchFormat::Msgpack => sent.ws_msgpack_frame().clone(),
             }
         };
-        let mut bytes = frame(&first, delta).len();
-        let mut batch = vec![(first, delta)];
+        // Each message with its frame, made (shared, once per message) only here.
+        let mut batch = vec![(frame(&first, delta), first, delta)];
+        let mut bytes = batch[0].0.len();
         let mut after = None;
         while batch.len() < batch::MAX_MESSAGES {
             let Some(event) = self.feed.next_ready() else {
                 break;
             };
             match crate::transport::deliver(event, "ws", self.state.config()) {
-                crate::transport::Delivery::Message(message, delta)
-                    if bytes + frame(&message, delta).len() <= batch::MAX_BYTES =>
-                {
-                    bytes += frame(&message, delta).len();
-                    batch.push((message, delta));
+                crate::transport::Delivery::Message(message, delta) => {
+                    let framed = frame(&message, delta);
+                    if bytes + framed.len() > batch::MAX_BYTES {
+                        after = Some(crate::transport::Delivery::Message(message, delta));
+                        break;
+                    }
+                    bytes += framed.len();
+                    batch.push((framed, message, delta));
                 }
                 other => {
                     after = Some(other);
@@ -297,18 +301,16 @@ impl<S: PeerStream> Session<S> {
                 }
             }
         }
-        if let [(message, delta)] = &batch[..] {
-            let flow = self
-                .on_delivery(crate::transport::Delivery::Message(message.clone(), *delta))
-                .await;
-            return (flow, after);
+        if batch.len() == 1 {
+            let (_, message, delta) = batch.swap_remove(0);
+            let delivery = crate::transport::Delivery::Message(message, delta);
+            return (self.on_delivery(delivery).await, after);
         }
-        let frames: Vec<bytes::Bytes> = batch.iter().map(|(m, d)| frame(m, *d)).collect();
-        for ((message, _), frame) in batch.iter().zip(&frames) {
+        for (framed, message, _) in &batch {
             self.metrics
-                .delivered(frame.len(), message.published_at().elapsed());
+                .delivered(framed.len(), message.published_at().elapsed());
         }
-        let elements: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+        let elements: Vec<&[u8]> = batch.iter().map(|(f, ..)| &f[..]).collect();
         let payload = form.payload(&elements);
         let message = match form {
             // Made of JSON frames: valid UTF-8.
